@@ -1,0 +1,92 @@
+// Shared by the apps: command-line checks, one error path, evaluation.
+#pragma once
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <cstdio>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace apps {
+
+// A usage error: printed with a pointer to --help, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv; prints help and returns nullopt for --help. Unknown flags and stray
+// positional arguments are usage errors.
+inline std::optional<cxxopts::ParseResult> parse(cxxopts::Options& opts, int argc, char** argv) {
+  cxxopts::ParseResult r;
+  try {
+    r = opts.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (r.count("help")) {
+    std::printf("%s\n", opts.help().c_str());
+    return std::nullopt;
+  }
+  if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+  return r;
+}
+
+inline void check_choice(const std::string& flag, const std::string& value,
+                         std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw UsageError("--" + flag + " must be one of " + list + ", got '" + value + "'");
+}
+
+template <typename T>
+T check_positive(const std::string& flag, T value) {
+  if (!(value > 0)) throw UsageError("--" + flag + " must be positive, got " + std::to_string(value));
+  return value;
+}
+
+// Runs `body`, turning errors into one line on stderr and an exit code: 2 for usage errors,
+// 1 for everything else.
+inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int, char**)) {
+  try {
+    return body(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, e.what());
+    return 2;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return 1;
+  }
+}
+
+// Mean cross-entropy loss and accuracy of a classifier over a loader, in eval mode.
+inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoader& loader) {
+  nn::NoGradGuard ng;
+  model.eval();
+  nn::Tensor loss_sum, correct;
+  int64_t n = 0;
+  for (auto& b : loader) {
+    nn::Tensor logits = model.forward(b.data);
+    nn::CrossEntropyOptions o;
+    o.reduction = nn::Reduction::sum;
+    nn::Tensor l = nn::cross_entropy(logits, b.target, o);
+    nn::Tensor c = nn::sum(nn::eq(nn::argmax(logits, 1), b.target));
+    loss_sum = loss_sum.defined() ? nn::add(loss_sum, l) : l;
+    correct = correct.defined() ? nn::add(correct, c) : c;
+    n += b.data.shape()[0];
+  }
+  model.train();
+  if (n == 0) return {0.0, 0.0};
+  return {loss_sum.item() / double(n), correct.item() / double(n)};
+}
+
+}  // namespace apps

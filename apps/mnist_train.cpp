@@ -1,0 +1,201 @@
+// Trains the classic Keras MNIST CNN (or an MLP) on MNIST or Fashion-MNIST and reports, per
+// epoch, train loss, validation loss and accuracy, time and throughput.
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "common/cli.h"
+
+namespace {
+
+// conv3x3(32) relu, conv3x3(64) relu, maxpool 2, dropout .25, flatten, dense 128 relu,
+// dropout .5, dense 10: the Keras mnist_cnn example.
+std::shared_ptr<nn::Module> keras_cnn() {
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3)));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3)));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::MaxPool2d>(2));
+  m->push_back(std::make_shared<nn::Dropout>(0.25));
+  m->push_back(std::make_shared<nn::Flatten>());
+  m->push_back(std::make_shared<nn::Linear>(9216, 128));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::Dropout>(0.5));
+  m->push_back(std::make_shared<nn::Linear>(128, 10));
+  return m;
+}
+
+// dense 512 relu, dropout .2, dense 512 relu, dropout .2, dense 10: the Keras mnist_mlp example.
+std::shared_ptr<nn::Module> keras_mlp() {
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Flatten>());
+  m->push_back(std::make_shared<nn::Linear>(784, 512));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::Dropout>(0.2));
+  m->push_back(std::make_shared<nn::Linear>(512, 512));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::Dropout>(0.2));
+  m->push_back(std::make_shared<nn::Linear>(512, 10));
+  return m;
+}
+
+std::string default_data_dir(const std::string& dataset) {
+  if (dataset == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
+  return "data/mnist";
+}
+
+int run(int argc, char** argv) {
+  cxxopts::Options opts("mnist_train",
+                        "Train the Keras MNIST CNN (or MLP) on MNIST or Fashion-MNIST.");
+  opts.add_options()
+      ("data-dir", "folder with the IDX files (default: data/mnist, or "
+                   "/usr/share/datasets/fashion-mnist for fashion-mnist)",
+       cxxopts::value<std::string>())
+      ("dataset", "mnist or fashion-mnist", cxxopts::value<std::string>()->default_value("mnist"))
+      ("model", "cnn (Keras mnist_cnn) or mlp (Keras mnist_mlp)",
+       cxxopts::value<std::string>()->default_value("cnn"))
+      ("epochs", "training epochs", cxxopts::value<int64_t>()->default_value("3"))
+      ("batch-size", "samples per step", cxxopts::value<int64_t>()->default_value("128"))
+      ("optimizer", "adam, adamw or sgd", cxxopts::value<std::string>()->default_value("adam"))
+      ("lr", "learning rate (default: 1e-3 for adam/adamw, 0.05 for sgd)",
+       cxxopts::value<double>())
+      ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
+      ("weight-decay", "weight decay (default: 0; 0.01 for adamw)", cxxopts::value<double>())
+      ("train-samples", "use only the first N training samples (0: all)",
+       cxxopts::value<int64_t>()->default_value("0"))
+      ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
+      ("seed", "random seed (weights, dropout, shuffling)",
+       cxxopts::value<uint64_t>()->default_value("0"))
+      ("threads", "CPU threads (default: OMP_NUM_THREADS or all cores)", cxxopts::value<int>())
+      ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
+
+  const std::string dataset = a["dataset"].as<std::string>();
+  apps::check_choice("dataset", dataset, {"mnist", "fashion-mnist"});
+  const std::string model_name = a["model"].as<std::string>();
+  apps::check_choice("model", model_name, {"cnn", "mlp"});
+  const std::string optim_name = a["optimizer"].as<std::string>();
+  apps::check_choice("optimizer", optim_name, {"adam", "adamw", "sgd"});
+  const int64_t epochs = a["epochs"].as<int64_t>(), batch = a["batch-size"].as<int64_t>();
+  apps::check_positive("epochs", epochs);
+  apps::check_positive("batch-size", batch);
+  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  const nn::Device device(a["device"].as<std::string>());
+  nn::check_device(device);
+  const uint64_t seed = a["seed"].as<uint64_t>();
+  nn::manual_seed(seed);
+
+  const std::string dir =
+      a.count("data-dir") ? a["data-dir"].as<std::string>() : default_data_dir(dataset);
+  if (!std::filesystem::exists(dir)) {
+    std::string hint = dataset == "mnist"
+        ? "run data/fetch_mnist.sh (needs the network), or use --dataset fashion-mnist "
+          "(Debian package dataset-fashion-mnist)"
+        : "install the Debian package dataset-fashion-mnist, or pass --data-dir";
+    NN_ERROR("data folder '", dir, "' not found: ", hint);
+  }
+  auto train_set = nn::data::load_mnist(dir, true);
+  auto test_set = nn::data::load_mnist(dir, false);
+  if (int64_t n = a["train-samples"].as<int64_t>(); n > 0 && n < train_set->size()) {
+    train_set = std::make_shared<nn::data::TensorDataset>(train_set->data().slice(0, 0, n),
+                                                          train_set->target().slice(0, 0, n));
+  }
+  // The whole data set lives on the training device (47 MB for MNIST).
+  train_set = std::make_shared<nn::data::TensorDataset>(train_set->data().to(device),
+                                                        train_set->target().to(device));
+  test_set = std::make_shared<nn::data::TensorDataset>(test_set->data().to(device),
+                                                       test_set->target().to(device));
+
+  auto model = model_name == "cnn" ? keras_cnn() : keras_mlp();
+  model->to(device);
+  std::unique_ptr<nn::optim::Optimizer> optimizer;
+  if (optim_name == "sgd") {
+    optimizer = std::make_unique<nn::optim::SGD>(
+        model->parameters(), nn::optim::SGDOptions(a.count("lr") ? a["lr"].as<double>() : 0.05)
+                                 .momentum(a["momentum"].as<double>())
+                                 .weight_decay(a.count("weight-decay") ? a["weight-decay"].as<double>() : 0.0));
+  } else {
+    double wd = a.count("weight-decay") ? a["weight-decay"].as<double>()
+                                        : (optim_name == "adamw" ? 0.01 : 0.0);
+    optimizer = std::make_unique<nn::optim::AdamW>(
+        model->parameters(),
+        nn::optim::AdamWOptions(a.count("lr") ? a["lr"].as<double>() : 1e-3).weight_decay(wd));
+  }
+
+  nn::data::DataLoaderOptions lo;
+  lo.batch_size = batch;
+  lo.seed = seed;
+  nn::data::DataLoader train_loader(train_set, lo);
+  nn::data::DataLoaderOptions vo = lo;
+  vo.shuffle = false;
+  vo.batch_size = 1000;
+  nn::data::DataLoader val_loader(test_set, vo);
+
+  std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
+              "batch %lld, %s, %d threads\n",
+              dataset.c_str(), model_name.c_str(), device.str().c_str(),
+              (long long)train_set->size(), (long long)test_set->size(),
+              (long long)model->num_parameters(), (long long)batch, optim_name.c_str(),
+              nn::num_threads());
+  for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+    nn::train::Stopwatch epoch_clock;
+    model->train();
+    nn::train::Progress progress(nn::detail::cat("epoch ", epoch, "/", epochs),
+                                 train_loader.num_batches());
+    nn::Tensor loss_sum = nn::zeros({}, device);
+    int64_t seen = 0, steps = 0;
+    for (auto& b : train_loader) {
+      nn::Tensor loss = nn::cross_entropy(model->forward(b.data), b.target);
+      optimizer->zero_grad();
+      loss.backward();
+      optimizer->step();
+      {
+        nn::NoGradGuard ng;
+        loss_sum = nn::add(loss_sum, loss.detach());
+      }
+      seen += b.data.shape()[0];
+      ++steps;
+      if (steps % 20 == 0 || steps == train_loader.num_batches()) {
+        // Reading the loss is the only host sync inside the loop.
+        progress.update(steps, nn::detail::cat("loss ", loss_sum.item() / double(steps), "  ",
+                                               int64_t(double(seen) / epoch_clock.seconds()),
+                                               " samples/s"));
+      }
+    }
+    progress.finish();
+    const double train_seconds = epoch_clock.seconds();
+    const double train_loss = loss_sum.item() / double(std::max<int64_t>(steps, 1));
+    auto [val_loss, val_acc] = apps::evaluate(*model, val_loader);
+    const double seconds = epoch_clock.seconds();
+    const double sps = double(seen) / train_seconds;
+    std::printf("epoch %lld/%lld  train_loss %.4f  val_loss %.4f  val_accuracy %.2f%%  "
+                "%.1fs  %.0f samples/s\n",
+                (long long)epoch, (long long)epochs, train_loss, val_loss, 100 * val_acc, seconds,
+                sps);
+    std::fflush(stdout);
+    if (a.count("metrics")) {
+      nn::train::append_line(a["metrics"].as<std::string>(),
+                             nn::train::JsonLine()
+                                 .add("epoch", epoch)
+                                 .add("train_loss", train_loss)
+                                 .add("val_loss", val_loss)
+                                 .add("val_accuracy", val_acc)
+                                 .add("seconds", seconds)
+                                 .add("samples_per_second", sps)
+                                 .str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return apps::guarded_main("mnist_train", argc, argv, run); }

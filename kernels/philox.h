@@ -1,0 +1,64 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"), usable from
+// host C++ and CUDA so that the CPU and GPU backends draw identical streams.
+// Element i of a draw at (seed, offset) uses counter (offset + i / 4) and lane i % 4.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define NN_HD __host__ __device__ __forceinline__
+#else
+#define NN_HD inline
+#endif
+
+namespace nn::rng {
+
+struct U32x4 {
+  uint32_t v[4];
+};
+
+NN_HD uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
+  uint64_t p = uint64_t(a) * uint64_t(b);
+  *hi = uint32_t(p >> 32);
+  return uint32_t(p);
+}
+
+NN_HD U32x4 philox(uint64_t seed, uint64_t counter) {
+  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    uint32_t hi0, hi1;
+    uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);
+    uint32_t lo1 = mulhilo(0xCD9E8D57u, c2, &hi1);
+    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return U32x4{{c0, c1, c2, c3}};
+}
+
+// [0, 1) with 24 random bits.
+NN_HD float to_uniform(uint32_t u) { return float(u >> 8) * (1.0f / 16777216.0f); }
+
+// Four uniforms for counter block `block`.
+NN_HD void uniform4(uint64_t seed, uint64_t block, float out[4]) {
+  U32x4 r = philox(seed, block);
+  for (int k = 0; k < 4; ++k) out[k] = to_uniform(r.v[k]);
+}
+
+// Four standard normals (two Box-Muller pairs) for counter block `block`.
+NN_HD void normal4(uint64_t seed, uint64_t block, float out[4]) {
+  U32x4 r = philox(seed, block);
+  for (int k = 0; k < 4; k += 2) {
+    float u1 = (float(r.v[k] >> 8) + 1.0f) * (1.0f / 16777216.0f);  // (0, 1]
+    float u2 = to_uniform(r.v[k + 1]);
+    float rad = sqrtf(-2.0f * logf(u1));
+    float th = 6.2831853071795864f * u2;
+    out[k] = rad * cosf(th);
+    out[k + 1] = rad * sinf(th);
+  }
+}
+
+}  // namespace nn::rng

@@ -1,0 +1,117 @@
+// Data: the IDX file format (MNIST and friends), datasets, and a DataLoader that shuffles
+// with a seed, batches, and prepares the next batch on a background thread.
+#pragma once
+#include <nn/tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace nn::data {
+
+// Reads an IDX file, plain or gzip-compressed. Checks the magic number, the element type,
+// the dimensions and that the data size matches them exactly; every error is an nn::Error
+// naming the file and what is wrong. u8 data gives a u8 tensor; i8/i16/i32 give i32; f32
+// and f64 keep their type.
+Tensor read_idx(const std::string& path);
+// Writes a tensor (u8, i32, f32 or f64) as IDX; gzip-compressed when path ends in ".gz".
+void write_idx(const std::string& path, const Tensor& t);
+
+struct Batch {
+  Tensor data;
+  Tensor target;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+};
+
+// Rows of `data` and `target` (dim 0) taken together.
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset(Tensor data, Tensor target);
+  int64_t size() const override { return data_.shape()[0]; }
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  const Tensor& data() const { return data_; }
+  const Tensor& target() const { return target_; }
+
+ private:
+  Tensor data_, target_;
+};
+
+// MNIST-format data sets (MNIST, Fashion-MNIST): images as f32 (N, 1, 28, 28) scaled to
+// [0, 1], labels as i64. Looks for train-images-idx3-ubyte[.gz] (or t10k-... for the test
+// split) and the matching labels in `root`.
+std::shared_ptr<TensorDataset> load_mnist(const std::string& root, bool train);
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = false;  // drop a last batch smaller than batch_size
+  uint64_t seed = 0;       // the order of epoch e depends only on (seed, e)
+  bool prefetch = true;    // prepare the next batch on a background thread
+};
+
+// Iterating yields the batches of one epoch; each new iteration starts the next epoch.
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t num_batches() const;
+  const DataLoaderOptions& options() const { return opts_; }
+  // The epoch the next iteration runs (0-based), and the batch it starts at (for resuming
+  // mid-epoch: the order is the same, the first `start_batch` batches are skipped).
+  void set_epoch(int64_t epoch, int64_t start_batch = 0);
+  int64_t epoch() const { return epoch_; }
+  // The sample order of an epoch.
+  std::vector<int64_t> order(int64_t epoch) const;
+
+  class Iterator {
+   public:
+    Batch& operator*() { return current_; }
+    Batch* operator->() { return &current_; }
+    Iterator& operator++();
+    bool operator!=(const Iterator& o) const { return index_ != o.index_; }
+    int64_t index() const { return index_; }
+
+   private:
+    friend class DataLoader;
+    Iterator(DataLoader* dl, int64_t index) : dl_(dl), index_(index) {}
+    DataLoader* dl_;
+    int64_t index_;
+    Batch current_;
+  };
+  Iterator begin();
+  Iterator end() { return Iterator(this, num_batches()); }
+
+ private:
+  Batch make_batch(int64_t b) const;
+  Batch next_batch(int64_t b);
+  void stop_worker();
+
+  std::shared_ptr<Dataset> dataset_;
+  DataLoaderOptions opts_;
+  int64_t epoch_ = 0, start_batch_ = 0;
+  std::vector<int64_t> order_;
+  // background producer
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+}  // namespace nn::data

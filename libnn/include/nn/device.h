@@ -1,0 +1,42 @@
+// Where a tensor lives: the CPU or CUDA device N.
+#pragma once
+#include <string>
+
+namespace nn {
+
+enum class DeviceType : uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = 0;
+
+  Device() = default;
+  Device(DeviceType t, int i = 0) : type(t), index(i) {}  // NOLINT: kCUDA converts
+  // "cpu", "cuda", "cuda:1"; throws nn::Error otherwise.
+  explicit Device(const std::string& spec);
+  Device(const char* spec) : Device(std::string(spec)) {}  // NOLINT
+
+  bool is_cpu() const { return type == DeviceType::cpu; }
+  bool is_cuda() const { return type == DeviceType::cuda; }
+  std::string str() const;
+  bool operator==(const Device& o) const {
+    return type == o.type && (type == DeviceType::cpu || index == o.index);
+  }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+inline const Device kCPU{DeviceType::cpu, 0};
+inline const Device kCUDA{DeviceType::cuda, 0};
+
+// True when libnn was built with CUDA and a device is present.
+bool cuda_available();
+int cuda_device_count();
+// Throws nn::Error naming the reason when `d` cannot be used (no CUDA build, no device,
+// index out of range).
+void check_device(const Device& d);
+
+// Threads the CPU backend uses (OpenMP); defaults to OMP_NUM_THREADS or all cores.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace nn

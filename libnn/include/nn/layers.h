@@ -1,0 +1,179 @@
+// Standard layers. Each initialises its parameters the way PyTorch does for that layer.
+#pragma once
+#include <nn/module.h>
+#include <nn/ops.h>
+
+#include <array>
+#include <optional>
+
+namespace nn {
+
+struct LinearOptions {
+  LinearOptions(int64_t in, int64_t out) : in_features_(in), out_features_(out) {}
+  NN_ARG(int64_t, in_features);
+  NN_ARG(int64_t, out_features);
+  NN_ARG(bool, bias) = true;
+};
+class Linear : public Module {
+ public:
+  explicit Linear(const LinearOptions& o);
+  Linear(int64_t in, int64_t out) : Linear(LinearOptions(in, out)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  LinearOptions options;
+  Tensor weight, bias;  // (out, in), (out) or undefined
+};
+
+using Size2 = std::array<int64_t, 2>;
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in, int64_t out, Size2 kernel)
+      : in_channels_(in), out_channels_(out), kernel_size_(kernel) {}
+  Conv2dOptions(int64_t in, int64_t out, int64_t kernel)
+      : Conv2dOptions(in, out, Size2{kernel, kernel}) {}
+  NN_ARG(int64_t, in_channels);
+  NN_ARG(int64_t, out_channels);
+  NN_ARG(Size2, kernel_size);
+  NN_ARG(Size2, stride) = {1, 1};
+  NN_ARG(Size2, padding) = {0, 0};
+  NN_ARG(Size2, dilation) = {1, 1};
+  NN_ARG(int64_t, groups) = 1;
+  NN_ARG(bool, bias) = true;
+};
+class Conv2d : public Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& o);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  Conv2dOptions options;
+  Tensor weight, bias;  // (O, C/groups, KH, KW), (O) or undefined
+};
+
+struct BatchNormOptions {
+  explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
+  NN_ARG(int64_t, num_features);
+  NN_ARG(double, eps) = 1e-5;
+  NN_ARG(double, momentum) = 0.1;
+  NN_ARG(bool, affine) = true;
+  NN_ARG(bool, track_running_stats) = true;
+};
+// Normalises (N, C, ...) per channel; works for BatchNorm1d and 2d shapes alike.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(const BatchNormOptions& o);
+  explicit BatchNorm2d(int64_t c) : BatchNorm2d(BatchNormOptions(c)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  BatchNormOptions options;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+};
+
+struct LayerNormOptions {
+  explicit LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  NN_ARG(Shape, normalized_shape);
+  NN_ARG(double, eps) = 1e-5;
+  NN_ARG(bool, elementwise_affine) = true;
+};
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(const LayerNormOptions& o);
+  explicit LayerNorm(int64_t d) : LayerNorm(LayerNormOptions({d})) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  LayerNormOptions options;
+  Tensor weight, bias;
+};
+
+struct EmbeddingOptions {
+  EmbeddingOptions(int64_t num, int64_t dim) : num_embeddings_(num), embedding_dim_(dim) {}
+  NN_ARG(int64_t, num_embeddings);
+  NN_ARG(int64_t, embedding_dim);
+  NN_ARG(std::optional<int64_t>, padding_idx);
+};
+class Embedding : public Module {
+ public:
+  explicit Embedding(const EmbeddingOptions& o);
+  Embedding(int64_t num, int64_t dim) : Embedding(EmbeddingOptions(num, dim)) {}
+  Tensor forward(const Tensor& indices) override;
+  std::string extra_repr() const override;
+  EmbeddingOptions options;
+  Tensor weight;  // (num, dim)
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  double p;
+};
+
+// Stateless layers.
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+class GELU : public Module {
+ public:
+  GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+};
+class Tanh : public Module {
+ public:
+  Tanh() : Module("Tanh") {}
+  Tensor forward(const Tensor& x) override { return tanh(x); }
+};
+class Sigmoid : public Module {
+ public:
+  Sigmoid() : Module("Sigmoid") {}
+  Tensor forward(const Tensor& x) override { return sigmoid(x); }
+};
+class Identity : public Module {
+ public:
+  Identity() : Module("Identity") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+struct Pool2dOptions {
+  explicit Pool2dOptions(Size2 kernel) : kernel_size_(kernel) {}
+  explicit Pool2dOptions(int64_t kernel) : kernel_size_{kernel, kernel} {}
+  NN_ARG(Size2, kernel_size);
+  NN_ARG(Size2, stride) = {0, 0};  // 0: same as the kernel
+  NN_ARG(Size2, padding) = {0, 0};
+  NN_ARG(Size2, dilation) = {1, 1};
+  NN_ARG(bool, count_include_pad) = true;
+};
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(const Pool2dOptions& o) : Module("MaxPool2d"), options(o) {}
+  explicit MaxPool2d(int64_t k) : MaxPool2d(Pool2dOptions(k)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(const Pool2dOptions& o) : Module("AvgPool2d"), options(o) {}
+  explicit AvgPool2d(int64_t k) : AvgPool2d(Pool2dOptions(k)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 size) : Module("AdaptiveAvgPool2d"), output_size(size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, output_size); }
+  std::string extra_repr() const override;
+  Size2 output_size;
+};
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start(start_dim), end(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start, end); }
+  int64_t start, end;
+};
+
+}  // namespace nn

@@ -1,0 +1,139 @@
+// Optimizers (SGD, AdamW) and learning-rate schedules, with PyTorch's update rules.
+#pragma once
+#include <nn/module.h>
+#include <nn/tensor.h>
+
+#include <optional>
+#include <vector>
+
+namespace nn::optim {
+
+// Parameters that share settings; weight_decay, when set, overrides the optimizer's.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> weight_decay;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Updates every parameter that has a gradient; parameters without one are skipped.
+  virtual void step() = 0;
+  // Drops the gradients (sets them undefined, as PyTorch's set_to_none=True).
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t steps() const { return steps_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  // Everything step() depends on besides the parameters: buffers per parameter (named
+  // "<group>.<index>.<buffer>") and scalars (step count, lr). Checkpoints save this.
+  virtual NamedTensors state() const = 0;
+  virtual void load_state(const NamedTensors& state) = 0;
+
+ protected:
+  Optimizer(std::vector<ParamGroup> groups, double lr);
+  std::vector<ParamGroup> groups_;
+  double lr_;
+  int64_t steps_ = 0;
+};
+
+struct SGDOptions {
+  explicit SGDOptions(double lr = 0.01) : lr_(lr) {}
+  NN_ARG(double, lr);
+  NN_ARG(double, momentum) = 0.0;
+  NN_ARG(double, dampening) = 0.0;
+  NN_ARG(double, weight_decay) = 0.0;
+  NN_ARG(bool, nesterov) = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, const SGDOptions& o);
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& o);
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& state) override;
+  SGDOptions options;
+
+ private:
+  std::vector<std::vector<Tensor>> momentum_;  // per group, per parameter (lazy)
+};
+
+struct AdamWOptions {
+  explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
+  NN_ARG(double, lr);
+  NN_ARG(double, beta1) = 0.9;
+  NN_ARG(double, beta2) = 0.999;
+  NN_ARG(double, eps) = 1e-8;
+  NN_ARG(double, weight_decay) = 1e-2;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Tensor> params, const AdamWOptions& o);
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o);
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& state) override;
+  AdamWOptions options;
+
+ private:
+  std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;
+  std::vector<std::vector<int64_t>> param_steps_;
+};
+
+// ---- learning-rate schedules: call step() once per optimizer step (or per epoch) --------
+class LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(opt.lr()) {}
+  virtual ~LRScheduler() = default;
+  virtual double lr_at(int64_t step) const = 0;
+  // Advances one step and sets the optimizer's lr.
+  void step() { opt_.set_lr(lr_at(++step_)); }
+  int64_t last_step() const { return step_; }
+  // Resumes at `step` (after loading a checkpoint) and sets the lr for it.
+  void set_step(int64_t step) { step_ = step; opt_.set_lr(lr_at(step_)); }
+  double base_lr() const { return base_lr_; }
+
+ protected:
+  Optimizer& opt_;
+  double base_lr_;
+  int64_t step_ = 0;
+};
+
+// lr * gamma^(floor(step / step_size))
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t step) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// Linear warm-up from 0 over `warmup` steps, then cosine decay to min_lr at `total`.
+class CosineLR : public LRScheduler {
+ public:
+  CosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_lr = 0.0);
+  double lr_at(int64_t step) const override;
+
+ private:
+  int64_t warmup_, total_;
+  double min_lr_;
+};
+
+// Linear warm-up, then linear decay to 0 at `total` (the BERT schedule).
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& opt, int64_t warmup, int64_t total);
+  double lr_at(int64_t step) const override;
+
+ private:
+  int64_t warmup_, total_;
+};
+
+// Scales gradients so their global L2 norm is at most max_norm; returns the norm before.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace nn::optim

@@ -1,0 +1,58 @@
+// Training-loop helpers shared by the apps: a progress line, per-epoch metrics as JSON
+// lines, a stopwatch.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nn::train {
+
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  void reset() { t0_ = std::chrono::steady_clock::now(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// A live "label [####....] 42/469 loss 0.3121 2380 samples/s" line, redrawn in place on a
+// terminal at most ~10 times a second. When stdout is not a terminal it prints a plain line
+// every `plain_every` updates (0: never) so logs stay readable.
+class Progress {
+ public:
+  Progress(std::string label, int64_t total, int64_t plain_every = 0);
+  void update(int64_t done, const std::string& info);
+  void finish();  // clears the live line
+
+ private:
+  std::string label_;
+  int64_t total_, plain_every_;
+  bool tty_;
+  double last_draw_ = -1;
+  Stopwatch clock_;
+};
+
+// One JSON object per line, with fields in the order given. Values are numbers (written
+// with full precision; NaN and inf as null) or strings (escaped).
+class JsonLine {
+ public:
+  JsonLine& add(const std::string& key, double value);
+  JsonLine& add(const std::string& key, int64_t value);
+  JsonLine& add(const std::string& key, const std::string& value);
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+// Appends the line to `path` (created if missing); throws nn::Error if it cannot be written.
+void append_line(const std::string& path, const std::string& line);
+
+bool stdout_is_terminal();
+
+}  // namespace nn::train

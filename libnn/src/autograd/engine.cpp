@@ -1,0 +1,138 @@
+// The backward pass: order the graph's nodes so each runs after every node that feeds it a
+// gradient, then one reverse sweep that sums incoming gradients and hands them on.
+#include <nn/autograd.h>
+#include <nn/ops.h>
+
+#include <unordered_map>
+
+namespace nn {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+
+// First gradient for a leaf: take it when nothing else can see its storage, else copy.
+void accumulate_leaf(TensorImpl& leaf, Tensor g) {
+  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
+  if (!leaf.grad.defined()) {
+    bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                g.is_contiguous() && g.offset() == 0;
+    leaf.grad = sole ? g : g.clone();
+  } else {
+    leaf.grad.add_(g);
+  }
+}
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool on) { g_grad_enabled = on; }
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
+            Node::BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return;
+  std::vector<Edge> edges(inputs.size());
+  std::vector<Shape> shapes(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) continue;
+    shapes[i] = t.shape();
+    if (!t.requires_grad()) continue;
+    if (t.grad_fn()) edges[i].node = t.grad_fn();
+    else edges[i].leaf = t.impl_ptr();
+  }
+  output.impl()->grad_fn = std::make_shared<Node>(name, std::move(edges), std::move(shapes),
+                                                  std::move(fn));
+  output.impl()->requires_grad = true;
+}
+
+std::vector<Tensor> Node::apply(const Tensor& grad) {
+  NN_CHECK(fn_, "backward through '", name_, "' a second time: its saved tensors were freed "
+           "by the first backward(); pass retain_graph=true to that one");
+  std::vector<bool> needs(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) needs[i] = inputs_[i].active();
+  std::vector<Tensor> grads = fn_(grad, needs);
+  NN_CHECK(grads.size() == inputs_.size(), "backward of '", name_, "' returned ", grads.size(),
+           " gradients for ", inputs_.size(), " inputs");
+  for (size_t i = 0; i < grads.size(); ++i)
+    NN_CHECK(!needs[i] || !grads[i].defined() || grads[i].shape() == input_shapes_[i],
+             "backward of '", name_, "' returned a gradient of shape ",
+             shape_str(grads[i].shape()), " for input ", i, " of shape ",
+             shape_str(input_shapes_[i]));
+  return grads;
+}
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  NN_CHECK(root.requires_grad(), "backward(): the tensor does not require grad (no input of "
+           "its computation requires grad, or it was computed under NoGradGuard)");
+  Tensor g = grad;
+  if (!g.defined()) {
+    NN_CHECK(root.numel() == 1, "backward(): a gradient must be passed for a non-scalar output "
+             "of shape ", shape_str(root.shape()));
+    g = ones_like(root);
+  }
+  NN_CHECK(g.shape() == root.shape(), "backward(): gradient of shape ", shape_str(g.shape()),
+           " for an output of shape ", shape_str(root.shape()));
+  NoGradGuard no_grad;
+  if (!root.grad_fn()) {
+    accumulate_leaf(*root.impl(), g.detach());
+    return;
+  }
+
+  // Count, for each node, how many edges from other graph nodes lead into it.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root.grad_fn().get()};
+  deps[root.grad_fn().get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->inputs()) {
+      if (!e.node) continue;
+      auto [it, fresh] = deps.try_emplace(e.node.get(), 0);
+      it->second++;
+      if (fresh) stack.push_back(e.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending;
+  pending[root.grad_fn().get()] = g.detach();
+  std::vector<std::shared_ptr<Node>> ready{root.grad_fn()};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    Tensor gin;
+    if (auto it = pending.find(node.get()); it != pending.end()) {
+      gin = std::move(it->second);
+      pending.erase(it);
+    }
+    std::vector<Tensor> outs;
+    if (gin.defined()) outs = node->apply(gin);
+    gin = Tensor();
+    if (!retain_graph) node->release();
+    const auto& inputs = node->inputs();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Edge& e = inputs[i];
+      Tensor gi = i < outs.size() ? std::move(outs[i]) : Tensor();
+      if (e.leaf && gi.defined()) accumulate_leaf(*e.leaf, std::move(gi));
+      if (!e.node) continue;
+      if (gi.defined()) {
+        Tensor& slot = pending[e.node.get()];
+        slot = slot.defined() ? add(slot, gi) : std::move(gi);
+      }
+      if (--deps[e.node.get()] == 0) ready.push_back(e.node);
+    }
+  }
+}
+
+}  // namespace nn

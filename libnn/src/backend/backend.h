@@ -1,0 +1,155 @@
+// The primitives every device implements. The ops layer allocates outputs (contiguous unless
+// said otherwise), checks shapes and dtypes, and calls one of these; a backend only computes.
+// Inputs may be strided views (stride 0 where broadcast) unless a primitive says otherwise.
+#pragma once
+#include <nn/memory.h>
+#include <nn/ops.h>
+#include <nn/tensor.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace nn::backend {
+
+enum class UnaryOp {
+  neg, exp, log, sqrt, rsqrt, abs, square, relu, gelu, tanh, sigmoid,
+  add_scalar,  // x + a
+  mul_scalar,  // x * a
+  pow_scalar,  // x ^ a
+  rsub_scalar, // a - x
+  rdiv_scalar, // a / x
+  clamp,       // min(max(x, a), b)
+};
+enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+enum class ReduceOp { sum, mean, max, min };
+enum class RandomKind { uniform, normal };
+
+using nn::MemoryStats;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // ---- memory ---------------------------------------------------------------------------
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* p, size_t nbytes) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void empty_cache() = 0;
+  virtual void synchronize() = 0;
+  // Host <-> device transfer of a contiguous tensor's bytes.
+  virtual void upload(const void* host, Tensor& dst) = 0;
+  virtual void download(const Tensor& src, void* host) = 0;
+
+  // ---- elementwise (family: elementwise, cast) ---------------------------------------------
+  // Strided copy with dtype conversion; src already broadcast to dst's shape. dst may be a view.
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;  // dst may be a view
+  virtual void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
+                           uint64_t offset) = 0;    // dst contiguous
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) = 0;
+  // grad_x = grad * d op(x)/dx, for relu, gelu, tanh, sigmoid (y = op(x) is passed for those
+  // that use it).
+  virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+                              Tensor& grad_x) = 0;
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // ---- reduce ---------------------------------------------------------------------------
+  // out has x's shape with `dims` (sorted, unique) set to 1.
+  virtual void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) = 0;
+  virtual void argmax(const Tensor& x, int64_t dim, Tensor& out) = 0;  // out i64, dim size 1
+
+  // ---- matmul ---------------------------------------------------------------------------
+  // out (B, M, N) = alpha * a (B, M, K) @ b (B, K, N) + beta * out. a and b may be transposed
+  // views or broadcast over B (stride 0); out is contiguous.
+  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) = 0;
+
+  // ---- conv (NCHW, contiguous x and w) ------------------------------------------------------
+  virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                              const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                                     const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
+                                      const Conv2dParams& p) = 0;
+
+  // ---- pool (NCHW, contiguous; stride already resolved) -----------------------------------
+  virtual void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
+                                  const Pool2dParams& p) = 0;  // indices i64: h * W + w
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
+                                   Tensor& grad_x) = 0;
+  virtual void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) = 0;
+  virtual void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x,
+                                   const Pool2dParams& p) = 0;
+  virtual void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) = 0;
+  virtual void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) = 0;
+
+  // ---- softmax (x contiguous, over `dim`) ------------------------------------------------
+  virtual void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) = 0;
+  virtual void softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log,
+                                Tensor& grad_x) = 0;
+
+  // ---- loss: cross entropy fused with log_softmax --------------------------------------------
+  // logits (N, C) contiguous, target (N) i64. loss (N) per sample (0 where ignored), lse (N)
+  // log-sum-exp saved for backward.
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& target,
+                                     double smoothing, int64_t ignore_index, Tensor& loss,
+                                     Tensor& lse) = 0;
+  // grad_loss (N): d(total)/d(loss_i).
+  virtual void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits,
+                                      const Tensor& target, const Tensor& lse, double smoothing,
+                                      int64_t ignore_index, Tensor& grad_logits) = 0;
+
+  // ---- dropout (counter-based RNG) -------------------------------------------------------
+  virtual void dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+                               Tensor& out, Tensor& mask) = 0;  // mask u8
+  virtual void dropout_backward(const Tensor& grad, const Tensor& mask, double p,
+                                Tensor& grad_x) = 0;
+
+  // ---- norm (x contiguous) ------------------------------------------------------------------
+  // x (N, C, S) with S = product of spatial dims. save_mean/save_invstd (C): the statistics
+  // used (batch ones in training, running ones in eval). weight/bias may be undefined.
+  virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  Tensor& running_mean, Tensor& running_var, bool training,
+                                  double momentum, double eps, Tensor& out, Tensor& save_mean,
+                                  Tensor& save_invstd) = 0;
+  virtual void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                   const Tensor& save_mean, const Tensor& save_invstd,
+                                   bool training, Tensor& grad_x, Tensor& grad_weight,
+                                   Tensor& grad_bias) = 0;  // undefined outputs are skipped
+  // x (R, D): normalise each row. mean/rstd (R).
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  double eps, Tensor& out, Tensor& mean, Tensor& rstd) = 0;
+  virtual void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
+                                   Tensor& grad_weight, Tensor& grad_bias) = 0;
+
+  // ---- embedding (row gather / scatter-add, any dtype) --------------------------------------
+  // src (V, D) contiguous, index (M) i64/i32 -> out (M, D). Throws on an index out of range.
+  virtual void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) = 0;
+  // out (V, D) += grad (M, D) rows at index; rows equal to skip_index are left out (-1: none).
+  virtual void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
+                                Tensor& out) = 0;
+
+  // ---- optim: fused update steps, in place --------------------------------------------------
+  virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
+                        double momentum, double dampening, double weight_decay, bool nesterov,
+                        bool first_step) = 0;
+  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                          Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                          double weight_decay, int64_t step) = 0;
+};
+
+// The backend for a device; throws nn::Error when the device cannot be used.
+Backend& get(const Device& d);
+inline Backend& of(const Tensor& t) { return get(t.device()); }
+
+using CudaFactory = Backend* (*)(int index);
+using CudaCount = int (*)();
+#ifdef LIBNN_HAVE_CUDA
+// Defined by backend/cuda/ when libnn is built with CUDA.
+Backend* create_cuda_backend(int index);
+int cuda_device_count_impl();  // 0 when no driver or device is present
+#endif
+
+}  // namespace nn::backend

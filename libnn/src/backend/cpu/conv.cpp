@@ -1,0 +1,193 @@
+// CPU conv family: im2col + Eigen GEMM per image, images spread over OpenMP threads.
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/eigen_util.h"
+#include "backend/cpu/parallel.h"
+
+namespace nn::backend {
+using namespace nn::cpu;
+
+namespace {
+struct ConvGeom {
+  int64_t N, C, H, W, O, KH, KW, OH, OW, G, Cg, Og, Kdim, P;
+  int64_t sh, sw, ph, pw, dh, dw;
+  // 1x1, stride 1, no padding: the image itself is the column matrix.
+  bool pointwise() const {
+    return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+  }
+};
+
+ConvGeom geom(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& p) {
+  ConvGeom g{};
+  g.N = x[0]; g.C = x[1]; g.H = x[2]; g.W = x[3];
+  g.O = w[0]; g.KH = w[2]; g.KW = w[3];
+  g.OH = out[2]; g.OW = out[3];
+  g.G = p.groups; g.Cg = g.C / g.G; g.Og = g.O / g.G;
+  g.Kdim = g.Cg * g.KH * g.KW; g.P = g.OH * g.OW;
+  g.sh = p.stride[0]; g.sw = p.stride[1]; g.ph = p.padding[0]; g.pw = p.padding[1];
+  g.dh = p.dilation[0]; g.dw = p.dilation[1];
+  return g;
+}
+
+// col (Kdim, P) from one group of one image x (Cg, H, W).
+template <typename T>
+void im2col(const T* x, const ConvGeom& g, T* col) {
+  for (int64_t c = 0; c < g.Cg; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.P;
+        const T* plane = x + c * g.H * g.W;
+        // output columns whose input column lies inside the image
+        int64_t off = kw * g.dw - g.pw;
+        int64_t ow0 = 0, ow1 = g.OW;
+        while (ow0 < g.OW && ow0 * g.sw + off < 0) ++ow0;
+        while (ow1 > ow0 && (ow1 - 1) * g.sw + off >= g.W) --ow1;
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          T* dst = row + oh * g.OW;
+          int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+          if (ih < 0 || ih >= g.H) {
+            std::memset(dst, 0, sizeof(T) * g.OW);
+            continue;
+          }
+          const T* src = plane + ih * g.W;
+          for (int64_t ow = 0; ow < ow0; ++ow) dst[ow] = T(0);
+          if (g.sw == 1) {
+            std::memcpy(dst + ow0, src + ow0 + off, sizeof(T) * (ow1 - ow0));
+          } else {
+            for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow] = src[ow * g.sw + off];
+          }
+          for (int64_t ow = ow1; ow < g.OW; ++ow) dst[ow] = T(0);
+        }
+      }
+}
+
+// x (Cg, H, W) += col (Kdim, P) folded back.
+template <typename T>
+void col2im(const T* col, const ConvGeom& g, T* x) {
+  for (int64_t c = 0; c < g.Cg; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.P;
+        T* plane = x + c * g.H * g.W;
+        int64_t off = kw * g.dw - g.pw;
+        int64_t ow0 = 0, ow1 = g.OW;
+        while (ow0 < g.OW && ow0 * g.sw + off < 0) ++ow0;
+        while (ow1 > ow0 && (ow1 - 1) * g.sw + off >= g.W) --ow1;
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          const T* src = row + oh * g.OW;
+          T* dst = plane + ih * g.W;
+          for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow * g.sw + off] += src[ow];
+        }
+      }
+}
+
+// Runs f(n, thread_slot) for every image: threads over images when there are enough of
+// them (GEMMs single-threaded inside), else images in turn with Eigen's threads in the GEMM.
+template <typename F>
+void for_each_image(int64_t N, F&& f) {
+  int nt = omp_get_max_threads();
+  if (N >= nt && nt > 1 && !omp_in_parallel()) {
+#pragma omp parallel num_threads(nt)
+    {
+      int t = omp_get_thread_num();
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) f(n, t);
+    }
+  } else {
+    for (int64_t n = 0; n < N; ++n) f(n, 0);
+  }
+}
+}  // namespace
+
+void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                Tensor& out, const Conv2dParams& p) {
+  dispatch_float(x.dtype(), "conv2d", [&]<typename T>() {
+    ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    const T* pb = bias.defined() ? bias.data<T>() : nullptr;
+    T* po = out.data<T>();
+    std::vector<std::vector<T>> cols(omp_get_max_threads());
+    for_each_image(g.N, [&](int64_t n, int t) {
+      auto& col = cols[t];
+      if (!g.pointwise()) col.resize(size_t(g.Kdim * g.P));
+      for (int64_t gr = 0; gr < g.G; ++gr) {
+        const T* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
+        const T* colp = xi;
+        if (!g.pointwise()) {
+          im2col(xi, g, col.data());
+          colp = col.data();
+        }
+        auto O = rmap(po + (n * g.O + gr * g.Og) * g.P, g.Og, g.P, g.P);
+        O.noalias() = crmap(pw + gr * g.Og * g.Kdim, g.Og, g.Kdim, g.Kdim) *
+                      crmap(colp, g.Kdim, g.P, g.P);
+        if (pb)
+          for (int64_t o = 0; o < g.Og; ++o) O.row(o).array() += pb[gr * g.Og + o];
+      }
+    });
+  });
+}
+
+void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                                       const Conv2dParams& p) {
+  dispatch_float(w.dtype(), "conv2d_backward_input", [&]<typename T>() {
+    ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
+    const T* pg = grad_out.data<T>();
+    const T* pw = w.data<T>();
+    T* px = grad_x.data<T>();
+    std::vector<std::vector<T>> cols(omp_get_max_threads());
+    for_each_image(g.N, [&](int64_t n, int t) {
+      auto& col = cols[t];
+      for (int64_t gr = 0; gr < g.G; ++gr) {
+        T* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
+        auto Wt = crmap(pw + gr * g.Og * g.Kdim, g.Og, g.Kdim, g.Kdim).transpose();
+        auto Gm = crmap(pg + (n * g.O + gr * g.Og) * g.P, g.Og, g.P, g.P);
+        if (g.pointwise()) {
+          rmap(xi, g.Cg, g.P, g.P).noalias() = Wt * Gm;
+        } else {
+          col.resize(size_t(g.Kdim * g.P));
+          rmap(col.data(), g.Kdim, g.P, g.P).noalias() = Wt * Gm;
+          std::memset(xi, 0, sizeof(T) * g.Cg * g.H * g.W);
+          col2im(col.data(), g, xi);
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
+                                        const Conv2dParams& p) {
+  dispatch_float(x.dtype(), "conv2d_backward_weight", [&]<typename T>() {
+    ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
+    const T* pg = grad_out.data<T>();
+    const T* px = x.data<T>();
+    int nt = omp_get_max_threads();
+    // One private accumulator per thread, summed at the end.
+    std::vector<RowMat<T>> acc(nt, RowMat<T>::Zero(g.O, g.Kdim));
+    std::vector<std::vector<T>> cols(nt);
+    for_each_image(g.N, [&](int64_t n, int t) {
+      auto& col = cols[t];
+      if (!g.pointwise()) col.resize(size_t(g.Kdim * g.P));
+      for (int64_t gr = 0; gr < g.G; ++gr) {
+        const T* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
+        const T* colp = xi;
+        if (!g.pointwise()) {
+          im2col(xi, g, col.data());
+          colp = col.data();
+        }
+        auto Gm = crmap(pg + (n * g.O + gr * g.Og) * g.P, g.Og, g.P, g.P);
+        acc[t].middleRows(gr * g.Og, g.Og).noalias() +=
+            Gm * crmap(colp, g.Kdim, g.P, g.P).transpose();
+      }
+    });
+    auto out = rmap(grad_w.data<T>(), g.O, g.Kdim, g.Kdim);
+    out = acc[0];
+    for (int t = 1; t < nt; ++t) out += acc[t];
+  });
+}
+
+}  // namespace nn::backend

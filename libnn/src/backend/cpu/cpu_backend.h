@@ -1,0 +1,103 @@
+// The CPU backend: Eigen for dense math, OpenMP for parallel loops. Its methods are defined in
+// one file per family (elementwise.cpp, reduce.cpp, matmul.cpp, ...).
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace nn {
+class CachingAllocator;
+}
+
+namespace nn::backend {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  ~CpuBackend() override;
+  Device device() const override { return kCPU; }
+
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* p, size_t nbytes) override;
+  MemoryStats memory_stats() const override;
+  void empty_cache() override;
+  void synchronize() override {}
+  void upload(const void* host, Tensor& dst) override;
+  void download(const Tensor& src, void* host) override;
+
+  void copy(const Tensor& src, Tensor& dst) override;
+  void fill(Tensor& dst, double value) override;
+  void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
+                   uint64_t offset) override;
+  void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override;
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+                      Tensor& grad_x) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override;
+  void argmax(const Tensor& x, int64_t dim, Tensor& out) override;
+
+  void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override;
+
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                      const Conv2dParams& p) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
+                              const Conv2dParams& p) override;
+
+  void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
+                          const Pool2dParams& p) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
+                           Tensor& grad_x) override;
+  void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x,
+                           const Pool2dParams& p) override;
+  void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override;
+
+  void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) override;
+  void softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log,
+                        Tensor& grad_x) override;
+
+  void cross_entropy_forward(const Tensor& logits, const Tensor& target, double smoothing,
+                             int64_t ignore_index, Tensor& loss, Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits,
+                              const Tensor& target, const Tensor& lse, double smoothing,
+                              int64_t ignore_index, Tensor& grad_logits) override;
+
+  void dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& out,
+                       Tensor& mask) override;
+  void dropout_backward(const Tensor& grad, const Tensor& mask, double p,
+                        Tensor& grad_x) override;
+
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          Tensor& running_mean, Tensor& running_var, bool training,
+                          double momentum, double eps, Tensor& out, Tensor& save_mean,
+                          Tensor& save_invstd) override;
+  void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                           Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          double eps, Tensor& out, Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
+                           Tensor& grad_weight, Tensor& grad_bias) override;
+
+  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
+  void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
+                        Tensor& out) override;
+
+  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
+                double momentum, double dampening, double weight_decay, bool nesterov,
+                bool first_step) override;
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                  double lr, double beta1, double beta2, double eps, double weight_decay,
+                  int64_t step) override;
+
+ private:
+  std::unique_ptr<CachingAllocator> alloc_;
+};
+
+}  // namespace nn::backend

@@ -1,0 +1,184 @@
+// CPU elementwise family: copy/cast, fill, random fill, unary and binary maps, where.
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/philox.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/parallel.h"
+
+namespace nn::backend {
+using namespace nn::cpu;
+
+namespace {
+template <typename To, typename From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return convert<To>(float(v));
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    return To(float(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+template <typename T>
+inline T unary_value(UnaryOp op, T x, T a, T b) {
+  switch (op) {
+    case UnaryOp::neg: return -x;
+    case UnaryOp::exp: return std::exp(x);
+    case UnaryOp::log: return std::log(x);
+    case UnaryOp::sqrt: return std::sqrt(x);
+    case UnaryOp::rsqrt: return T(1) / std::sqrt(x);
+    case UnaryOp::abs: return std::abs(x);
+    case UnaryOp::square: return x * x;
+    case UnaryOp::relu: return x > T(0) ? x : T(0);
+    case UnaryOp::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    case UnaryOp::tanh: return std::tanh(x);
+    case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::add_scalar: return x + a;
+    case UnaryOp::mul_scalar: return x * a;
+    case UnaryOp::pow_scalar: return std::pow(x, a);
+    case UnaryOp::rsub_scalar: return a - x;
+    case UnaryOp::rdiv_scalar: return a / x;
+    case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
+  }
+  return x;
+}
+
+template <typename T>
+void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, T a, T b) {
+  // One instantiation per op keeps the switch out of the inner loop.
+#define NN_UNARY_CASE(OP)                                                         \
+  case UnaryOp::OP:                                                               \
+    map<T, T>(out, [a, b](T v) { return unary_value<T>(UnaryOp::OP, v, a, b); }, x); \
+    return;
+  switch (op) {
+    NN_UNARY_CASE(neg) NN_UNARY_CASE(exp) NN_UNARY_CASE(log) NN_UNARY_CASE(sqrt)
+    NN_UNARY_CASE(rsqrt) NN_UNARY_CASE(abs) NN_UNARY_CASE(square) NN_UNARY_CASE(relu)
+    NN_UNARY_CASE(gelu) NN_UNARY_CASE(tanh) NN_UNARY_CASE(sigmoid) NN_UNARY_CASE(add_scalar)
+    NN_UNARY_CASE(mul_scalar) NN_UNARY_CASE(pow_scalar) NN_UNARY_CASE(rsub_scalar)
+    NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp)
+  }
+#undef NN_UNARY_CASE
+}
+
+template <typename T>
+inline T binary_value(BinaryOp op, T x, T y) {
+  switch (op) {
+    case BinaryOp::add: return x + y;
+    case BinaryOp::sub: return x - y;
+    case BinaryOp::mul: return x * y;
+    case BinaryOp::div: return x / y;
+    case BinaryOp::pow: return T(std::pow(x, y));
+    case BinaryOp::maximum: return x > y ? x : y;
+    case BinaryOp::minimum: return x < y ? x : y;
+    case BinaryOp::eq: return T(x == y);
+    case BinaryOp::ne: return T(x != y);
+    case BinaryOp::lt: return T(x < y);
+    case BinaryOp::le: return T(x <= y);
+    case BinaryOp::gt: return T(x > y);
+    case BinaryOp::ge: return T(x >= y);
+  }
+  return x;
+}
+}  // namespace
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  dispatch_all(dst.dtype(), [&]<typename TD>() {
+    dispatch_all(src.dtype(), [&]<typename TS>() {
+      map<TD, TS>(dst, [](TS v) { return convert<TD>(v); }, src);
+    });
+  });
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), [&]<typename T>() {
+    T v = convert<T>(value);
+    map<T>(dst, [v]() { return v; });
+  });
+}
+
+void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
+                             uint64_t offset) {
+  dispatch_float(dst.dtype(), "fill_random", [&]<typename T>() {
+    T* p = dst.data<T>();
+    const int64_t n = dst.numel(), blocks = (n + 3) / 4;
+    parallel_for(0, blocks, kGrain / 4, [&](int64_t bb, int64_t be) {
+      for (int64_t blk = bb; blk < be; ++blk) {
+        float r[4];
+        if (kind == RandomKind::uniform) rng::uniform4(seed, offset + uint64_t(blk), r);
+        else rng::normal4(seed, offset + uint64_t(blk), r);
+        for (int k = 0; k < 4 && blk * 4 + k < n; ++k)
+          p[blk * 4 + k] = kind == RandomKind::uniform ? T(a + (b - a) * r[k]) : T(a + b * r[k]);
+      }
+    });
+  });
+}
+
+void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
+  dispatch_numeric(x.dtype(), "unary", [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T>) {
+      unary_typed<T>(op, x, out, T(a), T(b));
+    } else {
+      // Integer tensors: compute in double and convert back.
+      map<T, T>(out, [=](T v) { return T(unary_value<double>(op, double(v), a, b)); }, x);
+    }
+  });
+}
+
+void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
+                                const Tensor& y, Tensor& grad_x) {
+  dispatch_float(x.dtype(), "unary_backward", [&]<typename T>() {
+    switch (op) {
+      case UnaryOp::relu:
+        map<T, T, T>(grad_x, [](T g, T v) { return v > T(0) ? g : T(0); }, grad, x);
+        return;
+      case UnaryOp::gelu:
+        map<T, T, T>(grad_x, [](T g, T v) {
+          T cdf = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
+          T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * v * v);
+          return g * (cdf + v * pdf);
+        }, grad, x);
+        return;
+      case UnaryOp::tanh:
+        map<T, T, T>(grad_x, [](T g, T t) { return g * (T(1) - t * t); }, grad, y);
+        return;
+      case UnaryOp::sigmoid:
+        map<T, T, T>(grad_x, [](T g, T s) { return g * s * (T(1) - s); }, grad, y);
+        return;
+      default:
+        NN_ERROR("unary_backward: no fused backward for this op");
+    }
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_numeric(a.dtype(), "binary", [&]<typename T>() {
+#define NN_BINARY_CASE(OP)                                                               \
+  case BinaryOp::OP:                                                                     \
+    map<T, T, T>(out, [](T x, T y) { return binary_value<T>(BinaryOp::OP, x, y); }, a, b); \
+    return;
+    switch (op) {
+      NN_BINARY_CASE(add) NN_BINARY_CASE(sub) NN_BINARY_CASE(mul) NN_BINARY_CASE(div)
+      NN_BINARY_CASE(pow) NN_BINARY_CASE(maximum) NN_BINARY_CASE(minimum) NN_BINARY_CASE(eq)
+      NN_BINARY_CASE(ne) NN_BINARY_CASE(lt) NN_BINARY_CASE(le) NN_BINARY_CASE(gt)
+      NN_BINARY_CASE(ge)
+    }
+#undef NN_BINARY_CASE
+  });
+}
+
+void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_numeric(a.dtype(), "where", [&]<typename T>() {
+    dispatch_numeric(cond.dtype(), "where", [&]<typename C>() {
+      map<T, C, T, T>(out, [](C c, T x, T y) { return c != C(0) ? x : y; }, cond, a, b);
+    });
+  });
+}
+
+}  // namespace nn::backend

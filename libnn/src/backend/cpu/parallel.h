@@ -1,0 +1,170 @@
+// OpenMP loops and dtype dispatch for the CPU backend (internal).
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include <nn/tensor.h>
+
+namespace nn::cpu {
+
+// Work below this many elements runs on the calling thread.
+inline constexpr int64_t kGrain = 32768;
+
+// Splits [begin, end) into one contiguous chunk per thread. Runs inline when the range is
+// small, when already inside a parallel region, or with one thread.
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
+  int64_t n = end - begin;
+  if (n <= 0) return;
+  int max_t = omp_get_max_threads();
+  if (n <= grain || max_t == 1 || omp_in_parallel()) {
+    f(begin, end);
+    return;
+  }
+  int64_t nt = std::min<int64_t>(max_t, (n + grain - 1) / grain);
+#pragma omp parallel num_threads(int(nt))
+  {
+    int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+    int64_t chunk = (n + T - 1) / T;
+    int64_t b = begin + t * chunk, e = std::min(end, b + chunk);
+    if (b < e) f(b, e);
+  }
+}
+
+[[noreturn]] void unsupported_dtype(const char* op, DType t);
+
+// Calls f.template operator()<T>() with T the C++ type of `t`.
+template <typename F>
+void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::f64: f.template operator()<double>(); return;
+    default: unsupported_dtype(op, t);
+  }
+}
+template <typename F>
+void dispatch_numeric(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::f64: f.template operator()<double>(); return;
+    case DType::i32: f.template operator()<int32_t>(); return;
+    case DType::i64: f.template operator()<int64_t>(); return;
+    case DType::u8: f.template operator()<uint8_t>(); return;
+    default: unsupported_dtype(op, t);
+  }
+}
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::f64: f.template operator()<double>(); return;
+    case DType::f16: f.template operator()<Half>(); return;
+    case DType::bf16: f.template operator()<BFloat16>(); return;
+    case DType::i32: f.template operator()<int32_t>(); return;
+    case DType::i64: f.template operator()<int64_t>(); return;
+    case DType::u8: f.template operator()<uint8_t>(); return;
+  }
+}
+
+// Index tensors may be i64 or i32; read them as int64.
+inline int64_t index_at(const Tensor& idx, int64_t i) {
+  return idx.dtype() == DType::i64 ? static_cast<const int64_t*>(idx.data_ptr())[i]
+                                   : static_cast<const int32_t*>(idx.data_ptr())[i];
+}
+
+// ---- strided elementwise loops ------------------------------------------------------------
+// Out (contiguous or not) and inputs share a shape (inputs broadcast with stride 0). Dims
+// that are contiguous for every operand are merged, then the innermost dim is the loop.
+template <size_t N>
+struct Geometry {
+  std::vector<int64_t> shape;                   // merged dims, outermost first
+  std::array<std::vector<int64_t>, N> strides;  // per operand, in elements
+};
+
+template <size_t N>
+Geometry<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
+  Geometry<N> g;
+  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !g.shape.empty();
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = g.strides[k].back() == (*strides[k])[d] * shape[d];
+    if (merge) {
+      g.shape.back() *= shape[d];
+      for (size_t k = 0; k < N; ++k) g.strides[k].back() = (*strides[k])[d];
+    } else {
+      g.shape.push_back(shape[d]);
+      for (size_t k = 0; k < N; ++k) g.strides[k].push_back((*strides[k])[d]);
+    }
+  }
+  if (g.shape.empty()) {
+    g.shape.push_back(1);
+    for (size_t k = 0; k < N; ++k) g.strides[k].push_back(1);
+  }
+  return g;
+}
+
+// out[i] = f(in0[i], in1[i], ...) over the broadcast shape of `out`.
+template <typename TO, typename... TI, typename F, size_t... I>
+void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const* ins) {
+  constexpr size_t N = 1 + sizeof...(TI);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  TO* po = static_cast<TO*>(out.data_ptr());
+  std::tuple<const TI*...> pi{static_cast<const TI*>(ins[I]->data_ptr())...};
+  bool contiguous = out.is_contiguous() && (ins[I]->is_contiguous() && ...);
+  if (contiguous) {
+    parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+      TO* o = po;
+      auto p = pi;
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = f(std::get<I>(p)[i]...);
+    });
+    return;
+  }
+  std::array<const Shape*, N> st{&out.strides(), &ins[I]->strides()...};
+  Geometry<N> g = coalesce<N>(out.shape(), st);
+  const int64_t nd = int64_t(g.shape.size());
+  const int64_t inner = g.shape.back();
+  const int64_t rows = n / inner;
+  parallel_for(0, rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
+    std::vector<int64_t> idx(nd, 0);
+    int64_t r = rb;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      idx[d] = r % g.shape[d];
+      r /= g.shape[d];
+    }
+    const int64_t so = g.strides[0][nd - 1];
+    const std::array<int64_t, sizeof...(TI)> si{g.strides[1 + I][nd - 1]...};
+    for (int64_t row = rb; row < re; ++row) {
+      std::array<int64_t, N> off{};
+      for (int64_t d = 0; d < nd - 1; ++d)
+        for (size_t k = 0; k < N; ++k) off[k] += idx[d] * g.strides[k][d];
+      TO* o = po + off[0];
+      std::tuple<const TI*...> p{(std::get<I>(pi) + off[1 + I])...};
+      if (so == 1 && ((si[I] == 1) && ...)) {
+#pragma omp simd
+        for (int64_t i = 0; i < inner; ++i) o[i] = f(std::get<I>(p)[i]...);
+      } else {
+        for (int64_t i = 0; i < inner; ++i) o[i * so] = f(std::get<I>(p)[i * si[I]]...);
+      }
+      for (int64_t d = nd - 2; d >= 0; --d) {  // odometer step to the next row
+        if (++idx[d] < g.shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+template <typename TO, typename... TI, typename F, typename... Ts>
+void map(Tensor& out, F&& f, const Ts&... ins) {
+  static_assert(sizeof...(TI) == sizeof...(Ts));
+  const Tensor* arr[] = {&ins...};
+  map_impl<TO, TI...>(out, f, std::index_sequence_for<TI...>{}, arr);
+}
+
+}  // namespace nn::cpu

@@ -1,0 +1,78 @@
+// CPU softmax family: softmax / log_softmax over one dim, and their backward.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/parallel.h"
+
+namespace nn::backend {
+using namespace nn::cpu;
+
+namespace {
+// Shape seen as (outer, D, inner): the softmax dim is D, elements along it are `inner` apart.
+struct Lanes {
+  int64_t outer = 1, D = 1, inner = 1;
+};
+Lanes lanes(const Shape& s, int64_t dim) {
+  Lanes l;
+  for (int64_t i = 0; i < dim; ++i) l.outer *= s[i];
+  l.D = s[dim];
+  for (size_t i = dim + 1; i < s.size(); ++i) l.inner *= s[i];
+  return l;
+}
+}  // namespace
+
+void CpuBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) {
+  dispatch_float(x.dtype(), "softmax", [&]<typename T>() {
+    Lanes l = lanes(x.shape(), dim);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    parallel_for(0, l.outer * l.inner, std::max<int64_t>(1, kGrain / (l.D + 1)),
+                 [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t base = (r / l.inner) * l.D * l.inner + r % l.inner, s = l.inner;
+        T m = -INFINITY;
+        for (int64_t d = 0; d < l.D; ++d) m = std::max(m, px[base + d * s]);
+        if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid inf - inf
+        double sum = 0;
+        for (int64_t d = 0; d < l.D; ++d) sum += std::exp(double(px[base + d * s] - m));
+        if (log) {
+          T lse = T(m + std::log(sum));
+          for (int64_t d = 0; d < l.D; ++d) po[base + d * s] = px[base + d * s] - lse;
+        } else {
+          T inv = T(1.0 / sum);
+          for (int64_t d = 0; d < l.D; ++d) po[base + d * s] = std::exp(px[base + d * s] - m) * inv;
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log,
+                                  Tensor& grad_x) {
+  dispatch_float(y.dtype(), "softmax_backward", [&]<typename T>() {
+    Lanes l = lanes(y.shape(), dim);
+    const T* pg = grad.data<T>();
+    const T* py = y.data<T>();
+    T* px = grad_x.data<T>();
+    parallel_for(0, l.outer * l.inner, std::max<int64_t>(1, kGrain / (l.D + 1)),
+                 [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t base = (r / l.inner) * l.D * l.inner + r % l.inner, s = l.inner;
+        double acc = 0;
+        if (log) {
+          // y = log p: dx = g - p * sum(g)
+          for (int64_t d = 0; d < l.D; ++d) acc += pg[base + d * s];
+          for (int64_t d = 0; d < l.D; ++d)
+            px[base + d * s] = pg[base + d * s] - std::exp(py[base + d * s]) * T(acc);
+        } else {
+          // y = p: dx = p * (g - sum(g * p))
+          for (int64_t d = 0; d < l.D; ++d) acc += double(pg[base + d * s]) * py[base + d * s];
+          for (int64_t d = 0; d < l.D; ++d)
+            px[base + d * s] = py[base + d * s] * (pg[base + d * s] - T(acc));
+        }
+      }
+    });
+  });
+}
+
+}  // namespace nn::backend

@@ -1,0 +1,57 @@
+// Finds the backend of a device. CPU always exists; CUDA backends are created on first use
+// when libnn was built with CUDA and the device is present.
+#include <nn/device.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+
+namespace nn::backend {
+namespace {
+struct CudaRegistry {
+#ifdef LIBNN_HAVE_CUDA
+  CudaFactory factory = &create_cuda_backend;
+  CudaCount count = &cuda_device_count_impl;
+#else
+  CudaFactory factory = nullptr;
+  CudaCount count = nullptr;
+#endif
+  std::mutex mu;
+  std::vector<Backend*> devices;  // leaked on purpose: tensors may outlive static destructors
+};
+CudaRegistry& cuda_registry() {
+  static auto* r = new CudaRegistry;
+  return *r;
+}
+}  // namespace
+
+Backend& get(const Device& d) {
+  if (d.is_cpu()) {
+    static Backend* cpu = new CpuBackend;
+    return *cpu;
+  }
+  auto& r = cuda_registry();
+  NN_CHECK(r.factory, "device ", d.str(), " asked for, but libnn was built without CUDA "
+           "(reconfigure with -DLIBNN_WITH_CUDA=ON on a machine with the CUDA toolkit)");
+  int n = r.count();
+  NN_CHECK(n > 0, "device ", d.str(), " asked for, but no CUDA device is present");
+  NN_CHECK(d.index >= 0 && d.index < n, "device ", d.str(), " asked for, but only ", n,
+           " CUDA device(s) are present (cuda:0..cuda:", n - 1, ")");
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.devices.empty()) r.devices.resize(n, nullptr);
+  if (!r.devices[d.index]) r.devices[d.index] = r.factory(d.index);
+  return *r.devices[d.index];
+}
+
+}  // namespace nn::backend
+
+namespace nn {
+int cuda_device_count() {
+  auto& r = backend::cuda_registry();
+  return r.count ? r.count() : 0;
+}
+bool cuda_available() { return cuda_device_count() > 0; }
+}  // namespace nn

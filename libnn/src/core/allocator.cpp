@@ -1,0 +1,77 @@
+#include "core/allocator.h"
+
+#include <bit>
+
+namespace nn {
+
+CachingAllocator::CachingAllocator(std::string device_name, std::function<void*(size_t)> raw_alloc,
+                                   std::function<void(void*)> raw_free)
+    : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)),
+      raw_free_(std::move(raw_free)) {}
+
+CachingAllocator::~CachingAllocator() { empty_cache(); }
+
+size_t CachingAllocator::round_size(size_t n) {
+  constexpr size_t kSmall = 512, kLarge = size_t(1) << 20;
+  if (n <= kLarge) return (n + kSmall - 1) / kSmall * kSmall;
+  size_t p = std::bit_floor(n);
+  size_t step = p / 4;
+  return (n + step - 1) / step * step;
+}
+
+static std::string mib(size_t b) { return detail::cat(double(b) / (1 << 20), " MiB"); }
+
+void* CachingAllocator::allocate(size_t nbytes) {
+  size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.num_allocs++;
+  void* p = nullptr;
+  auto it = free_.find(size);
+  if (it != free_.end() && !it->second.empty()) {
+    p = it->second.back();
+    it->second.pop_back();
+  } else {
+    p = raw_alloc_(size);
+    if (!p) {  // out of memory: return the cache to the system and try once more
+      release_cached_locked();
+      p = raw_alloc_(size);
+    }
+    if (!p) {
+      NN_ERROR("out of memory on ", device_name_, ": tried to allocate ", mib(size), " (",
+               size, " bytes); ", mib(stats_.allocated), " already in use by tensors (peak ",
+               mib(stats_.peak_allocated), ")");
+    }
+    stats_.reserved += size;
+    stats_.num_system_allocs++;
+  }
+  stats_.allocated += size;
+  if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
+  return p;
+}
+
+void CachingAllocator::deallocate(void* p, size_t nbytes) {
+  size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.allocated -= size;
+  free_[size].push_back(p);
+}
+
+backend::MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+void CachingAllocator::release_cached_locked() {
+  for (auto& [size, blocks] : free_) {
+    for (void* p : blocks) raw_free_(p);
+    stats_.reserved -= size * blocks.size();
+    blocks.clear();
+  }
+}
+
+}  // namespace nn

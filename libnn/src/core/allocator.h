@@ -1,0 +1,39 @@
+// A caching allocator shared by every device: freed blocks are kept in size-class bins and
+// reused, so a training step allocates from the system only during its first iteration.
+#pragma once
+#include "backend/backend.h"
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace nn {
+
+class CachingAllocator {
+ public:
+  // raw_alloc returns nullptr when the system is out of memory.
+  CachingAllocator(std::string device_name, std::function<void*(size_t)> raw_alloc,
+                   std::function<void(void*)> raw_free);
+  ~CachingAllocator();
+
+  void* allocate(size_t nbytes);               // nbytes > 0
+  void deallocate(void* p, size_t nbytes);     // the same nbytes as asked for
+  backend::MemoryStats stats() const;
+  void empty_cache();                           // give cached blocks back to the system
+
+  // Size classes: multiples of 512 B up to 1 MiB, then quarter steps between powers of two.
+  static size_t round_size(size_t nbytes);
+
+ private:
+  void release_cached_locked();
+  std::string device_name_;
+  std::function<void*(size_t)> raw_alloc_;
+  std::function<void(void*)> raw_free_;
+  mutable std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  backend::MemoryStats stats_;
+};
+
+}  // namespace nn

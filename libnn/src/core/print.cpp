@@ -1,0 +1,83 @@
+// Printing in the style users know: tensor([[1.0000, 2.0000], ...], dtype=f32, device=cpu)
+#include <nn/ops.h>
+#include <nn/tensor.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace nn {
+namespace {
+constexpr int64_t kEdge = 3;         // elements shown at each end of a summarised dim
+constexpr int64_t kSummarise = 1000;  // summarise tensors with more elements than this
+
+std::string fmt(double v, bool floating, bool sci) {
+  char buf[64];
+  if (!floating) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+  else if (std::isnan(v)) std::snprintf(buf, sizeof buf, "nan");
+  else if (std::isinf(v)) std::snprintf(buf, sizeof buf, v > 0 ? "inf" : "-inf");
+  else std::snprintf(buf, sizeof buf, sci ? "%.4e" : "%.4f", v);
+  return buf;
+}
+
+void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape,
+               const Shape& strides, int64_t dim, int64_t base, bool floating, bool sci,
+               bool summarise, int indent) {
+  if (shape.empty()) {
+    os << fmt(v[base], floating, sci);
+    return;
+  }
+  int64_t n = shape[dim];
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarise && n > 2 * kEdge && i == kEdge) {
+      os << "...";
+      i = n - kEdge - 1;
+      os << (dim + 1 == int64_t(shape.size()) ? ", " : ",\n" + std::string(indent + 1, ' '));
+      continue;
+    }
+    if (dim + 1 == int64_t(shape.size())) {
+      os << fmt(v[base + i * strides[dim]], floating, sci);
+      if (i + 1 < n) os << ", ";
+    } else {
+      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], floating, sci,
+                summarise, indent + 1);
+      if (i + 1 < n) os << "," << std::string(shape.size() - dim - 1, '\n')
+                        << std::string(indent + 1, ' ');
+    }
+  }
+  os << "]";
+}
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::vector<double> v = to_vector<double>();
+  bool floating = is_floating(dtype());
+  double maxabs = 0, minabs = INFINITY;
+  for (double x : v)
+    if (std::isfinite(x) && x != 0) {
+      maxabs = std::max(maxabs, std::abs(x));
+      minabs = std::min(minabs, std::abs(x));
+    }
+  bool sci = floating && (maxabs >= 1e5 || (minabs < 1e-4 && minabs > 0));
+  std::ostringstream os;
+  os << "tensor(";
+  Shape strides(shape().size());
+  int64_t s = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= shape()[i];
+  }
+  if (numel() == 0) os << "[]";
+  else print_rec(os, v, shape(), strides, 0, 0, floating, sci, numel() > kSummarise, 7);
+  os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype());
+  if (!device().is_cpu()) os << ", device=" << device().str();
+  if (requires_grad()) os << ", requires_grad";
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+}  // namespace nn

@@ -1,0 +1,265 @@
+// Tensor metadata, factories, in-place helpers and autograd accessors.
+#include <nn/autograd.h>
+#include <nn/ops.h>
+#include <nn/random.h>
+#include <nn/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "core/util.h"
+
+namespace nn {
+
+namespace {
+TensorImpl& impl_of(const Tensor& t) {
+  NN_CHECK(t.defined(), "operation on an undefined tensor");
+  return *t.impl();
+}
+void check_inplace(const Tensor& t, const char* op) {
+  NN_CHECK(!(grad_enabled() && t.requires_grad()), op,
+           ": in-place change of a tensor that requires grad while grad mode is on (wrap it "
+           "in nn::NoGradGuard)");
+}
+}  // namespace
+
+const Shape& Tensor::shape() const { return impl_of(*this).shape; }
+const Shape& Tensor::strides() const { return impl_of(*this).strides; }
+int64_t Tensor::offset() const { return impl_of(*this).offset; }
+DType Tensor::dtype() const { return impl_of(*this).dtype; }
+Device Tensor::device() const { return impl_of(*this).storage->device(); }
+const std::shared_ptr<Storage>& Tensor::storage() const { return impl_of(*this).storage; }
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim())]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim())]; }
+
+int64_t Tensor::numel() const { return numel_of(shape()); }
+
+bool Tensor::is_contiguous() const {
+  const auto& sh = shape();
+  const auto& st = strides();
+  int64_t expected = 1;
+  for (int64_t i = int64_t(sh.size()) - 1; i >= 0; --i) {
+    if (sh[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= sh[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  auto& im = impl_of(*this);
+  auto* base = static_cast<char*>(im.storage->data());
+  return base ? base + im.offset * int64_t(element_size(im.dtype)) : nullptr;
+}
+
+// ---- helpers (core/util.h) --------------------------------------------------------------------
+int64_t wrap_dim(int64_t d, int64_t ndim) {
+  NN_CHECK(d >= -ndim && d < ndim, "dimension ", d, " out of range for a ", ndim, "-d tensor");
+  return d < 0 ? d + ndim : d;
+}
+
+int64_t numel_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  auto v = std::make_shared<TensorImpl>();
+  v->storage = base.storage();
+  v->shape = std::move(shape);
+  v->strides = std::move(strides);
+  v->offset = offset;
+  v->dtype = base.dtype();
+  return Tensor(std::move(v));
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t s = 1;
+  for (int64_t i = int64_t(shape.size()) - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+Tensor empty(const Shape& shape, TensorOptions opts) {
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    NN_CHECK(s >= 0, "negative dimension in shape ", shape_str(shape));
+    n *= s;
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(n) * element_size(opts.dtype_), opts.device_);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = opts.dtype_;
+  Tensor t(std::move(impl));
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  Tensor t = empty(shape, opts.requires_grad(false));
+  backend::of(t).fill(t, value);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+
+Tensor arange(int64_t end, TensorOptions opts) { return arange(0, double(end), 1, opts); }
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  NN_CHECK(step != 0, "arange: step must be non-zero");
+  int64_t n = std::max<int64_t>(0, int64_t(std::ceil((end - start) / step)));
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = start + double(i) * step;
+  return tensor(v, {n}, opts);
+}
+
+static Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen,
+                            backend::RandomKind kind, double a, double b) {
+  Tensor t = empty(shape, opts.requires_grad(false));
+  t.impl()->requires_grad = false;
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t offset = g.advance(uint64_t(t.numel()));
+  backend::of(t).fill_random(t, kind, a, b, g.seed(), offset);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
+  NN_CHECK(is_floating(opts.dtype_), "rand: dtype must be floating, got ", dtype_name(opts.dtype_));
+  return random_tensor(shape, opts, gen, backend::RandomKind::uniform, 0.0, 1.0);
+}
+Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
+  NN_CHECK(is_floating(opts.dtype_), "randn: dtype must be floating, got ", dtype_name(opts.dtype_));
+  return random_tensor(shape, opts, gen, backend::RandomKind::normal, 0.0, 1.0);
+}
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
+  NN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
+  // uniform doubles floored into [low, high), computed on the CPU then moved
+  Tensor u = random_tensor(shape, TensorOptions(kF64), gen, backend::RandomKind::uniform, 0, 1);
+  double* p = u.data<double>();
+  for (int64_t i = 0; i < u.numel(); ++i)
+    p[i] = std::min(double(high - 1), std::floor(double(low) + p[i] * double(high - low)));
+  return u.to(opts.dtype_).to(opts.device_);
+}
+
+Tensor from_blob(const void* data, const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, TensorOptions(dtype).device(device));
+  if (t.numel() > 0) backend::of(t).upload(data, t);
+  return t;
+}
+
+Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  Tensor d = from_vector(values, shape);
+  Tensor t = d.to(opts.dtype_).to(opts.device_);
+  if (t.is_same(d)) t = d;
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+Tensor tensor(std::initializer_list<double> values, TensorOptions opts) {
+  return tensor(std::vector<double>(values), {int64_t(values.size())}, opts);
+}
+
+// ---- reading values -------------------------------------------------------------------------
+double Tensor::item() const {
+  NN_CHECK(numel() == 1, "item(): tensor has ", numel(), " elements ", shape_str(shape()),
+           ", expected exactly one");
+  return to_vector<double>()[0];
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  NoGradGuard ng;
+  Tensor c = detach().to(kCPU).to(dtype_of<T>()).contiguous();
+  std::vector<T> v(size_t(c.numel()));
+  if (!v.empty()) std::memcpy(v.data(), c.data_ptr(), v.size() * sizeof(T));
+  return v;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+
+// ---- in-place ---------------------------------------------------------------------------------
+Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  backend::of(*this).fill(*this, value);
+  return *this;
+}
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  NoGradGuard ng;
+  Tensor s = src.device() == device() ? src : src.detach().to(device());
+  Shape bs = broadcast_shapes(s.shape(), shape());
+  NN_CHECK(bs == shape(), "copy_: source of shape ", shape_str(src.shape()),
+           " does not broadcast to ", shape_str(shape()));
+  backend::of(*this).copy(s.expand(shape()), *this);
+  return *this;
+}
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace(*this, "add_");
+  NoGradGuard ng;
+  copy_(alpha == 1.0 ? add(*this, other) : add(*this, mul(other, alpha)));
+  return *this;
+}
+Tensor& Tensor::mul_(double value) {
+  check_inplace(*this, "mul_");
+  NoGradGuard ng;
+  backend::of(*this).unary(backend::UnaryOp::mul_scalar, *this, *this, value, 0);
+  return *this;
+}
+Tensor& Tensor::uniform_(double low, double high, Generator* gen) {
+  check_inplace(*this, "uniform_");
+  NoGradGuard ng;
+  return copy_(add(mul(rand(shape(), options(), gen), high - low), low));
+}
+Tensor& Tensor::normal_(double mean, double std, Generator* gen) {
+  check_inplace(*this, "normal_");
+  NoGradGuard ng;
+  return copy_(add(mul(randn(shape(), options(), gen), std), mean));
+}
+
+// ---- autograd accessors ---------------------------------------------------------------------
+bool Tensor::requires_grad() const { return impl_of(*this).requires_grad; }
+Tensor& Tensor::requires_grad_(bool on) {
+  NN_CHECK(is_leaf(), "requires_grad_(): only leaf tensors can change it (use detach())");
+  NN_CHECK(!on || is_floating(dtype()), "requires_grad_(): only floating tensors can require "
+           "grad, this one is ", dtype_name(dtype()));
+  impl_of(*this).requires_grad = on;
+  return *this;
+}
+const Tensor& Tensor::grad() const { return impl_of(*this).grad; }
+void Tensor::set_grad(const Tensor& g) {
+  NN_CHECK(!g.defined() || g.shape() == shape(), "set_grad: gradient of shape ",
+           shape_str(g.shape()), " for a tensor of shape ", shape_str(shape()));
+  impl_of(*this).grad = g;
+}
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_of(*this).grad_fn; }
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  run_backward(*this, grad, retain_graph);
+}
+Tensor Tensor::detach() const {
+  auto& im = impl_of(*this);
+  return make_view(*this, im.shape, im.strides, im.offset);
+}
+void Tensor::set_data(const Tensor& other) {
+  auto& im = impl_of(*this);
+  auto& o = impl_of(other);
+  im.storage = o.storage;
+  im.shape = o.shape;
+  im.strides = o.strides;
+  im.offset = o.offset;
+  im.dtype = o.dtype;
+}
+
+}  // namespace nn

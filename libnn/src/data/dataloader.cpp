@@ -1,0 +1,121 @@
+// DataLoader: seeded per-epoch shuffling, batching, and a one-thread prefetcher that keeps up
+// to two batches ready.
+#include <nn/data.h>
+
+#include <random>
+
+namespace nn::data {
+
+namespace {
+constexpr size_t kQueueDepth = 2;
+}
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts)
+    : dataset_(std::move(dataset)), opts_(opts) {
+  NN_CHECK(dataset_, "DataLoader: dataset is null");
+  NN_CHECK(opts_.batch_size > 0, "DataLoader: batch_size must be positive, got ", opts_.batch_size);
+  NN_CHECK(dataset_->size() > 0, "DataLoader: the data set is empty");
+}
+
+DataLoader::~DataLoader() { stop_worker(); }
+
+int64_t DataLoader::num_batches() const {
+  int64_t n = dataset_->size(), b = opts_.batch_size;
+  return opts_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void DataLoader::set_epoch(int64_t epoch, int64_t start_batch) {
+  NN_CHECK(epoch >= 0 && start_batch >= 0 && start_batch <= num_batches(),
+           "DataLoader::set_epoch: epoch ", epoch, ", start batch ", start_batch, " out of range");
+  epoch_ = epoch;
+  start_batch_ = start_batch;
+}
+
+std::vector<int64_t> DataLoader::order(int64_t epoch) const {
+  std::vector<int64_t> idx(size_t(dataset_->size()));
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int64_t(i);
+  if (!opts_.shuffle) return idx;
+  // Fisher-Yates with mt19937_64 (fully specified by the standard, unlike std::shuffle), so
+  // the order is the same with every compiler and library.
+  std::mt19937_64 rng(opts_.seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch) + 1);
+  for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[rng() % i]);
+  return idx;
+}
+
+Batch DataLoader::make_batch(int64_t b) const {
+  const int64_t bs = opts_.batch_size;
+  const int64_t lo = b * bs, hi = std::min<int64_t>(lo + bs, int64_t(order_.size()));
+  return dataset_->get_batch(std::vector<int64_t>(order_.begin() + lo, order_.begin() + hi));
+}
+
+void DataLoader::stop_worker() {
+  if (!worker_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  queue_.clear();
+  error_ = nullptr;
+  stop_ = false;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  stop_worker();  // an earlier iteration left unfinished
+  order_ = order(epoch_);
+  const int64_t first = start_batch_, total = num_batches();
+  ++epoch_;
+  start_batch_ = 0;
+  if (opts_.prefetch && first < total) {
+    worker_ = std::thread([this, first, total] {
+      for (int64_t b = first; b < total; ++b) {
+        Batch batch;
+        try {
+          batch = make_batch(b);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu_);
+          error_ = std::current_exception();
+          cv_.notify_all();
+          return;
+        }
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || queue_.size() < kQueueDepth; });
+        if (stop_) return;
+        queue_.push_back(std::move(batch));
+        cv_.notify_all();
+      }
+    });
+  }
+  Iterator it(this, first);
+  if (first < total) it.current_ = next_batch(first);
+  return it;
+}
+
+Batch DataLoader::next_batch(int64_t b) {
+  if (!opts_.prefetch) return make_batch(b);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || error_; });
+  if (queue_.empty() && error_) {
+    std::exception_ptr e = error_;
+    lock.unlock();
+    stop_worker();
+    std::rethrow_exception(e);
+  }
+  Batch batch = std::move(queue_.front());
+  queue_.pop_front();
+  cv_.notify_all();
+  return batch;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  ++index_;
+  if (index_ < dl_->num_batches()) current_ = dl_->next_batch(index_);
+  else {
+    current_ = Batch();
+    if (dl_->worker_.joinable()) dl_->worker_.join();
+  }
+  return *this;
+}
+
+}  // namespace nn::data

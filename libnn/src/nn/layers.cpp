@@ -1,0 +1,153 @@
+#include <nn/autograd.h>
+#include <nn/init.h>
+#include <nn/layers.h>
+
+#include <cmath>
+
+namespace nn {
+
+namespace {
+std::string s2(const Size2& s) { return detail::cat("(", s[0], ", ", s[1], ")"); }
+// PyTorch's default for Linear and Conv: kaiming_uniform(a = sqrt(5)) on the weight, which is
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
+void reset_affine(Tensor& w, Tensor& b) {
+  init::kaiming_uniform_(w, std::sqrt(5.0));
+  if (b.defined()) {
+    double bound = 1.0 / std::sqrt(double(init::fans(w).first));
+    init::uniform_(b, -bound, bound);
+  }
+}
+}  // namespace
+
+Linear::Linear(const LinearOptions& o) : Module("Linear"), options(o) {
+  NN_CHECK(o.in_features() > 0 && o.out_features() > 0, "Linear: features must be positive, got ",
+           o.in_features(), " -> ", o.out_features());
+  weight = register_parameter("weight", empty({o.out_features(), o.in_features()}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_features()}));
+  reset_parameters();
+}
+void Linear::reset_parameters() { reset_affine(weight, bias); }
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+std::string Linear::extra_repr() const {
+  return detail::cat("in_features=", options.in_features(), ", out_features=",
+                     options.out_features(), ", bias=", options.bias() ? "true" : "false");
+}
+
+Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
+  NN_CHECK(o.groups() >= 1 && o.in_channels() % o.groups() == 0 &&
+               o.out_channels() % o.groups() == 0,
+           "Conv2d: groups=", o.groups(), " must divide in_channels=", o.in_channels(),
+           " and out_channels=", o.out_channels());
+  weight = register_parameter("weight", empty({o.out_channels(), o.in_channels() / o.groups(),
+                                               o.kernel_size()[0], o.kernel_size()[1]}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
+  reset_parameters();
+}
+void Conv2d::reset_parameters() { reset_affine(weight, bias); }
+Tensor Conv2d::forward(const Tensor& x) {
+  Conv2dParams p;
+  p.stride = options.stride();
+  p.padding = options.padding();
+  p.dilation = options.dilation();
+  p.groups = options.groups();
+  return conv2d(x, weight, bias, p);
+}
+std::string Conv2d::extra_repr() const {
+  std::string s = detail::cat(options.in_channels(), ", ", options.out_channels(),
+                              ", kernel_size=", s2(options.kernel_size()),
+                              ", stride=", s2(options.stride()));
+  if (options.padding() != Size2{0, 0}) s += ", padding=" + s2(options.padding());
+  if (options.dilation() != Size2{1, 1}) s += ", dilation=" + s2(options.dilation());
+  if (options.groups() != 1) s += detail::cat(", groups=", options.groups());
+  if (!options.bias()) s += ", bias=false";
+  return s;
+}
+
+BatchNorm2d::BatchNorm2d(const BatchNormOptions& o) : Module("BatchNorm2d"), options(o) {
+  const int64_t c = o.num_features();
+  NN_CHECK(c > 0, "BatchNorm2d: num_features must be positive");
+  if (o.affine()) {
+    weight = register_parameter("weight", ones({c}));
+    bias = register_parameter("bias", zeros({c}));
+  }
+  if (o.track_running_stats()) {
+    running_mean = register_buffer("running_mean", zeros({c}));
+    running_var = register_buffer("running_var", ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kI64));
+  }
+}
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  bool use_batch = is_training() || !options.track_running_stats();
+  if (is_training() && options.track_running_stats()) {
+    NoGradGuard ng;
+    num_batches_tracked.add_(ones({}, num_batches_tracked.options()));
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum(),
+                    options.eps());
+}
+std::string BatchNorm2d::extra_repr() const {
+  return detail::cat(options.num_features(), ", eps=", options.eps(), ", momentum=",
+                     options.momentum(), ", affine=", options.affine() ? "true" : "false");
+}
+
+LayerNorm::LayerNorm(const LayerNormOptions& o) : Module("LayerNorm"), options(o) {
+  if (o.elementwise_affine()) {
+    weight = register_parameter("weight", ones(o.normalized_shape()));
+    bias = register_parameter("bias", zeros(o.normalized_shape()));
+  }
+}
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, options.normalized_shape(), weight, bias, options.eps());
+}
+std::string LayerNorm::extra_repr() const {
+  return detail::cat(shape_str(options.normalized_shape()), ", eps=", options.eps());
+}
+
+Embedding::Embedding(const EmbeddingOptions& o) : Module("Embedding"), options(o) {
+  NN_CHECK(o.num_embeddings() > 0 && o.embedding_dim() > 0,
+           "Embedding: sizes must be positive, got ", o.num_embeddings(), " x ", o.embedding_dim());
+  if (o.padding_idx())
+    NN_CHECK(*o.padding_idx() >= 0 && *o.padding_idx() < o.num_embeddings(),
+             "Embedding: padding_idx ", *o.padding_idx(), " out of range for ",
+             o.num_embeddings(), " embeddings");
+  weight = register_parameter("weight", empty({o.num_embeddings(), o.embedding_dim()}));
+  init::normal_(weight, 0, 1);
+  if (o.padding_idx()) {
+    NoGradGuard ng;
+    weight.select(0, *o.padding_idx()).zero_();
+  }
+}
+Tensor Embedding::forward(const Tensor& indices) {
+  return embedding(weight, indices, options.padding_idx());
+}
+std::string Embedding::extra_repr() const {
+  return detail::cat(options.num_embeddings(), ", ", options.embedding_dim());
+}
+
+Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
+  NN_CHECK(p >= 0 && p <= 1, "Dropout: probability must be in [0, 1], got ", p);
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+std::string Dropout::extra_repr() const { return detail::cat("p=", p); }
+
+namespace {
+Pool2dParams pool_params(const Pool2dOptions& o) {
+  Pool2dParams p;
+  p.kernel = o.kernel_size();
+  p.stride = o.stride();
+  p.padding = o.padding();
+  p.dilation = o.dilation();
+  p.count_include_pad = o.count_include_pad();
+  return p;
+}
+}  // namespace
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, pool_params(options)); }
+std::string MaxPool2d::extra_repr() const {
+  return "kernel_size=" + s2(options.kernel_size()) + ", stride=" +
+         s2(options.stride() == Size2{0, 0} ? options.kernel_size() : options.stride());
+}
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, pool_params(options)); }
+std::string AvgPool2d::extra_repr() const { return "kernel_size=" + s2(options.kernel_size()); }
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + s2(output_size); }
+
+}  // namespace nn

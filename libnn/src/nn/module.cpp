@@ -1,0 +1,154 @@
+#include <nn/autograd.h>
+#include <nn/module.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace nn {
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  NN_CHECK(t.defined(), type_name_, ": parameter '", name, "' is undefined");
+  for (auto& [n, p] : params_) NN_CHECK(n != name, type_name_, ": parameter '", name, "' registered twice");
+  if (requires_grad) {
+    t = t.detach();
+    t.requires_grad_(true);
+  }
+  params_.emplace_back(name, t);
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  NN_CHECK(t.defined(), type_name_, ": buffer '", name, "' is undefined");
+  buffers_.emplace_back(name, t);
+  return t;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  NN_CHECK(m, type_name_, ": child module '", name, "' is null");
+  for (auto& [n, c] : children_) NN_CHECK(n != name, type_name_, ": child '", name, "' registered twice");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const {
+  for (auto& [n, t] : params ? params_ : buffers_) out.emplace_back(prefix + n, t);
+  if (!recurse) return;
+  for (auto& [n, c] : children_) c->collect(prefix + n + ".", true, params, out);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, true, out);
+  return out;
+}
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, false, out);
+  return out;
+}
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+NamedTensors Module::state_dict() const {
+  NamedTensors s = named_parameters();
+  for (auto& b : named_buffers()) s.push_back(b);
+  return s;
+}
+
+void Module::load_state_dict(const NamedTensors& state) {
+  NamedTensors mine = state_dict();
+  std::set<std::string> seen;
+  NoGradGuard ng;
+  for (auto& [name, src] : state) {
+    auto it = std::find_if(mine.begin(), mine.end(), [&](auto& p) { return p.first == name; });
+    NN_CHECK(it != mine.end(), "load_state_dict: '", name, "' is not a tensor of this ",
+             type_name_);
+    NN_CHECK(it->second.shape() == src.shape(), "load_state_dict: '", name, "' has shape ",
+             shape_str(src.shape()), " in the checkpoint but ", shape_str(it->second.shape()),
+             " in the model");
+    it->second.copy_(src);
+    seen.insert(name);
+  }
+  for (auto& [name, t] : mine)
+    NN_CHECK(seen.count(name), "load_state_dict: '", name, "' is missing from the checkpoint");
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& t : parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::to(Device device) {
+  NoGradGuard ng;
+  for (auto& [n, t] : state_dict()) {
+    t.set_data(t.to(device));
+    if (t.grad().defined()) t.set_grad(t.grad().to(device));
+  }
+}
+
+void Module::to(DType dtype) {
+  NN_CHECK(is_floating(dtype), "Module::to: ", dtype_name(dtype), " is not a floating dtype");
+  NoGradGuard ng;
+  for (auto& [n, t] : state_dict()) {
+    if (!is_floating(t.dtype())) continue;
+    t.set_data(t.to(dtype));
+    if (t.grad().defined()) t.set_grad(t.grad().to(dtype));
+  }
+}
+
+void Module::zero_grad() {
+  for (auto& t : parameters()) t.set_grad(Tensor());
+}
+
+Tensor Module::forward(const Tensor&) {
+  NN_ERROR(type_name_, " has no single-tensor forward(); call its own forward(...)");
+}
+
+void Module::print(std::ostream& os, int indent) const {
+  os << type_name_ << "(" << extra_repr();
+  if (children_.empty()) {
+    os << ")";
+    return;
+  }
+  os << "\n";
+  for (auto& [n, c] : children_) {
+    os << std::string(indent + 2, ' ') << "(" << n << "): ";
+    c->print(os, indent + 2);
+    os << "\n";
+  }
+  os << std::string(indent, ' ') << ")";
+}
+
+std::string Module::str() const {
+  std::ostringstream os;
+  print(os, 0);
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.str(); }
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> mods) : Sequential() {
+  for (auto& m : mods) push_back(m);
+}
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  push_back(std::to_string(layers_.size()), std::move(m));
+}
+void Sequential::push_back(const std::string& name, std::shared_ptr<Module> m) {
+  add_child(name, m);
+  layers_.push_back(std::move(m));
+}
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& m : layers_) h = m->forward(h);
+  return h;
+}
+
+}  // namespace nn

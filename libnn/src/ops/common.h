@@ -1,0 +1,36 @@
+// Helpers shared by the differentiable ops (internal).
+#pragma once
+#include <nn/autograd.h>
+#include <nn/ops.h>
+
+#include "backend/backend.h"
+#include "core/util.h"
+
+namespace nn::ops {
+
+inline void check_defined(const Tensor& t, const char* op, const char* what = "input") {
+  NN_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+}
+// Same device and dtype, as every binary primitive needs.
+inline void check_pair(const Tensor& a, const Tensor& b, const char* op) {
+  check_defined(a, op);
+  check_defined(b, op);
+  NN_CHECK(a.device() == b.device(), op, ": tensors on different devices (", a.device().str(),
+           " and ", b.device().str(), ")");
+  NN_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch (", dtype_name(a.dtype()), " and ",
+           dtype_name(b.dtype()), "); convert one with .to(dtype)");
+}
+inline void check_floating(const Tensor& t, const char* op) {
+  NN_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", dtype_name(t.dtype()));
+}
+inline void check_dim(const Tensor& t, int64_t d, const char* op, const char* what) {
+  NN_CHECK(t.dim() == d, op, ": ", what, " must be ", d, "-d, got shape ", shape_str(t.shape()));
+}
+// A broadcast view of t with stride 0 on expanded dims; no autograd.
+Tensor raw_expand(const Tensor& t, const Shape& shape);
+// t itself when contiguous, else a contiguous copy; no autograd.
+Tensor raw_contiguous(const Tensor& t);
+// Dims wrapped, sorted and de-duplicated; empty means every dim.
+Shape normalize_dims(const Shape& dims, int64_t ndim);
+
+}  // namespace nn::ops

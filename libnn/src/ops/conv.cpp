@@ -1,0 +1,53 @@
+// conv2d (NCHW) and its gradients through the backend's conv primitives.
+#include "ops/common.h"
+
+namespace nn {
+using namespace ops;
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  check_pair(x, weight, "conv2d");
+  check_floating(x, "conv2d");
+  check_dim(x, 4, "conv2d", "input (N, C, H, W)");
+  check_dim(weight, 4, "conv2d", "weight (O, C/groups, KH, KW)");
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t O = weight.shape()[0], KH = weight.shape()[2], KW = weight.shape()[3];
+  NN_CHECK(p.groups >= 1 && C % p.groups == 0 && O % p.groups == 0, "conv2d: groups=", p.groups,
+           " must divide input channels ", C, " and output channels ", O);
+  NN_CHECK(weight.shape()[1] * p.groups == C, "conv2d: weight ", shape_str(weight.shape()),
+           " expects ", weight.shape()[1] * p.groups, " input channels, input ",
+           shape_str(x.shape()), " has ", C);
+  for (int i = 0; i < 2; ++i)
+    NN_CHECK(p.stride[i] >= 1 && p.dilation[i] >= 1 && p.padding[i] >= 0,
+             "conv2d: stride and dilation must be >= 1 and padding >= 0");
+  const int64_t OH = (H + 2 * p.padding[0] - p.dilation[0] * (KH - 1) - 1) / p.stride[0] + 1;
+  const int64_t OW = (W + 2 * p.padding[1] - p.dilation[1] * (KW - 1) - 1) / p.stride[1] + 1;
+  NN_CHECK(OH > 0 && OW > 0, "conv2d: input ", shape_str(x.shape()), " is smaller than the ",
+           KH, "x", KW, " kernel (with padding and dilation)");
+  if (bias.defined()) {
+    check_pair(x, bias, "conv2d");
+    NN_CHECK(bias.dim() == 1 && bias.shape()[0] == O, "conv2d: bias of shape ",
+             shape_str(bias.shape()), ", expected [", O, "]");
+  }
+  Tensor xc = raw_contiguous(x), wc = raw_contiguous(weight);
+  Tensor bc = bias.defined() ? raw_contiguous(bias) : Tensor();
+  Tensor out = empty({N, O, OH, OW}, x.options());
+  if (out.numel() > 0) backend::of(x).conv2d_forward(xc, wc, bc, out, p);
+  record("conv2d", {x, weight, bias}, out,
+         [xs = xc.detach(), ws = wc.detach(), p](const Tensor& g, auto& need) {
+    Tensor gc = raw_contiguous(g);
+    Tensor gx, gw, gb;
+    if (need[0]) {
+      gx = empty(xs.shape(), xs.options());
+      backend::of(g).conv2d_backward_input(gc, ws, gx, p);
+    }
+    if (need[1]) {
+      gw = empty(ws.shape(), ws.options());
+      backend::of(g).conv2d_backward_weight(gc, xs, gw, p);
+    }
+    if (need[2]) gb = sum(gc, {0, 2, 3});
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return out;
+}
+
+}  // namespace nn

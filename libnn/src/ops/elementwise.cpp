@@ -1,0 +1,310 @@
+// Elementwise ops with broadcasting, and their gradients.
+#include <cmath>
+
+#include "ops/common.h"
+
+namespace nn {
+using backend::BinaryOp;
+using backend::UnaryOp;
+
+namespace ops {
+Tensor raw_expand(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  const int64_t nd = int64_t(shape.size()), td = t.dim();
+  NN_CHECK(nd >= td, "expand: cannot expand shape ", shape_str(t.shape()), " to ",
+           shape_str(shape));
+  Shape st(nd, 0);
+  for (int64_t i = 0; i < nd; ++i) {
+    int64_t j = i - (nd - td);
+    if (j < 0) continue;
+    if (t.shape()[j] == shape[i]) st[i] = t.strides()[j];
+    else NN_CHECK(t.shape()[j] == 1, "expand: cannot expand shape ", shape_str(t.shape()),
+                  " to ", shape_str(shape));
+  }
+  return make_view(t, shape, st, t.offset());
+}
+
+Tensor raw_contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor c = empty(t.shape(), t.options());
+  backend::of(t).copy(t, c);
+  return c;
+}
+}  // namespace ops
+
+using namespace ops;
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    NN_CHECK(x == y || x == 1 || y == 1, "shapes ", shape_str(a), " and ", shape_str(b),
+             " do not broadcast");
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+namespace {
+Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  check_pair(a, b, name);
+  Shape s = broadcast_shapes(a.shape(), b.shape());
+  Tensor out = empty(s, a.options());
+  backend::of(a).binary(op, raw_expand(a, s), raw_expand(b, s), out);
+  return out;
+}
+
+Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
+  Tensor out = empty(x.shape(), x.options());
+  backend::of(x).unary(op, x, out, a, b);
+  return out;
+}
+
+// Unary op that must see floating input (exp, log, ...).
+Tensor unary_float(UnaryOp op, const Tensor& x, const char* name, double a = 0, double b = 0) {
+  check_defined(x, name);
+  check_floating(x, name);
+  return unary_raw(op, x, a, b);
+}
+
+// Gradient of an activation with a fused backward primitive.
+Tensor activation(UnaryOp op, const Tensor& x, const char* name) {
+  Tensor y = unary_float(op, x, name);
+  record(name, {x}, y, [op, xs = x.detach(), ys = y.detach()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs.shape(), xs.options());
+    backend::of(g).unary_backward(op, raw_expand(g, xs.shape()), xs, ys, gx);
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+Tensor reduce_grad(const Tensor& g, const Shape& shape, bool need) {
+  return need ? sum_to(g, shape) : Tensor();
+}
+}  // namespace
+
+// ---- binary -------------------------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::add, a, b, "add");
+  record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
+    return std::vector<Tensor>{reduce_grad(g, sa, need[0]), reduce_grad(g, sb, need[1])};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::sub, a, b, "sub");
+  record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
+    return std::vector<Tensor>{reduce_grad(g, sa, need[0]),
+                               need[1] ? sum_to(neg(g), sb) : Tensor()};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::mul, a, b, "mul");
+  record("mul", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+    return std::vector<Tensor>{need[0] ? sum_to(mul(g, bs), as.shape()) : Tensor(),
+                               need[1] ? sum_to(mul(g, as), bs.shape()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::div, a, b, "div");
+  record("div", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+    Tensor ga = div(g, bs);
+    return std::vector<Tensor>{need[0] ? sum_to(ga, as.shape()) : Tensor(),
+                               need[1] ? sum_to(neg(mul(ga, div(as, bs))), bs.shape()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  check_floating(a, "pow");
+  Tensor out = binary_raw(BinaryOp::pow, a, b, "pow");
+  record("pow", {a, b}, out,
+         [as = a.detach(), bs = b.detach(), os = out.detach()](const Tensor& g, auto& need) {
+    Tensor ga, gb;
+    if (need[0]) ga = sum_to(mul(g, mul(bs, pow(as, sub(bs, ones_like(bs))))), as.shape());
+    if (need[1]) gb = sum_to(mul(g, mul(os, log(as))), bs.shape());
+    return std::vector<Tensor>{ga, gb};
+  });
+  return out;
+}
+
+namespace {
+// maximum/minimum: the gradient goes to the chosen input, split evenly on ties.
+Tensor extremum(BinaryOp op, BinaryOp strict, const Tensor& a, const Tensor& b, const char* name) {
+  Tensor out = binary_raw(op, a, b, name);
+  record(name, {a, b}, out, [strict, as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+    Tensor wa = add(binary_raw(strict, as, bs, "mask"),
+                    mul(binary_raw(BinaryOp::eq, as, bs, "mask"), 0.5));
+    return std::vector<Tensor>{need[0] ? sum_to(mul(g, wa), as.shape()) : Tensor(),
+                               need[1] ? sum_to(mul(g, rsub(wa, 1.0)), bs.shape()) : Tensor()};
+  });
+  return out;
+}
+}  // namespace
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::maximum, BinaryOp::gt, a, b, "maximum");
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::minimum, BinaryOp::lt, a, b, "minimum");
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::lt, a, b, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::le, a, b, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ge, a, b, "ge"); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "where");
+  check_defined(cond, "where", "condition");
+  NN_CHECK(cond.device() == a.device(), "where: condition on ", cond.device().str(),
+           ", values on ", a.device().str());
+  Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape()), b.shape());
+  Tensor out = empty(s, a.options());
+  backend::of(a).where(raw_expand(cond, s), raw_expand(a, s), raw_expand(b, s), out);
+  record("where", {a, b}, out,
+         [c = cond.detach(), sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
+    Tensor z = zeros({}, g.options());
+    return std::vector<Tensor>{need[0] ? sum_to(where(c, g, z), sa) : Tensor(),
+                               need[1] ? sum_to(where(c, z, g), sb) : Tensor()};
+  });
+  return out;
+}
+
+// ---- scalar right-hand sides ------------------------------------------------------------------
+Tensor add(const Tensor& a, double b) {
+  check_defined(a, "add");
+  Tensor out = unary_raw(UnaryOp::add_scalar, a, b);
+  record("add_scalar", {a}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{g}; });
+  return out;
+}
+Tensor mul(const Tensor& a, double b) {
+  check_defined(a, "mul");
+  Tensor out = unary_raw(UnaryOp::mul_scalar, a, b);
+  record("mul_scalar", {a}, out, [b](const Tensor& g, auto&) {
+    return std::vector<Tensor>{mul(g, b)};
+  });
+  return out;
+}
+Tensor rsub(const Tensor& a, double b) {
+  check_defined(a, "rsub");
+  Tensor out = unary_raw(UnaryOp::rsub_scalar, a, b);
+  record("rsub", {a}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{neg(g)}; });
+  return out;
+}
+Tensor rdiv(const Tensor& a, double b) {
+  Tensor out = unary_float(UnaryOp::rdiv_scalar, a, "rdiv", b);
+  record("rdiv", {a}, out, [as = a.detach(), b](const Tensor& g, auto&) {
+    return std::vector<Tensor>{mul(div(g, square(as)), -b)};
+  });
+  return out;
+}
+Tensor pow(const Tensor& a, double e) {
+  Tensor out = unary_float(UnaryOp::pow_scalar, a, "pow", e);
+  record("pow_scalar", {a}, out, [as = a.detach(), e](const Tensor& g, auto&) {
+    return std::vector<Tensor>{mul(g, mul(pow(as, e - 1), e))};
+  });
+  return out;
+}
+
+// ---- unary ------------------------------------------------------------------------------------
+Tensor neg(const Tensor& x) {
+  check_defined(x, "neg");
+  Tensor out = unary_raw(UnaryOp::neg, x);
+  record("neg", {x}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{neg(g)}; });
+  return out;
+}
+Tensor exp(const Tensor& x) {
+  Tensor y = unary_float(UnaryOp::exp, x, "exp");
+  record("exp", {x}, y, [ys = y.detach()](const Tensor& g, auto&) {
+    return std::vector<Tensor>{mul(g, ys)};
+  });
+  return y;
+}
+Tensor log(const Tensor& x) {
+  Tensor y = unary_float(UnaryOp::log, x, "log");
+  record("log", {x}, y, [xs = x.detach()](const Tensor& g, auto&) {
+    return std::vector<Tensor>{div(g, xs)};
+  });
+  return y;
+}
+Tensor sqrt(const Tensor& x) {
+  Tensor y = unary_float(UnaryOp::sqrt, x, "sqrt");
+  record("sqrt", {x}, y, [ys = y.detach()](const Tensor& g, auto&) {
+    return std::vector<Tensor>{div(mul(g, 0.5), ys)};
+  });
+  return y;
+}
+Tensor rsqrt(const Tensor& x) {
+  Tensor y = unary_float(UnaryOp::rsqrt, x, "rsqrt");
+  record("rsqrt", {x}, y, [ys = y.detach()](const Tensor& g, auto&) {
+    return std::vector<Tensor>{mul(mul(g, pow(ys, 3.0)), -0.5)};
+  });
+  return y;
+}
+Tensor abs(const Tensor& x) {
+  check_defined(x, "abs");
+  Tensor y = unary_raw(UnaryOp::abs, x);
+  record("abs", {x}, y, [xs = x.detach()](const Tensor& g, auto&) {
+    Tensor z = zeros({}, xs.options());
+    return std::vector<Tensor>{mul(g, sub(gt(xs, z), lt(xs, z)))};
+  });
+  return y;
+}
+Tensor square(const Tensor& x) {
+  check_defined(x, "square");
+  Tensor y = unary_raw(UnaryOp::square, x);
+  record("square", {x}, y, [xs = x.detach()](const Tensor& g, auto&) {
+    return std::vector<Tensor>{mul(mul(g, xs), 2.0)};
+  });
+  return y;
+}
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  check_defined(x, "clamp");
+  NN_CHECK(lo <= hi, "clamp: lower bound ", lo, " above upper bound ", hi);
+  Tensor y = unary_raw(UnaryOp::clamp, x, lo, hi);
+  record("clamp", {x}, y, [xs = x.detach(), lo, hi](const Tensor& g, auto&) {
+    Tensor inside = mul(ge(xs, full({}, lo, xs.options())), le(xs, full({}, hi, xs.options())));
+    return std::vector<Tensor>{mul(g, inside)};
+  });
+  return y;
+}
+Tensor relu(const Tensor& x) { return activation(UnaryOp::relu, x, "relu"); }
+Tensor gelu(const Tensor& x) { return activation(UnaryOp::gelu, x, "gelu"); }
+Tensor tanh(const Tensor& x) { return activation(UnaryOp::tanh, x, "tanh"); }
+Tensor sigmoid(const Tensor& x) { return activation(UnaryOp::sigmoid, x, "sigmoid"); }
+
+// ---- operators ----------------------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
+Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Tensor& a, double b) { return mul(a, 1.0 / b); }
+Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+
+// ---- Tensor method shorthands ---------------------------------------------------------------------
+Tensor Tensor::exp() const { return nn::exp(*this); }
+Tensor Tensor::log() const { return nn::log(*this); }
+Tensor Tensor::sqrt() const { return nn::sqrt(*this); }
+Tensor Tensor::abs() const { return nn::abs(*this); }
+Tensor Tensor::relu() const { return nn::relu(*this); }
+Tensor Tensor::tanh() const { return nn::tanh(*this); }
+Tensor Tensor::sigmoid() const { return nn::sigmoid(*this); }
+Tensor Tensor::pow(double e) const { return nn::pow(*this, e); }
+
+}  // namespace nn

@@ -1,0 +1,28 @@
+// Embedding lookup: rows of the weight table by index; the gradient scatters back.
+#include "ops/common.h"
+
+namespace nn {
+using namespace ops;
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  check_defined(weight, "embedding", "weight");
+  check_dim(weight, 2, "embedding", "weight (num_embeddings, dim)");
+  Tensor flat = indices.reshape({-1});
+  Tensor rows = index_select(weight.detach(), flat);
+  Shape os = indices.shape();
+  os.push_back(weight.shape()[1]);
+  Tensor out = rows.detach().reshape(os);
+  const int64_t skip = padding_idx ? *padding_idx : -1;
+  record("embedding", {weight}, out,
+         [idx = raw_contiguous(flat), ws = weight.shape(), opts = weight.options(), skip](
+             const Tensor& g, auto&) {
+    Tensor gw = zeros(ws, opts);
+    Tensor gc = raw_contiguous(g);
+    backend::of(g).scatter_add_rows(make_view(gc, {idx.numel(), ws[1]}, {ws[1], 1}, gc.offset()),
+                                    idx, skip, gw);
+    return std::vector<Tensor>{gw};
+  });
+  return out;
+}
+
+}  // namespace nn

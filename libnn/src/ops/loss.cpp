@@ -1,0 +1,78 @@
+// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index) and MSE.
+#include "ops/common.h"
+
+namespace nn {
+using namespace ops;
+
+namespace {
+// Per-sample loss for logits (M, C) and targets (M); differentiable in the logits.
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, double smoothing,
+                          int64_t ignore_index) {
+  const int64_t M = logits.shape()[0];
+  Tensor loss = empty({M}, logits.options());
+  Tensor lse = empty({M}, logits.options());
+  Tensor lc = raw_contiguous(logits), tc = raw_contiguous(target);
+  backend::of(logits).cross_entropy_forward(lc, tc, smoothing, ignore_index, loss, lse);
+  record("cross_entropy", {logits}, loss,
+         [ls = lc.detach(), tc, lse, smoothing, ignore_index](const Tensor& g, auto&) {
+    Tensor gl = empty(ls.shape(), ls.options());
+    backend::of(g).cross_entropy_backward(raw_contiguous(g), ls, tc, lse, smoothing,
+                                          ignore_index, gl);
+    return std::vector<Tensor>{gl};
+  });
+  return loss;
+}
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  check_defined(logits, "cross_entropy", "logits");
+  check_defined(target, "cross_entropy", "target");
+  check_floating(logits, "cross_entropy");
+  NN_CHECK(target.dtype() == kI64 || target.dtype() == kI32, "cross_entropy: target must hold "
+           "class indices (i64 or i32), got ", dtype_name(target.dtype()));
+  NN_CHECK(target.device() == logits.device(), "cross_entropy: target on ",
+           target.device().str(), ", logits on ", logits.device().str());
+  NN_CHECK(logits.dim() >= 2, "cross_entropy: logits must be (N, C) or (N, C, d...), got ",
+           shape_str(logits.shape()));
+  NN_CHECK(o.label_smoothing >= 0 && o.label_smoothing <= 1,
+           "cross_entropy: label_smoothing must be in [0, 1], got ", o.label_smoothing);
+  Shape expect = logits.shape();
+  expect.erase(expect.begin() + 1);
+  NN_CHECK(target.shape() == expect, "cross_entropy: target of shape ", shape_str(target.shape()),
+           " for logits of shape ", shape_str(logits.shape()), " (expected ", shape_str(expect), ")");
+  const int64_t C = logits.shape()[1];
+  Tensor rows = logits;
+  if (logits.dim() > 2) {  // (N, C, d...) -> (N*d..., C)
+    Shape perm{0};
+    for (int64_t i = 2; i < logits.dim(); ++i) perm.push_back(i);
+    perm.push_back(1);
+    rows = logits.permute(perm);
+  }
+  rows = rows.reshape({-1, C});
+  Tensor flat_t = target.reshape({-1});
+  Tensor loss = cross_entropy_rows(rows, flat_t, o.label_smoothing, o.ignore_index);
+  switch (o.reduction) {
+    case Reduction::none: return loss.reshape(target.shape());
+    case Reduction::sum: return sum(loss);
+    case Reduction::mean: {
+      Tensor counted = ne(flat_t, full({}, double(o.ignore_index), flat_t.options()));
+      return div(sum(loss), sum(counted.to(logits.dtype())));
+    }
+  }
+  return loss;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_pair(input, target, "mse_loss");
+  NN_CHECK(input.shape() == target.shape(), "mse_loss: input ", shape_str(input.shape()),
+           " and target ", shape_str(target.shape()), " differ in shape");
+  Tensor se = square(sub(input, target));
+  switch (reduction) {
+    case Reduction::none: return se;
+    case Reduction::sum: return sum(se);
+    case Reduction::mean: return mean(se);
+  }
+  return se;
+}
+
+}  // namespace nn

@@ -1,0 +1,116 @@
+// matmul (with NumPy batching rules) and linear, on the backend's batched GEMM.
+#include "ops/common.h"
+
+namespace nn {
+using namespace ops;
+
+namespace {
+// out (B, M, N) = a (B, M, K) @ b (B, K, N), no autograd; a/b may be strided views.
+Tensor gemm3(const Tensor& a, const Tensor& b) {
+  Tensor out = empty({a.shape()[0], a.shape()[1], b.shape()[2]}, a.options());
+  backend::of(a).gemm(a, b, out, 1.0, 0.0);
+  return out;
+}
+Tensor swap_last(const Tensor& t) { return t.transpose(-1, -2); }
+// A 2-D operand seen as (1, R, C), without a copy.
+Tensor lift3(const Tensor& t) {
+  if (t.dim() == 3) return t;
+  return make_view(t, {1, t.shape()[0], t.shape()[1]}, {0, t.strides()[0], t.strides()[1]},
+                   t.offset());
+}
+
+// Differentiable (B, M, K) @ (B, K, N); a 2-D operand is shared by every batch entry.
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  Tensor a3 = lift3(a), b3 = lift3(b);
+  const int64_t B = std::max(a3.shape()[0], b3.shape()[0]);
+  Tensor out = gemm3(raw_expand(a3, {B, a3.shape()[1], a3.shape()[2]}),
+                     raw_expand(b3, {B, b3.shape()[1], b3.shape()[2]}));
+  if (a.dim() == 2 && b.dim() == 2)
+    out = make_view(out, {out.shape()[1], out.shape()[2]}, {out.shape()[2], 1}, 0);
+  record("matmul", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+    Tensor ga, gb;
+    if (need[0]) ga = sum_to(bmm(g, swap_last(bs)), as.shape());
+    if (need[1]) gb = sum_to(bmm(swap_last(as), g), bs.shape());
+    return std::vector<Tensor>{ga, gb};
+  });
+  return out;
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "matmul");
+  check_floating(a, "matmul");
+  NN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dim, got ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const int64_t K = a2.shape().back();
+  NN_CHECK(b2.shape()[b2.dim() - 2] == K, "matmul: shapes ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()), " cannot be multiplied (", K, " vs ", b2.shape()[b2.dim() - 2],
+           ")");
+  Tensor out;
+  if (b2.dim() == 2) {
+    // (..., M, K) @ (K, N): fold the batch into M for one large GEMM.
+    Shape lead(a2.shape().begin(), a2.shape().end() - 1);
+    out = bmm(a2.reshape({-1, K}), b2);
+    lead.push_back(b2.shape()[1]);
+    out = out.reshape(lead);
+  } else {
+    Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
+    Shape batch = broadcast_shapes(ba, bb);
+    Shape sa = batch, sb = batch;
+    sa.insert(sa.end(), a2.shape().end() - 2, a2.shape().end());
+    sb.insert(sb.end(), b2.shape().end() - 2, b2.shape().end());
+    const int64_t B = numel_of(batch);
+    Tensor a3 = a2.expand(sa).reshape({B, a2.shape()[a2.dim() - 2], K});
+    Tensor b3 = b2.expand(sb).reshape({B, K, b2.shape().back()});
+    out = bmm(a3, b3);
+    Shape os = batch;
+    os.push_back(out.shape()[1]);
+    os.push_back(out.shape()[2]);
+    out = out.reshape(os);
+  }
+  if (a.dim() == 1) out = out.squeeze(-2);
+  if (b.dim() == 1) out = out.squeeze(-1);
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_pair(x, weight, "linear");
+  check_floating(x, "linear");
+  check_dim(weight, 2, "linear", "weight");
+  const int64_t in = weight.shape()[1], outf = weight.shape()[0];
+  NN_CHECK(x.dim() >= 1 && x.shape().back() == in, "linear: input of shape ",
+           shape_str(x.shape()), " does not end in ", in, " features (weight ",
+           shape_str(weight.shape()), ")");
+  if (bias.defined()) {
+    check_pair(x, bias, "linear");
+    NN_CHECK(bias.dim() == 1 && bias.shape()[0] == outf, "linear: bias of shape ",
+             shape_str(bias.shape()), ", expected [", outf, "]");
+  }
+  Tensor x2 = x.reshape({-1, in});
+  const int64_t R = x2.shape()[0];
+  // out = bias (broadcast) + x2 @ W^T, the bias folded into the GEMM as beta = 1.
+  Tensor out = empty({1, R, outf}, x.options());
+  if (bias.defined()) backend::of(x).copy(raw_expand(bias, {1, R, outf}), out);
+  Tensor wt = make_view(weight, {1, in, outf}, {0, weight.strides()[1], weight.strides()[0]},
+                        weight.offset());
+  Tensor x3 = make_view(x2, {1, R, in}, {0, x2.strides()[0], x2.strides()[1]}, x2.offset());
+  backend::of(x).gemm(x3, wt, out, 1.0, bias.defined() ? 1.0 : 0.0);
+  out = make_view(out, {R, outf}, {outf, 1}, 0);
+  record("linear", {x2, weight, bias}, out,
+         [xs = x2.detach(), ws = weight.detach()](const Tensor& g, auto& need) {
+    Tensor gx, gw, gb;
+    if (need[0]) gx = bmm(g, ws);                 // (R, O) @ (O, in)
+    if (need[1]) gw = bmm(swap_last(g), xs);      // (O, R) @ (R, in)
+    if (need[2]) gb = sum(g, {0});
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  Shape os(x.shape().begin(), x.shape().end() - 1);
+  os.push_back(outf);
+  return out.reshape(os);
+}
+
+Tensor Tensor::matmul(const Tensor& other) const { return nn::matmul(*this, other); }
+
+}  // namespace nn

@@ -1,0 +1,86 @@
+// batch_norm and layer_norm, each with a fused backward primitive.
+#include "ops/common.h"
+
+namespace nn {
+using namespace ops;
+
+namespace {
+void check_param(const Tensor& x, const Tensor& t, int64_t n, const char* op, const char* what) {
+  if (!t.defined()) return;
+  check_pair(x, t, op);
+  NN_CHECK(t.numel() == n, op, ": ", what, " has ", t.numel(), " elements, expected ", n);
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  check_defined(x, "batch_norm");
+  check_floating(x, "batch_norm");
+  NN_CHECK(x.dim() >= 2, "batch_norm: input must be (N, C, ...), got ", shape_str(x.shape()));
+  const int64_t C = x.shape()[1];
+  check_param(x, weight, C, "batch_norm", "weight");
+  check_param(x, bias, C, "batch_norm", "bias");
+  check_param(x, running_mean, C, "batch_norm", "running_mean");
+  check_param(x, running_var, C, "batch_norm", "running_var");
+  NN_CHECK(training || (running_mean.defined() && running_var.defined()),
+           "batch_norm: eval mode needs running_mean and running_var");
+  NN_CHECK(!training || x.numel() / C > 1, "batch_norm: training needs more than one value per "
+           "channel, got input ", shape_str(x.shape()));
+  Tensor xc = raw_contiguous(x);
+  Tensor out = empty(x.shape(), x.options());
+  Tensor save_mean = empty({C}, x.options()), save_invstd = empty({C}, x.options());
+  Tensor rm = running_mean, rv = running_var;
+  backend::of(x).batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out,
+                                    save_mean, save_invstd);
+  record("batch_norm", {x, weight, bias}, out,
+         [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(), save_mean,
+          save_invstd, training](const Tensor& g, auto& need) {
+    Tensor gx = need[0] ? empty(xs.shape(), xs.options()) : Tensor();
+    Tensor gw = need[1] ? empty(ws.shape(), ws.options()) : Tensor();
+    Tensor gb = need[2] ? empty(ws.shape(), ws.options()) : Tensor();
+    backend::of(g).batch_norm_backward(raw_contiguous(g), xs, ws, save_mean, save_invstd,
+                                       training, gx, gw, gb);
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return out;
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  check_defined(x, "layer_norm");
+  check_floating(x, "layer_norm");
+  const int64_t k = int64_t(normalized_shape.size());
+  NN_CHECK(k >= 1 && x.dim() >= k &&
+               Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
+           "layer_norm: input of shape ", shape_str(x.shape()), " does not end in ",
+           shape_str(normalized_shape));
+  const int64_t D = numel_of(normalized_shape);
+  check_param(x, weight, D, "layer_norm", "weight");
+  check_param(x, bias, D, "layer_norm", "bias");
+  const int64_t R = D ? x.numel() / D : 0;
+  Tensor xc = raw_contiguous(x);
+  Tensor x2 = make_view(xc, {R, D}, {D, 1}, xc.offset());
+  Tensor out = empty(x.shape(), x.options());
+  Tensor o2 = make_view(out, {R, D}, {D, 1}, 0);
+  Tensor mu = empty({R}, x.options()), rstd = empty({R}, x.options());
+  Tensor w = weight.defined() ? raw_contiguous(weight) : Tensor();
+  Tensor b = bias.defined() ? raw_contiguous(bias) : Tensor();
+  backend::of(x).layer_norm_forward(x2, w, b, eps, o2, mu, rstd);
+  record("layer_norm", {x, weight, bias}, out,
+         [x2 = x2.detach(), w = w.defined() ? w.detach() : Tensor(), mu, rstd,
+          xs = x.shape()](const Tensor& g, auto& need) {
+    const int64_t R = x2.shape()[0], D = x2.shape()[1];
+    Tensor gx = need[0] ? empty(xs, x2.options()) : Tensor();
+    Tensor gx2 = need[0] ? make_view(gx, {R, D}, {D, 1}, 0) : Tensor();
+    Tensor gw = need[1] ? empty(w.shape(), w.options()) : Tensor();
+    Tensor gb = need[2] ? empty(w.defined() ? w.shape() : Shape{D}, x2.options()) : Tensor();
+    Tensor gc = raw_contiguous(g);
+    backend::of(g).layer_norm_backward(make_view(gc, {R, D}, {D, 1}, gc.offset()), x2, w, mu,
+                                       rstd, gx2, gw, gb);
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return out;
+}
+
+}  // namespace nn

@@ -1,0 +1,144 @@
+// Reductions over chosen dims, and their gradients.
+#include <algorithm>
+
+#include "ops/common.h"
+
+namespace nn {
+using backend::ReduceOp;
+using namespace ops;
+
+namespace ops {
+Shape normalize_dims(const Shape& dims, int64_t ndim) {
+  Shape d;
+  if (dims.empty()) {
+    for (int64_t i = 0; i < ndim; ++i) d.push_back(i);
+    return d;
+  }
+  for (int64_t x : dims) d.push_back(wrap_dim(x, std::max<int64_t>(ndim, 1)));
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  if (ndim == 0) d.clear();  // a 0-d tensor reduces over nothing
+  return d;
+}
+}  // namespace ops
+
+namespace {
+Shape keep_shape(const Shape& s, const Shape& dims) {
+  Shape k = s;
+  for (int64_t d : dims) k[d] = 1;
+  return k;
+}
+Shape drop_shape(const Shape& s, const Shape& dims) {
+  Shape k;
+  for (int64_t i = 0; i < int64_t(s.size()); ++i)
+    if (!std::binary_search(dims.begin(), dims.end(), i)) k.push_back(s[i]);
+  return k;
+}
+
+// Reduces into the keepdim shape, then drops the reduced dims unless asked to keep them.
+Tensor reduce_raw(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
+  Tensor out = empty(keep_shape(x.shape(), dims), x.options());
+  backend::of(x).reduce(op, x, dims, out);
+  if (!keepdim) out = make_view(out, drop_shape(x.shape(), dims),
+                                contiguous_strides(drop_shape(x.shape(), dims)), 0);
+  return out;
+}
+
+// The gradient of a reduction, broadcast back over the reduced dims (a stride-0 view).
+Tensor expand_back(const Tensor& g, const Shape& xshape, const Shape& dims) {
+  Tensor gk = raw_contiguous(g);
+  gk = make_view(gk, keep_shape(xshape, dims), contiguous_strides(keep_shape(xshape, dims)),
+                 gk.offset());
+  return raw_expand(gk, xshape);
+}
+
+Tensor sum_or_mean(const Tensor& x, const Shape& dims_in, bool keepdim, bool mean_) {
+  const char* name = mean_ ? "mean" : "sum";
+  check_defined(x, name);
+  if (mean_) check_floating(x, name);
+  Shape dims = normalize_dims(dims_in, x.dim());
+  Tensor out = reduce_raw(mean_ ? ReduceOp::mean : ReduceOp::sum, x, dims, keepdim);
+  int64_t count = 1;
+  for (int64_t d : dims) count *= x.shape()[d];
+  record(name, {x}, out, [xs = x.shape(), dims, mean_, count](const Tensor& g, auto&) {
+    Tensor gx = expand_back(g, xs, dims);
+    return std::vector<Tensor>{mean_ ? mul(gx, 1.0 / double(std::max<int64_t>(count, 1))) : gx};
+  });
+  return out;
+}
+
+Tensor extremum(const Tensor& x, const Shape& dims_in, bool keepdim, bool max_) {
+  const char* name = max_ ? "amax" : "amin";
+  check_defined(x, name);
+  Shape dims = normalize_dims(dims_in, x.dim());
+  Tensor out = reduce_raw(max_ ? ReduceOp::max : ReduceOp::min, x, dims, keepdim);
+  record(name, {x}, out, [xs = x.detach(), os = out.detach(), dims](const Tensor& g, auto&) {
+    // Ties share the gradient evenly.
+    Tensor mask = eq(xs, expand_back(os, xs.shape(), dims));
+    Tensor count = reduce_raw(ReduceOp::sum, mask, dims, true);
+    return std::vector<Tensor>{mul(div(expand_back(g, xs.shape(), dims), count), mask)};
+  });
+  return out;
+}
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  return sum_or_mean(x, dims, keepdim, false);
+}
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  return sum_or_mean(x, dims, keepdim, true);
+}
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
+  return extremum(x, dims, keepdim, true);
+}
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
+  return extremum(x, dims, keepdim, false);
+}
+
+Tensor var(const Tensor& x, const Shape& dims_in, int64_t correction, bool keepdim) {
+  check_defined(x, "var");
+  check_floating(x, "var");
+  Shape dims = normalize_dims(dims_in, x.dim());
+  int64_t count = 1;
+  for (int64_t d : dims) count *= x.shape()[d];
+  Tensor centred = sub(x, mean(x, dims, true));
+  Tensor s = sum(square(centred), dims, keepdim);
+  return mul(s, 1.0 / double(std::max<int64_t>(count - correction, 0)));
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined(x, "argmax");
+  NN_CHECK(x.dim() > 0, "argmax: needs at least one dim");
+  int64_t d = wrap_dim(dim, x.dim());
+  Tensor out = empty(keep_shape(x.shape(), {d}), TensorOptions(kI64).device(x.device()));
+  backend::of(x).argmax(x, d, out);
+  if (!keepdim) out = make_view(out, drop_shape(x.shape(), {d}),
+                                contiguous_strides(drop_shape(x.shape(), {d})), 0);
+  return out;
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  const int64_t lead = x.dim() - int64_t(shape.size());
+  NN_CHECK(lead >= 0, "sum_to: cannot reduce ", shape_str(x.shape()), " to ", shape_str(shape));
+  Shape dims;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i < lead) { dims.push_back(i); continue; }
+    int64_t want = shape[i - lead];
+    if (want == 1 && x.shape()[i] != 1) dims.push_back(i);
+    else NN_CHECK(want == x.shape()[i], "sum_to: cannot reduce ", shape_str(x.shape()), " to ",
+                  shape_str(shape));
+  }
+  Tensor s = dims.empty() ? x : sum(x, dims, true);
+  return s.reshape(shape);
+}
+
+Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return nn::sum(*this, dims, keepdim); }
+Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return nn::mean(*this, dims, keepdim); }
+Tensor Tensor::amax(const Shape& dims, bool keepdim) const { return nn::amax(*this, dims, keepdim); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return nn::argmax(*this, dim, keepdim); }
+Tensor Tensor::var(const Shape& dims, int64_t correction, bool keepdim) const {
+  return nn::var(*this, dims, correction, keepdim);
+}
+
+}  // namespace nn

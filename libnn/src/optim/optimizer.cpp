@@ -1,0 +1,214 @@
+// Optimizers: bookkeeping here, the update arithmetic in each backend's optim family.
+#include <nn/autograd.h>
+#include <nn/ops.h>
+#include <nn/optim.h>
+
+#include <cmath>
+
+#include "backend/backend.h"
+
+namespace nn::optim {
+
+namespace {
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
+  return {ParamGroup{std::move(params), std::nullopt}};
+}
+std::string key(size_t g, size_t i, const char* what) {
+  return detail::cat(g, ".", i, ".", what);
+}
+const Tensor* find(const NamedTensors& s, const std::string& name) {
+  for (auto& [n, t] : s) if (n == name) return &t;
+  return nullptr;
+}
+Tensor scalar_state(double v) { return full({}, v, kF64); }
+double read_scalar(const NamedTensors& s, const std::string& name) {
+  const Tensor* t = find(s, name);
+  NN_CHECK(t, "optimizer state: '", name, "' is missing");
+  return t->item();
+}
+// Restores a per-parameter buffer, checking its shape against the parameter.
+Tensor restore(const NamedTensors& s, const std::string& name, const Tensor& param) {
+  const Tensor* t = find(s, name);
+  if (!t) return Tensor();
+  NN_CHECK(t->shape() == param.shape(), "optimizer state: '", name, "' has shape ",
+           shape_str(t->shape()), ", its parameter has ", shape_str(param.shape()));
+  return t->to(param.device()).to(param.dtype()).clone();
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
+  NN_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
+  for (auto& g : groups_)
+    for (auto& p : g.params) {
+      NN_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
+               "optimizer: every parameter must be a leaf tensor that requires grad");
+      NN_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous");
+    }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.set_grad(Tensor());
+}
+
+// ---- SGD ----------------------------------------------------------------------------------------
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& o) : SGD(one_group(std::move(params)), o) {}
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
+    : Optimizer(std::move(groups), o.lr()), options(o) {
+  NN_CHECK(o.momentum() >= 0, "SGD: momentum must be >= 0, got ", o.momentum());
+  NN_CHECK(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
+           "SGD: Nesterov momentum needs momentum > 0 and dampening 0");
+  for (auto& g : groups_) momentum_.emplace_back(g.params.size());
+}
+
+void SGD::step() {
+  NoGradGuard ng;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    double wd = groups_[gi].weight_decay.value_or(options.weight_decay());
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      Tensor& p = groups_[gi].params[i];
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad().contiguous();
+      Tensor& buf = momentum_[gi][i];
+      bool first = false;
+      if (options.momentum() != 0 && !buf.defined()) {
+        buf = empty_like(p);
+        first = true;
+      }
+      backend::of(p).sgd_step(p, g, buf, lr_, options.momentum(), options.dampening(), wd,
+                              options.nesterov(), first);
+    }
+  }
+  ++steps_;
+}
+
+NamedTensors SGD::state() const {
+  NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  for (size_t g = 0; g < momentum_.size(); ++g)
+    for (size_t i = 0; i < momentum_[g].size(); ++i)
+      if (momentum_[g][i].defined()) s.emplace_back(key(g, i, "momentum"), momentum_[g][i]);
+  return s;
+}
+
+void SGD::load_state(const NamedTensors& s) {
+  steps_ = int64_t(read_scalar(s, "steps"));
+  lr_ = read_scalar(s, "lr");
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i)
+      momentum_[g][i] = restore(s, key(g, i, "momentum"), groups_[g].params[i]);
+}
+
+// ---- AdamW -------------------------------------------------------------------------------------
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
+    : AdamW(one_group(std::move(params)), o) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
+    : Optimizer(std::move(groups), o.lr()), options(o) {
+  NN_CHECK(o.beta1() >= 0 && o.beta1() < 1 && o.beta2() >= 0 && o.beta2() < 1,
+           "AdamW: betas must be in [0, 1), got ", o.beta1(), ", ", o.beta2());
+  NN_CHECK(o.eps() >= 0, "AdamW: eps must be >= 0");
+  for (auto& g : groups_) {
+    exp_avg_.emplace_back(g.params.size());
+    exp_avg_sq_.emplace_back(g.params.size());
+    param_steps_.emplace_back(g.params.size(), 0);
+  }
+}
+
+void AdamW::step() {
+  NoGradGuard ng;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    double wd = groups_[gi].weight_decay.value_or(options.weight_decay());
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      Tensor& p = groups_[gi].params[i];
+      if (!p.grad().defined()) continue;
+      if (!exp_avg_[gi][i].defined()) {
+        exp_avg_[gi][i] = zeros_like(p);
+        exp_avg_sq_[gi][i] = zeros_like(p);
+      }
+      int64_t t = ++param_steps_[gi][i];
+      backend::of(p).adamw_step(p, p.grad().contiguous(), exp_avg_[gi][i], exp_avg_sq_[gi][i],
+                                lr_, options.beta1(), options.beta2(), options.eps(), wd, t);
+    }
+  }
+  ++steps_;
+}
+
+NamedTensors AdamW::state() const {
+  NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  for (size_t g = 0; g < exp_avg_.size(); ++g)
+    for (size_t i = 0; i < exp_avg_[g].size(); ++i) {
+      if (!exp_avg_[g][i].defined()) continue;
+      s.emplace_back(key(g, i, "exp_avg"), exp_avg_[g][i]);
+      s.emplace_back(key(g, i, "exp_avg_sq"), exp_avg_sq_[g][i]);
+      s.emplace_back(key(g, i, "step"), scalar_state(double(param_steps_[g][i])));
+    }
+  return s;
+}
+
+void AdamW::load_state(const NamedTensors& s) {
+  steps_ = int64_t(read_scalar(s, "steps"));
+  lr_ = read_scalar(s, "lr");
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      exp_avg_[g][i] = restore(s, key(g, i, "exp_avg"), p);
+      exp_avg_sq_[g][i] = restore(s, key(g, i, "exp_avg_sq"), p);
+      param_steps_[g][i] = exp_avg_[g][i].defined() ? int64_t(read_scalar(s, key(g, i, "step"))) : 0;
+    }
+}
+
+// ---- schedules ----------------------------------------------------------------------------------
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
+    : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  NN_CHECK(step_size > 0, "StepLR: step_size must be positive");
+}
+double StepLR::lr_at(int64_t step) const {
+  return base_lr_ * std::pow(gamma_, double(step / step_size_));
+}
+
+CosineLR::CosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_lr)
+    : LRScheduler(opt), warmup_(warmup), total_(total), min_lr_(min_lr) {
+  NN_CHECK(warmup >= 0 && total > 0 && warmup <= total,
+           "CosineLR: need 0 <= warmup <= total, total > 0 (got warmup ", warmup, ", total ", total, ")");
+  opt.set_lr(lr_at(0));
+}
+double CosineLR::lr_at(int64_t step) const {
+  if (step < warmup_) return base_lr_ * double(step + 1) / double(warmup_ + 1);
+  double t = double(std::min(step, total_) - warmup_) / double(std::max<int64_t>(1, total_ - warmup_));
+  return min_lr_ + 0.5 * (base_lr_ - min_lr_) * (1 + std::cos(M_PI * t));
+}
+
+LinearLR::LinearLR(Optimizer& opt, int64_t warmup, int64_t total)
+    : LRScheduler(opt), warmup_(warmup), total_(total) {
+  NN_CHECK(warmup >= 0 && total > 0 && warmup <= total,
+           "LinearLR: need 0 <= warmup <= total, total > 0 (got warmup ", warmup, ", total ", total, ")");
+  opt.set_lr(lr_at(0));
+}
+double LinearLR::lr_at(int64_t step) const {
+  if (step < warmup_) return base_lr_ * double(step + 1) / double(warmup_ + 1);
+  double left = double(total_ - std::min(step, total_)) / double(std::max<int64_t>(1, total_ - warmup_));
+  return base_lr_ * left;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard ng;
+  Tensor total;
+  for (auto& p : params) {
+    if (!p.grad().defined()) continue;
+    Tensor s = sum(square(p.grad().to(kF32)));
+    if (!total.defined()) total = s;
+    else total = add(total, s.to(total.device()));
+  }
+  if (!total.defined()) return 0.0;
+  double norm = std::sqrt(total.item());
+  if (norm > max_norm && std::isfinite(norm)) {
+    double scale = max_norm / (norm + 1e-6);
+    for (auto& p : params)
+      if (p.grad().defined()) {
+        Tensor g = p.grad();
+        g.mul_(scale);
+      }
+  }
+  return norm;
+}
+
+}  // namespace nn::optim

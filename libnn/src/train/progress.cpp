@@ -1,0 +1,101 @@
+#include <nn/error.h>
+#include <nn/train.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace nn::train {
+
+bool stdout_is_terminal() { return isatty(fileno(stdout)) == 1; }
+
+Progress::Progress(std::string label, int64_t total, int64_t plain_every)
+    : label_(std::move(label)), total_(total), plain_every_(plain_every),
+      tty_(stdout_is_terminal()) {}
+
+void Progress::update(int64_t done, const std::string& info) {
+  if (!tty_) {
+    if (plain_every_ > 0 && (done % plain_every_ == 0 || done == total_)) {
+      std::printf("%s %lld/%lld %s\n", label_.c_str(), (long long)done, (long long)total_,
+                  info.c_str());
+      std::fflush(stdout);
+    }
+    return;
+  }
+  double now = clock_.seconds();
+  if (done != total_ && last_draw_ >= 0 && now - last_draw_ < 0.1) return;
+  last_draw_ = now;
+  constexpr int kWidth = 24;
+  int filled = total_ > 0 ? int(kWidth * done / total_) : kWidth;
+  std::string bar(size_t(filled), '#');
+  bar.resize(kWidth, '.');
+  std::printf("\r\033[K%s [%s] %lld/%lld %s", label_.c_str(), bar.c_str(), (long long)done,
+              (long long)total_, info.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (tty_) {
+    std::printf("\r\033[K");
+    std::fflush(stdout);
+  }
+}
+
+namespace {
+std::string escape(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += char(c);
+        }
+    }
+  }
+  return o + "\"";
+}
+}  // namespace
+
+JsonLine& JsonLine::add(const std::string& key, double v) {
+  char buf[32];
+  if (std::isfinite(v)) std::snprintf(buf, sizeof buf, "%.10g", v);
+  else std::snprintf(buf, sizeof buf, "null");
+  fields_.emplace_back(key, buf);
+  return *this;
+}
+JsonLine& JsonLine::add(const std::string& key, int64_t v) {
+  fields_.emplace_back(key, std::to_string(v));
+  return *this;
+}
+JsonLine& JsonLine::add(const std::string& key, const std::string& v) {
+  fields_.emplace_back(key, escape(v));
+  return *this;
+}
+std::string JsonLine::str() const {
+  std::string s = "{";
+  for (size_t i = 0; i < fields_.size(); ++i)
+    s += (i ? ", " : "") + escape(fields_[i].first) + ": " + fields_[i].second;
+  return s + "}";
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  std::ofstream f(path, std::ios::app);
+  NN_CHECK(f.good(), "cannot open '", path, "' for appending: ", std::strerror(errno));
+  f << line << "\n";
+  f.flush();
+  NN_CHECK(f.good(), "writing to '", path, "' failed: ", std::strerror(errno));
+}
+
+}  // namespace nn::train
