@@ -88,7 +88,7 @@ int run(int argc, char** argv) {
   apps::check_positive("epochs", epochs);
   apps::check_positive("batch-size", batch);
   if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
-  const nn::Device device(a["device"].as<std::string>());
+  const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);

@@ -26,7 +26,9 @@ NN_HD uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
 NN_HD U32x4 philox(uint64_t seed, uint64_t counter) {
   uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+#ifdef __CUDACC__
 #pragma unroll
+#endif
   for (int r = 0; r < 10; ++r) {
     uint32_t hi0, hi1;
     uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);

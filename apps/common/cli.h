@@ -50,6 +50,15 @@ T check_positive(const std::string& flag, T value) {
   return value;
 }
 
+// --device value: a usage error when it does not name a device.
+inline nn::Device parse_device(const std::string& spec) {
+  try {
+    return nn::Device(spec);
+  } catch (const nn::Error& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+}
+
 // Runs `body`, turning errors into one line on stderr and an exit code: 2 for usage errors,
 // 1 for everything else.
 inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int, char**)) {

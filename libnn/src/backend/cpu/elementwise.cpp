@@ -1,4 +1,5 @@
 // CPU elementwise family: copy/cast, fill, random fill, unary and binary maps, where.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -18,6 +19,13 @@ inline To convert(From v) {
     return convert<To>(float(v));
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
     return To(float(v));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // Truncate through int64 (saturating), then wrap into narrower types: defined for
+    // every input, where a direct out-of-range cast is undefined behaviour.
+    double d = double(v);
+    if (d != d) return To(0);
+    d = std::clamp(d, -9.2e18, 9.2e18);
+    return static_cast<To>(static_cast<int64_t>(d));
   } else {
     return static_cast<To>(v);
   }

@@ -120,7 +120,7 @@ void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const*
   if (contiguous) {
     parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
       TO* o = po;
-      auto p = pi;
+      [[maybe_unused]] auto p = pi;
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) o[i] = f(std::get<I>(p)[i]...);
     });
@@ -139,7 +139,7 @@ void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const*
       r /= g.shape[d];
     }
     const int64_t so = g.strides[0][nd - 1];
-    const std::array<int64_t, sizeof...(TI)> si{g.strides[1 + I][nd - 1]...};
+    [[maybe_unused]] const std::array<int64_t, sizeof...(TI)> si{g.strides[1 + I][nd - 1]...};
     for (int64_t row = rb; row < re; ++row) {
       std::array<int64_t, N> off{};
       for (int64_t d = 0; d < nd - 1; ++d)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the build tree into a temporary prefix, then configures, builds and runs
+# tests/install against it with find_package(libnn).
+set -euo pipefail
+build_dir=$1
+src_dir=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
+cmake -S "$src_dir" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
+cmake --build "$work/build" > "$work/build.log"
+"$work/build/install_check"

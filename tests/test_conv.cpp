@@ -1,0 +1,94 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_gradcheck;
+using test::rnd;
+
+namespace {
+// Direct convolution by the definition: out[n,o,y,x] = b[o] + sum w[o,c,i,j] * in[n, g*Cg+c,
+// y*s - p + i*d, x*s - p + j*d].
+Tensor naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), Cg = w.size(1), KH = w.size(2), KW = w.size(3);
+  const int64_t G = p.groups, Og = O / G;
+  const int64_t OH = (H + 2 * p.padding[0] - p.dilation[0] * (KH - 1) - 1) / p.stride[0] + 1;
+  const int64_t OW = (W + 2 * p.padding[1] - p.dilation[1] * (KW - 1) - 1) / p.stride[1] + 1;
+  auto vx = x.to_vector<double>(), vw = w.to_vector<double>();
+  std::vector<double> vb = b.defined() ? b.to_vector<double>() : std::vector<double>(O, 0.0);
+  std::vector<double> out(N * O * OH * OW);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t y = 0; y < OH; ++y)
+        for (int64_t xx = 0; xx < OW; ++xx) {
+          double s = vb[o];
+          int64_t g = o / Og;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < KH; ++i)
+              for (int64_t j = 0; j < KW; ++j) {
+                int64_t iy = y * p.stride[0] - p.padding[0] + i * p.dilation[0];
+                int64_t ix = xx * p.stride[1] - p.padding[1] + j * p.dilation[1];
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                s += vw[((o * Cg + c) * KH + i) * KW + j] *
+                     vx[((n * C + g * Cg + c) * H + iy) * W + ix];
+              }
+          out[((n * O + o) * OH + y) * OW + xx] = s;
+        }
+  return tensor(out, {N, O, OH, OW}, kF64);
+}
+
+Conv2dParams params(int64_t s, int64_t p, int64_t d = 1, int64_t g = 1) {
+  Conv2dParams c;
+  c.stride = {s, s};
+  c.padding = {p, p};
+  c.dilation = {d, d};
+  c.groups = g;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("conv2d matches a direct convolution", "[conv]") {
+  struct Case { Shape x, w; Conv2dParams p; bool bias; };
+  std::vector<Case> cases = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, params(1, 0), true},
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, params(2, 1), true},
+      {{1, 2, 9, 9}, {3, 2, 3, 2}, params(1, 2, 2), false},
+      {{2, 4, 5, 5}, {6, 2, 3, 3}, params(1, 1, 1, 2), true},     // groups
+      {{2, 4, 5, 5}, {4, 1, 3, 3}, params(1, 1, 1, 4), true},     // depthwise
+      {{3, 8, 4, 4}, {5, 8, 1, 1}, params(1, 0), true},           // pointwise fast path
+      {{1, 1, 28, 28}, {2, 1, 5, 5}, params(3, 2), true},
+  };
+  uint64_t seed = 1;
+  for (auto& c : cases) {
+    Tensor x = rnd(c.x, seed++, false), w = rnd(c.w, seed++, false);
+    Tensor b = c.bias ? rnd({c.w[0]}, seed++, false) : Tensor();
+    INFO("x " << shape_str(c.x) << " w " << shape_str(c.w));
+    test::require_close(conv2d(x, w, b, c.p), naive_conv(x, w, b, c.p), 1e-10, 1e-10);
+    test::require_close(conv2d(x.to(kF32), w.to(kF32), c.bias ? b.to(kF32) : Tensor(), c.p),
+                        naive_conv(x, w, b, c.p), 1e-4, 1e-4);
+  }
+  // A batch large enough to spread images over threads.
+  Tensor x = rnd({16, 3, 8, 8}, 50, false), w = rnd({4, 3, 3, 3}, 51, false);
+  test::require_close(conv2d(x, w, {}, params(1, 1)), naive_conv(x, w, {}, params(1, 1)),
+                      1e-10, 1e-10);
+}
+
+TEST_CASE("gradcheck: conv2d", "[conv][gradcheck]") {
+  auto fn = [](Conv2dParams p) {
+    return [p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], p); };
+  };
+  require_gradcheck(fn(params(1, 0)), {rnd({2, 2, 5, 4}, 1), rnd({3, 2, 3, 3}, 2), rnd({3}, 3)});
+  require_gradcheck(fn(params(2, 1)), {rnd({1, 2, 6, 5}, 4), rnd({2, 2, 3, 2}, 5), rnd({2}, 6)});
+  require_gradcheck(fn(params(1, 2, 2)), {rnd({1, 1, 6, 6}, 7), rnd({2, 1, 2, 3}, 8), rnd({2}, 9)});
+  require_gradcheck(fn(params(1, 1, 1, 2)), {rnd({2, 4, 4, 4}, 10), rnd({2, 2, 3, 3}, 11), rnd({2}, 12)});
+  require_gradcheck(fn(params(1, 0)), {rnd({2, 3, 3, 3}, 13), rnd({2, 3, 1, 1}, 14), rnd({2}, 15)});
+}
+
+TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
+  Tensor x = ones({1, 3, 5, 5}), w = ones({4, 3, 3, 3});
+  REQUIRE(test::error_of([&] { conv2d(ones({3, 5, 5}), w); }).find("4-d") != std::string::npos);
+  REQUIRE(test::error_of([&] { conv2d(ones({1, 2, 5, 5}), w); }).find("input channels") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] { conv2d(ones({1, 3, 2, 2}), w); }).find("smaller than") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] { conv2d(x, w, ones({3})); }).find("bias") != std::string::npos);
+}

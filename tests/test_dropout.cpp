@@ -1,0 +1,44 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::rnd;
+
+TEST_CASE("dropout zeroes a p fraction and scales the rest", "[dropout]") {
+  Generator g(5);
+  Tensor x = ones({100000});
+  Tensor y = dropout(x, 0.3, true, &g);
+  auto v = y.to_vector<float>();
+  int64_t zeros_ = 0;
+  for (float e : v) {
+    REQUIRE((e == 0.0f || std::abs(e - 1.0f / 0.7f) < 1e-6f));
+    zeros_ += e == 0.0f;
+  }
+  REQUIRE(std::abs(double(zeros_) / 1e5 - 0.3) < 0.01);
+  REQUIRE(std::abs(mean(y).item() - 1.0) < 0.02);
+  // eval mode and p = 0 are the identity; p = 1 zeroes
+  REQUIRE(dropout(x, 0.3, false).is_same(x));
+  REQUIRE(dropout(x, 0.0, true).is_same(x));
+  REQUIRE(sum(dropout(x, 1.0, true)).item() == 0);
+  REQUIRE(test::error_of([&] { dropout(x, 1.5, true); }).find("[0, 1]") != std::string::npos);
+}
+
+TEST_CASE("dropout masks are reproducible and independent of threads", "[dropout]") {
+  Generator a(9), b(9);
+  Tensor x = ones({50000});
+  auto m1 = dropout(x, 0.5, true, &a).to_vector<float>();
+  int threads = num_threads();
+  set_num_threads(1);
+  auto m2 = dropout(x, 0.5, true, &b).to_vector<float>();
+  set_num_threads(threads);
+  REQUIRE(m1 == m2);
+  auto m3 = dropout(x, 0.5, true, &a).to_vector<float>();  // the generator moved on
+  REQUIRE(m1 != m3);
+}
+
+TEST_CASE("gradcheck: dropout", "[dropout][gradcheck]") {
+  // Re-seed inside fn so every evaluation draws the same mask.
+  test::require_gradcheck([](const std::vector<Tensor>& in) {
+    Generator g(3);
+    return dropout(in[0], 0.4, true, &g);
+  }, {rnd({4, 5}, 1)});
+}

@@ -1,0 +1,113 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_gradcheck;
+using test::require_values;
+using test::rnd;
+
+namespace {
+// Applies a unary op to each element on the host, as the reference.
+Tensor host_map(const Tensor& x, double (*f)(double)) {
+  auto v = x.to_vector<double>();
+  for (auto& e : v) e = f(e);
+  return tensor(v, x.shape(), kF64);
+}
+}  // namespace
+
+TEST_CASE("unary ops match the C library", "[elementwise]") {
+  Tensor x = tensor({-2.5, -1, -0.1, 0.3, 1, 4}, kF64);
+  Tensor pos = tensor({0.1, 0.5, 1, 2, 9}, kF64);
+  test::require_close(exp(x), host_map(x, [](double v) { return std::exp(v); }));
+  test::require_close(log(pos), host_map(pos, [](double v) { return std::log(v); }));
+  test::require_close(sqrt(pos), host_map(pos, [](double v) { return std::sqrt(v); }));
+  test::require_close(rsqrt(pos), host_map(pos, [](double v) { return 1 / std::sqrt(v); }));
+  test::require_close(tanh(x), host_map(x, [](double v) { return std::tanh(v); }));
+  test::require_close(sigmoid(x), host_map(x, [](double v) { return 1 / (1 + std::exp(-v)); }));
+  test::require_close(relu(x), host_map(x, [](double v) { return v > 0 ? v : 0; }));
+  test::require_close(gelu(x), host_map(x, [](double v) {
+    return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  }));
+  test::require_close(abs(x), host_map(x, [](double v) { return std::abs(v); }));
+  test::require_close(neg(x), host_map(x, [](double v) { return -v; }));
+  test::require_close(square(x), host_map(x, [](double v) { return v * v; }));
+  test::require_close(pow(pos, 1.5), host_map(pos, [](double v) { return std::pow(v, 1.5); }));
+  test::require_close(clamp(x, -1, 1), host_map(x, [](double v) { return std::clamp(v, -1.0, 1.0); }));
+  require_values(gelu(tensor({1.0}, kF64)), {0.8413447460685429});
+  // the f32 path agrees with f64
+  test::require_close(gelu(x.to(kF32)), gelu(x), 1e-6, 1e-6);
+  test::require_close(sigmoid(x.to(kF32)), sigmoid(x), 1e-6, 1e-6);
+}
+
+TEST_CASE("binary ops, scalars and comparisons", "[elementwise]") {
+  Tensor a = tensor({1, 2, 3, 4}, kF64), b = tensor({4, 3, 2, 1}, kF64);
+  require_values(a + b, {5, 5, 5, 5});
+  require_values(a - b, {-3, -1, 1, 3});
+  require_values(a * b, {4, 6, 6, 4});
+  require_values(a / b, {0.25, 2.0 / 3, 1.5, 4});
+  require_values(pow(a, b), {1, 8, 9, 4});
+  require_values(maximum(a, b), {4, 3, 3, 4});
+  require_values(minimum(a, b), {1, 2, 2, 1});
+  require_values(2.0 - a, {1, 0, -1, -2});
+  require_values(12.0 / a, {12, 6, 4, 3});
+  require_values(a / 2.0, {0.5, 1, 1.5, 2});
+  require_values(a + 1.0, {2, 3, 4, 5});
+  require_values(gt(a, b), {0, 0, 1, 1});
+  require_values(le(a, b), {1, 1, 0, 0});
+  require_values(eq(a, tensor({1, 0, 3, 0}, kF64)), {1, 0, 1, 0});
+  require_values(ne(a, b), {1, 1, 1, 1});
+  require_values(where(gt(a, b), a, b), {4, 3, 3, 4});
+  require_values(ones({3}, kI64) + ones({3}, kI64), {2, 2, 2});
+  require_values(tensor({7, -7}, kI32) * tensor({2, 3}, kI32), {14, -21});
+}
+
+TEST_CASE("elementwise ops on large and strided tensors use every path", "[elementwise]") {
+  // Large enough to run on several threads; transposed to take the strided loop.
+  Generator g(11);
+  Tensor a = randn({300, 500}, kF32, &g), b = randn({500, 300}, kF32, &g).t();
+  Tensor c = a * b + 1.0;
+  auto va = a.to_vector<float>(), vb = b.contiguous().to_vector<float>(), vc = c.to_vector<float>();
+  for (size_t i = 0; i < va.size(); i += 997) REQUIRE(vc[i] == Approx(va[i] * vb[i] + 1.0f).epsilon(1e-6));
+  Tensor row = randn({500}, kF32, &g);
+  Tensor d = a + row;  // broadcast along rows
+  REQUIRE(d.select(0, 299).select(0, 7).item() ==
+          Approx(a.select(0, 299).select(0, 7).item() + row.select(0, 7).item()));
+}
+
+TEST_CASE("gradcheck: unary ops", "[elementwise][gradcheck]") {
+  Tensor x = rnd({3, 4}, 1);
+  for (auto f : std::vector<Tensor (*)(const Tensor&)>{exp, tanh, sigmoid, gelu, neg, square, abs, relu}) {
+    require_gradcheck([f](const std::vector<Tensor>& in) { return f(in[0]); }, {x});
+  }
+  Tensor p = rnd({3, 4}, 2, false);
+  p = (abs(p) + 0.5).detach().requires_grad_();
+  require_gradcheck([](const std::vector<Tensor>& in) { return log(in[0]); }, {p});
+  require_gradcheck([](const std::vector<Tensor>& in) { return sqrt(in[0]); }, {p});
+  require_gradcheck([](const std::vector<Tensor>& in) { return rsqrt(in[0]); }, {p});
+  require_gradcheck([](const std::vector<Tensor>& in) { return pow(in[0], 2.5); }, {p});
+  require_gradcheck([](const std::vector<Tensor>& in) { return 3.0 / in[0]; }, {p});
+  require_gradcheck([](const std::vector<Tensor>& in) { return clamp(in[0], -0.5, 0.7); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return 2.0 - in[0] * 3.0 + 1.0; }, {x});
+}
+
+TEST_CASE("gradcheck: binary ops with broadcasting", "[elementwise][gradcheck]") {
+  Tensor a = rnd({2, 3, 4}, 3), b = rnd({3, 1}, 4), c = rnd({4}, 5);
+  require_gradcheck([](const std::vector<Tensor>& in) { return in[0] + in[1]; }, {a, b});
+  require_gradcheck([](const std::vector<Tensor>& in) { return in[0] - in[1]; }, {a, c});
+  require_gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[1]; }, {a, b});
+  Tensor bp = (abs(rnd({3, 1}, 6, false)) + 0.5).detach().requires_grad_();
+  require_gradcheck([](const std::vector<Tensor>& in) { return in[0] / in[1]; }, {a, bp});
+  Tensor ap = (abs(rnd({2, 3, 4}, 7, false)) + 0.5).detach().requires_grad_();
+  require_gradcheck([](const std::vector<Tensor>& in) { return pow(in[0], in[1]); }, {ap, c});
+  require_gradcheck([](const std::vector<Tensor>& in) { return maximum(in[0], in[1]); }, {a, c});
+  require_gradcheck([](const std::vector<Tensor>& in) { return minimum(in[0], in[1]); }, {a, b});
+  Tensor cond = gt(rnd({3, 4}, 8, false), zeros({}, kF64));
+  require_gradcheck([cond](const std::vector<Tensor>& in) { return where(cond, in[0], in[1]); },
+                    {a, b});
+}
+
+TEST_CASE("maximum splits the gradient on ties", "[elementwise]") {
+  Tensor a = tensor({1, 2}, kF64).requires_grad_(), b = tensor({1, 3}, kF64).requires_grad_();
+  sum(maximum(a, b)).backward();
+  require_values(a.grad(), {0.5, 0});
+  require_values(b.grad(), {0.5, 1});
+}

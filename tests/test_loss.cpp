@@ -1,0 +1,63 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_gradcheck;
+using test::require_values;
+using test::rnd;
+
+TEST_CASE("cross_entropy equals a hand-computed value", "[loss]") {
+  Tensor logits = tensor({1, 2, 3, 1, 1, 1}, kF64).reshape({2, 3});
+  Tensor target = from_vector<int64_t>({2, 0}, {2});
+  // sample 0: -log(e^3 / (e^1 + e^2 + e^3)) = 0.40760596444; sample 1: log 3 = 1.09861228867
+  const double l0 = 0.40760596444437, l1 = 1.09861228866811;
+  CrossEntropyOptions none;
+  none.reduction = Reduction::none;
+  require_values(cross_entropy(logits, target, none), {l0, l1}, 1e-10);
+  require_values(cross_entropy(logits, target), {(l0 + l1) / 2}, 1e-10);
+  CrossEntropyOptions s;
+  s.reduction = Reduction::sum;
+  require_values(cross_entropy(logits, target, s), {l0 + l1}, 1e-10);
+  // label smoothing 0.1: (1 - 0.1) * nll + 0.1 * mean over classes of -log p_c
+  CrossEntropyOptions ls;
+  ls.label_smoothing = 0.1;
+  ls.reduction = Reduction::none;
+  const double lse0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const double smooth0 = 0.9 * l0 + 0.1 * ((lse0 - 1) + (lse0 - 2) + (lse0 - 3)) / 3;
+  require_values(cross_entropy(logits, target, ls).slice(0, 0, 1), {smooth0}, 1e-10);
+  // ignore_index drops a sample from the loss and from the mean
+  Tensor t2 = from_vector<int64_t>({2, -100}, {2});
+  require_values(cross_entropy(logits, t2), {l0}, 1e-10);
+}
+
+TEST_CASE("cross_entropy over extra dims and its errors", "[loss]") {
+  Tensor logits = rnd({2, 3, 4}, 1, false);  // (N, C, d)
+  Tensor target = from_vector<int64_t>({0, 1, 2, 1, 2, 2, 0, 0}, {2, 4});
+  Tensor flat = cross_entropy(logits.permute({0, 2, 1}).reshape({8, 3}), target.reshape({8}));
+  test::require_close(cross_entropy(logits, target), flat, 1e-12, 1e-12);
+  REQUIRE(test::error_of([&] { cross_entropy(rnd({2, 3}, 2, false), from_vector<int64_t>({0, 3}, {2})); })
+              .find("out of range for 3 classes") != std::string::npos);
+  REQUIRE(test::error_of([&] { cross_entropy(rnd({2, 3}, 2, false), from_vector<int64_t>({0}, {1})); })
+              .find("target of shape") != std::string::npos);
+  REQUIRE(test::error_of([&] { cross_entropy(rnd({2, 3}, 2, false), ones({2})); })
+              .find("class indices") != std::string::npos);
+}
+
+TEST_CASE("gradcheck: cross_entropy and mse", "[loss][gradcheck]") {
+  Tensor target = from_vector<int64_t>({1, 0, 3, 3, 2}, {5});
+  for (double smoothing : {0.0, 0.2}) {
+    CrossEntropyOptions o;
+    o.label_smoothing = smoothing;
+    require_gradcheck([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], target, o); },
+                      {rnd({5, 4}, 3)});
+  }
+  CrossEntropyOptions ig;
+  ig.ignore_index = 3;
+  require_gradcheck([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], target, ig); },
+                    {rnd({5, 4}, 4)});
+  Tensor t3 = from_vector<int64_t>({0, 1, 2, 1, 0, 0}, {2, 3});
+  require_gradcheck([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t3); },
+                    {rnd({2, 3, 3}, 5)});
+  require_gradcheck([](const std::vector<Tensor>& in) { return mse_loss(in[0], in[1]); },
+                    {rnd({3, 2}, 6), rnd({3, 2}, 7)});
+  require_values(mse_loss(tensor({1, 2}, kF64), tensor({2, 4}, kF64)), {2.5});
+}

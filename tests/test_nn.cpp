@@ -1,0 +1,79 @@
+#include "test_util.h"
+
+using namespace nn;
+
+TEST_CASE("Linear and Conv2d shapes and PyTorch-style init", "[nn]") {
+  manual_seed(0);
+  Linear fc(LinearOptions(100, 20));
+  REQUIRE(fc.weight.shape() == Shape{20, 100});
+  REQUIRE(fc.bias.shape() == Shape{20});
+  REQUIRE(fc.weight.requires_grad());
+  const double bound = 1.0 / std::sqrt(100.0);
+  REQUIRE(amax(abs(fc.weight)).item() <= bound);
+  REQUIRE(amax(abs(fc.weight)).item() > 0.9 * bound);  // fills the range
+  REQUIRE(amax(abs(fc.bias)).item() <= bound);
+  REQUIRE(Linear(LinearOptions(3, 2).bias(false)).named_parameters().size() == 1);
+  Conv2d conv(Conv2dOptions(4, 8, 3).stride({2, 2}).padding({1, 1}).groups(2));
+  REQUIRE(conv.weight.shape() == Shape{8, 2, 3, 3});
+  REQUIRE(amax(abs(conv.weight)).item() <= 1.0 / std::sqrt(2.0 * 9.0));
+  REQUIRE(conv.forward(ones({1, 4, 8, 8})).shape() == Shape{1, 8, 4, 4});
+  REQUIRE(fc.str() == "Linear(in_features=100, out_features=20, bias=true)");
+}
+
+TEST_CASE("module trees: names, train/eval, counting, printing", "[nn]") {
+  auto net = std::make_shared<Sequential>();
+  net->push_back(std::make_shared<Conv2d>(Conv2dOptions(1, 2, 3)));
+  net->push_back(std::make_shared<BatchNorm2d>(2));
+  net->push_back(std::make_shared<ReLU>());
+  net->push_back(std::make_shared<Flatten>());
+  net->push_back(std::make_shared<Dropout>(0.5));
+  net->push_back(std::make_shared<Linear>(2 * 4 * 4, 3));
+  std::vector<std::string> names;
+  for (auto& [n, t] : net->named_parameters()) names.push_back(n);
+  REQUIRE(names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias",
+                                            "5.weight", "5.bias"});
+  REQUIRE(net->named_buffers().size() == 3);
+  REQUIRE(net->num_parameters() == 2 * 9 + 2 + 2 + 2 + 32 * 3 + 3);
+  net->eval();
+  REQUIRE(!(*net)[4]->is_training());
+  Tensor x = randn({2, 1, 6, 6});
+  Tensor a = net->forward(x), b = net->forward(x);
+  test::require_close(a, b);  // eval: dropout off, BN uses running stats
+  net->train();
+  REQUIRE((*net)[1]->is_training());
+  REQUIRE(net->str().find("(1): BatchNorm2d(2") != std::string::npos);
+}
+
+TEST_CASE("state_dict round trip and mismatch errors", "[nn]") {
+  Linear a(4, 3), b(4, 3);
+  b.load_state_dict(a.state_dict());
+  test::require_close(a.weight, b.weight);
+  Linear c(5, 3);
+  std::string msg = test::error_of([&] { c.load_state_dict(a.state_dict()); });
+  REQUIRE(msg.find("'weight' has shape [3, 4] in the checkpoint but [3, 5]") != std::string::npos);
+  NamedTensors missing = {a.state_dict()[0]};
+  REQUIRE(test::error_of([&] { b.load_state_dict(missing); }).find("'bias' is missing") !=
+          std::string::npos);
+}
+
+TEST_CASE("BatchNorm2d tracks batches; Module::to casts in place", "[nn]") {
+  BatchNorm2d bn(3);
+  bn.forward(randn({4, 3, 2, 2}));
+  bn.forward(randn({4, 3, 2, 2}));
+  REQUIRE(bn.num_batches_tracked.item() == 2);
+  Linear fc(2, 2);
+  Tensor held = fc.weight;  // a handle kept elsewhere, like an optimizer's
+  fc.to(kF64);
+  REQUIRE(held.dtype() == kF64);
+  REQUIRE(fc.forward(ones({1, 2}, kF64)).dtype() == kF64);
+  REQUIRE(held.requires_grad());
+}
+
+TEST_CASE("Embedding and LayerNorm modules", "[nn]") {
+  Embedding emb(EmbeddingOptions(10, 4).padding_idx(0));
+  test::require_values(emb.weight.select(0, 0), {0, 0, 0, 0});
+  REQUIRE(emb.forward(from_vector<int64_t>({1, 2, 0}, {3})).shape() == Shape{3, 4});
+  LayerNorm ln(4);
+  Tensor y = ln.forward(randn({2, 4}));
+  REQUIRE(std::abs(mean(y, {1}).to_vector<float>()[0]) < 1e-5);
+}

@@ -1,0 +1,59 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_gradcheck;
+using test::rnd;
+
+TEST_CASE("batch_norm in training normalises per channel and updates running stats", "[norm]") {
+  Tensor x = rnd({4, 3, 2, 2}, 1, false) * 3.0 + 1.0;
+  Tensor rm = zeros({3}, kF64), rv = ones({3}, kF64);
+  Tensor y = batch_norm(x, rm, rv, {}, {}, true, 0.1, 1e-5);
+  Tensor m = mean(y, {0, 2, 3});
+  Tensor v = var(y, {0, 2, 3}, 0);
+  test::require_close(m, zeros({3}, kF64), 0, 1e-12);
+  test::require_close(v, ones({3}, kF64), 1e-4, 1e-4);
+  // running = 0.9 * old + 0.1 * batch (unbiased variance)
+  test::require_close(rm, mean(x, {0, 2, 3}) * 0.1, 1e-12, 1e-12);
+  test::require_close(rv, var(x, {0, 2, 3}, 1) * 0.1 + 0.9, 1e-12, 1e-12);
+}
+
+TEST_CASE("batch_norm in eval uses the running statistics", "[norm]") {
+  Tensor x = rnd({2, 3, 4}, 2, false);
+  Tensor rm = tensor({0.5, -1, 2}, kF64), rv = tensor({4, 1, 0.25}, kF64);
+  Tensor w = tensor({1, 2, 3}, kF64), b = tensor({0, 1, -1}, kF64);
+  Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 0.0);
+  Tensor want = (x - rm.reshape({1, 3, 1})) / sqrt(rv.reshape({1, 3, 1})) * w.reshape({1, 3, 1}) +
+                b.reshape({1, 3, 1});
+  test::require_close(y, want, 1e-12, 1e-12);
+  test::require_values(rm, {0.5, -1, 2});  // untouched in eval
+}
+
+TEST_CASE("gradcheck: batch_norm", "[norm][gradcheck]") {
+  Tensor rm = zeros({3}, kF64), rv = ones({3}, kF64);
+  for (bool training : {true, false})
+    require_gradcheck([&](const std::vector<Tensor>& in) {
+      Tensor m = rm.clone(), v = rv.clone();
+      return batch_norm(in[0], m, v, in[1], in[2], training, 0.1, 1e-5);
+    }, {rnd({4, 3, 2, 2}, 3), rnd({3}, 4), rnd({3}, 5)});
+  require_gradcheck([&](const std::vector<Tensor>& in) {
+    return batch_norm(in[0], {}, {}, {}, {}, true, 0.1, 1e-5);
+  }, {rnd({5, 2}, 6)});
+}
+
+TEST_CASE("layer_norm matches the definition", "[norm]") {
+  Tensor x = rnd({2, 3, 4}, 7, false);
+  Tensor w = rnd({4}, 8, false), b = rnd({4}, 9, false);
+  Tensor mu = mean(x, {-1}, true), v = var(x, {-1}, 0, true);
+  test::require_close(layer_norm(x, {4}, w, b, 1e-5), (x - mu) / sqrt(v + 1e-5) * w + b, 1e-10,
+                      1e-10);
+  Tensor mu2 = mean(x, {1, 2}, true), v2 = var(x, {1, 2}, 0, true);
+  test::require_close(layer_norm(x, {3, 4}), (x - mu2) / sqrt(v2 + 1e-5), 1e-10, 1e-10);
+  REQUIRE(test::error_of([&] { layer_norm(x, {3}); }).find("does not end in") != std::string::npos);
+}
+
+TEST_CASE("gradcheck: layer_norm", "[norm][gradcheck]") {
+  require_gradcheck([](const std::vector<Tensor>& in) { return layer_norm(in[0], {4}, in[1], in[2]); },
+                    {rnd({3, 4}, 10), rnd({4}, 11), rnd({4}, 12)});
+  require_gradcheck([](const std::vector<Tensor>& in) { return layer_norm(in[0], {2, 3}); },
+                    {rnd({2, 2, 3}, 13)});
+}

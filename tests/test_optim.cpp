@@ -1,0 +1,114 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_values;
+
+namespace {
+// A parameter with a fixed gradient.
+Tensor param_with_grad(std::vector<double> p, std::vector<double> g) {
+  Tensor t = tensor(p, {int64_t(p.size())}, kF64).requires_grad_();
+  t.set_grad(tensor(g, {int64_t(g.size())}, kF64));
+  return t;
+}
+}  // namespace
+
+TEST_CASE("SGD matches hand-computed updates", "[optim]") {
+  SECTION("plain with weight decay") {
+    Tensor p = param_with_grad({1, -2}, {0.5, 1});
+    optim::SGD opt({p}, optim::SGDOptions(0.1).weight_decay(0.01));
+    opt.step();
+    // p - lr * (g + wd * p)
+    require_values(p, {1 - 0.1 * (0.5 + 0.01), -2 - 0.1 * (1 - 0.02)}, 1e-12);
+  }
+  SECTION("momentum over two steps") {
+    Tensor p = param_with_grad({1}, {1});
+    optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9));
+    opt.step();  // buf = 1, p = 0.9
+    p.set_grad(tensor({2}, kF64));
+    opt.step();  // buf = 0.9 * 1 + 2 = 2.9, p = 0.9 - 0.29
+    require_values(p, {0.61}, 1e-12);
+  }
+  SECTION("nesterov") {
+    Tensor p = param_with_grad({1}, {1});
+    optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+    opt.step();  // buf = 1, d = 1 + 0.9 * 1 = 1.9, p = 1 - 0.19
+    require_values(p, {0.81}, 1e-12);
+  }
+  SECTION("parameters without a gradient are left alone") {
+    Tensor p = tensor({3}, kF64).requires_grad_();
+    optim::SGD opt({p}, optim::SGDOptions(0.1));
+    opt.step();
+    require_values(p, {3});
+  }
+  REQUIRE(test::error_of([] { optim::SGD({ones({1}).requires_grad_()}, optim::SGDOptions(-1)); })
+              .find("learning rate") != std::string::npos);
+}
+
+TEST_CASE("AdamW matches hand-computed updates", "[optim]") {
+  Tensor p = param_with_grad({1, -1}, {0.5, -2});
+  optim::AdamW opt({p}, optim::AdamWOptions(0.01).weight_decay(0.1));
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 0.01, wd = 0.1;
+  std::vector<double> pv{1, -1}, m{0, 0}, v{0, 0};
+  std::vector<std::vector<double>> grads{{0.5, -2}, {-1, 3}};
+  for (int t = 1; t <= 2; ++t) {
+    p.set_grad(tensor(grads[t - 1], {2}, kF64));
+    opt.step();
+    for (int i = 0; i < 2; ++i) {
+      double g = grads[t - 1][i];
+      pv[i] *= 1 - lr * wd;
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
+      pv[i] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+    require_values(p, pv, 1e-10);
+  }
+}
+
+TEST_CASE("optimizer state round trip continues identically", "[optim]") {
+  auto run = [](bool reload) {
+    Tensor p = param_with_grad({1, 2, 3}, {0.1, -0.2, 0.3});
+    auto opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions(0.1));
+    opt->step();
+    if (reload) {
+      NamedTensors s = opt->state();
+      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions(0.5));
+      opt->load_state(s);
+    }
+    p.set_grad(tensor({0.3, 0.2, -0.1}, kF64));
+    opt->step();
+    return p.to_vector<double>();
+  };
+  REQUIRE(run(false) == run(true));
+}
+
+TEST_CASE("learning-rate schedules", "[optim]") {
+  Tensor p = param_with_grad({1}, {1});
+  optim::SGD opt({p}, optim::SGDOptions(1.0));
+  optim::StepLR step(opt, 10, 0.5);
+  REQUIRE(step.lr_at(9) == 1.0);
+  REQUIRE(step.lr_at(10) == 0.5);
+  REQUIRE(step.lr_at(25) == 0.25);
+  optim::CosineLR cos(opt, 4, 104, 0.0);
+  REQUIRE(cos.lr_at(0) == Approx(0.2));
+  REQUIRE(cos.lr_at(3) == Approx(0.8));
+  REQUIRE(cos.lr_at(4) == Approx(1.0));
+  REQUIRE(cos.lr_at(54) == Approx(0.5));
+  REQUIRE(cos.lr_at(104) == Approx(0.0).margin(1e-12));
+  optim::SGD opt2({p}, optim::SGDOptions(1.0));  // a fresh optimizer: schedulers set the lr
+  optim::LinearLR lin(opt2, 0, 10);
+  REQUIRE(lin.lr_at(5) == Approx(0.5));
+  lin.step();
+  REQUIRE(opt2.lr() == Approx(0.9));
+  lin.set_step(8);
+  REQUIRE(opt2.lr() == Approx(0.2));
+}
+
+TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {
+  Tensor a = param_with_grad({0, 0}, {3, 0}), b = param_with_grad({0}, {4});
+  double n = optim::clip_grad_norm({a, b}, 1.0);
+  REQUIRE(n == Approx(5.0));
+  require_values(a.grad(), {0.6, 0}, 1e-6);
+  require_values(b.grad(), {0.8}, 1e-6);
+  REQUIRE(optim::clip_grad_norm({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));
+}

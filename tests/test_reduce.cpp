@@ -1,0 +1,89 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_gradcheck;
+using test::require_values;
+using test::rnd;
+
+namespace {
+// Naive reference: reduce a (2, 3, 4) tensor over one dim with f.
+Tensor naive(const Tensor& x, int dim, double (*f)(const std::vector<double>&)) {
+  auto v = x.to_vector<double>();
+  const int64_t s[3] = {2, 3, 4};
+  Shape os{2, 3, 4};
+  os[dim] = 1;
+  std::vector<double> out;
+  for (int64_t i = 0; i < os[0]; ++i)
+    for (int64_t j = 0; j < os[1]; ++j)
+      for (int64_t k = 0; k < os[2]; ++k) {
+        std::vector<double> vals;
+        for (int64_t r = 0; r < s[dim]; ++r) {
+          int64_t idx[3] = {i, j, k};
+          idx[dim] = r;
+          vals.push_back(v[(idx[0] * 3 + idx[1]) * 4 + idx[2]]);
+        }
+        out.push_back(f(vals));
+      }
+  return tensor(out, os, kF64);
+}
+double vsum(const std::vector<double>& v) { double s = 0; for (double x : v) s += x; return s; }
+double vmean(const std::vector<double>& v) { return vsum(v) / double(v.size()); }
+double vmax(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+double vmin(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double vvar(const std::vector<double>& v) {
+  double m = vmean(v), q = 0;
+  for (double x : v) q += (x - m) * (x - m);
+  return q / double(v.size() - 1);
+}
+}  // namespace
+
+TEST_CASE("reductions over each dim match a naive loop", "[reduce]") {
+  Tensor x = rnd({2, 3, 4}, 1, false);
+  for (int d = 0; d < 3; ++d) {
+    INFO("dim " << d);
+    test::require_close(sum(x, {d}, true), naive(x, d, vsum), 1e-12, 1e-12);
+    test::require_close(mean(x, {d}, true), naive(x, d, vmean), 1e-12, 1e-12);
+    test::require_close(amax(x, {d}, true), naive(x, d, vmax));
+    test::require_close(amin(x, {d}, true), naive(x, d, vmin));
+    test::require_close(var(x, {d}, 1, true), naive(x, d, vvar), 1e-12, 1e-12);
+    // the same over a non-contiguous view of the same values
+    Tensor xt = x.permute({2, 0, 1}).contiguous().permute({1, 2, 0});
+    REQUIRE(!xt.is_contiguous());
+    test::require_close(sum(xt, {d}, true), naive(x, d, vsum), 1e-12, 1e-12);
+  }
+  REQUIRE(sum(x, {1}).shape() == Shape{2, 4});
+  REQUIRE(sum(x, {0, 2}).shape() == Shape{3});
+  REQUIRE(sum(x, {-1, 0}, true).shape() == Shape{1, 3, 1});
+  REQUIRE(sum(x).shape() == Shape{});
+  REQUIRE(sum(x).item() == Approx(vsum(x.to_vector<double>())));
+  REQUIRE(var(x, {}, 0).item() == Approx(var(x.reshape({24}), {0}, 0).item()));
+}
+
+TEST_CASE("large reductions split across threads", "[reduce]") {
+  Tensor x = ones({1000, 1000});
+  REQUIRE(sum(x).item() == 1e6);
+  REQUIRE(sum(x, {0}).to_vector<float>()[999] == 1000.0f);
+  REQUIRE(mean(x, {1}).to_vector<float>()[5] == 1.0f);
+  Tensor r = arange(1000000, kF64);
+  REQUIRE(amax(r).item() == 999999);
+  REQUIRE(sum(r).item() == 499999500000.0);
+}
+
+TEST_CASE("argmax", "[reduce]") {
+  Tensor x = tensor({1, 5, 5, 2, 0, -1}, kF64).reshape({2, 3});
+  require_values(argmax(x, 1), {1, 0});
+  require_values(argmax(x, 0), {1, 0, 0});
+  REQUIRE(argmax(x, 1, true).shape() == Shape{2, 1});
+  REQUIRE(argmax(x, 1).dtype() == kI64);
+}
+
+TEST_CASE("gradcheck: reductions", "[reduce][gradcheck]") {
+  Tensor x = rnd({2, 3, 4}, 2);
+  require_gradcheck([](const std::vector<Tensor>& in) { return sum(in[0], {1}); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return sum(in[0]); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return mean(in[0], {0, 2}, true); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return amax(in[0], {2}); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return amin(in[0], {0}); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return var(in[0], {1}); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return sum_to(in[0], {3, 1}); }, {x});
+}

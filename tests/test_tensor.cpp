@@ -1,0 +1,170 @@
+#include "test_util.h"
+
+using namespace nn;
+using test::require_values;
+
+TEST_CASE("factories fill shapes, dtypes and values", "[tensor]") {
+  Tensor z = zeros({2, 3});
+  REQUIRE(z.shape() == Shape{2, 3});
+  REQUIRE(z.dtype() == kF32);
+  REQUIRE(z.numel() == 6);
+  REQUIRE(z.is_contiguous());
+  require_values(z, {0, 0, 0, 0, 0, 0});
+  require_values(ones({2}, kI64), {1, 1});
+  require_values(full({3}, 2.5, kF64), {2.5, 2.5, 2.5});
+  require_values(arange(4), {0, 1, 2, 3});
+  require_values(arange(1.0, 2.0, 0.25, kF64), {1, 1.25, 1.5, 1.75});
+  REQUIRE(tensor({1, 2, 3}, kI32).dtype() == kI32);
+  REQUIRE(from_vector<int64_t>({1, 2, 3, 4}, {2, 2}).to_vector<int64_t>() ==
+          std::vector<int64_t>{1, 2, 3, 4});
+  REQUIRE(test::error_of([] { from_vector<float>({1, 2, 3}, {2, 2}); }).find("holds 4") !=
+          std::string::npos);
+}
+
+TEST_CASE("views share storage and writes show through", "[tensor][views]") {
+  Tensor base = arange(24, kF64).reshape({2, 3, 4});
+  REQUIRE(base.is_contiguous());
+  Tensor t = base.transpose(0, 2);  // (4, 3, 2)
+  REQUIRE(t.shape() == Shape{4, 3, 2});
+  REQUIRE(!t.is_contiguous());
+  REQUIRE(t.storage() == base.storage());
+  REQUIRE(t.select(0, 1).select(0, 2).select(0, 1).item() == base.select(0, 1).select(0, 2).select(0, 1).item());
+
+  Tensor s = base.slice(2, 1, 4, 2);  // columns 1 and 3
+  REQUIRE(s.shape() == Shape{2, 3, 2});
+  REQUIRE(s.storage() == base.storage());
+  require_values(s.select(0, 0).select(0, 0), {1, 3});
+  {
+    NoGradGuard ng;
+    s.fill_(-1);
+  }
+  require_values(base.select(0, 0).select(0, 0), {0, -1, 2, -1});
+
+  Tensor v = base.view({6, 4});
+  v.select(0, 5).fill_(7);
+  require_values(base.select(0, 1).select(0, 2), {7, 7, 7, 7});
+
+  Tensor u = base.unsqueeze(1);
+  REQUIRE(u.shape() == Shape{2, 1, 3, 4});
+  REQUIRE(u.squeeze(1).shape() == Shape{2, 3, 4});
+  REQUIRE(ones({1, 3, 1}).squeeze().shape() == Shape{3});
+  REQUIRE(base.permute({2, 0, 1}).shape() == Shape{4, 2, 3});
+  REQUIRE(base.flatten(1).shape() == Shape{2, 12});
+  REQUIRE(base.narrow(1, 1, 2).shape() == Shape{2, 2, 4});
+}
+
+TEST_CASE("expand broadcasts with stride 0", "[tensor][views]") {
+  Tensor col = tensor({1, 2, 3}, kF64).reshape({3, 1});
+  Tensor e = col.expand({3, 4});
+  REQUIRE(e.strides()[1] == 0);
+  REQUIRE(e.storage() == col.storage());
+  require_values(e.contiguous().select(0, 2), {3, 3, 3, 3});
+  REQUIRE(test::error_of([&] { col.expand({2, 4}); }).find("cannot expand") != std::string::npos);
+}
+
+TEST_CASE("view refuses incompatible strides, reshape copies", "[tensor][views]") {
+  Tensor t = arange(6, kF64).reshape({2, 3}).t();
+  REQUIRE(test::error_of([&] { t.view({6}); }).find("reshape") != std::string::npos);
+  Tensor r = t.reshape({6});
+  require_values(r, {0, 3, 1, 4, 2, 5});
+  REQUIRE(r.storage() != t.storage());
+  require_values(t.contiguous().view({6}), {0, 3, 1, 4, 2, 5});
+  REQUIRE(test::error_of([&] { t.reshape({4}); }).find("invalid for 6") != std::string::npos);
+  REQUIRE(arange(12).view({-1, 4}).shape() == Shape{3, 4});
+}
+
+TEST_CASE("broadcasting in binary ops", "[tensor][broadcast]") {
+  Tensor a = tensor({1, 2, 3}, kF64).reshape({3, 1});
+  Tensor b = tensor({10, 20, 30, 40}, kF64);
+  Tensor c = a + b;
+  REQUIRE(c.shape() == Shape{3, 4});
+  require_values(c.select(0, 1), {12, 22, 32, 42});
+  REQUIRE(broadcast_shapes({5, 1, 3}, {4, 1}) == Shape{5, 4, 3});
+  REQUIRE(test::error_of([] { broadcast_shapes({3}, {4}); }).find("do not broadcast") !=
+          std::string::npos);
+  // a broadcast (stride-0) and a transposed operand together
+  Tensor m = arange(6, kF64).reshape({3, 2}).t();  // (2, 3) non-contiguous
+  require_values(m * tensor({1, 10, 100}, kF64), {0, 20, 400, 1, 30, 500});
+}
+
+TEST_CASE("f16 and bf16 conversions round to nearest even", "[tensor][dtype]") {
+  // 1 + 2^-11 is halfway between 1 and the next half (1 + 2^-10): ties to even -> 1.
+  REQUIRE(float(Half(1.0f + 0x1p-11f)) == 1.0f);
+  REQUIRE(float(Half(1.0f + 3 * 0x1p-11f)) == 1.0f + 0x1p-9f);
+  REQUIRE(float(Half(65504.0f)) == 65504.0f);
+  REQUIRE(std::isinf(float(Half(70000.0f))));
+  REQUIRE(float(Half(0x1p-24f)) == 0x1p-24f);  // smallest subnormal
+  REQUIRE(float(Half(0x1p-26f)) == 0.0f);
+  REQUIRE(std::isnan(float(Half(NAN))));
+  REQUIRE(float(Half(-2.5f)) == -2.5f);
+  REQUIRE(float(BFloat16(1.0f + 0x1p-8f)) == 1.0f);  // tie -> even
+  REQUIRE(float(BFloat16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f);
+  REQUIRE(float(BFloat16(3.0e38f)) == std::ldexp(226.0f, 120));  // 8 significant bits
+  // tensors round trip through the storage types
+  Tensor x = tensor({0.5, -1.25, 1024, 3.140625});
+  require_values(x.to(kF16).to(kF32), {0.5, -1.25, 1024, 3.140625});
+  require_values(x.to(kBF16).to(kF32), {0.5, -1.25, 1024, 3.140625});
+  REQUIRE(x.to(kF16).nbytes() == 8);
+  require_values(tensor({1.7, -2.2, 300}).to(kU8).to(kI64), {1, 254, 44});
+}
+
+TEST_CASE("seeded random init is reproducible", "[tensor][random]") {
+  Generator g1(7), g2(7), g3(8);
+  auto a = randn({1000}, kF32, &g1).to_vector<float>();
+  auto b = randn({1000}, kF32, &g2).to_vector<float>();
+  auto c = randn({1000}, kF32, &g3).to_vector<float>();
+  REQUIRE(a == b);
+  REQUIRE(a != c);
+  manual_seed(3);
+  Tensor r1 = rand({5});
+  manual_seed(3);
+  Tensor r2 = rand({5});
+  REQUIRE(r1.to_vector<float>() == r2.to_vector<float>());
+  Generator g(1);
+  Tensor n = randn({200000}, kF64, &g);
+  REQUIRE(std::abs(mean(n).item()) < 0.01);
+  REQUIRE(std::abs(var(n).item() - 1.0) < 0.02);
+  Tensor u = rand({200000}, kF64, &g);
+  REQUIRE(amin(u).item() >= 0.0);
+  REQUIRE(amax(u).item() < 1.0);
+  REQUIRE(std::abs(mean(u).item() - 0.5) < 0.01);
+  Tensor k = randint(3, 7, {10000}, kI64, &g);
+  REQUIRE(amin(k).item() == 3);
+  REQUIRE(amax(k).item() == 6);
+}
+
+TEST_CASE("printing", "[tensor]") {
+  std::string s = tensor({1, 2.5}).str();
+  REQUIRE(s.find("tensor([1.0000, 2.5000]") == 0);
+  REQUIRE(s.find("dtype=f32") != std::string::npos);
+  REQUIRE(arange(3, kI64).str().find("[0, 1, 2]") != std::string::npos);
+  std::string big = arange(5000).str();
+  REQUIRE(big.find("...") != std::string::npos);
+  REQUIRE(big.size() < 400);
+  REQUIRE(Tensor().str() == "tensor(undefined)");
+}
+
+TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
+  REQUIRE(test::error_of([] { ones({2}).item(); }).find("exactly one") != std::string::npos);
+  REQUIRE(test::error_of([] { ones({2}, kF32) + ones({2}, kF64); }).find("dtype mismatch") !=
+          std::string::npos);
+  REQUIRE(test::error_of([] { ones({2}).select(1, 0); }).find("out of range") != std::string::npos);
+  REQUIRE(test::error_of([] { Device("gpu"); }).find("unknown device") != std::string::npos);
+  REQUIRE(test::error_of([] { dtype_from_name("f8"); }).find("unknown dtype") != std::string::npos);
+  if (!cuda_available()) {
+    std::string msg = test::error_of([] { ones({2}).to(kCUDA); });
+    REQUIRE((msg.find("without CUDA") != std::string::npos ||
+             msg.find("no CUDA device") != std::string::npos));
+  }
+}
+
+TEST_CASE("the caching allocator reuses freed blocks", "[tensor][memory]") {
+  empty_cache();
+  { Tensor warm = empty({1 << 20}); }
+  MemoryStats before = memory_stats();
+  for (int i = 0; i < 10; ++i) Tensor t = empty({1 << 20});
+  MemoryStats after = memory_stats();
+  REQUIRE(after.num_system_allocs == before.num_system_allocs);
+  REQUIRE(after.num_allocs == before.num_allocs + 10);
+  REQUIRE(after.peak_allocated >= (size_t(1) << 22));
+}

@@ -1,0 +1,79 @@
+// End to end: a few training steps on the CPU whose loss must fall.
+#include "test_util.h"
+
+using namespace nn;
+
+namespace {
+// Two Gaussian blobs per class in 2-D, labels 0..2.
+data::Batch blobs(int64_t n, uint64_t seed) {
+  Generator g(seed);
+  Tensor y = randint(0, 3, {n}, kI64, &g);
+  Tensor centres = tensor({2, 0, -1, 1.7, -1, -1.7}).reshape({3, 2});
+  Tensor x = index_select(centres, y) + randn({n, 2}, kF32, &g) * 0.5;
+  return {x, y};
+}
+}  // namespace
+
+TEST_CASE("an MLP learns separable blobs with AdamW", "[train]") {
+  manual_seed(1);
+  auto net = std::make_shared<Sequential>();
+  net->push_back(std::make_shared<Linear>(2, 32));
+  net->push_back(std::make_shared<GELU>());
+  net->push_back(std::make_shared<LayerNorm>(32));
+  net->push_back(std::make_shared<Linear>(32, 3));
+  optim::AdamW opt(net->parameters(), optim::AdamWOptions(0.01));
+  auto b = blobs(256, 2);
+  double first = 0, last = 0;
+  for (int step = 0; step < 100; ++step) {
+    Tensor loss = cross_entropy(net->forward(b.data), b.target);
+    if (step == 0) first = loss.item();
+    last = loss.item();
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  REQUIRE(last < 0.5 * first);
+  NoGradGuard ng;
+  auto test = blobs(512, 3);
+  double acc = mean(eq(argmax(net->forward(test.data), 1), test.target).to(kF32)).item();
+  REQUIRE(acc > 0.9);
+}
+
+TEST_CASE("a small CNN with batch norm and pooling trains with SGD", "[train]") {
+  manual_seed(2);
+  // Images whose class is the quadrant holding a bright square.
+  Generator g(4);
+  const int64_t n = 64;
+  Tensor y = randint(0, 4, {n}, kI64, &g);
+  Tensor x = randn({n, 1, 8, 8}, kF32, &g) * 0.1;
+  {
+    auto yv = y.to_vector<int64_t>();
+    NoGradGuard ng;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t r = (yv[i] / 2) * 4, c = (yv[i] % 2) * 4;
+      Tensor patch = x.select(0, i).select(0, 0).slice(0, r, r + 4).slice(1, c, c + 4);
+      patch.add_(ones({4, 4}));
+    }
+  }
+  auto net = std::make_shared<Sequential>();
+  net->push_back(std::make_shared<Conv2d>(Conv2dOptions(1, 8, 3).padding({1, 1})));
+  net->push_back(std::make_shared<BatchNorm2d>(8));
+  net->push_back(std::make_shared<ReLU>());
+  net->push_back(std::make_shared<MaxPool2d>(2));
+  net->push_back(std::make_shared<Dropout>(0.1));
+  net->push_back(std::make_shared<AdaptiveAvgPool2d>(Size2{2, 2}));
+  net->push_back(std::make_shared<Flatten>());
+  net->push_back(std::make_shared<Linear>(32, 4));
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    Tensor loss = cross_entropy(net->forward(x), y);
+    if (step == 0) first = loss.item();
+    last = loss.item();
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  INFO("first " << first << " last " << last);
+  REQUIRE(last < 0.3 * first);
+}

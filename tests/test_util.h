@@ -1,0 +1,68 @@
+// Helpers for the tests: element-wise comparison with a readable failure, gradient checks,
+// seeded random inputs.
+#pragma once
+#include <nn/nn.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "catch.h"
+
+namespace test {
+
+using nn::Shape;
+using nn::Tensor;
+
+// Every element within atol + rtol * |expected|; on failure names the first bad element.
+inline void require_close(const Tensor& got, const Tensor& want, double rtol = 1e-5,
+                          double atol = 1e-6) {
+  INFO("shapes " << nn::shape_str(got.shape()) << " vs " << nn::shape_str(want.shape()));
+  REQUIRE(got.shape() == want.shape());
+  auto g = got.to_vector<double>();
+  auto w = want.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok = std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]) ||
+              (std::isnan(g[i]) && std::isnan(w[i]));
+    if (!ok) {
+      INFO("element " << i << ": got " << g[i] << ", expected " << w[i]);
+      REQUIRE(ok);
+    }
+  }
+}
+
+inline void require_values(const Tensor& got, const std::vector<double>& want,
+                           double tol = 1e-6) {
+  REQUIRE(got.numel() == int64_t(want.size()));
+  require_close(got, nn::tensor(want, got.shape(), nn::kF64), tol, tol);
+}
+
+// f64 CPU input with values in N(0,1) (seeded), requiring grad.
+inline Tensor rnd(const Shape& shape, uint64_t seed, bool grad = true) {
+  nn::Generator g(seed);
+  Tensor t = nn::randn(shape, nn::kF64, &g);
+  if (grad) t.requires_grad_(true);
+  return t;
+}
+
+inline void require_gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                              const std::vector<Tensor>& inputs,
+                              nn::GradcheckOptions opts = {}) {
+  auto r = nn::gradcheck(fn, inputs, opts);
+  INFO(r.message);
+  REQUIRE(r.ok);
+}
+
+// The message of the nn::Error that `f` throws ("" if it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const nn::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace test
