@@ -73,6 +73,7 @@ int run(int argc, char** argv) {
        cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads (default: OMP_NUM_THREADS or all cores)", cxxopts::value<int>())
       ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
+      ("profile", "time every backend primitive and print where the training time went")
       ("h,help", "show this help");
   auto args = apps::parse(opts, argc, argv);
   if (!args) return 0;
@@ -145,7 +146,10 @@ int run(int argc, char** argv) {
               (long long)train_set->size(), (long long)test_set->size(),
               (long long)model->num_parameters(), (long long)batch, optim_name.c_str(),
               nn::num_threads());
+  const bool profile = a.count("profile") > 0;
+  double train_wall = 0;
   for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+    if (profile) nn::profiler::enable(true);
     nn::train::Stopwatch epoch_clock;
     model->train();
     nn::train::Progress progress(nn::detail::cat("epoch ", epoch, "/", epochs),
@@ -172,6 +176,8 @@ int run(int argc, char** argv) {
     }
     progress.finish();
     const double train_seconds = epoch_clock.seconds();
+    nn::profiler::enable(false);
+    train_wall += train_seconds;
     const double train_loss = loss_sum.item() / double(std::max<int64_t>(steps, 1));
     auto [val_loss, val_acc] = apps::evaluate(*model, val_loader);
     const double seconds = epoch_clock.seconds();
@@ -193,6 +199,8 @@ int run(int argc, char** argv) {
                                  .str());
     }
   }
+  if (profile) std::printf("\nwhere the training time went (%.1f s):\n%s", train_wall,
+                          nn::profiler::report(train_wall).c_str());
   return 0;
 }
 

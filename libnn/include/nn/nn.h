@@ -11,6 +11,7 @@
 #include <nn/module.h>
 #include <nn/ops.h>
 #include <nn/optim.h>
+#include <nn/profiler.h>
 #include <nn/random.h>
 #include <nn/tensor.h>
 #include <nn/train.h>

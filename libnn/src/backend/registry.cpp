@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/profiling.h"
 
 namespace nn::backend {
 namespace {
@@ -28,7 +29,14 @@ CudaRegistry& cuda_registry() {
 }
 }  // namespace
 
+static Backend& get_unprofiled(const Device& d);
+
 Backend& get(const Device& d) {
+  Backend& b = get_unprofiled(d);
+  return profiling_enabled() ? profiled(b) : b;
+}
+
+static Backend& get_unprofiled(const Device& d) {
   if (d.is_cpu()) {
     static Backend* cpu = new CpuBackend;
     return *cpu;

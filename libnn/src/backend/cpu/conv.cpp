@@ -80,7 +80,13 @@ void col2im(const T* col, const ConvGeom& g, T* x) {
           if (ih < 0 || ih >= g.H) continue;
           const T* src = row + oh * g.OW;
           T* dst = plane + ih * g.W;
-          for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow * g.sw + off] += src[ow];
+          if (g.sw == 1) {
+            T* d = dst + off;
+#pragma omp simd
+            for (int64_t ow = ow0; ow < ow1; ++ow) d[ow] += src[ow];
+          } else {
+            for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow * g.sw + off] += src[ow];
+          }
         }
       }
 }

@@ -2,7 +2,7 @@
 // same stream the CUDA kernel draws, so a mask does not depend on threads or launch layout.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
-#include "kernels/philox.h"
+#include "backend/cpu/philox_batch.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -16,14 +16,18 @@ void CpuBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint6
     const int64_t n = x.numel(), blocks = (n + 3) / 4;
     const T scale = T(1.0 / (1.0 - p));
     const float pf = float(p);
-    parallel_for(0, blocks, kGrain / 4, [&](int64_t b, int64_t e) {
-      for (int64_t blk = b; blk < e; ++blk) {
-        float u[4];
-        rng::uniform4(seed, offset + uint64_t(blk), u);
-        for (int k = 0; k < 4 && blk * 4 + k < n; ++k) {
-          int64_t i = blk * 4 + k;
-          pm[i] = u[k] >= pf;
-          po[i] = pm[i] ? px[i] * scale : T(0);
+    // Threads take whole batches of counters; element i uses counter offset + i / 4.
+    const int64_t batches = (blocks + kPhiloxBatch - 1) / kPhiloxBatch;
+    parallel_for(0, batches, std::max<int64_t>(1, kGrain / (4 * kPhiloxBatch)), [&](int64_t b, int64_t e) {
+      uint32_t r[4][kPhiloxBatch];
+      for (int64_t bt = b; bt < e; ++bt) {
+        const int64_t blk0 = bt * kPhiloxBatch;
+        philox_batch(seed, offset + uint64_t(blk0), r);
+        const int64_t i0 = blk0 * 4, n_here = std::min<int64_t>(4 * kPhiloxBatch, n - i0);
+        for (int64_t j = 0; j < n_here; ++j) {
+          bool keep = rng::to_uniform(r[j % 4][j / 4]) >= pf;
+          pm[i0 + j] = keep;
+          po[i0 + j] = keep ? px[i0 + j] * scale : T(0);
         }
       }
     });

@@ -17,12 +17,35 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indice
     const T* px = x.data<T>();
     T* po = out.data<T>();
     int64_t* pi = indices.data<int64_t>();
+    const bool simple2x2 = p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 &&
+                           p.stride[1] == 2 && p.padding[0] == 0 && p.padding[1] == 0 &&
+                           p.dilation[0] == 1 && p.dilation[1] == 1;
     parallel_for(0, planes, std::max<int64_t>(1, kGrain / (H * W + 1)), [&](int64_t b, int64_t e) {
       for (int64_t pl = b; pl < e; ++pl) {
         const T* in = px + pl * H * W;
+        T* o = po + pl * OH * OW;
+        int64_t* oi = pi + pl * OH * OW;
+        if (simple2x2) {
+          // The common case, without window arithmetic; a NaN wins as in the general path.
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const T* r0 = in + 2 * oh * W;
+            const T* r1 = r0 + W;
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              int64_t c = 2 * ow;
+              T best = r0[c];
+              int64_t arg = 2 * oh * W + c;
+              if (r0[c + 1] > best || r0[c + 1] != r0[c + 1]) { best = r0[c + 1]; arg = 2 * oh * W + c + 1; }
+              if (r1[c] > best || r1[c] != r1[c]) { best = r1[c]; arg = (2 * oh + 1) * W + c; }
+              if (r1[c + 1] > best || r1[c + 1] != r1[c + 1]) { best = r1[c + 1]; arg = (2 * oh + 1) * W + c + 1; }
+              o[oh * OW + ow] = best;
+              oi[oh * OW + ow] = arg;
+            }
+          }
+          continue;
+        }
         for (int64_t oh = 0; oh < OH; ++oh)
           for (int64_t ow = 0; ow < OW; ++ow) {
-            T best = -std::numeric_limits<T>::infinity();
+            T best = T(0);
             int64_t arg = -1;
             for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
               int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
@@ -31,16 +54,16 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indice
                 int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
                 if (iw < 0 || iw >= W) continue;
                 T v = in[ih * W + iw];
-                if (v > best || std::isnan(v) || arg < 0) {
+                // the first element, a larger one, or a NaN (nothing compares above a NaN,
+                // so once taken it stays)
+                if (arg < 0 || v > best || v != v) {
                   best = v;
                   arg = ih * W + iw;
-                  if (std::isnan(v)) goto done;
                 }
               }
             }
-          done:
-            po[(pl * OH + oh) * OW + ow] = best;
-            pi[(pl * OH + oh) * OW + ow] = arg;
+            o[oh * OW + ow] = best;
+            oi[oh * OW + ow] = arg;
           }
       }
     });

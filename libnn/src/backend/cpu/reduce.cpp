@@ -43,78 +43,137 @@ inline bool better_min(T v, T m) {
   else return v < m;
 }
 
+// Sum (in Acc) or extremum of a contiguous run of n elements.
 template <typename T>
-T reduce_row(ReduceOp op, const T* p, int64_t n) {
-  if (op == ReduceOp::sum || op == ReduceOp::mean) {
-    Acc<T> acc = 0;
+Acc<T> run_sum(const T* p, int64_t n) {
+  Acc<T> acc = 0;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < n; ++i) acc += Acc<T>(p[i]);
-    return op == ReduceOp::mean ? T(double(acc) / double(n)) : T(acc);
-  }
-  T m = p[0];
-  if (op == ReduceOp::max) {
-    for (int64_t i = 1; i < n; ++i) if (better_max(p[i], m)) m = p[i];
+  for (int64_t i = 0; i < n; ++i) acc += Acc<T>(p[i]);
+  return acc;
+}
+template <typename T>
+T run_extremum(bool max_, const T* p, int64_t n, T m) {
+  if (max_) {
+    for (int64_t i = 0; i < n; ++i) if (better_max(p[i], m)) m = p[i];
   } else {
-    for (int64_t i = 1; i < n; ++i) if (better_min(p[i], m)) m = p[i];
+    for (int64_t i = 0; i < n; ++i) if (better_min(p[i], m)) m = p[i];
   }
   return m;
+}
+
+// x contiguous, seen as (A, K, B): reduce over A and B, keep K. Threads split K when it is
+// large, else A (with per-thread partials combined at the end).
+template <typename T>
+void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out) {
+  const bool sum_like = op == ReduceOp::sum || op == ReduceOp::mean;
+  const bool max_ = op == ReduceOp::max;
+  const double count = double(A) * double(B);
+  const int nt = omp_get_max_threads();
+  auto finish = [&](int64_t k, Acc<T> acc) {
+    out[k] = op == ReduceOp::mean ? T(double(acc) / count) : T(acc);
+  };
+  // partial reduction of rows [a0, a1) for outputs [k0, k1)
+  auto block = [&](int64_t a0, int64_t a1, int64_t k0, int64_t k1, Acc<T>* acc, T* ext) {
+    for (int64_t a = a0; a < a1; ++a) {
+      const T* row = x + (a * K + k0) * B;
+      if (B == 1) {
+        if (sum_like) {
+#pragma omp simd
+          for (int64_t k = 0; k < k1 - k0; ++k) acc[k] += Acc<T>(row[k]);
+        } else {
+          for (int64_t k = 0; k < k1 - k0; ++k) ext[k] = run_extremum(max_, row + k, 1, ext[k]);
+        }
+      } else {
+        for (int64_t k = 0; k < k1 - k0; ++k) {
+          if (sum_like) acc[k] += run_sum(row + k * B, B);
+          else ext[k] = run_extremum(max_, row + k * B, B, ext[k]);
+        }
+      }
+    }
+  };
+  auto init_ext = [&](int64_t k) { return x[k * B]; };  // element (0, k, 0) seeds max/min
+  if (K >= 4 * nt || A * K * B < kGrain) {
+    parallel_for(0, K, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, A * B)), [&](int64_t k0, int64_t k1) {
+      std::vector<Acc<T>> acc(k1 - k0, 0);
+      std::vector<T> ext(k1 - k0);
+      for (int64_t k = k0; k < k1; ++k) ext[k - k0] = init_ext(k);
+      block(0, A, k0, k1, acc.data(), ext.data());
+      for (int64_t k = k0; k < k1; ++k)
+        if (sum_like) finish(k, acc[k - k0]);
+        else out[k] = ext[k - k0];
+    });
+    return;
+  }
+  std::vector<std::vector<Acc<T>>> acc(nt, std::vector<Acc<T>>(K, 0));
+  std::vector<std::vector<T>> ext(nt, std::vector<T>(K));
+  for (auto& e : ext) for (int64_t k = 0; k < K; ++k) e[k] = init_ext(k);
+  if (A >= nt) {
+    parallel_for(0, A, 1, [&](int64_t a0, int64_t a1) {
+      int t = omp_get_thread_num();
+      block(a0, a1, 0, K, acc[t].data(), ext[t].data());
+    });
+  } else {
+    // Few, long rows (e.g. a full reduction of a vector): split B.
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t k = 0; k < K; ++k) {
+        const T* row = x + (a * K + k) * B;
+        parallel_for(0, B, kGrain, [&](int64_t b0, int64_t b1) {
+          int t = omp_get_thread_num();
+          if (sum_like) acc[t][k] += run_sum(row + b0, b1 - b0);
+          else ext[t][k] = run_extremum(max_, row + b0, b1 - b0, ext[t][k]);
+        });
+      }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    if (sum_like) {
+      Acc<T> s = 0;
+      for (int t = 0; t < nt; ++t) s += acc[t][k];
+      finish(k, s);
+    } else {
+      T m = ext[0][k];
+      for (int t = 1; t < nt; ++t) m = run_extremum(max_, &ext[t][k], 1, m);
+      out[k] = m;
+    }
+  }
 }
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) {
   dispatch_numeric(x.dtype(), "reduce", [&]<typename T>() {
-    const int64_t outer = out.numel();
-    const int64_t inner = outer == 0 ? 0 : x.numel() / outer;
+    const int64_t K = out.numel();
+    const int64_t total = x.numel();
     T* po = out.data<T>();
-    if (inner == 0) {  // reducing an empty dim: sum 0, mean nan, max/min undefined
-      NN_CHECK(op == ReduceOp::sum || op == ReduceOp::mean,
+    if (total == 0 || K == 0) {  // reducing an empty dim: sum 0, mean nan
+      NN_CHECK(op == ReduceOp::sum || op == ReduceOp::mean || K == 0,
                "max/min of an empty tensor (shape ", shape_str(x.shape()), ")");
       T v = op == ReduceOp::sum ? T(0) : T(std::numeric_limits<double>::quiet_NaN());
-      for (int64_t i = 0; i < outer; ++i) po[i] = v;
+      for (int64_t i = 0; i < K; ++i) po[i] = v;
       return;
     }
-    // Leading dims reduced on a contiguous tensor: sum columns without a transpose.
-    bool leading = x.is_contiguous() && (op == ReduceOp::sum || op == ReduceOp::mean);
-    for (size_t i = 0; i < dims.size() && leading; ++i) leading = dims[i] == int64_t(i);
-    if (leading) {
-      const T* px = static_cast<const T*>(x.data_ptr());
-      parallel_for(0, outer, std::max<int64_t>(16, kGrain / inner), [&](int64_t b, int64_t e) {
-        std::vector<Acc<T>> acc(e - b, 0);
-        for (int64_t r = 0; r < inner; ++r) {
-          const T* row = px + r * outer;
-          for (int64_t k = b; k < e; ++k) acc[k - b] += Acc<T>(row[k]);
-        }
-        for (int64_t k = b; k < e; ++k)
-          po[k] = op == ReduceOp::mean ? T(double(acc[k - b]) / double(inner)) : T(acc[k - b]);
-      });
+    // Without a copy when x is contiguous and its kept dims are adjacent: (A, K, B).
+    std::vector<bool> red(x.dim(), false);
+    for (int64_t d : dims) red[d] = true;
+    int64_t first_kept = -1, last_kept = -1;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (!red[d] && x.shape()[d] != 1) {
+        if (first_kept < 0) first_kept = d;
+        last_kept = d;
+      }
+    bool adjacent = true;
+    for (int64_t d = first_kept; d >= 0 && d <= last_kept; ++d)
+      if (red[d] && x.shape()[d] != 1) adjacent = false;
+    if (x.is_contiguous() && adjacent) {
+      int64_t A = 1, B = 1;
+      for (int64_t d = 0; d < x.dim(); ++d) {
+        if (first_kept >= 0 && d > last_kept) B *= x.shape()[d];
+        else if (first_kept < 0 || d < first_kept) A *= x.shape()[d];
+      }
+      if (K == 1) { A = 1; B = total; }  // one output: a single contiguous run
+      reduce_akb<T>(op, static_cast<const T*>(x.data_ptr()), A, K, B, po);
       return;
     }
-    Tensor xc = move_dims_last(*this, x, dims);
-    const T* px = static_cast<const T*>(xc.data_ptr());
-    if (outer >= omp_get_max_threads() || inner < kGrain) {
-      parallel_for(0, outer, std::max<int64_t>(1, kGrain / inner), [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o) po[o] = reduce_row(op, px + o * inner, inner);
-      });
-      return;
-    }
-    // Few long rows: split each row across threads, then combine the partials.
-    for (int64_t o = 0; o < outer; ++o) {
-      const T* row = px + o * inner;
-      int nt = omp_get_max_threads();
-      std::vector<T> part(nt);
-      std::vector<int64_t> cnt(nt, 0);
-      parallel_for(0, inner, kGrain, [&](int64_t b, int64_t e) {
-        int t = omp_get_thread_num();
-        ReduceOp sub = op == ReduceOp::mean ? ReduceOp::sum : op;
-        part[t] = reduce_row(sub, row + b, e - b);
-        cnt[t] = e - b;
-      });
-      std::vector<T> live;
-      for (int t = 0; t < nt; ++t) if (cnt[t]) live.push_back(part[t]);
-      ReduceOp comb = op == ReduceOp::mean ? ReduceOp::sum : op;
-      T r = reduce_row(comb, live.data(), int64_t(live.size()));
-      po[o] = op == ReduceOp::mean ? T(double(r) / double(inner)) : r;
-    }
+    Tensor xc = move_dims_last(*this, x, dims);  // (K, B)
+    reduce_akb<T>(op, static_cast<const T*>(xc.data_ptr()), 1, K, total / K, po);
   });
 }
 

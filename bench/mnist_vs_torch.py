@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Trains the MNIST models with libnn (apps/mnist_train) and with PyTorch
+(bench/peers/mnist_torch.py) back to back on the same device, threads, batch, optimizer and
+epochs, and prints time, samples/s, accuracy and the libnn/PyTorch throughput ratio.
+
+  bench/mnist_vs_torch.py --device cpu --threads 2 --epochs 3
+  TORCH_PYTHON=/opt/torchpeer/bin/python bench/mnist_vs_torch.py --models cnn
+
+Results are also written as JSON (--out) for bench/report."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_lines(cmd, env=None):
+    """Runs cmd, echoing stderr; returns the JSON objects it printed on stdout."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"mnist_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}{p.stdout}")
+    sys.stderr.write(p.stderr)
+    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+
+
+def summarise(rows):
+    return {"epochs": len(rows), "seconds": sum(r["seconds"] for r in rows),
+            "samples_per_second": sum(r["samples_per_second"] for r in rows) / len(rows),
+            "val_accuracy": rows[-1]["val_accuracy"], "train_loss": rows[-1]["train_loss"],
+            "per_epoch": rows}
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
+    ap.add_argument("--dataset", default="fashion-mnist", choices=["mnist", "fashion-mnist"])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--train-samples", type=int, default=0)
+    ap.add_argument("--app", default=os.path.join(ROOT, "build", "bin", "mnist_train"))
+    ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
+                    help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    a = ap.parse_args()
+    data_dir = a.data_dir or ("/usr/share/datasets/fashion-mnist" if a.dataset == "fashion-mnist"
+                              else os.path.join(ROOT, "data", "mnist"))
+    torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True)
+    if torch_version.returncode != 0:
+        sys.exit(f"mnist_vs_torch: {a.python} cannot import torch; set TORCH_PYTHON or --python")
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--device", a.device,
+              "--threads", str(a.threads), "--data-dir", data_dir,
+              "--train-samples", str(a.train_samples)]
+    results = {"date": datetime.date.today().isoformat(), "host_cpu": cpu_name(),
+               "threads": a.threads, "device": a.device, "dataset": a.dataset,
+               "torch": torch_version.stdout.strip(), "runs": []}
+    for model in a.models.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = os.path.join(tmp, "m.jsonl")
+            run_lines([a.app, "--model", model, "--dataset", a.dataset, "--metrics", metrics] + common, env)
+            ours = summarise([json.loads(l) for l in open(metrics)])
+        theirs = summarise(run_lines([a.python, os.path.join(ROOT, "bench", "peers", "mnist_torch.py"),
+                                      "--model", model] + common, env))
+        results["runs"].append({"model": model, "libnn": ours, "pytorch": theirs,
+                                "ratio": ours["samples_per_second"] / theirs["samples_per_second"]})
+    print(f"\n{a.dataset} on {a.device} ({results['host_cpu']}, {a.threads} threads), "
+          f"batch {a.batch_size}, {a.epochs} epochs, PyTorch {results['torch']}, {results['date']}")
+    print(f"{'model':6} {'impl':8} {'seconds':>8} {'samples/s':>10} {'val acc':>8}  libnn/PyTorch")
+    for r in results["runs"]:
+        for impl in ("libnn", "pytorch"):
+            s = r[impl]
+            ratio = f"{r['ratio']:.2f}x" if impl == "libnn" else ""
+            print(f"{r['model']:6} {impl:8} {s['seconds']:8.1f} {s['samples_per_second']:10.0f} "
+                  f"{100 * s['val_accuracy']:7.2f}%  {ratio}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

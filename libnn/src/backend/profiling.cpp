@@ -1,0 +1,287 @@
+// The profiling backend: forwards every primitive to the real backend and times it.
+#include "backend/profiling.h"
+
+#include <nn/profiler.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+namespace nn::backend {
+namespace {
+
+std::atomic<bool> g_enabled{false};
+
+struct Totals {
+  std::mutex mu;
+  std::map<std::string, profiler::Entry> by_name;
+};
+Totals& totals() {
+  static auto* t = new Totals;
+  return *t;
+}
+
+std::string unary_name(UnaryOp op, bool backward = false) {
+  static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "square", "relu",
+                                "gelu", "tanh", "sigmoid", "add_scalar", "mul_scalar",
+                                "pow_scalar", "rsub_scalar", "rdiv_scalar", "clamp"};
+  return std::string(backward ? "unary_backward." : "unary.") + names[int(op)];
+}
+std::string binary_name(BinaryOp op) {
+  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
+                                "eq", "ne", "lt", "le", "gt", "ge"};
+  return std::string("binary.") + names[int(op)];
+}
+std::string reduce_name(ReduceOp op) {
+  static const char* names[] = {"sum", "mean", "max", "min"};
+  return std::string("reduce.") + names[int(op)];
+}
+
+class ProfilingBackend final : public Backend {
+ public:
+  explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
+
+  // Times one call; on a GPU waits for the device so the time is the kernel's.
+  struct Timer {
+    Timer(ProfilingBackend& b, std::string name, const char* family)
+        : b_(b), name_(std::move(name)), family_(family), t0_(std::chrono::steady_clock::now()) {}
+    ~Timer() {
+      if (!b_.inner_.device().is_cpu()) b_.inner_.synchronize();
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      auto& t = totals();
+      std::lock_guard<std::mutex> lock(t.mu);
+      auto& e = t.by_name[name_];
+      e.name = name_;
+      e.family = family_;
+      e.calls++;
+      e.seconds += s;
+    }
+    ProfilingBackend& b_;
+    std::string name_;
+    const char* family_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
+  Device device() const override { return inner_.device(); }
+  void* allocate(size_t nbytes) override { return inner_.allocate(nbytes); }
+  void deallocate(void* p, size_t nbytes) override { return inner_.deallocate(p, nbytes); }
+  MemoryStats memory_stats() const override { return inner_.memory_stats(); }
+  void empty_cache() override { return inner_.empty_cache(); }
+  void synchronize() override { return inner_.synchronize(); }
+  void upload(const void* host, Tensor& dst) override {
+    Timer t(*this, "upload", "memory");
+    inner_.upload(host, dst);
+  }
+  void download(const Tensor& src, void* host) override {
+    Timer t(*this, "download", "memory");
+    inner_.download(src, host);
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    Timer t(*this, "copy", "elementwise");
+    inner_.copy(src, dst);
+  }
+  void fill(Tensor& dst, double value) override {
+    Timer t(*this, "fill", "elementwise");
+    inner_.fill(dst, value);
+  }
+  void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed, uint64_t offset) override {
+    Timer t(*this, "fill_random", "elementwise");
+    inner_.fill_random(dst, kind, a, b, seed, offset);
+  }
+  void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override {
+    Timer t(*this, unary_name(op), "elementwise");
+    inner_.unary(op, x, out, a, b);
+  }
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, Tensor& grad_x) override {
+    Timer t(*this, unary_name(op, true), "elementwise");
+    inner_.unary_backward(op, grad, x, y, grad_x);
+  }
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
+    Timer t(*this, binary_name(op), "elementwise");
+    inner_.binary(op, a, b, out);
+  }
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override {
+    Timer t(*this, "where", "elementwise");
+    inner_.where(cond, a, b, out);
+  }
+  void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override {
+    Timer t(*this, reduce_name(op), "reduce");
+    inner_.reduce(op, x, dims, out);
+  }
+  void argmax(const Tensor& x, int64_t dim, Tensor& out) override {
+    Timer t(*this, "argmax", "reduce");
+    inner_.argmax(x, dim, out);
+  }
+  void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override {
+    Timer t(*this, "gemm", "matmul");
+    inner_.gemm(a, b, out, alpha, beta);
+  }
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, const Conv2dParams& p) override {
+    Timer t(*this, "conv2d_forward", "conv");
+    inner_.conv2d_forward(x, w, bias, out, p);
+  }
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x, const Conv2dParams& p) override {
+    Timer t(*this, "conv2d_backward_input", "conv");
+    inner_.conv2d_backward_input(grad_out, w, grad_x, p);
+  }
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w, const Conv2dParams& p) override {
+    Timer t(*this, "conv2d_backward_weight", "conv");
+    inner_.conv2d_backward_weight(grad_out, x, grad_w, p);
+  }
+  void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dParams& p) override {
+    Timer t(*this, "max_pool2d_forward", "pool");
+    inner_.max_pool2d_forward(x, out, indices, p);
+  }
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) override {
+    Timer t(*this, "max_pool2d_backward", "pool");
+    inner_.max_pool2d_backward(grad_out, indices, grad_x);
+  }
+  void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) override {
+    Timer t(*this, "avg_pool2d_forward", "pool");
+    inner_.avg_pool2d_forward(x, out, p);
+  }
+  void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x, const Pool2dParams& p) override {
+    Timer t(*this, "avg_pool2d_backward", "pool");
+    inner_.avg_pool2d_backward(grad_out, grad_x, p);
+  }
+  void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) override {
+    Timer t(*this, "adaptive_avg_pool2d_forward", "pool");
+    inner_.adaptive_avg_pool2d_forward(x, out);
+  }
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override {
+    Timer t(*this, "adaptive_avg_pool2d_backward", "pool");
+    inner_.adaptive_avg_pool2d_backward(grad_out, grad_x);
+  }
+  void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) override {
+    Timer t(*this, "softmax_forward", "softmax");
+    inner_.softmax_forward(x, dim, log, out);
+  }
+  void softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log, Tensor& grad_x) override {
+    Timer t(*this, "softmax_backward", "softmax");
+    inner_.softmax_backward(grad, y, dim, log, grad_x);
+  }
+  void cross_entropy_forward(const Tensor& logits, const Tensor& target, double smoothing, int64_t ignore_index, Tensor& loss, Tensor& lse) override {
+    Timer t(*this, "cross_entropy_forward", "loss");
+    inner_.cross_entropy_forward(logits, target, smoothing, ignore_index, loss, lse);
+  }
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& lse, double smoothing, int64_t ignore_index, Tensor& grad_logits) override {
+    Timer t(*this, "cross_entropy_backward", "loss");
+    inner_.cross_entropy_backward(grad_loss, logits, target, lse, smoothing, ignore_index, grad_logits);
+  }
+  void dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& mask) override {
+    Timer t(*this, "dropout_forward", "dropout");
+    inner_.dropout_forward(x, p, seed, offset, out, mask);
+  }
+  void dropout_backward(const Tensor& grad, const Tensor& mask, double p, Tensor& grad_x) override {
+    Timer t(*this, "dropout_backward", "dropout");
+    inner_.dropout_backward(grad, mask, p, grad_x);
+  }
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) override {
+    Timer t(*this, "batch_norm_forward", "norm");
+    inner_.batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
+  }
+  void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, bool training, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
+    Timer t(*this, "batch_norm_backward", "norm");
+    inner_.batch_norm_backward(grad, x, weight, save_mean, save_invstd, training, grad_x, grad_weight, grad_bias);
+  }
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& out, Tensor& mean, Tensor& rstd) override {
+    Timer t(*this, "layer_norm_forward", "norm");
+    inner_.layer_norm_forward(x, weight, bias, eps, out, mean, rstd);
+  }
+  void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
+    Timer t(*this, "layer_norm_backward", "norm");
+    inner_.layer_norm_backward(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
+  }
+  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override {
+    Timer t(*this, "gather_rows", "embedding");
+    inner_.gather_rows(src, index, out);
+  }
+  void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index, Tensor& out) override {
+    Timer t(*this, "scatter_add_rows", "embedding");
+    inner_.scatter_add_rows(grad, index, skip_index, out);
+  }
+  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum, double dampening, double weight_decay, bool nesterov, bool first_step) override {
+    Timer t(*this, "sgd_step", "optim");
+    inner_.sgd_step(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, first_step);
+  }
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) override {
+    Timer t(*this, "adamw_step", "optim");
+    inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step);
+  }
+
+ private:
+  Backend& inner_;
+};
+
+}  // namespace
+
+Backend& profiled(Backend& inner) {
+  static std::mutex mu;
+  static auto* wrappers = new std::map<Backend*, std::unique_ptr<ProfilingBackend>>;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& w = (*wrappers)[&inner];
+  if (!w) w = std::make_unique<ProfilingBackend>(inner);
+  return *w;
+}
+
+bool profiling_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+}  // namespace nn::backend
+
+namespace nn::profiler {
+
+void enable(bool on) { backend::g_enabled = on; }
+bool enabled() { return backend::g_enabled; }
+void reset() {
+  auto& t = backend::totals();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.by_name.clear();
+}
+
+std::vector<Entry> entries() {
+  auto& t = backend::totals();
+  std::lock_guard<std::mutex> lock(t.mu);
+  std::vector<Entry> v;
+  for (auto& [n, e] : t.by_name) v.push_back(e);
+  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.seconds > b.seconds; });
+  return v;
+}
+
+std::string report(double wall) {
+  auto v = entries();
+  std::map<std::string, double> fam;
+  double total = 0;
+  for (auto& e : v) {
+    fam[e.family] += e.seconds;
+    total += e.seconds;
+  }
+  std::vector<std::pair<std::string, double>> fams(fam.begin(), fam.end());
+  std::sort(fams.begin(), fams.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::ostringstream os;
+  char buf[160];
+  auto pct = [&](double s) { return wall > 0 ? 100.0 * s / wall : 100.0 * s / std::max(total, 1e-12); };
+  os << "family               seconds   share\n";
+  for (auto& [f, s] : fams) {
+    std::snprintf(buf, sizeof buf, "%-18s %9.3f  %5.1f%%\n", f.c_str(), s, pct(s));
+    os << buf;
+  }
+  if (wall > 0) {
+    std::snprintf(buf, sizeof buf, "%-18s %9.3f  %5.1f%%\n", "outside primitives",
+                  std::max(0.0, wall - total), pct(std::max(0.0, wall - total)));
+    os << buf;
+  }
+  os << "\nprimitive                          calls   seconds   share\n";
+  for (auto& e : v) {
+    std::snprintf(buf, sizeof buf, "%-32s %8lld %9.3f  %5.1f%%\n", e.name.c_str(),
+                  (long long)e.calls, e.seconds, pct(e.seconds));
+    os << buf;
+  }
+  return os.str();
+}
+
+}  // namespace nn::profiler

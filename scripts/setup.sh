@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Sets libnn up on a Debian machine: installs the packages it needs (only those missing;
+# with sudo when not root) and builds everything into build/ (Release).
+#
+#   scripts/setup.sh            # packages + build
+#   BUILD_DIR=out scripts/setup.sh
+#   LIBNN_CMAKE_ARGS="-DLIBNN_WITH_CUDA=OFF" scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config python3
+  libeigen3-dev catch2 libcxxopts-dev zlib1g-dev
+  dataset-fashion-mnist   # Fashion-MNIST in /usr/share/datasets/fashion-mnist: offline data
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The CUDA toolkit is optional: used when nvcc is on PATH or in /usr/local/cuda.
+if ! command -v nvcc > /dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+cuda_args=()
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+  cuda_args+=(-DCMAKE_CUDA_ARCHITECTURES=native)  # build for the GPUs in this machine
+elif [[ -z "${CMAKE_CUDA_ARCHITECTURES:-}" ]]; then
+  cuda_args+=(-DCMAKE_CUDA_ARCHITECTURES=90)      # no GPU here: compile for Hopper only
+fi
+
+build_dir=${BUILD_DIR:-build}
+launcher=()
+if command -v ccache > /dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${cuda_args[@]}" \
+      ${LIBNN_CMAKE_ARGS:-}
+cmake --build "$build_dir" -j "$(nproc)"
+echo "setup: built into $build_dir/ (programs in $build_dir/bin)"
