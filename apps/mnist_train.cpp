@@ -4,6 +4,7 @@
 
 #include <cxxopts.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -66,6 +67,10 @@ int run(int argc, char** argv) {
        cxxopts::value<double>())
       ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
       ("weight-decay", "weight decay (default: 0; 0.01 for adamw)", cxxopts::value<double>())
+      ("lr-schedule", "cosine (decay to 0 over the run, per step) or constant",
+       cxxopts::value<std::string>()->default_value("cosine"))
+      ("normalize", "standardise pixels with the training set's mean and std (else [0, 1])",
+       cxxopts::value<bool>()->default_value("true"))
       ("train-samples", "use only the first N training samples (0: all)",
        cxxopts::value<int64_t>()->default_value("0"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
@@ -85,6 +90,8 @@ int run(int argc, char** argv) {
   apps::check_choice("model", model_name, {"cnn", "mlp"});
   const std::string optim_name = a["optimizer"].as<std::string>();
   apps::check_choice("optimizer", optim_name, {"adam", "adamw", "sgd"});
+  const std::string schedule = a["lr-schedule"].as<std::string>();
+  apps::check_choice("lr-schedule", schedule, {"cosine", "constant"});
   const int64_t epochs = a["epochs"].as<int64_t>(), batch = a["batch-size"].as<int64_t>();
   apps::check_positive("epochs", epochs);
   apps::check_positive("batch-size", batch);
@@ -109,10 +116,17 @@ int run(int argc, char** argv) {
     train_set = std::make_shared<nn::data::TensorDataset>(train_set->data().slice(0, 0, n),
                                                           train_set->target().slice(0, 0, n));
   }
+  nn::Tensor train_x = train_set->data(), test_x = test_set->data();
+  if (a["normalize"].as<bool>()) {
+    nn::NoGradGuard ng;
+    double mean = nn::mean(train_x).item(), std = std::sqrt(nn::var(train_x).item());
+    train_x = nn::mul(nn::add(train_x, -mean), 1.0 / std);
+    test_x = nn::mul(nn::add(test_x, -mean), 1.0 / std);
+  }
   // The whole data set lives on the training device (47 MB for MNIST).
-  train_set = std::make_shared<nn::data::TensorDataset>(train_set->data().to(device),
+  train_set = std::make_shared<nn::data::TensorDataset>(train_x.to(device),
                                                         train_set->target().to(device));
-  test_set = std::make_shared<nn::data::TensorDataset>(test_set->data().to(device),
+  test_set = std::make_shared<nn::data::TensorDataset>(test_x.to(device),
                                                        test_set->target().to(device));
 
   auto model = model_name == "cnn" ? keras_cnn() : keras_mlp();
@@ -139,6 +153,10 @@ int run(int argc, char** argv) {
   vo.shuffle = false;
   vo.batch_size = 1000;
   nn::data::DataLoader val_loader(test_set, vo);
+  std::unique_ptr<nn::optim::LRScheduler> scheduler;
+  if (schedule == "cosine")
+    scheduler = std::make_unique<nn::optim::CosineLR>(*optimizer, 0,
+                                                      epochs * train_loader.num_batches());
 
   std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
               "batch %lld, %s, %d threads\n",
@@ -161,6 +179,7 @@ int run(int argc, char** argv) {
       optimizer->zero_grad();
       loss.backward();
       optimizer->step();
+      if (scheduler) scheduler->step();
       {
         nn::NoGradGuard ng;
         loss_sum = nn::add(loss_sum, loss.detach());

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch peer of apps/mnist_train: the same Keras CNN/MLP, data, batch size, optimizer
-(Adam, lr 1e-3 by default), epochs and thread count, so the two can be timed side by side.
+(Adam, lr 1e-3 with cosine decay by default, inputs standardised), epochs and thread count, so the two can be timed side by side.
 Prints one JSON object per epoch with the fields mnist_train --metrics writes."""
 import argparse
 import gzip
@@ -65,7 +65,8 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
+    ap.add_argument("--normalize", default="true", choices=["true", "false"])
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -75,10 +76,16 @@ def main():
     xte, yte = load(a.data_dir, "t10k")
     if a.train_samples:
         xtr, ytr = xtr[:a.train_samples], ytr[:a.train_samples]
+    if a.normalize == "true":  # the training set's own mean and std, as mnist_train does
+        mean, std = xtr.mean().item(), xtr.std().item()
+        xtr, xte = (xtr - mean) / std, (xte - mean) / std
     xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
     model = (keras_cnn() if a.model == "cnn" else keras_mlp()).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     n = xtr.shape[0]
+    steps_total = a.epochs * ((n + a.batch_size - 1) // a.batch_size)
+    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps_total)
+             if a.lr_schedule == "cosine" else None)
     print(f"mnist_torch: torch {torch.__version__}, {a.model} on {dev}, {n} samples, "
           f"{torch.get_num_threads()} threads", file=sys.stderr)
     for epoch in range(1, a.epochs + 1):
@@ -93,6 +100,8 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if sched:
+                sched.step()
             loss_sum += loss.detach()
             steps += 1
         train_loss = loss_sum.item() / steps

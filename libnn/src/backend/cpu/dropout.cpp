@@ -20,14 +20,21 @@ void CpuBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint6
     const int64_t batches = (blocks + kPhiloxBatch - 1) / kPhiloxBatch;
     parallel_for(0, batches, std::max<int64_t>(1, kGrain / (4 * kPhiloxBatch)), [&](int64_t b, int64_t e) {
       uint32_t r[4][kPhiloxBatch];
+      float u[4 * kPhiloxBatch];
       for (int64_t bt = b; bt < e; ++bt) {
         const int64_t blk0 = bt * kPhiloxBatch;
         philox_batch(seed, offset + uint64_t(blk0), r);
+        for (int lane = 0; lane < 4; ++lane)
+          for (int k = 0; k < kPhiloxBatch; ++k) u[4 * k + lane] = rng::to_uniform(r[lane][k]);
         const int64_t i0 = blk0 * 4, n_here = std::min<int64_t>(4 * kPhiloxBatch, n - i0);
+        const T* xi = px + i0;
+        T* oi = po + i0;
+        uint8_t* mi = pm + i0;
+#pragma omp simd
         for (int64_t j = 0; j < n_here; ++j) {
-          bool keep = rng::to_uniform(r[j % 4][j / 4]) >= pf;
-          pm[i0 + j] = keep;
-          po[i0 + j] = keep ? px[i0 + j] * scale : T(0);
+          bool keep = u[j] >= pf;
+          mi[j] = keep;
+          oi[j] = keep ? xi[j] * scale : T(0);
         }
       }
     });
