@@ -9,19 +9,13 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/ops.h"
+
 namespace nn::backend {
 
-enum class UnaryOp {
-  neg, exp, log, sqrt, rsqrt, abs, square, relu, gelu, tanh, sigmoid,
-  add_scalar,  // x + a
-  mul_scalar,  // x * a
-  pow_scalar,  // x ^ a
-  rsub_scalar, // a - x
-  rdiv_scalar, // a / x
-  clamp,       // min(max(x, a), b)
-};
-enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
-enum class ReduceOp { sum, mean, max, min };
+using kernels::BinaryOp;
+using kernels::ReduceOp;
+using kernels::UnaryOp;
 enum class RandomKind { uniform, normal };
 
 using nn::MemoryStats;
@@ -131,13 +125,23 @@ class Backend {
   virtual void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                                 Tensor& out) = 0;
 
-  // ---- optim: fused update steps, in place --------------------------------------------------
-  virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
-                        double momentum, double dampening, double weight_decay, bool nesterov,
-                        bool first_step) = 0;
-  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                          Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                          double weight_decay, int64_t step) = 0;
+  // ---- optim: fused multi-tensor update steps, in place ------------------------------------
+  // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD
+  // and AdamW define the step; per-slot weight decay (parameter groups) and step counts.
+  struct SgdSlot {
+    Tensor param, grad, momentum;  // momentum undefined when momentum == 0
+    double weight_decay = 0;
+    bool first_step = false;       // momentum buffer = d on a parameter's first step
+  };
+  virtual void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
+                        double dampening, bool nesterov) = 0;
+  struct AdamWSlot {
+    Tensor param, grad, exp_avg, exp_avg_sq;
+    double weight_decay = 0;
+    int64_t step = 1;  // this parameter's step count, for bias correction
+  };
+  virtual void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+                          double eps) = 0;
 };
 
 // The backend for a device; throws nn::Error when the device cannot be used.

@@ -205,13 +205,15 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "scatter_add_rows", "embedding");
     inner_.scatter_add_rows(grad, index, skip_index, out);
   }
-  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum, double dampening, double weight_decay, bool nesterov, bool first_step) override {
+  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+                bool nesterov) override {
     Timer t(*this, "sgd_step", "optim");
-    inner_.sgd_step(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, first_step);
+    inner_.sgd_step(slots, lr, momentum, dampening, nesterov);
   }
-  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) override {
+  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+                  double eps) override {
     Timer t(*this, "adamw_step", "optim");
-    inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step);
+    inner_.adamw_step(slots, lr, beta1, beta2, eps);
   }
 
  private:

@@ -4,6 +4,7 @@
 #include <nn/optim.h>
 
 #include <cmath>
+#include <map>
 
 #include "backend/backend.h"
 
@@ -21,6 +22,14 @@ const Tensor* find(const NamedTensors& s, const std::string& name) {
   return nullptr;
 }
 Tensor scalar_state(double v) { return full({}, v, kF64); }
+// The gradient as the update kernels read it: contiguous, on the parameter's device and dtype.
+Tensor grad_for(const Tensor& p) {
+  Tensor g = p.grad();
+  NN_CHECK(g.device() == p.device(), "optimizer: gradient on ", g.device().str(),
+           " for a parameter on ", p.device().str());
+  if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+  return g.contiguous();
+}
 double read_scalar(const NamedTensors& s, const std::string& name) {
   const Tensor* t = find(s, name);
   NN_CHECK(t, "optimizer state: '", name, "' is missing");
@@ -63,22 +72,25 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
 
 void SGD::step() {
   NoGradGuard ng;
+  // One fused call per device and dtype.
+  std::map<std::pair<std::string, DType>, std::vector<backend::Backend::SgdSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     double wd = groups_[gi].weight_decay.value_or(options.weight_decay());
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
       Tensor& p = groups_[gi].params[i];
       if (!p.grad().defined()) continue;
-      Tensor g = p.grad().contiguous();
       Tensor& buf = momentum_[gi][i];
       bool first = false;
       if (options.momentum() != 0 && !buf.defined()) {
         buf = empty_like(p);
         first = true;
       }
-      backend::of(p).sgd_step(p, g, buf, lr_, options.momentum(), options.dampening(), wd,
-                              options.nesterov(), first);
+      batches[{p.device().str(), p.dtype()}].push_back({p, grad_for(p), buf, wd, first});
     }
   }
+  for (auto& [key, slots] : batches)
+    backend::of(slots[0].param).sgd_step(slots, lr_, options.momentum(), options.dampening(),
+                                         options.nesterov());
   ++steps_;
 }
 
@@ -115,6 +127,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
 
 void AdamW::step() {
   NoGradGuard ng;
+  std::map<std::pair<std::string, DType>, std::vector<backend::Backend::AdamWSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     double wd = groups_[gi].weight_decay.value_or(options.weight_decay());
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
@@ -125,10 +138,13 @@ void AdamW::step() {
         exp_avg_sq_[gi][i] = zeros_like(p);
       }
       int64_t t = ++param_steps_[gi][i];
-      backend::of(p).adamw_step(p, p.grad().contiguous(), exp_avg_[gi][i], exp_avg_sq_[gi][i],
-                                lr_, options.beta1(), options.beta2(), options.eps(), wd, t);
+      batches[{p.device().str(), p.dtype()}].push_back(
+          {p, grad_for(p), exp_avg_[gi][i], exp_avg_sq_[gi][i], wd, t});
     }
   }
+  for (auto& [key, slots] : batches)
+    backend::of(slots[0].param).adamw_step(slots, lr_, options.beta1(), options.beta2(),
+                                           options.eps());
   ++steps_;
 }
 

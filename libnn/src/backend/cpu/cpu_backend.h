@@ -89,12 +89,10 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                         Tensor& out) override;
 
-  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
-                double momentum, double dampening, double weight_decay, bool nesterov,
-                bool first_step) override;
-  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                  double lr, double beta1, double beta2, double eps, double weight_decay,
-                  int64_t step) override;
+  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+                bool nesterov) override;
+  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+                  double eps) override;
 
  private:
   std::unique_ptr<CachingAllocator> alloc_;

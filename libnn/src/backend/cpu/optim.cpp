@@ -7,48 +7,51 @@
 namespace nn::backend {
 using namespace nn::cpu;
 
-void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
-                          double momentum, double dampening, double weight_decay, bool nesterov,
-                          bool first_step) {
-  dispatch_float(param.dtype(), "sgd_step", [&]<typename T>() {
-    T* p = param.data<T>();
-    const T* g = grad.data<T>();
-    T* buf = momentum != 0 ? momentum_buf.data<T>() : nullptr;
-    const T lr_ = T(lr), mom = T(momentum), damp = T(1 - dampening), wd = T(weight_decay);
-    parallel_for(0, param.numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        T d = g[i] + wd * p[i];
-        if (buf) {
-          buf[i] = first_step ? d : mom * buf[i] + damp * d;
-          d = nesterov ? d + mom * buf[i] : buf[i];
+void CpuBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
+                          double dampening, bool nesterov) {
+  for (auto& s : slots) {
+    dispatch_float(s.param.dtype(), "sgd_step", [&]<typename T>() {
+      T* p = s.param.data<T>();
+      const T* g = s.grad.data<T>();
+      T* buf = momentum != 0 ? s.momentum.data<T>() : nullptr;
+      const T lr_ = T(lr), mom = T(momentum), damp = T(1 - dampening), wd = T(s.weight_decay);
+      const bool first = s.first_step;
+      parallel_for(0, s.param.numel(), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          T d = g[i] + wd * p[i];
+          if (buf) {
+            buf[i] = first ? d : mom * buf[i] + damp * d;
+            d = nesterov ? d + mom * buf[i] : buf[i];
+          }
+          p[i] -= lr_ * d;
         }
-        p[i] -= lr_ * d;
-      }
+      });
     });
-  });
+  }
 }
 
-void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                            Tensor& exp_avg_sq, double lr, double beta1, double beta2,
-                            double eps, double weight_decay, int64_t step) {
-  dispatch_float(param.dtype(), "adamw_step", [&]<typename T>() {
-    T* p = param.data<T>();
-    const T* g = grad.data<T>();
-    T* m = exp_avg.data<T>();
-    T* v = exp_avg_sq.data<T>();
-    const double bc1 = 1 - std::pow(beta1, double(step));
-    const double bc2 = 1 - std::pow(beta2, double(step));
-    const T decay = T(1 - lr * weight_decay), b1 = T(beta1), b2 = T(beta2);
-    const T step_size = T(lr / bc1), inv_sqrt_bc2 = T(1 / std::sqrt(bc2)), eps_ = T(eps);
-    parallel_for(0, param.numel(), kGrain, [&](int64_t b, int64_t e) {
+void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1,
+                            double beta2, double eps) {
+  for (auto& s : slots) {
+    dispatch_float(s.param.dtype(), "adamw_step", [&]<typename T>() {
+      T* p = s.param.data<T>();
+      const T* g = s.grad.data<T>();
+      T* m = s.exp_avg.data<T>();
+      T* v = s.exp_avg_sq.data<T>();
+      const double bc1 = 1 - std::pow(beta1, double(s.step));
+      const double bc2 = 1 - std::pow(beta2, double(s.step));
+      const T decay = T(1 - lr * s.weight_decay), b1 = T(beta1), b2 = T(beta2);
+      const T step_size = T(lr / bc1), inv_sqrt_bc2 = T(1 / std::sqrt(bc2)), eps_ = T(eps);
+      parallel_for(0, s.param.numel(), kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) {
-        m[i] = b1 * m[i] + (T(1) - b1) * g[i];
-        v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
-        p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps_);
-      }
+        for (int64_t i = b; i < e; ++i) {
+          m[i] = b1 * m[i] + (T(1) - b1) * g[i];
+          v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
+          p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps_);
+        }
+      });
     });
-  });
+  }
 }
 
 }  // namespace nn::backend

@@ -1,0 +1,18 @@
+// Operation codes shared by the kernels and the backends (plain C++, no CUDA).
+#pragma once
+
+namespace nn::kernels {
+
+enum class UnaryOp {
+  neg, exp, log, sqrt, rsqrt, abs, square, relu, gelu, tanh, sigmoid,
+  add_scalar,  // x + a
+  mul_scalar,  // x * a
+  pow_scalar,  // x ^ a
+  rsub_scalar, // a - x
+  rdiv_scalar, // a / x
+  clamp,       // min(max(x, a), b)
+};
+enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+enum class ReduceOp { sum, mean, max, min };
+
+}  // namespace nn::kernels
