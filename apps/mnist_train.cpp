@@ -186,12 +186,11 @@ int run(int argc, char** argv) {
       }
       seen += b.data.shape()[0];
       ++steps;
-      if (steps % 20 == 0 || steps == train_loader.num_batches()) {
-        // Reading the loss is the only host sync inside the loop.
-        progress.update(steps, nn::detail::cat("loss ", loss_sum.item() / double(steps), "  ",
-                                               int64_t(double(seen) / epoch_clock.seconds()),
-                                               " samples/s"));
-      }
+      // Reading the loss is the only host sync inside the loop, and only when it is shown.
+      progress.update(steps, [&] {
+        return nn::detail::cat("loss ", loss_sum.item() / double(steps), "  ",
+                               int64_t(double(seen) / epoch_clock.seconds()), " samples/s");
+      });
     }
     progress.finish();
     const double train_seconds = epoch_clock.seconds();

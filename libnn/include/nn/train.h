@@ -2,6 +2,7 @@
 // lines, a stopwatch.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -27,7 +28,9 @@ class Stopwatch {
 class Progress {
  public:
   Progress(std::string label, int64_t total, int64_t plain_every = 0);
-  void update(int64_t done, const std::string& info);
+  // `info` is called only when the line is drawn, so reading a value from a GPU (a host sync)
+  // happens only then.
+  void update(int64_t done, const std::function<std::string()>& info);
   void finish();  // clears the live line
 
  private:

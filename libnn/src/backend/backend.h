@@ -71,7 +71,7 @@ class Backend {
   virtual void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
                                   const Pool2dParams& p) = 0;  // indices i64: h * W + w
   virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
-                                   Tensor& grad_x) = 0;
+                                   Tensor& grad_x, const Pool2dParams& p) = 0;
   virtual void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) = 0;
   virtual void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x,
                                    const Pool2dParams& p) = 0;

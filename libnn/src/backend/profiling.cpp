@@ -137,9 +137,9 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "max_pool2d_forward", "pool");
     inner_.max_pool2d_forward(x, out, indices, p);
   }
-  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) override {
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x, const Pool2dParams& p) override {
     Timer t(*this, "max_pool2d_backward", "pool");
-    inner_.max_pool2d_backward(grad_out, indices, grad_x);
+    inner_.max_pool2d_backward(grad_out, indices, grad_x, p);
   }
   void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) override {
     Timer t(*this, "avg_pool2d_forward", "pool");

@@ -35,9 +35,9 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& params) {
   Tensor out = empty(s, x.options());
   Tensor idx = empty(s, TensorOptions(kI64).device(x.device()));
   backend::of(x).max_pool2d_forward(xc, out, idx, p);
-  record("max_pool2d", {x}, out, [idx, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+  record("max_pool2d", {x}, out, [idx, p, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
     Tensor gx = empty(xs, opts);
-    backend::of(g).max_pool2d_backward(raw_contiguous(g), idx, gx);
+    backend::of(g).max_pool2d_backward(raw_contiguous(g), idx, gx, p);
     return std::vector<Tensor>{gx};
   });
   return out;

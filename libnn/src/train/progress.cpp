@@ -17,11 +17,11 @@ Progress::Progress(std::string label, int64_t total, int64_t plain_every)
     : label_(std::move(label)), total_(total), plain_every_(plain_every),
       tty_(stdout_is_terminal()) {}
 
-void Progress::update(int64_t done, const std::string& info) {
+void Progress::update(int64_t done, const std::function<std::string()>& info) {
   if (!tty_) {
     if (plain_every_ > 0 && (done % plain_every_ == 0 || done == total_)) {
       std::printf("%s %lld/%lld %s\n", label_.c_str(), (long long)done, (long long)total_,
-                  info.c_str());
+                  info().c_str());
       std::fflush(stdout);
     }
     return;
@@ -34,7 +34,7 @@ void Progress::update(int64_t done, const std::string& info) {
   std::string bar(size_t(filled), '#');
   bar.resize(kWidth, '.');
   std::printf("\r\033[K%s [%s] %lld/%lld %s", label_.c_str(), bar.c_str(), (long long)done,
-              (long long)total_, info.c_str());
+              (long long)total_, info().c_str());
   std::fflush(stdout);
 }
 

@@ -49,8 +49,8 @@ class CpuBackend final : public Backend {
 
   void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
                           const Pool2dParams& p) override;
-  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
-                           Tensor& grad_x) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x,
+                           const Pool2dParams& p) override;
   void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) override;
   void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x,
                            const Pool2dParams& p) override;

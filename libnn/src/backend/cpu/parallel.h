@@ -9,6 +9,8 @@
 
 #include <nn/tensor.h>
 
+#include "core/geometry.h"
+
 namespace nn::cpu {
 
 // Work below this many elements runs on the calling thread.
@@ -76,38 +78,7 @@ inline int64_t index_at(const Tensor& idx, int64_t i) {
                                    : static_cast<const int32_t*>(idx.data_ptr())[i];
 }
 
-// ---- strided elementwise loops ------------------------------------------------------------
-// Out (contiguous or not) and inputs share a shape (inputs broadcast with stride 0). Dims
-// that are contiguous for every operand are merged, then the innermost dim is the loop.
-template <size_t N>
-struct Geometry {
-  std::vector<int64_t> shape;                   // merged dims, outermost first
-  std::array<std::vector<int64_t>, N> strides;  // per operand, in elements
-};
-
-template <size_t N>
-Geometry<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
-  Geometry<N> g;
-  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = !g.shape.empty();
-    for (size_t k = 0; k < N && merge; ++k)
-      merge = g.strides[k].back() == (*strides[k])[d] * shape[d];
-    if (merge) {
-      g.shape.back() *= shape[d];
-      for (size_t k = 0; k < N; ++k) g.strides[k].back() = (*strides[k])[d];
-    } else {
-      g.shape.push_back(shape[d]);
-      for (size_t k = 0; k < N; ++k) g.strides[k].push_back((*strides[k])[d]);
-    }
-  }
-  if (g.shape.empty()) {
-    g.shape.push_back(1);
-    for (size_t k = 0; k < N; ++k) g.strides[k].push_back(1);
-  }
-  return g;
-}
-
+// ---- strided elementwise loops (dims merged by core/geometry.h) ------------------------
 // out[i] = f(in0[i], in1[i], ...) over the broadcast shape of `out`.
 template <typename TO, typename... TI, typename F, size_t... I>
 void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const* ins) {

@@ -71,7 +71,7 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indice
 }
 
 void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
-                                     Tensor& grad_x) {
+                                     Tensor& grad_x, const Pool2dParams&) {
   dispatch_float(grad_out.dtype(), "max_pool2d_backward", [&]<typename T>() {
     const int64_t planes = grad_x.shape()[0] * grad_x.shape()[1];
     const int64_t HW = grad_x.shape()[2] * grad_x.shape()[3];

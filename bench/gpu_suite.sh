@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Everything GPU-related in one script, for a machine with an NVIDIA GPU: configure and build
+# for the local GPU, run every test (the GPU ones included) and compute-sanitizer's memcheck
+# over the CUDA tests, then the benchmarks against PyTorch on the same GPU. Results go to
+# $OUT (default ./gpu-results): logs, JSON lines and summary.md.
+#
+#   bench/gpu_suite.sh [build] [test] [memcheck] [bench] [all]    (default: all)
+#
+# Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
+# fills it on a machine with Debian's packages, for GPU machines that reach no registry).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-results}
+mkdir -p "$OUT"
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(all)
+want() { [[ " ${steps[*]} " == *" $1 "* || " ${steps[*]} " == *" all "* ]]; }
+log() { echo "[gpu_suite $(date +%H:%M:%S)] $*" | tee -a "$OUT/summary.md"; }
+deps=${LIBNN_GPU_DEPS:-$PWD/.gpu_deps}
+bdir=${BUILD_DIR:-build-gpu}
+py=${PYTHON:-python3}
+fashion=/usr/share/datasets/fashion-mnist
+[[ -d "$deps/fashion-mnist" ]] && fashion="$deps/fashion-mnist"
+status=0
+
+{ echo "# GPU suite, $(date -u +%Y-%m-%dT%H:%MZ)"; echo; echo '```'
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+  nvcc --version 2>&1 | tail -1; echo '```'; } >> "$OUT/summary.md"
+
+if want build; then
+  log "build into $bdir"
+  extra=()
+  [[ -d "$deps" ]] && extra+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps" -DZLIB_USE_STATIC_LIBS=ON)
+  arch=${CUDA_ARCHS:-native}
+  cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="$arch" "${extra[@]}" > "$OUT/configure.log" 2>&1 \
+    && cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
+  rc=$?; log "build exit $rc"; [[ $rc -ne 0 ]] && { tail -40 "$OUT/build.log"; exit $rc; }
+fi
+
+if want test; then
+  log "tests"
+  ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1
+  rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
+  "$bdir/bin/libnn_tests" "[cuda]" -s > "$OUT/cuda_tests.log" 2>&1
+  rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
+fi
+
+if want memcheck; then
+  log "compute-sanitizer memcheck over the CUDA tests"
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$bdir/bin/libnn_tests" "[cuda]" \
+    > "$OUT/memcheck.log" 2>&1
+  rc=$?; status=$((status | rc)); log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log")"
+fi
+
+if want bench; then
+  log "kernel microbenchmarks (libnn, then PyTorch, same GPU)"
+  { "$bdir/bin/kernels_bench" --device cuda; "$py" bench/peers/kernels_torch.py --device cuda; } \
+    > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"
+  "$py" - "$OUT/kernels.jsonl" <<'PY' | tee -a "$OUT/summary.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {(r["impl"], r["op"]): r for r in rows}
+copy = by.get(("pytorch", "copy"), {}).get("gb_per_s")
+print("\n| op | libnn GB/s | PyTorch GB/s | libnn / PyTorch | libnn / D2D copy |\n|---|---|---|---|---|")
+for (impl, op), r in by.items():
+    if impl != "libnn": continue
+    t = by.get(("pytorch", op), {}).get("gb_per_s")
+    ratio = f"{r['gb_per_s'] / t:.2f}" if t else "n/a"
+    frac = f"{r['gb_per_s'] / copy:.0%}" if copy else "n/a"
+    print(f"| {op} | {r['gb_per_s']} | {t} | {ratio} | {frac} |")
+print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
+PY
+  log "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
+  PYTHON_FOR_TORCH="$py" "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
+      --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
+      --python "$py" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
+  rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+fi
+log "done, status $status"
+exit $status

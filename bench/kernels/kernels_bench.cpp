@@ -1,0 +1,89 @@
+// Microbenchmarks of libnn's memory-bound kernels on one device: achieved GB/s for
+// elementwise ops, reductions, softmax, layer norm and the fused AdamW step, next to a plain
+// copy through libnn. bench/peers/kernels_torch.py measures the same ops (and a
+// device-to-device cudaMemcpy through torch) on the same GPU; bench/gpu_suite.sh runs both.
+// Prints one JSON object per op.
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <cstdio>
+#include <functional>
+
+namespace {
+double time_per_call(const nn::Device& d, int iters, const std::function<void()>& f) {
+  for (int i = 0; i < 3; ++i) f();  // warm-up: allocator cache, cuDNN/cuBLAS setup
+  nn::synchronize(d);
+  nn::train::Stopwatch w;
+  for (int i = 0; i < iters; ++i) f();
+  nn::synchronize(d);
+  return w.seconds() / iters;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("kernels_bench", "GB/s of libnn's memory-bound kernels");
+  opts.add_options()("device", "cpu or cuda[:N]", cxxopts::value<std::string>()->default_value("cuda"))(
+      "n", "elements per tensor (default 64M on CUDA, 4M on CPU)", cxxopts::value<int64_t>())(
+      "iters", "timed iterations", cxxopts::value<int>()->default_value("50"))(
+      "dtype", "f32, f16 or bf16", cxxopts::value<std::string>()->default_value("f32"))(
+      "h,help", "show this help");
+  auto a = opts.parse(argc, argv);
+  if (a.count("help")) {
+    std::printf("%s\n", opts.help().c_str());
+    return 0;
+  }
+  try {
+    const nn::Device d(a["device"].as<std::string>());
+    nn::check_device(d);
+    const nn::DType t = nn::dtype_from_name(a["dtype"].as<std::string>());
+    const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
+    const int iters = a["iters"].as<int>();
+    const double es = double(nn::element_size(t));
+    nn::NoGradGuard ng;
+    nn::Tensor x = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);
+    nn::Tensor y = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);
+    nn::Tensor out = nn::empty_like(x);
+    const int64_t rows = n / 1024;
+    nn::Tensor x2 = x.view({rows, 1024});
+    nn::Tensor ln_w = nn::ones({1024}, nn::TensorOptions(t).device(d));
+    nn::Tensor ln_b = nn::zeros({1024}, nn::TensorOptions(t).device(d));
+    struct Op {
+      const char* name;
+      double bytes;  // moved per call
+      std::function<void()> f;
+    };
+    std::vector<Op> ops = {
+        {"copy", 2 * es * n, [&] { out.copy_(x); }},
+        {"add", 3 * es * n, [&] { out = nn::add(x, y); }},
+        {"mul_scalar", 2 * es * n, [&] { out = nn::mul(x, 2.0); }},
+        {"relu", 2 * es * n, [&] { out = nn::relu(x); }},
+        {"gelu", 2 * es * n, [&] { out = nn::gelu(x); }},
+        {"sum_all", es * n, [&] { out = nn::sum(x); }},
+        {"sum_rows", es * n, [&] { out = nn::sum(x2, {1}); }},
+        {"sum_columns", es * n, [&] { out = nn::sum(x2, {0}); }},
+        {"softmax_rows", 2 * es * n, [&] { out = nn::softmax(x2, 1); }},
+        {"layer_norm_rows", 2 * es * n, [&] { out = nn::layer_norm(x2, {1024}, ln_w, ln_b); }},
+    };
+    if (t == nn::kF32) {
+      nn::Tensor p = x.clone().requires_grad_(), g = y.clone();
+      p.set_grad(g);
+      nn::optim::AdamW opt({p}, nn::optim::AdamWOptions(1e-3));
+      // reads p, g, m, v and writes p, m, v
+      ops.push_back({"adamw_step", 7 * es * n, [&] { opt.step(); }});
+    }
+    const std::string dev = d.str();
+    for (auto& op : ops) {
+      double s = time_per_call(d, iters, op.f);
+      std::printf("{\"impl\": \"libnn\", \"device\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", "
+                  "\"n\": %lld, \"us\": %.2f, \"gb_per_s\": %.1f}\n",
+                  dev.c_str(), nn::dtype_name(t), op.name, (long long)n, s * 1e6,
+                  op.bytes / s / 1e9);
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernels_bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

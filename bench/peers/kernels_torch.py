@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/kernels/kernels_bench: the same ops and sizes, timed the same way
+(warm-up, then a synchronised loop), plus torch's device-to-device copy as the bandwidth
+yardstick. One JSON object per op."""
+import argparse
+import json
+import time
+
+import torch
+
+
+def per_call(dev, iters, f):
+    for _ in range(3):
+        f()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        f()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--n", type=int, default=0)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    a = ap.parse_args()
+    dev = torch.device(a.device)
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    n = a.n or ((64 << 20) if dev.type == "cuda" else (4 << 20))
+    es = torch.tensor([], dtype=dt).element_size()
+    x = torch.randn(n, device=dev).to(dt)
+    y = torch.randn(n, device=dev).to(dt)
+    out = torch.empty_like(x)
+    x2 = x.view(-1, 1024)
+    w, b = torch.ones(1024, device=dev, dtype=dt), torch.zeros(1024, device=dev, dtype=dt)
+    ops = [
+        ("copy", 2 * es * n, lambda: out.copy_(x)),
+        ("add", 3 * es * n, lambda: torch.add(x, y)),
+        ("mul_scalar", 2 * es * n, lambda: x * 2.0),
+        ("relu", 2 * es * n, lambda: torch.relu(x)),
+        ("gelu", 2 * es * n, lambda: torch.nn.functional.gelu(x)),
+        ("sum_all", es * n, lambda: x.sum()),
+        ("sum_rows", es * n, lambda: x2.sum(1)),
+        ("sum_columns", es * n, lambda: x2.sum(0)),
+        ("softmax_rows", 2 * es * n, lambda: torch.softmax(x2, 1)),
+        ("layer_norm_rows", 2 * es * n, lambda: torch.nn.functional.layer_norm(x2, (1024,), w, b)),
+    ]
+    if dt == torch.float32:
+        p = x.clone().requires_grad_()
+        p.grad = y.clone()
+        opt = torch.optim.AdamW([p], lr=1e-3, fused=dev.type == "cuda")
+        ops.append(("adamw_step", 7 * es * n, opt.step))
+    for name, nbytes, f in ops:
+        s = per_call(dev, a.iters, f)
+        print(json.dumps({"impl": "pytorch", "device": str(dev), "dtype": a.dtype, "op": name,
+                          "n": n, "us": round(s * 1e6, 2), "gb_per_s": round(nbytes / s / 1e9, 1)}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

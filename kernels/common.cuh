@@ -1,0 +1,125 @@
+// Shared by every kernel file: error checks that throw nn::Error with file, line and the
+// library's own message; element types and their float conversions; launch helpers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nn/dtype.h>
+#include <nn/error.h>
+
+#include <cstdint>
+
+#define NN_CUDA_CHECK(expr)                                                              \
+  do {                                                                                   \
+    cudaError_t nn_err_ = (expr);                                                        \
+    if (nn_err_ != cudaSuccess)                                                          \
+      NN_ERROR("CUDA error at ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(nn_err_), \
+               " (", #expr, ")");                                                        \
+  } while (0)
+
+// After every kernel launch: a bad configuration shows up here, not at some later sync.
+#define NN_CUDA_CHECK_LAUNCH() NN_CUDA_CHECK(cudaGetLastError())
+
+namespace nn::kernels {
+
+constexpr int kThreads = 256;
+constexpr int kMaxDims = 8;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for n work items at `per_thread` each (grid.x allows 2^31 - 1 blocks; kernels that
+// loop with a grid stride stay correct beyond that).
+inline unsigned grid_for(int64_t n, int per_thread = 1, int threads = kThreads) {
+  int64_t blocks = ceil_div(n, int64_t(threads) * per_thread);
+  if (blocks < 1) blocks = 1;
+  return unsigned(blocks > 0x7fffffff ? 0x7fffffff : blocks);
+}
+
+// Device element types for each dtype.
+template <DType D> struct DevType;
+template <> struct DevType<DType::f32> { using T = float; };
+template <> struct DevType<DType::f64> { using T = double; };
+template <> struct DevType<DType::f16> { using T = __half; };
+template <> struct DevType<DType::bf16> { using T = __nv_bfloat16; };
+template <> struct DevType<DType::i32> { using T = int32_t; };
+template <> struct DevType<DType::i64> { using T = int64_t; };
+template <> struct DevType<DType::u8> { using T = uint8_t; };
+
+// The type arithmetic happens in: float for 16-bit floats, else the type itself.
+template <typename T> struct Acc { using T_ = T; };
+template <> struct Acc<__half> { using T_ = float; };
+template <> struct Acc<__nv_bfloat16> { using T_ = float; };
+template <typename T> using acc_t = typename Acc<T>::T_;
+
+template <typename T> __device__ __forceinline__ acc_t<T> load(T v) { return v; }
+template <> __device__ __forceinline__ float load<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float load<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// Conversion between any two element types (through float/double as needed).
+template <typename To, typename From>
+__device__ __forceinline__ To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, __half>) {
+    return __float2half_rn(float(load(v)));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    return __float2bfloat16_rn(float(load(v)));
+  } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<acc_t<From>>) {
+    // Truncate through int64 with saturation, then wrap: matches the CPU backend.
+    double d = double(load(v));
+    if (d != d) return To(0);
+    d = d < -9.2e18 ? -9.2e18 : (d > 9.2e18 ? 9.2e18 : d);
+    return To(int64_t(d));
+  } else {
+    return To(load(v));
+  }
+}
+
+// Calls f.template operator()<T>() for the device type of `t`.
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::f64: f.template operator()<double>(); return;
+    case DType::f16: f.template operator()<__half>(); return;
+    case DType::bf16: f.template operator()<__nv_bfloat16>(); return;
+    case DType::i32: f.template operator()<int32_t>(); return;
+    case DType::i64: f.template operator()<int64_t>(); return;
+    case DType::u8: f.template operator()<uint8_t>(); return;
+  }
+}
+template <typename F>
+void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::f64: f.template operator()<double>(); return;
+    case DType::f16: f.template operator()<__half>(); return;
+    case DType::bf16: f.template operator()<__nv_bfloat16>(); return;
+    default: NN_ERROR(op, ": not implemented for dtype ", dtype_name(t), " on CUDA");
+  }
+}
+
+// Shape and per-operand element strides of an elementwise launch; operand 0 is the output.
+template <int N>
+struct Geom {
+  int ndim = 0;
+  int64_t shape[kMaxDims];
+  int64_t stride[N][kMaxDims];
+};
+
+// Offsets of linear output element i in every operand.
+template <int N>
+__device__ __forceinline__ void offsets(const Geom<N>& g, int64_t i, int64_t (&off)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    int64_t idx = i % g.shape[d];
+    i /= g.shape[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += idx * g.stride[k][d];
+  }
+}
+
+}  // namespace nn::kernels

@@ -1,0 +1,210 @@
+#include "kernels/elementwise.cuh"
+#include "kernels/math.cuh"
+#include "kernels/philox.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace nn::kernels {
+namespace {
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// out[i] = f(i, in...) over a contiguous range, V elements per thread with vector access.
+template <int V, typename TO, typename F, typename... TI>
+__global__ void map_contiguous(TO* __restrict__ out, int64_t n, F f, const TI* __restrict__... in) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+    if (V > 1 && i + V <= n) {
+      Vec<TO, V> o;
+      // each input loaded as one vector
+      auto vin = [&](const auto* p) { return *reinterpret_cast<const Vec<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, V>*>(p + i); };
+      std::tuple<Vec<TI, V>...> vals{vin(in)...};
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        o.v[k] = std::apply([&](const auto&... x) { return f(x.v[k]...); }, vals);
+      *reinterpret_cast<Vec<TO, V>*>(out + i) = o;
+    } else {
+      for (int64_t j = i; j < n && j < i + V; ++j) out[j] = f(in[j]...);
+    }
+  }
+}
+
+// The same over arbitrary strides (broadcast and transposed operands).
+template <int N, typename TO, typename F, typename... TI>
+__global__ void map_strided(TO* out, int64_t n, Geom<N> g, F f, const TI*... in) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[N];
+    offsets(g, i, off);
+    int k = 1;
+    auto at = [&](const auto* p) { return p[off[k++]]; };
+    // evaluation order of a braced list is left to right
+    std::tuple<TI...> vals{at(in)...};
+    out[off[0]] = std::apply(f, vals);
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename TO, int N, typename F, typename... TI>
+void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStream_t s, F f,
+                const TI*... in) {
+  if (n == 0) return;
+  if (contiguous) {
+    constexpr int bytes = std::max({sizeof(TO), sizeof(TI)...});
+    constexpr int V = bytes >= 16 ? 1 : int(16 / bytes);
+    if (aligned16(out) && (aligned16(in) && ...)) {
+      map_contiguous<V><<<grid_for(n, V), kThreads, 0, s>>>(out, n, f, in...);
+    } else {
+      map_contiguous<1><<<grid_for(n), kThreads, 0, s>>>(out, n, f, in...);
+    }
+  } else {
+    map_strided<N><<<grid_for(n), kThreads, 0, s>>>(out, n, g, f, in...);
+  }
+  NN_CUDA_CHECK_LAUNCH();
+}
+
+template <typename TD, typename TS>
+struct CopyF {
+  __device__ TD operator()(TS v) const { return convert<TD>(v); }
+};
+template <typename T>
+struct FillF {
+  T v;
+  __device__ T operator()() const { return v; }
+};
+template <typename T>
+struct UnaryF {
+  UnaryOp op;
+  unary_t<T> a, b;
+  __device__ T operator()(T x) const {
+    return convert<T>(unary_value<unary_t<T>>(op, convert<unary_t<T>>(x), a, b));
+  }
+};
+template <typename T>
+struct UnaryBackwardF {
+  UnaryOp op;
+  __device__ T operator()(T g, T v) const {
+    using C = acc_t<T>;
+    C gc = load(g), x = load(v), r = C(0);
+    switch (op) {
+      case UnaryOp::relu: r = x > C(0) ? gc : C(0); break;
+      case UnaryOp::gelu: {
+        C cdf = C(0.5) * (C(1) + m_erf(x * C(0.70710678118654752440)));
+        C pdf = C(0.39894228040143267794) * m_exp(C(-0.5) * x * x);
+        r = gc * (cdf + x * pdf);
+        break;
+      }
+      case UnaryOp::tanh: r = gc * (C(1) - x * x); break;
+      case UnaryOp::sigmoid: r = gc * x * (C(1) - x); break;
+      default: break;
+    }
+    return convert<T>(r);
+  }
+};
+template <typename T>
+struct BinaryF {
+  BinaryOp op;
+  __device__ T operator()(T x, T y) const {
+    using C = binary_t<T>;
+    return convert<T>(binary_value<C>(op, convert<C>(x), convert<C>(y)));
+  }
+};
+template <typename T, typename C>
+struct WhereF {
+  __device__ T operator()(C c, T x, T y) const { return load(c) != 0 ? x : y; }
+};
+
+template <typename T>
+__global__ void random_kernel(T* out, int64_t n, bool normal, float a, float b, uint64_t seed,
+                              uint64_t offset) {
+  const int64_t blocks = (n + 3) / 4, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < blocks; blk += stride) {
+    float r[4];
+    if (normal) rng::normal4(seed, offset + uint64_t(blk), r);
+    else rng::uniform4(seed, offset + uint64_t(blk), r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int64_t i = blk * 4 + k;
+      if (i < n) out[i] = convert<T>(normal ? a + b * r[k] : a + (b - a) * r[k]);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_copy(DType dst_t, void* dst, DType src_t, const void* src, const Geom<2>& g,
+                 int64_t n, bool contiguous, cudaStream_t s) {
+  dispatch_all(dst_t, [&]<typename TD>() {
+    dispatch_all(src_t, [&]<typename TS>() {
+      launch_map(static_cast<TD*>(dst), n, contiguous, g, s, CopyF<TD, TS>{},
+                 static_cast<const TS*>(src));
+    });
+  });
+}
+
+void launch_fill(DType t, void* dst, double value, const Geom<1>& g, int64_t n, bool contiguous,
+                 cudaStream_t s) {
+  dispatch_all(t, [&]<typename T>() {
+    // The value converted on the host, exactly as the CPU backend does.
+    T v;
+    if constexpr (std::is_same_v<T, __half>) v = __float2half_rn(float(value));
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) v = __float2bfloat16_rn(float(value));
+    else if constexpr (std::is_integral_v<T>) v = T(int64_t(value));
+    else v = T(value);
+    launch_map(static_cast<T*>(dst), n, contiguous, g, s, FillF<T>{v});
+  });
+}
+
+void launch_random(DType t, void* dst, int64_t n, bool normal, double a, double b,
+                   uint64_t seed, uint64_t offset, cudaStream_t s) {
+  if (n == 0) return;
+  dispatch_float(t, "random", [&]<typename T>() {
+    random_kernel<<<grid_for(ceil_div(n, 4)), kThreads, 0, s>>>(
+        static_cast<T*>(dst), n, normal, float(a), float(b), seed, offset);
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_unary(UnaryOp op, DType t, void* out, const void* x, double a, double b,
+                  const Geom<2>& g, int64_t n, bool contiguous, cudaStream_t s) {
+  dispatch_all(t, [&]<typename T>() {
+    UnaryF<T> f{op, unary_t<T>(a), unary_t<T>(b)};
+    launch_map(static_cast<T*>(out), n, contiguous, g, s, f, static_cast<const T*>(x));
+  });
+}
+
+void launch_unary_backward(UnaryOp op, DType t, void* grad_x, const void* grad, const void* v,
+                           const Geom<3>& g, int64_t n, bool contiguous, cudaStream_t s) {
+  dispatch_float(t, "unary_backward", [&]<typename T>() {
+    launch_map(static_cast<T*>(grad_x), n, contiguous, g, s, UnaryBackwardF<T>{op},
+               static_cast<const T*>(grad), static_cast<const T*>(v));
+  });
+}
+
+void launch_binary(BinaryOp op, DType t, void* out, const void* a, const void* b,
+                   const Geom<3>& g, int64_t n, bool contiguous, cudaStream_t s) {
+  dispatch_all(t, [&]<typename T>() {
+    launch_map(static_cast<T*>(out), n, contiguous, g, s, BinaryF<T>{op},
+               static_cast<const T*>(a), static_cast<const T*>(b));
+  });
+}
+
+void launch_where(DType t, bool cond_u8, void* out, const void* cond, const void* a,
+                  const void* b, const Geom<4>& g, int64_t n, bool contiguous, cudaStream_t s) {
+  dispatch_all(t, [&]<typename T>() {
+    if (cond_u8)
+      launch_map(static_cast<T*>(out), n, contiguous, g, s, WhereF<T, uint8_t>{},
+                 static_cast<const uint8_t*>(cond), static_cast<const T*>(a),
+                 static_cast<const T*>(b));
+    else
+      launch_map(static_cast<T*>(out), n, contiguous, g, s, WhereF<T, T>{},
+                 static_cast<const T*>(cond), static_cast<const T*>(a), static_cast<const T*>(b));
+  });
+}
+
+}  // namespace nn::kernels

@@ -1,0 +1,574 @@
+#include "kernels/math.cuh"
+#include "kernels/nn_layers.cuh"
+#include "kernels/philox.h"
+
+#include <algorithm>
+
+namespace nn::kernels {
+namespace {
+
+template <typename A>
+__device__ A block_sum(A v) {
+  __shared__ A shared[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : A(0);
+  if (warp == 0)
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  return shared[0];  // every thread gets the total
+}
+
+// ---- dropout ---------------------------------------------------------------------------------
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, float p, float scale,
+                               uint64_t seed, uint64_t offset) {
+  const int64_t blocks = (n + 3) / 4, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < blocks; blk += stride) {
+    float u[4];
+    rng::uniform4(seed, offset + uint64_t(blk), u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int64_t i = blk * 4 + k;
+      if (i >= n) break;
+      bool keep = u[k] >= p;
+      mask[i] = keep;
+      y[i] = convert<T>(keep ? acc_t<T>(load(x[i])) * acc_t<T>(scale) : acc_t<T>(0));
+    }
+  }
+}
+template <typename T>
+__global__ void dropout_backward_kernel(const T* g, const uint8_t* mask, T* gx, int64_t n,
+                                        float scale) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    gx[i] = convert<T>(mask[i] ? acc_t<T>(load(g[i])) * acc_t<T>(scale) : acc_t<T>(0));
+}
+
+// ---- layer norm ------------------------------------------------------------------------------
+template <typename T>
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, int64_t D, float eps, T* y,
+                                  T* mean, T* rstd) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * D;
+  A s = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += A(load(xr[i]));
+  const A mu = block_sum(s) / A(D);
+  A q = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A d = A(load(xr[i])) - mu;
+    q += d * d;
+  }
+  const A inv = m_rsqrt(block_sum(q) / A(D) + A(eps));
+  if (threadIdx.x == 0) {
+    mean[r] = convert<T>(mu);
+    rstd[r] = convert<T>(inv);
+  }
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A v = (A(load(xr[i])) - mu) * inv;
+    if (w) v *= A(load(w[i]));
+    if (b) v += A(load(b[i]));
+    y[r * D + i] = convert<T>(v);
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean,
+                                         const T* rstd, int64_t D, T* gx) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
+  A a = 0, c = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A gw = A(load(g[r * D + i])) * (w ? A(load(w[i])) : A(1));
+    a += gw;
+    c += gw * (A(load(x[r * D + i])) - mu) * inv;
+  }
+  a = block_sum(a) / A(D);
+  c = block_sum(c) / A(D);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A gw = A(load(g[r * D + i])) * (w ? A(load(w[i])) : A(1));
+    A xh = (A(load(x[r * D + i])) - mu) * inv;
+    gx[r * D + i] = convert<T>(inv * (gw - a - xh * c));
+  }
+}
+
+// Column sums of g * xhat and g over rows, in S slices: ws[0][s][d], ws[1][s][d].
+template <typename T>
+__global__ void layer_norm_backward_columns(const T* g, const T* x, const T* mean, const T* rstd,
+                                            int64_t R, int64_t D, int S, acc_t<T>* ws) {
+  using A = acc_t<T>;
+  __shared__ A pw[8][33], pb[8][33];
+  const int64_t d = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  A sw = 0, sb = 0;
+  if (d < D)
+    for (int64_t r = int64_t(blockIdx.y) * 8 + threadIdx.y; r < R; r += int64_t(S) * 8) {
+      A gv = A(load(g[r * D + d]));
+      sw += gv * (A(load(x[r * D + d])) - A(load(mean[r]))) * A(load(rstd[r]));
+      sb += gv;
+    }
+  pw[threadIdx.y][threadIdx.x] = sw;
+  pb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && d < D) {
+    for (int i = 1; i < 8; ++i) {
+      sw += pw[i][threadIdx.x];
+      sb += pb[i][threadIdx.x];
+    }
+    ws[int64_t(blockIdx.y) * D + d] = sw;
+    ws[(int64_t(S) + blockIdx.y) * D + d] = sb;
+  }
+}
+template <typename T>
+__global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S, T* gw, T* gb) {
+  const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  acc_t<T> sw = 0, sb = 0;
+  for (int s = 0; s < S; ++s) {
+    sw += ws[int64_t(s) * D + d];
+    sb += ws[(int64_t(S) + s) * D + d];
+  }
+  if (gw) gw[d] = convert<T>(sw);
+  if (gb) gb[d] = convert<T>(sb);
+}
+int ln_splits(int64_t R) { return int(std::clamp<int64_t>(ceil_div(R, 64), 1, 256)); }
+
+// ---- pooling ---------------------------------------------------------------------------------
+template <typename T>
+__global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom g) {
+  const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
+    const int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    const T* in = x + pl * g.H * g.W;
+    acc_t<T> best = 0;
+    int64_t arg = -1;
+    for (int i = 0; i < g.kh; ++i) {
+      int64_t ih = oh * g.sh - g.ph + int64_t(i) * g.dh;
+      if (ih < 0 || ih >= g.H) continue;
+      for (int j = 0; j < g.kw; ++j) {
+        int64_t iw = ow * g.sw - g.pw + int64_t(j) * g.dw;
+        if (iw < 0 || iw >= g.W) continue;
+        acc_t<T> v = load(in[ih * g.W + iw]);
+        if (arg < 0 || v > best || v != v) {  // a NaN, once taken, stays
+          best = v;
+          arg = ih * g.W + iw;
+        }
+      }
+    }
+    y[o] = convert<T>(best);
+    idx[o] = arg;
+  }
+}
+
+// Each input element sums the gradients of the outputs whose window (and argmax) chose it.
+template <typename T>
+__global__ void max_pool_backward_kernel(const T* grad, const int64_t* idx, T* gx, PoolGeom g) {
+  const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t iw = e % g.W, ih = (e / g.W) % g.H, pl = e / (g.W * g.H);
+    const int64_t self = ih * g.W + iw;
+    acc_t<T> s = 0;
+    for (int i = 0; i < g.kh; ++i) {
+      int64_t t = ih + g.ph - int64_t(i) * g.dh;
+      if (t < 0 || t % g.sh) continue;
+      int64_t oh = t / g.sh;
+      if (oh >= g.OH) continue;
+      for (int j = 0; j < g.kw; ++j) {
+        int64_t u = iw + g.pw - int64_t(j) * g.dw;
+        if (u < 0 || u % g.sw) continue;
+        int64_t ow = u / g.sw;
+        if (ow >= g.OW) continue;
+        int64_t o = (pl * g.OH + oh) * g.OW + ow;
+        if (idx[o] == self) s += acc_t<T>(load(grad[o]));
+      }
+    }
+    gx[e] = convert<T>(s);
+  }
+}
+
+__device__ __forceinline__ void avg_window(const PoolGeom& g, int64_t oh, int64_t ow, int64_t& h0,
+                                           int64_t& h1, int64_t& w0, int64_t& w1, float& div) {
+  h0 = oh * g.sh - g.ph;
+  w0 = ow * g.sw - g.pw;
+  h1 = min(h0 + g.kh, g.H + g.ph);
+  w1 = min(w0 + g.kw, g.W + g.pw);
+  const float padded = float((h1 - h0) * (w1 - w0));
+  h0 = max(h0, int64_t(0));
+  w0 = max(w0, int64_t(0));
+  h1 = min(h1, g.H);
+  w1 = min(w1, g.W);
+  div = g.count_include_pad ? padded : float((h1 - h0) * (w1 - w0));
+}
+
+template <typename T>
+__global__ void avg_pool_kernel(const T* x, T* y, PoolGeom g) {
+  const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
+    const int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    int64_t h0, h1, w0, w1;
+    float div;
+    avg_window(g, oh, ow, h0, h1, w0, w1, div);
+    acc_t<T> s = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) s += acc_t<T>(load(x[(pl * g.H + ih) * g.W + iw]));
+    y[o] = convert<T>(div > 0 ? s / acc_t<T>(div) : acc_t<T>(0));
+  }
+}
+
+template <typename T>
+__global__ void avg_pool_backward_kernel(const T* grad, T* gx, PoolGeom g) {
+  const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t iw = e % g.W, ih = (e / g.W) % g.H, pl = e / (g.W * g.H);
+    acc_t<T> s = 0;
+    for (int i = 0; i < g.kh; ++i) {
+      int64_t t = ih + g.ph - i;
+      if (t < 0 || t % g.sh) continue;
+      int64_t oh = t / g.sh;
+      if (oh >= g.OH) continue;
+      for (int j = 0; j < g.kw; ++j) {
+        int64_t u = iw + g.pw - j;
+        if (u < 0 || u % g.sw) continue;
+        int64_t ow = u / g.sw;
+        if (ow >= g.OW) continue;
+        int64_t h0, h1, w0, w1;
+        float div;
+        avg_window(g, oh, ow, h0, h1, w0, w1, div);
+        if (div > 0) s += acc_t<T>(load(grad[(pl * g.OH + oh) * g.OW + ow])) / acc_t<T>(div);
+      }
+    }
+    gx[e] = convert<T>(s);
+  }
+}
+
+__device__ __forceinline__ int64_t a_start(int64_t o, int64_t out, int64_t in) { return o * in / out; }
+__device__ __forceinline__ int64_t a_end(int64_t o, int64_t out, int64_t in) {
+  return ((o + 1) * in + out - 1) / out;
+}
+
+template <typename T>
+__global__ void adaptive_avg_kernel(const T* x, T* y, PoolGeom g) {
+  const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
+    const int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    const int64_t h0 = a_start(oh, g.OH, g.H), h1 = a_end(oh, g.OH, g.H);
+    const int64_t w0 = a_start(ow, g.OW, g.W), w1 = a_end(ow, g.OW, g.W);
+    acc_t<T> s = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) s += acc_t<T>(load(x[(pl * g.H + ih) * g.W + iw]));
+    y[o] = convert<T>(s / acc_t<T>((h1 - h0) * (w1 - w0)));
+  }
+}
+
+template <typename T>
+__global__ void adaptive_avg_backward_kernel(const T* grad, T* gx, PoolGeom g) {
+  const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t iw = e % g.W, ih = (e / g.W) % g.H, pl = e / (g.W * g.H);
+    acc_t<T> s = 0;
+    const int64_t oh0 = max(int64_t(0), ih * g.OH / g.H - 1), oh1 = min(g.OH, (ih + 1) * g.OH / g.H + 2);
+    const int64_t ow0 = max(int64_t(0), iw * g.OW / g.W - 1), ow1 = min(g.OW, (iw + 1) * g.OW / g.W + 2);
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      const int64_t h0 = a_start(oh, g.OH, g.H), h1 = a_end(oh, g.OH, g.H);
+      if (ih < h0 || ih >= h1) continue;
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t w0 = a_start(ow, g.OW, g.W), w1 = a_end(ow, g.OW, g.W);
+        if (iw < w0 || iw >= w1) continue;
+        s += acc_t<T>(load(grad[(pl * g.OH + oh) * g.OW + ow])) / acc_t<T>((h1 - h0) * (w1 - w0));
+      }
+    }
+    gx[e] = convert<T>(s);
+  }
+}
+
+// ---- embedding rows --------------------------------------------------------------------------
+template <typename W>
+__global__ void gather_rows_kernel(const W* src, int64_t V, int64_t words, const int64_t* idx,
+                                   int64_t M, W* out, int* bad) {
+  const int64_t n = M * words, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t m = e / words, w = e % words, r = idx[m];
+    if (r < 0 || r >= V) {
+      *bad = 1;
+      continue;
+    }
+    out[e] = src[r * words + w];
+  }
+}
+
+// atomicAdd for every element type; 16-bit types through a compare-and-swap on their word.
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
+template <typename H>
+__device__ void atomic_add_16(H* p, float v) {
+  auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
+  const bool high = (reinterpret_cast<uintptr_t>(p) & 2) != 0;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    unsigned short bits = high ? (assumed >> 16) : (assumed & 0xffff);
+    H h;
+    memcpy(&h, &bits, 2);
+    H sum = convert<H>(load(h) + v);
+    unsigned short nb;
+    memcpy(&nb, &sum, 2);
+    unsigned int next = high ? ((assumed & 0xffffu) | (unsigned(nb) << 16))
+                             : ((assumed & 0xffff0000u) | nb);
+    old = atomicCAS(word, assumed, next);
+  } while (old != assumed);
+}
+__device__ __forceinline__ void atomic_add(__half* p, float v) { atomic_add_16(p, v); }
+__device__ __forceinline__ void atomic_add(__nv_bfloat16* p, float v) { atomic_add_16(p, v); }
+
+template <typename T>
+__global__ void scatter_add_rows_kernel(const T* grad, const int64_t* idx, int64_t M, int64_t D,
+                                        int64_t V, int64_t skip, T* out, int* bad) {
+  const int64_t n = M * D, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t m = e / D, d = e % D, r = idx[m];
+    if (r == skip) continue;
+    if (r < 0 || r >= V) {
+      *bad = 1;
+      continue;
+    }
+    atomic_add(out + r * D + d, load(grad[e]));
+  }
+}
+
+// ---- optimizers ------------------------------------------------------------------------------
+constexpr int kMaxTensors = 32;
+constexpr int kPerThread = 4;
+template <typename S>
+struct TensorList {
+  S t[kMaxTensors];
+  int64_t block_start[kMaxTensors + 1];
+  int count;
+};
+
+__device__ __forceinline__ int find_tensor(const int64_t* starts, int count, int64_t block) {
+  int i = 0;
+  while (i + 1 < count && starts[i + 1] <= block) ++i;
+  return i;
+}
+
+template <typename T>
+__global__ void sgd_kernel(TensorList<SgdTensor> list, float lr, float momentum, float dampening,
+                           bool nesterov) {
+  using A = acc_t<T>;
+  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
+  const SgdTensor& st = list.t[ti];
+  T* p = static_cast<T*>(st.param);
+  const T* g = static_cast<const T*>(st.grad);
+  T* buf = static_cast<T*>(st.momentum);
+  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
+    if (i >= st.n) break;
+    A pv = A(load(p[i]));
+    A d = A(load(g[i])) + A(st.weight_decay) * pv;
+    if (buf) {
+      A b = st.first_step ? d : A(momentum) * A(load(buf[i])) + A(1 - dampening) * d;
+      buf[i] = convert<T>(b);
+      d = nesterov ? d + A(momentum) * b : b;
+    }
+    p[i] = convert<T>(pv - A(lr) * d);
+  }
+}
+
+template <typename T>
+__global__ void adamw_kernel(TensorList<AdamWTensor> list, float beta1, float beta2, float eps) {
+  using A = acc_t<T>;
+  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
+  const AdamWTensor& st = list.t[ti];
+  T* p = static_cast<T*>(st.param);
+  const T* g = static_cast<const T*>(st.grad);
+  T* m = static_cast<T*>(st.exp_avg);
+  T* v = static_cast<T*>(st.exp_avg_sq);
+  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
+    if (i >= st.n) break;
+    const A gv = A(load(g[i]));
+    const A mv = A(beta1) * A(load(m[i])) + (A(1) - A(beta1)) * gv;
+    const A vv = A(beta2) * A(load(v[i])) + (A(1) - A(beta2)) * gv * gv;
+    m[i] = convert<T>(mv);
+    v[i] = convert<T>(vv);
+    const A pv = A(load(p[i])) * A(st.decay);
+    p[i] = convert<T>(pv - A(st.step_size) * mv / (m_sqrt(vv) * A(st.inv_sqrt_bc2) + A(eps)));
+  }
+}
+
+// Launches `kernel` over the tensors in groups of kMaxTensors.
+template <typename S, typename Launch>
+void multi_tensor(const S* tensors, int count, Launch launch) {
+  for (int first = 0; first < count; first += kMaxTensors) {
+    TensorList<S> list{};
+    list.count = std::min(kMaxTensors, count - first);
+    int64_t blocks = 0;
+    for (int i = 0; i < list.count; ++i) {
+      list.t[i] = tensors[first + i];
+      list.block_start[i] = blocks;
+      blocks += ceil_div(list.t[i].n, int64_t(kThreads) * kPerThread);
+    }
+    list.block_start[list.count] = blocks;
+    if (blocks > 0) launch(list, unsigned(blocks));
+  }
+}
+
+}  // namespace
+
+void launch_dropout(DType t, const void* x, void* y, uint8_t* mask, int64_t n, double p,
+                    uint64_t seed, uint64_t offset, cudaStream_t s) {
+  if (n == 0) return;
+  dispatch_float(t, "dropout", [&]<typename T>() {
+    dropout_kernel<T><<<grid_for(ceil_div(n, 4)), kThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), mask, n, float(p), float(1.0 / (1.0 - p)),
+        seed, offset);
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_dropout_backward(DType t, const void* grad, const uint8_t* mask, void* grad_x,
+                             int64_t n, double p, cudaStream_t s) {
+  if (n == 0) return;
+  dispatch_float(t, "dropout_backward", [&]<typename T>() {
+    dropout_backward_kernel<T><<<grid_for(n), kThreads, 0, s>>>(
+        static_cast<const T*>(grad), mask, static_cast<T*>(grad_x), n, float(1.0 / (1.0 - p)));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_layer_norm(DType t, const void* x, const void* w, const void* b, int64_t R, int64_t D,
+                       double eps, void* y, void* mean, void* rstd, cudaStream_t s) {
+  if (R == 0) return;
+  dispatch_float(t, "layer_norm", [&]<typename T>() {
+    layer_norm_kernel<T><<<unsigned(R), kThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), D,
+        float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+size_t layer_norm_workspace_bytes(int64_t R, int64_t D) {
+  return size_t(2) * size_t(ln_splits(R)) * size_t(D) * sizeof(double);
+}
+
+void launch_layer_norm_backward(DType t, const void* grad, const void* x, const void* w,
+                                const void* mean, const void* rstd, int64_t R, int64_t D,
+                                void* grad_x, void* grad_w, void* grad_b, void* workspace,
+                                cudaStream_t s) {
+  dispatch_float(t, "layer_norm_backward", [&]<typename T>() {
+    const T* g = static_cast<const T*>(grad);
+    const T* px = static_cast<const T*>(x);
+    const T* pm = static_cast<const T*>(mean);
+    const T* pr = static_cast<const T*>(rstd);
+    if (grad_x && R > 0) {
+      layer_norm_backward_rows<T><<<unsigned(R), kThreads, 0, s>>>(
+          g, px, static_cast<const T*>(w), pm, pr, D, static_cast<T*>(grad_x));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+    if ((grad_w || grad_b) && D > 0) {
+      const int S = ln_splits(R);
+      auto* ws = static_cast<acc_t<T>*>(workspace);
+      layer_norm_backward_columns<T><<<dim3(unsigned(ceil_div(D, 32)), unsigned(S)), dim3(32, 8), 0, s>>>(
+          g, px, pm, pr, R, D, S, ws);
+      NN_CUDA_CHECK_LAUNCH();
+      layer_norm_backward_finish<T><<<grid_for(D), kThreads, 0, s>>>(
+          ws, D, S, static_cast<T*>(grad_w), static_cast<T*>(grad_b));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+#define NN_POOL_LAUNCH(kernel, n, ...)                                       \
+  do {                                                                       \
+    if ((n) == 0) return;                                                    \
+    dispatch_float(t, #kernel, [&]<typename T>() {                           \
+      kernel<T><<<grid_for(n), kThreads, 0, s>>>(__VA_ARGS__);               \
+      NN_CUDA_CHECK_LAUNCH();                                                \
+    });                                                                      \
+  } while (0)
+
+void launch_max_pool(DType t, const void* x, void* y, int64_t* idx, const PoolGeom& g,
+                     cudaStream_t s) {
+  NN_POOL_LAUNCH(max_pool_kernel, g.planes * g.OH * g.OW, static_cast<const T*>(x),
+                 static_cast<T*>(y), idx, g);
+}
+void launch_max_pool_backward(DType t, const void* grad, const int64_t* idx, void* grad_x,
+                              const PoolGeom& g, cudaStream_t s) {
+  NN_POOL_LAUNCH(max_pool_backward_kernel, g.planes * g.H * g.W, static_cast<const T*>(grad), idx,
+                 static_cast<T*>(grad_x), g);
+}
+void launch_avg_pool(DType t, const void* x, void* y, const PoolGeom& g, cudaStream_t s) {
+  NN_POOL_LAUNCH(avg_pool_kernel, g.planes * g.OH * g.OW, static_cast<const T*>(x),
+                 static_cast<T*>(y), g);
+}
+void launch_avg_pool_backward(DType t, const void* grad, void* grad_x, const PoolGeom& g,
+                              cudaStream_t s) {
+  NN_POOL_LAUNCH(avg_pool_backward_kernel, g.planes * g.H * g.W, static_cast<const T*>(grad),
+                 static_cast<T*>(grad_x), g);
+}
+void launch_adaptive_avg_pool(DType t, const void* x, void* y, const PoolGeom& g, cudaStream_t s) {
+  NN_POOL_LAUNCH(adaptive_avg_kernel, g.planes * g.OH * g.OW, static_cast<const T*>(x),
+                 static_cast<T*>(y), g);
+}
+void launch_adaptive_avg_pool_backward(DType t, const void* grad, void* grad_x, const PoolGeom& g,
+                                       cudaStream_t s) {
+  NN_POOL_LAUNCH(adaptive_avg_backward_kernel, g.planes * g.H * g.W, static_cast<const T*>(grad),
+                 static_cast<T*>(grad_x), g);
+}
+
+void launch_gather_rows(const void* src, int64_t V, size_t row_bytes, const int64_t* idx,
+                        int64_t M, void* out, int* bad, cudaStream_t s) {
+  if (M == 0 || row_bytes == 0) return;
+  const bool words4 = row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  if (words4) {
+    int64_t words = int64_t(row_bytes / 4);
+    gather_rows_kernel<uint32_t><<<grid_for(M * words), kThreads, 0, s>>>(
+        static_cast<const uint32_t*>(src), V, words, idx, M, static_cast<uint32_t*>(out), bad);
+  } else {
+    int64_t words = int64_t(row_bytes);
+    gather_rows_kernel<uint8_t><<<grid_for(M * words), kThreads, 0, s>>>(
+        static_cast<const uint8_t*>(src), V, words, idx, M, static_cast<uint8_t*>(out), bad);
+  }
+  NN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_scatter_add_rows(DType t, const void* grad, const int64_t* idx, int64_t M, int64_t D,
+                             int64_t V, int64_t skip, void* out, int* bad, cudaStream_t s) {
+  if (M * D == 0) return;
+  dispatch_float(t, "scatter_add_rows", [&]<typename T>() {
+    scatter_add_rows_kernel<T><<<grid_for(M * D), kThreads, 0, s>>>(
+        static_cast<const T*>(grad), idx, M, D, V, skip, static_cast<T*>(out), bad);
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float momentum,
+                float dampening, bool nesterov, cudaStream_t s) {
+  dispatch_float(t, "sgd_step", [&]<typename T>() {
+    multi_tensor(tensors, count, [&](const TensorList<SgdTensor>& list, unsigned blocks) {
+      sgd_kernel<T><<<blocks, kThreads, 0, s>>>(list, lr, momentum, dampening, nesterov);
+      NN_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
+                  float eps, cudaStream_t s) {
+  dispatch_float(t, "adamw_step", [&]<typename T>() {
+    multi_tensor(tensors, count, [&](const TensorList<AdamWTensor>& list, unsigned blocks) {
+      adamw_kernel<T><<<blocks, kThreads, 0, s>>>(list, beta1, beta2, eps);
+      NN_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace nn::kernels

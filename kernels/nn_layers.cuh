@@ -1,0 +1,75 @@
+// Kernels for dropout, layer norm, pooling, embedding rows and the optimizer steps.
+#pragma once
+#include <cuda_runtime.h>
+#include <nn/dtype.h>
+
+#include "kernels/common.cuh"
+
+namespace nn::kernels {
+
+// ---- dropout: keep when U >= p, Philox at (seed, offset + i / 4, lane i % 4) ------------------
+void launch_dropout(DType t, const void* x, void* y, uint8_t* mask, int64_t n, double p,
+                    uint64_t seed, uint64_t offset, cudaStream_t s);
+void launch_dropout_backward(DType t, const void* grad, const uint8_t* mask, void* grad_x,
+                             int64_t n, double p, cudaStream_t s);
+
+// ---- layer norm over rows (R, D); weight/bias may be null -----------------------------------
+void launch_layer_norm(DType t, const void* x, const void* w, const void* b, int64_t R, int64_t D,
+                       double eps, void* y, void* mean, void* rstd, cudaStream_t s);
+// grad_x may be null; grad_w/grad_b (may be null) need `workspace` of
+// layer_norm_workspace_bytes(R, D) bytes.
+size_t layer_norm_workspace_bytes(int64_t R, int64_t D);
+void launch_layer_norm_backward(DType t, const void* grad, const void* x, const void* w,
+                                const void* mean, const void* rstd, int64_t R, int64_t D,
+                                void* grad_x, void* grad_w, void* grad_b, void* workspace,
+                                cudaStream_t s);
+
+// ---- 2-D pooling over (planes, H, W) ---------------------------------------------------------
+struct PoolGeom {
+  int64_t planes, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  bool count_include_pad;
+};
+void launch_max_pool(DType t, const void* x, void* y, int64_t* idx, const PoolGeom& g,
+                     cudaStream_t s);
+void launch_max_pool_backward(DType t, const void* grad, const int64_t* idx, void* grad_x,
+                              const PoolGeom& g, cudaStream_t s);
+void launch_avg_pool(DType t, const void* x, void* y, const PoolGeom& g, cudaStream_t s);
+void launch_avg_pool_backward(DType t, const void* grad, void* grad_x, const PoolGeom& g,
+                              cudaStream_t s);
+void launch_adaptive_avg_pool(DType t, const void* x, void* y, const PoolGeom& g, cudaStream_t s);
+void launch_adaptive_avg_pool_backward(DType t, const void* grad, void* grad_x, const PoolGeom& g,
+                                       cudaStream_t s);
+
+// ---- rows of a table: out[m] = src[idx[m]] (row_bytes each); grad rows scatter-added ---------
+// An index outside [0, V) sets *bad to 1 (checked by the host) and leaves its row unwritten.
+void launch_gather_rows(const void* src, int64_t V, size_t row_bytes, const int64_t* idx,
+                        int64_t M, void* out, int* bad, cudaStream_t s);
+void launch_scatter_add_rows(DType t, const void* grad, const int64_t* idx, int64_t M, int64_t D,
+                             int64_t V, int64_t skip, void* out, int* bad, cudaStream_t s);
+
+// ---- fused multi-tensor optimizer steps -------------------------------------------------------
+struct SgdTensor {
+  void* param;
+  const void* grad;
+  void* momentum;  // null when momentum == 0
+  int64_t n;
+  float weight_decay;
+  bool first_step;
+};
+struct AdamWTensor {
+  void* param;
+  const void* grad;
+  void* exp_avg;
+  void* exp_avg_sq;
+  int64_t n;
+  float decay;         // 1 - lr * weight_decay
+  float step_size;     // lr / (1 - beta1^t)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+};
+void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float momentum,
+                float dampening, bool nesterov, cudaStream_t s);
+void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
+                  float eps, cudaStream_t s);
+
+}  // namespace nn::kernels

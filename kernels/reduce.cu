@@ -1,0 +1,173 @@
+#include <algorithm>
+#include <cfloat>
+
+#include "kernels/reduce.cuh"
+
+namespace nn::kernels {
+namespace {
+
+// Accumulator: float for 16-bit and f32, double for f64, int64 for integers.
+template <typename T>
+using racc_t = std::conditional_t<std::is_integral_v<T>, int64_t, acc_t<T>>;
+
+template <typename A>
+struct Combine {
+  ReduceOp op;
+  __device__ A identity() const {
+    if (op == ReduceOp::sum || op == ReduceOp::mean) return A(0);
+    if constexpr (std::is_integral_v<A>) return op == ReduceOp::max ? INT64_MIN : INT64_MAX;
+    else return op == ReduceOp::max ? A(-INFINITY) : A(INFINITY);
+  }
+  __device__ A operator()(A a, A b) const {
+    if (op == ReduceOp::sum || op == ReduceOp::mean) return a + b;
+    if constexpr (!std::is_integral_v<A>) {
+      if (a != a) return a;  // NaN propagates
+      if (b != b) return b;
+    }
+    return op == ReduceOp::max ? (a > b ? a : b) : (a < b ? a : b);
+  }
+};
+
+// Block-wide combine; the result is valid in thread 0.
+template <typename A>
+__device__ A block_combine(A v, const Combine<A>& c) {
+  __shared__ A shared[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o /= 2) v = c(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : c.identity();
+  if (warp == 0)
+    for (int o = 16; o > 0; o /= 2) v = c(v, __shfl_down_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// B > 1: block (k, s) combines rows a in its share of A (or, when A is small, its share of
+// B) for output k into ws[k * S + s].
+template <typename T, typename A>
+__global__ void reduce_rows(const T* x, int64_t Adim, int64_t K, int64_t B, int S, Combine<A> c,
+                            A* ws) {
+  const int64_t k = blockIdx.x;
+  const int s = blockIdx.y;
+  A v = c.identity();
+  if (Adim >= S) {
+    for (int64_t a = s; a < Adim; a += S) {
+      const T* row = x + (a * K + k) * B;
+      for (int64_t b = threadIdx.x; b < B; b += blockDim.x) v = c(v, A(load(row[b])));
+    }
+  } else {
+    for (int64_t a = 0; a < Adim; ++a) {
+      const T* row = x + (a * K + k) * B;
+      for (int64_t b = int64_t(s) * blockDim.x + threadIdx.x; b < B; b += int64_t(S) * blockDim.x)
+        v = c(v, A(load(row[b])));
+    }
+  }
+  v = block_combine(v, c);
+  if (threadIdx.x == 0) ws[k * S + s] = v;
+}
+
+// B == 1: columns. Threads x run over k (coalesced), threads y and blocks y over a.
+template <typename T, typename A>
+__global__ void reduce_columns(const T* x, int64_t Adim, int64_t K, int S, Combine<A> c, A* ws) {
+  __shared__ A part[8][33];
+  const int64_t k = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  A v = c.identity();
+  if (k < K)
+    for (int64_t a = int64_t(blockIdx.y) * 8 + threadIdx.y; a < Adim; a += int64_t(S) * 8)
+      v = c(v, A(load(x[a * K + k])));
+  part[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0 && k < K) {
+    for (int i = 1; i < 8; ++i) v = c(v, part[i][threadIdx.x]);
+    ws[k * S + blockIdx.y] = v;
+  }
+}
+
+template <typename T, typename A>
+__global__ void reduce_finish(const A* ws, int64_t K, int S, Combine<A> c, double count, T* out) {
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= K) return;
+  A v = ws[k * S];
+  for (int s = 1; s < S; ++s) v = c(v, ws[k * S + s]);
+  if (c.op == ReduceOp::mean) v = A(double(v) / count);
+  out[k] = convert<T>(v);
+}
+
+// Splits per output so that about 4 blocks per SM are busy.
+int splits(int64_t K, int64_t work_per_k, int64_t min_work) {
+  int64_t want = ceil_div(132 * 4, std::max<int64_t>(K, 1));
+  int64_t most = std::max<int64_t>(1, work_per_k / min_work);
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
+}
+
+template <typename T>
+__global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
+  const T* row = x + int64_t(blockIdx.x) * D;
+  using A = acc_t<T>;
+  A best = A(0);
+  int64_t arg = -1;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A v = A(load(row[i]));
+    bool nan_v = v != v, nan_b = best != best;
+    if (arg < 0 || (!nan_b && (nan_v || v > best))) { best = v; arg = i; }
+  }
+  __shared__ A sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = arg;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o /= 2) {
+    if (threadIdx.x < o) {
+      A v = sv[threadIdx.x + o], b = sv[threadIdx.x];
+      int64_t iv = si[threadIdx.x + o], ib = si[threadIdx.x];
+      bool take = iv >= 0 && (ib < 0 || (b == b && (v != v || v > b || (v == b && iv < ib))) ||
+                              (b != b && v != v && iv < ib));
+      if (take) { sv[threadIdx.x] = v; si[threadIdx.x] = iv; }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = si[0];
+}
+
+}  // namespace
+
+size_t reduce_workspace_bytes(DType t, int64_t A, int64_t K, int64_t B) {
+  size_t acc = (t == DType::f64 || t == DType::i32 || t == DType::i64 || t == DType::u8) ? 8 : 4;
+  int S = B == 1 ? splits(ceil_div(K, 32), ceil_div(A, 8), 64) : splits(K, A * B, 4096);
+  return size_t(K) * size_t(S) * acc;
+}
+
+void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, int64_t B,
+                   void* out, void* workspace, cudaStream_t s) {
+  if (K == 0) return;
+  dispatch_all(t, [&]<typename T>() {
+    using Ac = racc_t<T>;
+    Combine<Ac> c{op};
+    Ac* ws = static_cast<Ac*>(workspace);
+    const T* px = static_cast<const T*>(x);
+    int S;
+    if (B == 1) {
+      S = splits(ceil_div(K, 32), ceil_div(A, 8), 64);
+      reduce_columns<T, Ac><<<dim3(unsigned(ceil_div(K, 32)), unsigned(S)), dim3(32, 8), 0, s>>>(
+          px, A, K, S, c, ws);
+    } else {
+      S = splits(K, A * B, 4096);
+      reduce_rows<T, Ac><<<dim3(unsigned(K), unsigned(S)), kThreads, 0, s>>>(px, A, K, B, S, c, ws);
+    }
+    NN_CUDA_CHECK_LAUNCH();
+    reduce_finish<T, Ac><<<grid_for(K), kThreads, 0, s>>>(ws, K, S, c, double(A) * double(B),
+                                                           static_cast<T*>(out));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_argmax(DType t, const void* x, int64_t rows, int64_t D, int64_t* out, cudaStream_t s) {
+  if (rows == 0) return;
+  dispatch_all(t, [&]<typename T>() {
+    argmax_rows<T><<<unsigned(rows), kThreads, 0, s>>>(static_cast<const T*>(x), D, out);
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace nn::kernels

@@ -1,0 +1,177 @@
+// CUDA conv family on cuDNN (the long-standing descriptor API, present in cuDNN 8 and 9).
+// Each shape's algorithms are chosen once by cuDNN's benchmark (Find) and cached; workspaces
+// come from our caching allocator.
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/util.h"
+
+namespace nn::backend {
+using namespace cuda;
+
+namespace {
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: NN_ERROR("conv2d: not implemented for dtype ", dtype_name(t), " on CUDA");
+  }
+}
+
+// Descriptors for one convolution, destroyed with the object.
+struct ConvDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  ConvDescs(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType t) {
+    const cudnnDataType_t dt = cudnn_type(t);
+    NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    NN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    NN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(xs[0]), int(xs[1]),
+                                              int(xs[2]), int(xs[3])));
+    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, int(ys[0]), int(ys[1]),
+                                              int(ys[2]), int(ys[3])));
+    NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, int(ws[0]), int(ws[1]),
+                                              int(ws[2]), int(ws[3])));
+    // 16-bit data accumulates in FP32 on tensor cores; FP32 data stays exact FP32 (no TF32).
+    NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        conv, int(p.padding[0]), int(p.padding[1]), int(p.stride[0]), int(p.stride[1]),
+        int(p.dilation[0]), int(p.dilation[1]), CUDNN_CROSS_CORRELATION,
+        t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+    NN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, int(p.groups)));
+    NN_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        conv, (t == DType::f16 || t == DType::bf16) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~ConvDescs() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+struct Choice {
+  int algo;
+  size_t workspace;
+};
+std::mutex g_cache_mu;
+std::map<std::string, Choice> g_cache;  // (pass, device, shapes, params, dtype) -> algorithm
+
+std::string cache_key(const char* pass, int dev, const Shape& xs, const Shape& ws,
+                      const Conv2dParams& p, DType t) {
+  return detail::cat(pass, dev, shape_str(xs), shape_str(ws), p.stride[0], ",", p.stride[1], ",",
+                     p.padding[0], ",", p.padding[1], ",", p.dilation[0], ",", p.dilation[1], ",",
+                     p.groups, dtype_name(t));
+}
+
+constexpr size_t kMaxWorkspace = size_t(1) << 30;
+
+// Runs cuDNN's benchmark over every algorithm of one pass (on the real buffers, before they
+// are computed for real) and keeps the fastest that succeeded.
+template <typename Perf, typename Find>
+Choice find_best(CudaBackend& be, int max_count, Find&& find) {
+  std::vector<Perf> perf(size_t(std::max(max_count, 1)));
+  int returned = 0;
+  Tensor ws = be.scratch(kMaxWorkspace);
+  find(perf.data(), int(perf.size()), &returned, ws.data_ptr(), kMaxWorkspace);
+  for (int i = 0; i < returned; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS)
+      return {int(perf[i].algo), perf[i].memory};
+  NN_ERROR("cuDNN found no working convolution algorithm for this shape");
+}
+
+// The cached choice for `key`, benchmarking on first use.
+template <typename Perf, typename Find>
+Choice choose(CudaBackend& be, const std::string& key, int max_count, Find&& find) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  auto it = g_cache.find(key);
+  if (it != g_cache.end()) return it->second;
+  Choice c = find_best<Perf>(be, max_count, find);
+  g_cache[key] = c;
+  return c;
+}
+
+// cuDNN's alpha = 1 and beta = 0, as double for f64 data and float otherwise.
+struct Scale {
+  float f1 = 1, f0 = 0;
+  double d1 = 1, d0 = 0;
+  bool f64;
+  explicit Scale(DType t) : f64(t == DType::f64) {}
+  const void* one() const { return f64 ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero() const { return f64 ? static_cast<const void*>(&d0) : &f0; }
+};
+}  // namespace
+
+void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                                 const Conv2dParams& p) {
+  activate();
+  ConvDescs d(x.shape(), w.shape(), out.shape(), p, x.dtype());
+  const std::string key = cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype());
+  int n = 0;
+  NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &n));
+  const Choice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
+      *this, key, n, [&](auto* perf, int req, int* ret, void* ws, size_t wsb) {
+        NN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            cudnn_, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y, out.data_ptr(), req, ret,
+            perf, ws, wsb));
+      });
+  Tensor ws = scratch(c.workspace);
+  const Scale k(x.dtype());
+  NN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, k.one(), d.x, x.data_ptr(), d.w, w.data_ptr(),
+                                         d.conv, cudnnConvolutionFwdAlgo_t(c.algo), ws.data_ptr(),
+                                         c.workspace, k.zero(), d.y, out.data_ptr()));
+  if (bias.defined()) {  // out += bias over (N, ., H, W): a broadcast add in place
+    Tensor b4 = make_view(bias, out.shape(), {0, bias.strides()[0], 0, 0}, bias.offset());
+    binary(BinaryOp::add, out, b4, out);
+  }
+}
+
+void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                                        const Conv2dParams& p) {
+  activate();
+  ConvDescs d(grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype());
+  const std::string key = cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype());
+  int n = 0;
+  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &n));
+  const Choice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+      *this, key, n, [&](auto* perf, int req, int* ret, void* ws, size_t wsb) {
+        NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            cudnn_, d.w, w.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.x, grad_x.data_ptr(),
+            req, ret, perf, ws, wsb));
+      });
+  Tensor ws = scratch(c.workspace);
+  const Scale k(w.dtype());
+  NN_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      cudnn_, k.one(), d.w, w.data_ptr(), d.y, grad_out.data_ptr(), d.conv,
+      cudnnConvolutionBwdDataAlgo_t(c.algo), ws.data_ptr(), c.workspace, k.zero(), d.x,
+      grad_x.data_ptr()));
+}
+
+void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
+                                         const Conv2dParams& p) {
+  activate();
+  ConvDescs d(x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype());
+  const std::string key = cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype());
+  int n = 0;
+  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &n));
+  const Choice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      *this, key, n, [&](auto* perf, int req, int* ret, void* ws, size_t wsb) {
+        NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            cudnn_, d.x, x.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.w, grad_w.data_ptr(),
+            req, ret, perf, ws, wsb));
+      });
+  Tensor ws = scratch(c.workspace);
+  const Scale k(x.dtype());
+  NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      cudnn_, k.one(), d.x, x.data_ptr(), d.y, grad_out.data_ptr(), d.conv,
+      cudnnConvolutionBwdFilterAlgo_t(c.algo), ws.data_ptr(), c.workspace, k.zero(), d.w,
+      grad_w.data_ptr()));
+}
+
+}  // namespace nn::backend

@@ -1,0 +1,166 @@
+// The CUDA backend: one stream per device, cuBLAS and cuDNN handles on it, memory from the
+// caching allocator. Methods are defined in one .cu file per family; the kernels they launch
+// live in kernels/.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernels/common.cuh"
+
+namespace nn {
+class CachingAllocator;
+}
+
+#define NN_CUBLAS_CHECK(expr)                                                            \
+  do {                                                                                   \
+    cublasStatus_t nn_st_ = (expr);                                                      \
+    if (nn_st_ != CUBLAS_STATUS_SUCCESS)                                                 \
+      NN_ERROR("cuBLAS error at ", __FILE__, ":", __LINE__, ": ",                        \
+               cublasGetStatusString(nn_st_), " (", #expr, ")");                         \
+  } while (0)
+#define NN_CUDNN_CHECK(expr)                                                             \
+  do {                                                                                   \
+    cudnnStatus_t nn_st_ = (expr);                                                       \
+    if (nn_st_ != CUDNN_STATUS_SUCCESS)                                                  \
+      NN_ERROR("cuDNN error at ", __FILE__, ":", __LINE__, ": ", cudnnGetErrorString(nn_st_), \
+               " (", #expr, ")");                                                        \
+  } while (0)
+
+namespace nn::backend {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index);
+  ~CudaBackend() override;
+  Device device() const override { return Device(DeviceType::cuda, index_); }
+
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* p, size_t nbytes) override;
+  MemoryStats memory_stats() const override;
+  void empty_cache() override;
+  void synchronize() override;
+  void upload(const void* host, Tensor& dst) override;
+  void download(const Tensor& src, void* host) override;
+
+  void copy(const Tensor& src, Tensor& dst) override;
+  void fill(Tensor& dst, double value) override;
+  void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
+                   uint64_t offset) override;
+  void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override;
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+                      Tensor& grad_x) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override;
+  void argmax(const Tensor& x, int64_t dim, Tensor& out) override;
+
+  void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override;
+
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                      const Conv2dParams& p) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
+                              const Conv2dParams& p) override;
+
+  void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
+                          const Pool2dParams& p) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x,
+                           const Pool2dParams& p) override;
+  void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x,
+                           const Pool2dParams& p) override;
+  void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override;
+
+  void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) override;
+  void softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log,
+                        Tensor& grad_x) override;
+
+  void cross_entropy_forward(const Tensor& logits, const Tensor& target, double smoothing,
+                             int64_t ignore_index, Tensor& loss, Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits,
+                              const Tensor& target, const Tensor& lse, double smoothing,
+                              int64_t ignore_index, Tensor& grad_logits) override;
+
+  void dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& out,
+                       Tensor& mask) override;
+  void dropout_backward(const Tensor& grad, const Tensor& mask, double p,
+                        Tensor& grad_x) override;
+
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          Tensor& running_mean, Tensor& running_var, bool training,
+                          double momentum, double eps, Tensor& out, Tensor& save_mean,
+                          Tensor& save_invstd) override;
+  void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                           Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          double eps, Tensor& out, Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
+                           Tensor& grad_weight, Tensor& grad_bias) override;
+
+  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
+  void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
+                        Tensor& out) override;
+
+  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+                bool nesterov) override;
+  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+                  double eps) override;
+
+  // ---- helpers for the family files ----------------------------------------------------
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  // A scratch buffer from the caching allocator; freed (back to the cache) with the tensor.
+  Tensor scratch(size_t bytes);
+  // Device flags that kernels raise for bad input (an index out of range): checked, and an
+  // nn::Error thrown, at the next synchronisation, so no check costs a host sync.
+  enum Flag { kBadIndex = 0, kBadTarget = 1, kNumFlags = 2 };
+  int* flag(Flag f) const { return flags_ + f; }
+  void check_flags();
+  // Makes this device current on the calling thread.
+  void activate() const;
+
+ private:
+  int index_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  int* flags_ = nullptr;          // device
+  int* host_flags_ = nullptr;     // pinned
+  // Pinned staging buffers for small uploads, each reusable once its copy has completed.
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  std::vector<Staging> staging_;
+  std::mutex staging_mu_;
+  std::unique_ptr<CachingAllocator> alloc_;
+};
+
+
+namespace cuda {
+// Shape and strides of (out, inputs...) for an elementwise launch, dims merged where every
+// operand is contiguous across them. Inputs are already broadcast to out's shape.
+template <int N>
+kernels::Geom<N> geom(const Tensor& out, std::initializer_list<const Tensor*> ins);
+// True when every operand is contiguous (the vectorised path applies).
+bool all_contiguous(const Tensor& out, std::initializer_list<const Tensor*> ins);
+// An i64 copy of an index tensor (i32 indices are widened), contiguous.
+Tensor as_i64(CudaBackend& be, const Tensor& idx);
+template <typename T = void>
+T* ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+}  // namespace cuda
+
+}  // namespace nn::backend

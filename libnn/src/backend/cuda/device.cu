@@ -1,0 +1,169 @@
+// Device setup, memory, transfers, and the helpers every family file uses.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/allocator.h"
+#include "core/geometry.h"
+#include "kernels/elementwise.cuh"
+
+namespace nn::backend {
+
+int cuda_device_count_impl() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error, just none
+    return 0;
+  }
+  return n;
+}
+
+Backend* create_cuda_backend(int index) { return new CudaBackend(index); }
+
+void CudaBackend::activate() const { NN_CUDA_CHECK(cudaSetDevice(index_)); }
+
+CudaBackend::CudaBackend(int index) : index_(index) {
+  activate();
+  NN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  NN_CUBLAS_CHECK(cublasCreate(&cublas_));
+  NN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  NN_CUDNN_CHECK(cudnnCreate(&cudnn_));
+  NN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  NN_CUDA_CHECK(cudaMalloc(&flags_, sizeof(int) * kNumFlags));
+  NN_CUDA_CHECK(cudaMemset(flags_, 0, sizeof(int) * kNumFlags));
+  NN_CUDA_CHECK(cudaMallocHost(&host_flags_, sizeof(int) * kNumFlags));
+  const int dev = index_;
+  alloc_ = std::make_unique<CachingAllocator>(
+      "cuda:" + std::to_string(index),
+      [dev](size_t n) -> void* {
+        void* p = nullptr;
+        cudaSetDevice(dev);
+        if (cudaMalloc(&p, n) != cudaSuccess) {
+          cudaGetLastError();  // clear the error; the allocator frees its cache and retries
+          return nullptr;
+        }
+        return p;
+      },
+      [dev](void* p) {
+        cudaSetDevice(dev);
+        cudaFree(p);
+      });
+}
+
+// Backends live until the process exits (tensors may outlive static destructors), so the
+// handles are left to the driver's teardown.
+CudaBackend::~CudaBackend() = default;
+
+void* CudaBackend::allocate(size_t nbytes) { return alloc_->allocate(nbytes); }
+void CudaBackend::deallocate(void* p, size_t nbytes) { alloc_->deallocate(p, nbytes); }
+MemoryStats CudaBackend::memory_stats() const { return alloc_->stats(); }
+void CudaBackend::empty_cache() {
+  synchronize();
+  alloc_->empty_cache();
+}
+
+void CudaBackend::check_flags() {
+  NN_CUDA_CHECK(cudaMemcpyAsync(host_flags_, flags_, sizeof(int) * kNumFlags,
+                                cudaMemcpyDeviceToHost, stream_));
+  NN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (host_flags_[kBadIndex] || host_flags_[kBadTarget]) {
+    const bool index = host_flags_[kBadIndex];
+    NN_CUDA_CHECK(cudaMemsetAsync(flags_, 0, sizeof(int) * kNumFlags, stream_));
+    NN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (index)
+      NN_ERROR("an index out of range was used on cuda:", index_, " (embedding / index_select "
+               "since the last synchronisation); results computed since then are invalid");
+    NN_ERROR("cross_entropy: a target out of range for the number of classes was used on cuda:",
+             index_, " since the last synchronisation; the loss is NaN");
+  }
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  NN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_flags();
+}
+
+// Small uploads (batches of indices, labels, a batch of data) go through pinned staging
+// buffers, so the copy is truly asynchronous and the caller's memory is free on return
+// without a stream sync; large ones (a whole data set, once) are copied directly.
+void CudaBackend::upload(const void* host, Tensor& dst) {
+  activate();
+  const size_t n = dst.nbytes();
+  constexpr size_t kStageMax = size_t(64) << 20;
+  if (n > kStageMax) {
+    NN_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), host, n, cudaMemcpyHostToDevice, stream_));
+    NN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  Staging* slot = nullptr;
+  for (auto& s : staging_)
+    if (s.bytes >= n && cudaEventQuery(s.done) == cudaSuccess) {
+      slot = &s;
+      break;
+    }
+  cudaGetLastError();  // cudaEventQuery's "not ready" is not an error
+  if (!slot) {
+    Staging s;
+    s.bytes = std::max<size_t>(n, 1 << 16);
+    NN_CUDA_CHECK(cudaMallocHost(&s.host, s.bytes));
+    NN_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    staging_.push_back(s);
+    slot = &staging_.back();
+  }
+  std::memcpy(slot->host, host, n);
+  NN_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), slot->host, n, cudaMemcpyHostToDevice, stream_));
+  NN_CUDA_CHECK(cudaEventRecord(slot->done, stream_));
+}
+
+void CudaBackend::download(const Tensor& src, void* host) {
+  activate();
+  NN_CUDA_CHECK(cudaMemcpyAsync(host, src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+}
+
+Tensor CudaBackend::scratch(size_t bytes) {
+  return empty({int64_t(std::max<size_t>(bytes, 1))}, TensorOptions(kU8).device(device()));
+}
+
+namespace cuda {
+
+template <int N>
+kernels::Geom<N> geom(const Tensor& out, std::initializer_list<const Tensor*> ins) {
+  std::array<const Shape*, N> st;
+  st[0] = &out.strides();
+  int k = 1;
+  for (const Tensor* t : ins) st[k++] = &t->strides();
+  Geometry<N> g = coalesce<N>(out.shape(), st);
+  NN_CHECK(int(g.shape.size()) <= kernels::kMaxDims, "CUDA elementwise ops support up to ",
+           kernels::kMaxDims, " non-mergeable dims, got ", g.shape.size());
+  kernels::Geom<N> r;
+  r.ndim = int(g.shape.size());
+  for (int d = 0; d < r.ndim; ++d) {
+    r.shape[d] = g.shape[d];
+    for (int j = 0; j < N; ++j) r.stride[j][d] = g.strides[j][d];
+  }
+  return r;
+}
+template kernels::Geom<1> geom<1>(const Tensor&, std::initializer_list<const Tensor*>);
+template kernels::Geom<2> geom<2>(const Tensor&, std::initializer_list<const Tensor*>);
+template kernels::Geom<3> geom<3>(const Tensor&, std::initializer_list<const Tensor*>);
+template kernels::Geom<4> geom<4>(const Tensor&, std::initializer_list<const Tensor*>);
+
+bool all_contiguous(const Tensor& out, std::initializer_list<const Tensor*> ins) {
+  if (!out.is_contiguous()) return false;
+  for (const Tensor* t : ins)
+    if (!t->is_contiguous() || t->shape() != out.shape()) return false;
+  return true;
+}
+
+Tensor as_i64(CudaBackend& be, const Tensor& idx) {
+  if (idx.dtype() == kI64 && idx.is_contiguous()) return idx;
+  Tensor out = empty(idx.shape(), TensorOptions(kI64).device(be.device()));
+  be.copy(idx, out);
+  return out;
+}
+
+}  // namespace cuda
+}  // namespace nn::backend

@@ -1,0 +1,63 @@
+// CUDA elementwise family: thin wrappers over kernels/elementwise.cu.
+#include "backend/cuda/cuda_backend.h"
+#include "kernels/elementwise.cuh"
+
+namespace nn::backend {
+using namespace cuda;
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  activate();
+  kernels::launch_copy(dst.dtype(), dst.data_ptr(), src.dtype(), src.data_ptr(),
+                       geom<2>(dst, {&src}), dst.numel(), all_contiguous(dst, {&src}), stream_);
+}
+
+void CudaBackend::fill(Tensor& dst, double value) {
+  activate();
+  kernels::launch_fill(dst.dtype(), dst.data_ptr(), value, geom<1>(dst, {}), dst.numel(),
+                       dst.is_contiguous(), stream_);
+}
+
+void CudaBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
+                              uint64_t offset) {
+  activate();
+  kernels::launch_random(dst.dtype(), dst.data_ptr(), dst.numel(), kind == RandomKind::normal, a,
+                         b, seed, offset, stream_);
+}
+
+void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
+  activate();
+  kernels::launch_unary(op, x.dtype(), out.data_ptr(), x.data_ptr(), a, b, geom<2>(out, {&x}),
+                        out.numel(), all_contiguous(out, {&x}), stream_);
+}
+
+void CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+                                 Tensor& grad_x) {
+  activate();
+  const Tensor& v = (op == UnaryOp::tanh || op == UnaryOp::sigmoid) ? y : x;
+  NN_CHECK(op == UnaryOp::relu || op == UnaryOp::gelu || op == UnaryOp::tanh ||
+               op == UnaryOp::sigmoid, "unary_backward: no fused backward for this op");
+  kernels::launch_unary_backward(op, x.dtype(), grad_x.data_ptr(), grad.data_ptr(), v.data_ptr(),
+                                 geom<3>(grad_x, {&grad, &v}), grad_x.numel(),
+                                 all_contiguous(grad_x, {&grad, &v}), stream_);
+}
+
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  activate();
+  kernels::launch_binary(op, a.dtype(), out.data_ptr(), a.data_ptr(), b.data_ptr(),
+                         geom<3>(out, {&a, &b}), out.numel(), all_contiguous(out, {&a, &b}),
+                         stream_);
+}
+
+void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  activate();
+  Tensor c = cond;
+  if (c.dtype() != a.dtype() && c.dtype() != kU8) {  // the kernel reads T or u8 conditions
+    c = empty(cond.shape(), a.options());
+    copy(cond, c);
+  }
+  kernels::launch_where(a.dtype(), c.dtype() == kU8, out.data_ptr(), c.data_ptr(), a.data_ptr(),
+                        b.data_ptr(), geom<4>(out, {&c, &a, &b}), out.numel(),
+                        all_contiguous(out, {&c, &a, &b}), stream_);
+}
+
+}  // namespace nn::backend

@@ -1,0 +1,120 @@
+// CUDA softmax, loss, dropout, embedding and optim families: wrappers over kernels/.
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "kernels/nn_layers.cuh"
+#include "kernels/softmax.cuh"
+
+namespace nn::backend {
+using namespace cuda;
+
+namespace {
+struct Lanes {
+  int64_t outer = 1, D = 1, inner = 1;
+};
+Lanes lanes(const Shape& s, int64_t dim) {
+  Lanes l;
+  for (int64_t i = 0; i < dim; ++i) l.outer *= s[i];
+  l.D = s[dim];
+  for (size_t i = dim + 1; i < s.size(); ++i) l.inner *= s[i];
+  return l;
+}
+}  // namespace
+
+// ---- softmax --------------------------------------------------------------------------------
+void CudaBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) {
+  activate();
+  Lanes l = lanes(x.shape(), dim);
+  kernels::launch_softmax(x.dtype(), x.data_ptr(), out.data_ptr(), l.outer, l.D, l.inner, log,
+                          stream_);
+}
+void CudaBackend::softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log,
+                                   Tensor& grad_x) {
+  activate();
+  Lanes l = lanes(y.shape(), dim);
+  kernels::launch_softmax_backward(y.dtype(), grad.data_ptr(), y.data_ptr(), grad_x.data_ptr(),
+                                   l.outer, l.D, l.inner, log, stream_);
+}
+
+// ---- loss: a bad target raises a device flag, reported at the next synchronisation ----------
+void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& target,
+                                        double smoothing, int64_t ignore_index, Tensor& loss,
+                                        Tensor& lse) {
+  activate();
+  Tensor t = as_i64(*this, target);
+  kernels::launch_cross_entropy(logits.dtype(), logits.data_ptr(), ptr<int64_t>(t),
+                                logits.shape()[0], logits.shape()[1], smoothing, ignore_index,
+                                loss.data_ptr(), lse.data_ptr(), flag(kBadTarget), stream_);
+}
+void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits,
+                                         const Tensor& target, const Tensor& lse, double smoothing,
+                                         int64_t ignore_index, Tensor& grad_logits) {
+  activate();
+  Tensor t = as_i64(*this, target);
+  kernels::launch_cross_entropy_backward(logits.dtype(), grad_loss.data_ptr(), logits.data_ptr(),
+                                         ptr<int64_t>(t), lse.data_ptr(), logits.shape()[0],
+                                         logits.shape()[1], smoothing, ignore_index,
+                                         grad_logits.data_ptr(), stream_);
+}
+
+// ---- dropout --------------------------------------------------------------------------------
+void CudaBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+                                  Tensor& out, Tensor& mask) {
+  activate();
+  kernels::launch_dropout(x.dtype(), x.data_ptr(), out.data_ptr(), ptr<uint8_t>(mask), x.numel(),
+                          p, seed, offset, stream_);
+}
+void CudaBackend::dropout_backward(const Tensor& grad, const Tensor& mask, double p,
+                                   Tensor& grad_x) {
+  activate();
+  kernels::launch_dropout_backward(grad.dtype(), grad.data_ptr(), ptr<uint8_t>(mask),
+                                   grad_x.data_ptr(), grad.numel(), p, stream_);
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+  activate();
+  const int64_t V = src.shape()[0];
+  Tensor idx = as_i64(*this, index);
+  const size_t row = V ? src.nbytes() / size_t(V) : 0;
+  kernels::launch_gather_rows(src.data_ptr(), V, row, ptr<int64_t>(idx), idx.numel(),
+                              out.data_ptr(), flag(kBadIndex), stream_);
+}
+void CudaBackend::scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
+                                   Tensor& out) {
+  activate();
+  const int64_t V = out.shape()[0], D = V ? out.numel() / V : 0;
+  Tensor idx = as_i64(*this, index);
+  kernels::launch_scatter_add_rows(grad.dtype(), grad.data_ptr(), ptr<int64_t>(idx), idx.numel(),
+                                   D, V, skip_index, out.data_ptr(), flag(kBadIndex), stream_);
+}
+
+// ---- optim: one multi-tensor launch per call ------------------------------------------------
+void CudaBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
+                           double dampening, bool nesterov) {
+  if (slots.empty()) return;
+  activate();
+  std::vector<kernels::SgdTensor> ts;
+  for (auto& s : slots)
+    ts.push_back({s.param.data_ptr(), s.grad.data_ptr(),
+                  momentum != 0 ? s.momentum.data_ptr() : nullptr, s.param.numel(),
+                  float(s.weight_decay), s.first_step});
+  kernels::launch_sgd(slots[0].param.dtype(), ts.data(), int(ts.size()), float(lr),
+                      float(momentum), float(dampening), nesterov, stream_);
+}
+void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+                             double eps) {
+  if (slots.empty()) return;
+  activate();
+  std::vector<kernels::AdamWTensor> ts;
+  for (auto& s : slots) {
+    const double bc1 = 1 - std::pow(beta1, double(s.step)), bc2 = 1 - std::pow(beta2, double(s.step));
+    ts.push_back({s.param.data_ptr(), s.grad.data_ptr(), s.exp_avg.data_ptr(),
+                  s.exp_avg_sq.data_ptr(), s.param.numel(), float(1 - lr * s.weight_decay),
+                  float(lr / bc1), float(1 / std::sqrt(bc2))});
+  }
+  kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), float(beta1),
+                        float(beta2), float(eps), stream_);
+}
+
+}  // namespace nn::backend

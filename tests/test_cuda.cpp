@@ -1,0 +1,341 @@
+// The cross-backend test: every primitive run on the CPU and on CUDA from the same random
+// inputs (odd sizes, non-contiguous views, broadcasting, empty tensors), outputs and input
+// gradients compared with a tolerance per dtype. Skips, saying so, when no GPU is present.
+#include "test_util.h"
+
+using namespace nn;
+
+namespace {
+
+bool have_gpu() {
+  if (cuda_available()) return true;
+  WARN("no CUDA device present: CUDA test skipped");
+  return false;
+}
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct Case {
+  std::string name;
+  std::vector<Shape> shapes;  // inputs, drawn N(0,1) in f32
+  Fn fn;
+  double tol = 1e-4;          // f32: cuDNN/cuBLAS sum in different orders than Eigen
+  bool grads = true;
+  DType dtype = kF32;
+};
+
+// Runs fn on `device` with copies of `inputs`; returns outputs then input gradients (CPU).
+std::vector<Tensor> run(const Case& c, const std::vector<Tensor>& inputs, Device device) {
+  std::vector<Tensor> xs;
+  for (auto& x : inputs) {
+    Tensor d = x.to(c.dtype).to(device).detach();
+    if (c.grads && is_floating(d.dtype())) d.requires_grad_(true);
+    xs.push_back(d);
+  }
+  std::vector<Tensor> outs = c.fn(xs);
+  std::vector<Tensor> result;
+  Tensor total;
+  Generator g(99);
+  for (auto& o : outs) {
+    result.push_back(o.detach().cpu().to(is_floating(o.dtype()) ? kF32 : o.dtype()));
+    if (c.grads && o.requires_grad()) {
+      Tensor w = randn(o.shape(), kF32, &g).to(o.dtype()).to(device);
+      Tensor s = sum(mul(o, w));
+      total = total.defined() ? add(total, s) : s;
+    }
+  }
+  if (total.defined()) {
+    total.backward();
+    for (auto& x : xs)
+      if (x.requires_grad())
+        result.push_back(x.grad().defined() ? x.grad().cpu().to(kF32) : zeros(x.shape()));
+  }
+  return result;
+}
+
+void check(const Case& c) {
+  INFO("case: " << c.name);
+  Generator g(7);
+  std::vector<Tensor> inputs;
+  for (auto& s : c.shapes) inputs.push_back(randn(s, kF32, &g));
+  auto cpu = run(c, inputs, kCPU);
+  auto gpu = run(c, inputs, kCUDA);
+  REQUIRE(cpu.size() == gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    INFO("result " << i << " (outputs first, then input gradients)");
+    test::require_close(gpu[i], cpu[i], c.tol, c.tol);
+  }
+}
+
+Tensor T(const Tensor& t) { return t.transpose(0, 1); }  // a non-contiguous view
+
+Conv2dParams conv(int64_t s, int64_t p, int64_t d = 1, int64_t g = 1) {
+  Conv2dParams c;
+  c.stride = {s, s};
+  c.padding = {p, p};
+  c.dilation = {d, d};
+  c.groups = g;
+  return c;
+}
+Pool2dParams pool(int64_t k, int64_t s = 0, int64_t p = 0) {
+  Pool2dParams q;
+  q.kernel = {k, k};
+  q.stride = {s, s};
+  q.padding = {p, p};
+  return q;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  auto unary = [&](const char* n, Tensor (*f)(const Tensor&)) {
+    v.push_back({std::string(n), {{37, 5}}, [f](auto& x) { return std::vector<Tensor>{f(x[0])}; }});
+    v.push_back({std::string(n) + " (transposed)", {{5, 37}},
+                 [f](auto& x) { return std::vector<Tensor>{f(T(x[0]))}; }});
+  };
+  unary("exp", exp); unary("tanh", tanh); unary("sigmoid", sigmoid); unary("relu", relu);
+  unary("gelu", gelu); unary("neg", neg); unary("abs", abs); unary("square", square);
+  v.push_back({"log/sqrt/rsqrt", {{41}}, [](auto& x) {
+                 Tensor p = add(abs(x[0]), 0.5);
+                 return std::vector<Tensor>{log(p), sqrt(p), rsqrt(p), pow(p, 1.7), 2.0 / p};
+               }});
+  v.push_back({"scalar ops and clamp", {{3, 50}}, [](auto& x) {
+                 return std::vector<Tensor>{x[0] * 3.0 + 1.0, 2.0 - x[0], clamp(x[0], -0.5, 0.7)};
+               }});
+  v.push_back({"binary broadcast", {{4, 1, 33}, {7, 1}}, [](auto& x) {
+                 return std::vector<Tensor>{x[0] + x[1], x[0] - x[1], x[0] * x[1],
+                                            maximum(x[0], x[1]), minimum(x[0], x[1])};
+               }});
+  v.push_back({"div and pow", {{9, 11}, {11}}, [](auto& x) {
+                 Tensor b = add(abs(x[1]), 0.5);
+                 return std::vector<Tensor>{x[0] / b, pow(add(abs(x[0]), 0.1), b)};
+               }});
+  v.push_back({"binary transposed", {{13, 6}, {6, 13}},
+               [](auto& x) { return std::vector<Tensor>{T(x[0]) * x[1] + x[1]}; }});
+  v.push_back({"comparisons and where", {{8, 9}, {9}}, [](auto& x) {
+                 Tensor c = gt(x[0], x[1]);
+                 return std::vector<Tensor>{c, le(x[0], x[1]), eq(x[0], x[0]), where(c, x[0], x[1])};
+               }});
+  v.push_back({"empty tensors", {{0, 3}, {3}}, [](auto& x) {
+                 return std::vector<Tensor>{x[0] + x[1], sum(x[0], {0}), exp(x[0])};
+               }});
+  v.push_back({"large contiguous (vector path)", {{1 << 20}, {1 << 20}},
+               [](auto& x) { return std::vector<Tensor>{x[0] * x[1] + 1.0, relu(x[0])}; }});
+  v.push_back({"odd offset (unaligned path)", {{1001}},
+               [](auto& x) { return std::vector<Tensor>{x[0].slice(0, 1, 1001) * 2.0}; }});
+  // reductions
+  v.push_back({"sum/mean over dims", {{5, 7, 9}}, [](auto& x) {
+                 return std::vector<Tensor>{sum(x[0], {0}), sum(x[0], {1}), sum(x[0], {2}),
+                                            mean(x[0], {0, 2}), sum(x[0]), mean(x[0], {1}, true)};
+               }});
+  v.push_back({"amax/amin/var", {{6, 33}}, [](auto& x) {
+                 return std::vector<Tensor>{amax(x[0], {1}), amin(x[0], {0}), var(x[0], {1})};
+               }});
+  v.push_back({"reductions of views", {{33, 6}}, [](auto& x) {
+                 return std::vector<Tensor>{sum(T(x[0]), {1}), amax(T(x[0]), {0})};
+               }});
+  v.push_back({"large reduction", {{3, 100000}}, [](auto& x) {
+                 return std::vector<Tensor>{sum(x[0]), sum(x[0], {1}), sum(x[0], {0})};
+               }, 1e-3});
+  v.push_back({"argmax", {{17, 23}}, [](auto& x) {
+                 return std::vector<Tensor>{argmax(x[0], 1), argmax(x[0], 0)};
+               }, 0, false});
+  // matmul
+  v.push_back({"matmul", {{33, 17}, {17, 9}},
+               [](auto& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; }});
+  v.push_back({"matmul transposed", {{17, 33}, {9, 17}},
+               [](auto& x) { return std::vector<Tensor>{matmul(T(x[0]), T(x[1]))}; }});
+  v.push_back({"batched matmul, broadcast batch", {{3, 1, 5, 7}, {4, 7, 2}},
+               [](auto& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; }});
+  v.push_back({"matmul vector", {{7}, {3, 7, 5}},
+               [](auto& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; }});
+  v.push_back({"linear", {{6, 4, 12}, {10, 12}, {10}},
+               [](auto& x) { return std::vector<Tensor>{linear(x[0], x[1], x[2])}; }});
+  // conv
+  auto convc = [&](const char* n, Shape xs, Shape ws, Conv2dParams p) {
+    v.push_back({n, {xs, ws, {ws[0]}}, [p](auto& x) {
+                   return std::vector<Tensor>{conv2d(x[0], x[1], x[2], p)};
+                 }, 1e-3});
+  };
+  convc("conv 3x3", {3, 4, 11, 9}, {5, 4, 3, 3}, conv(1, 0));
+  convc("conv stride 2 pad 1", {2, 3, 13, 13}, {4, 3, 3, 3}, conv(2, 1));
+  convc("conv dilation 2", {2, 2, 9, 10}, {3, 2, 3, 2}, conv(1, 2, 2));
+  convc("conv groups", {2, 6, 7, 7}, {4, 3, 3, 3}, conv(1, 1, 1, 2));
+  convc("conv depthwise", {2, 4, 8, 8}, {4, 1, 3, 3}, conv(1, 1, 1, 4));
+  convc("conv 1x1", {3, 8, 5, 5}, {6, 8, 1, 1}, conv(1, 0));
+  // pool
+  v.push_back({"max pool", {{2, 3, 9, 8}}, [](auto& x) {
+                 return std::vector<Tensor>{max_pool2d(x[0], pool(2)), max_pool2d(x[0], pool(3, 2, 1))};
+               }});
+  v.push_back({"avg pool", {{2, 3, 9, 8}}, [](auto& x) {
+                 Pool2dParams q = pool(3, 2, 1);
+                 q.count_include_pad = false;
+                 return std::vector<Tensor>{avg_pool2d(x[0], pool(2)), avg_pool2d(x[0], pool(3, 2, 1)),
+                                            avg_pool2d(x[0], q)};
+               }});
+  v.push_back({"adaptive avg pool", {{2, 3, 9, 7}}, [](auto& x) {
+                 return std::vector<Tensor>{adaptive_avg_pool2d(x[0], {1, 1}),
+                                            adaptive_avg_pool2d(x[0], {4, 3})};
+               }});
+  // softmax, losses
+  v.push_back({"softmax/log_softmax", {{7, 13, 5}}, [](auto& x) {
+                 return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], -1), softmax(x[0], 1),
+                                            log_softmax(x[0], 0)};
+               }});
+  v.push_back({"softmax long rows", {{3, 3000}},
+               [](auto& x) { return std::vector<Tensor>{softmax(x[0], 1)}; }});
+  v.push_back({"cross entropy", {{37, 10}}, [](auto& x) {
+                 Tensor t = from_vector<int64_t>(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9,
+                                                                      7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3,
+                                                                      3, 8, 3, 2, 7, 9, 5, 0, 2, 8, 8, 4},
+                                                 {37}).to(x[0].device());
+                 CrossEntropyOptions s;
+                 s.label_smoothing = 0.1;
+                 CrossEntropyOptions ig;
+                 ig.ignore_index = 3;
+                 return std::vector<Tensor>{cross_entropy(x[0], t), cross_entropy(x[0], t, s),
+                                            cross_entropy(x[0], t, ig)};
+               }});
+  v.push_back({"mse", {{5, 6}, {5, 6}},
+               [](auto& x) { return std::vector<Tensor>{mse_loss(x[0], x[1])}; }});
+  // dropout: the same Philox stream on both devices
+  v.push_back({"dropout", {{33, 31}}, [](auto& x) {
+                 Generator g(5);
+                 return std::vector<Tensor>{dropout(x[0], 0.3, true, &g)};
+               }});
+  // norms
+  v.push_back({"batch norm train", {{8, 3, 5, 4}, {3}, {3}}, [](auto& x) {
+                 Tensor rm = zeros({3}, x[0].device()), rv = ones({3}, x[0].device());
+                 Tensor y = batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 return std::vector<Tensor>{y, rm, rv};
+               }, 1e-3});
+  v.push_back({"batch norm eval", {{8, 3, 5, 4}, {3}, {3}}, [](auto& x) {
+                 Tensor rm = full({3}, 0.2, x[0].device()), rv = full({3}, 1.5, x[0].device());
+                 return std::vector<Tensor>{batch_norm(x[0], rm, rv, x[1], x[2], false, 0.1, 1e-5)};
+               }, 1e-3});
+  v.push_back({"layer norm", {{4, 5, 33}, {33}, {33}}, [](auto& x) {
+                 return std::vector<Tensor>{layer_norm(x[0], {33}, x[1], x[2])};
+               }, 1e-3});
+  // embedding and row gathers
+  v.push_back({"embedding", {{11, 6}}, [](auto& x) {
+                 Tensor idx = from_vector<int64_t>({3, 0, 3, 10, 7}, {5}).to(x[0].device());
+                 return std::vector<Tensor>{embedding(x[0], idx), embedding(x[0], idx.to(kI32), 3),
+                                            index_select(x[0], idx)};
+               }});
+  // shape ops
+  v.push_back({"concat/stack/slice/contiguous", {{3, 4}, {3, 2}}, [](auto& x) {
+                 return std::vector<Tensor>{concat({x[0], x[1]}, 1), stack({x[0], x[0]}, 0),
+                                            x[0].slice(1, 1, 4, 2).contiguous(), T(x[0]).contiguous()};
+               }});
+  // 16-bit types against the f32 CPU reference
+  Case h{"f16 matmul", {{64, 48}, {48, 32}}, [](auto& x) {
+           return std::vector<Tensor>{matmul(x[0], x[1]).to(kF32)};
+         }, 3e-2, false, kF16};
+  v.push_back(h);
+  Case bf{"bf16 elementwise", {{257}, {257}}, [](auto& x) {
+            return std::vector<Tensor>{(x[0] * x[1] + x[0]).to(kF32), relu(x[0]).to(kF32)};
+          }, 3e-2, false, kBF16};
+  v.push_back(bf);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("every primitive agrees between CPU and CUDA", "[cuda]") {
+  if (!have_gpu()) return;
+  for (const Case& c : cases()) check(c);
+}
+
+TEST_CASE("CUDA random draws equal the CPU's (same Philox stream)", "[cuda]") {
+  if (!have_gpu()) return;
+  Generator a(3), b(3);
+  test::require_close(randn({1001}, kCUDA, &a).cpu(), randn({1001}, kCPU, &b), 1e-5, 1e-5);
+  test::require_close(rand({77}, kCUDA, &a).cpu(), rand({77}, kCPU, &b), 1e-6, 1e-6);
+}
+
+TEST_CASE("casts between dtypes on CUDA match the CPU", "[cuda]") {
+  if (!have_gpu()) return;
+  Generator g(4);
+  Tensor x = randn({999}, kF32, &g) * 1000.0;
+  for (DType t : {kF16, kBF16, kF64, kI32, kI64, kU8}) {
+    INFO(dtype_name(t));
+    test::require_close(x.to(kCUDA).to(t).cpu().to(kF64), x.to(t).to(kF64), 0, 0);
+  }
+}
+
+TEST_CASE("optimizer steps on CUDA match the CPU", "[cuda][optim]") {
+  if (!have_gpu()) return;
+  for (int which = 0; which < 2; ++which) {
+    std::vector<Tensor> results;
+    for (Device d : {kCPU, kCUDA}) {
+      Generator g(12);
+      Tensor p = randn({1000}, kF32, &g).to(d).requires_grad_();
+      Tensor q = randn({3, 7}, kF32, &g).to(d).requires_grad_();
+      std::unique_ptr<optim::Optimizer> opt;
+      if (which == 0) opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p, q},
+                                                         optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+      else opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p, q}, optim::AdamWOptions(0.01));
+      for (int step = 0; step < 3; ++step) {
+        opt->zero_grad();
+        (sum(p * p) + sum(q * 3.0)).backward();
+        opt->step();
+      }
+      results.push_back(p.cpu());
+      results.push_back(q.cpu());
+    }
+    test::require_close(results[2], results[0], 1e-5, 1e-6);
+    test::require_close(results[3], results[1], 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("the Keras CNN's gradients on CUDA equal the CPU's", "[cuda][train]") {
+  if (!have_gpu()) return;
+  std::vector<std::vector<Tensor>> grads;
+  for (Device d : {kCPU, kCUDA}) {
+    manual_seed(1);
+    Sequential net{std::make_shared<Conv2d>(Conv2dOptions(1, 8, 3)), std::make_shared<ReLU>(),
+                   std::make_shared<Conv2d>(Conv2dOptions(8, 16, 3)), std::make_shared<ReLU>(),
+                   std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+                   std::make_shared<Linear>(16 * 12 * 12, 32), std::make_shared<ReLU>(),
+                   std::make_shared<Linear>(32, 10)};
+    net.to(d);
+    Generator g(2);
+    Tensor x = randn({16, 1, 28, 28}, kF32, &g).to(d);
+    Tensor y = randint(0, 10, {16}, kI64, &g).to(d);
+    cross_entropy(net.forward(x), y).backward();
+    std::vector<Tensor> gs;
+    for (auto& p : net.parameters()) gs.push_back(p.grad().cpu());
+    grads.push_back(gs);
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) test::require_close(grads[1][i], grads[0][i], 1e-3, 1e-4);
+}
+
+TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][errors]") {
+  if (!have_gpu()) return;
+  Tensor w = ones({4, 3}, kCUDA);
+  std::string e = test::error_of([&] {
+    Tensor r = index_select(w, from_vector<int64_t>({1, 4}, {2}).to(kCUDA));
+    r.cpu();
+  });
+  REQUIRE(e.find("index out of range") != std::string::npos);
+  e = test::error_of([&] {
+    Tensor l = cross_entropy(ones({2, 3}, kCUDA), from_vector<int64_t>({0, 3}, {2}).to(kCUDA));
+    l.item();
+  });
+  REQUIRE(e.find("target out of range") != std::string::npos);
+  // the device is usable afterwards
+  REQUIRE(sum(w).item() == 12);
+}
+
+TEST_CASE("the CUDA caching allocator reuses blocks and reports out-of-memory", "[cuda][memory]") {
+  if (!have_gpu()) return;
+  { Tensor warm = empty({1 << 22}, kCUDA); }
+  MemoryStats before = memory_stats(kCUDA);
+  for (int i = 0; i < 20; ++i) Tensor t = empty({1 << 22}, kCUDA);
+  MemoryStats after = memory_stats(kCUDA);
+  REQUIRE(after.num_system_allocs == before.num_system_allocs);
+  REQUIRE(after.num_allocs == before.num_allocs + 20);
+  std::string e = test::error_of([] { Tensor t = empty({int64_t(1) << 50}, kCUDA); });
+  REQUIRE(e.find("out of memory on cuda:0") != std::string::npos);
+  REQUIRE(e.find("tried to allocate") != std::string::npos);
+  REQUIRE(sum(ones({10}, kCUDA)).item() == 10);
+}
