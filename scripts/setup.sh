@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config python3
+  python3-matplotlib      # plots of bench/report.py (and its test)
   libeigen3-dev catch2 libcxxopts-dev zlib1g-dev
   dataset-fashion-mnist   # Fashion-MNIST in /usr/share/datasets/fashion-mnist: offline data
 )
