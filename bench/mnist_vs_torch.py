@@ -58,7 +58,11 @@ def main():
     ap.add_argument("--app", default=os.path.join(ROOT, "build", "bin", "mnist_train"))
     ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
                     help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--machine", default=None,
+                    help="machine kind for bench/report's price table (default: cpu-<N>core, "
+                         "or gpu-<name> on CUDA)")
+    ap.add_argument("--out", default=None,
+                    help="write the results here as JSON (schema libnn-bench-1, bench/README.md)")
     a = ap.parse_args()
     data_dir = a.data_dir or ("/usr/share/datasets/fashion-mnist" if a.dataset == "fashion-mnist"
                               else os.path.join(ROOT, "data", "mnist"))
@@ -73,6 +77,11 @@ def main():
     results = {"date": datetime.date.today().isoformat(), "host_cpu": cpu_name(),
                "threads": a.threads, "device": a.device, "dataset": a.dataset,
                "torch": torch_version.stdout.strip(), "runs": []}
+    gpu_name = ""
+    if a.device.startswith("cuda"):
+        q = subprocess.run([a.python, "-c", "import torch; print(torch.cuda.get_device_name())"],
+                           capture_output=True, text=True)
+        gpu_name = q.stdout.strip()
     for model in a.models.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             metrics = os.path.join(tmp, "m.jsonl")
@@ -92,8 +101,25 @@ def main():
             print(f"{r['model']:6} {impl:8} {s['seconds']:8.1f} {s['samples_per_second']:10.0f} "
                   f"{100 * s['val_accuracy']:7.2f}%  {ratio}")
     if a.out:
+        machine = a.machine or (("gpu-" + gpu_name.lower().replace(" ", "-")) if gpu_name
+                                else f"cpu-{a.threads}core")
+        host = f"{results['host_cpu']}, {a.threads} threads" + (f", {gpu_name}" if gpu_name else "")
+        # both MNIST and Fashion-MNIST have 60,000 training images
+        train_n = a.train_samples if 0 < a.train_samples < 60000 else 60000
+        records = []
+        for r in results["runs"]:
+            for impl in ("libnn", "pytorch"):
+                s = r[impl]
+                records.append({
+                    "benchmark": "mnist-" + a.dataset, "model": r["model"], "impl": impl,
+                    "device": a.device, "precision": "fp32", "phase": "train",
+                    "seconds": s["seconds"], "samples": train_n * s["epochs"],
+                    "samples_per_second": s["samples_per_second"], "accuracy": s["val_accuracy"]})
+        out = {"schema": "libnn-bench-1", "date": results["date"], "machine": machine,
+               "host": host + f", PyTorch {results['torch']}", "command": " ".join(sys.argv),
+               "records": records, "details": results}
         with open(a.out, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -123,3 +123,22 @@ TEST_CASE("gradients flow through views", "[autograd][views]") {
   test::require_gradcheck([](const std::vector<Tensor>& in) { return in[0].to(kF32).to(kF64); },
                           {test::rnd({3}, 6)}, GradcheckOptions{1e-3, 1e-3, 1e-3});
 }
+
+TEST_CASE("mixed dtypes promote, and gradients return in each input's dtype", "[autograd][dtype]") {
+  REQUIRE(promote_types(kF16, kF32) == kF32);
+  REQUIRE(promote_types(kBF16, kF16) == kF32);
+  REQUIRE(promote_types(kI64, kF16) == kF16);
+  REQUIRE(promote_types(kU8, kI32) == kI32);
+  REQUIRE(promote_types(kF64, kF32) == kF64);
+  Tensor a = tensor({1, 2}, kF32).requires_grad_();
+  Tensor b = tensor({3, 4}, kF64).requires_grad_();
+  Tensor c = a * b;
+  REQUIRE(c.dtype() == kF64);
+  sum(c).backward();
+  REQUIRE(a.grad().dtype() == kF32);
+  REQUIRE(b.grad().dtype() == kF64);
+  test::require_values(a.grad(), {3, 4});
+  test::require_values(b.grad(), {1, 2});
+  REQUIRE((ones({2}, kI64) + tensor({0.5, 1.5})).dtype() == kF32);
+  REQUIRE(gt(ones({2}, kF32), ones({2}, kF64)).dtype() == kF64);
+}

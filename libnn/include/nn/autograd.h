@@ -26,9 +26,10 @@ class Node {
       std::function<std::vector<Tensor>(const Tensor& grad, const std::vector<bool>& needs)>;
 
   Node(std::string name, std::vector<Edge> inputs, std::vector<Shape> input_shapes,
-       BackwardFn fn)
+       std::vector<DType> input_dtypes, BackwardFn fn)
       : name_(std::move(name)), inputs_(std::move(inputs)),
-        input_shapes_(std::move(input_shapes)), fn_(std::move(fn)) {}
+        input_shapes_(std::move(input_shapes)), input_dtypes_(std::move(input_dtypes)),
+        fn_(std::move(fn)) {}
 
   const std::string& name() const { return name_; }
   const std::vector<Edge>& inputs() const { return inputs_; }
@@ -41,6 +42,7 @@ class Node {
   std::string name_;
   std::vector<Edge> inputs_;
   std::vector<Shape> input_shapes_;
+  std::vector<DType> input_dtypes_;  // gradients are returned in these
   BackwardFn fn_;
 };
 

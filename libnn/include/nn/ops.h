@@ -58,6 +58,9 @@ Tensor operator*(double a, const Tensor& b);
 Tensor operator/(const Tensor& a, double b);
 Tensor operator/(double a, const Tensor& b);
 
+// The dtype two operands meet in: the wider one (f16 with bf16 meet at f32; integers with
+// floats at the float). Binary ops convert both operands to it.
+DType promote_types(DType a, DType b);
 // The shape both broadcast to; throws nn::Error when they do not.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 

@@ -172,6 +172,8 @@ struct TensorImpl {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::ostream& operator<<(std::ostream& os, DType t);  // "f32"
+std::ostream& operator<<(std::ostream& os, const Device& d);  // "cuda:0"
 
 // ---- factories ------------------------------------------------------------------------------
 Tensor empty(const Shape& shape, TensorOptions opts = {});

@@ -44,16 +44,18 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
   if (!any_requires_grad(inputs)) return;
   std::vector<Edge> edges(inputs.size());
   std::vector<Shape> shapes(inputs.size());
+  std::vector<DType> dtypes(inputs.size(), kF32);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) continue;
     shapes[i] = t.shape();
+    dtypes[i] = t.dtype();
     if (!t.requires_grad()) continue;
     if (t.grad_fn()) edges[i].node = t.grad_fn();
     else edges[i].leaf = t.impl_ptr();
   }
   output.impl()->grad_fn = std::make_shared<Node>(name, std::move(edges), std::move(shapes),
-                                                  std::move(fn));
+                                                  std::move(dtypes), std::move(fn));
   output.impl()->requires_grad = true;
 }
 
@@ -65,11 +67,14 @@ std::vector<Tensor> Node::apply(const Tensor& grad) {
   std::vector<Tensor> grads = fn_(grad, needs);
   NN_CHECK(grads.size() == inputs_.size(), "backward of '", name_, "' returned ", grads.size(),
            " gradients for ", inputs_.size(), " inputs");
-  for (size_t i = 0; i < grads.size(); ++i)
-    NN_CHECK(!needs[i] || !grads[i].defined() || grads[i].shape() == input_shapes_[i],
-             "backward of '", name_, "' returned a gradient of shape ",
-             shape_str(grads[i].shape()), " for input ", i, " of shape ",
-             shape_str(input_shapes_[i]));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!needs[i] || !grads[i].defined()) continue;
+    NN_CHECK(grads[i].shape() == input_shapes_[i], "backward of '", name_,
+             "' returned a gradient of shape ", shape_str(grads[i].shape()), " for input ", i,
+             " of shape ", shape_str(input_shapes_[i]));
+    // Mixed precision: a gradient always travels in its input's dtype.
+    if (grads[i].dtype() != input_dtypes_[i]) grads[i] = grads[i].to(input_dtypes_[i]);
+  }
   return grads;
 }
 

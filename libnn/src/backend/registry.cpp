@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/upcast16.h"
 #include "backend/profiling.h"
 
 namespace nn::backend {
@@ -38,7 +39,7 @@ Backend& get(const Device& d) {
 
 static Backend& get_unprofiled(const Device& d) {
   if (d.is_cpu()) {
-    static Backend* cpu = new CpuBackend;
+    static Backend* cpu = upcast16(new CpuBackend);
     return *cpu;
   }
   auto& r = cuda_registry();

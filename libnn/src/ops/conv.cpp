@@ -1,10 +1,14 @@
 // conv2d (NCHW) and its gradients through the backend's conv primitives.
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
 using namespace ops;
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dParams& p) {
+  const Tensor x = amp::autocast_lower(x_in), weight = amp::autocast_lower(w_in),
+               bias = amp::autocast_lower(b_in);
   check_pair(x, weight, "conv2d");
   check_floating(x, "conv2d");
   check_dim(x, 4, "conv2d", "input (N, C, H, W)");

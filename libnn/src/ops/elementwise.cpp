@@ -47,7 +47,33 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  auto rank = [](DType t) {  // wider types rank higher; 16-bit floats meet at f32
+    switch (t) {
+      case DType::u8: return 0;
+      case DType::i32: return 1;
+      case DType::i64: return 2;
+      case DType::f16: case DType::bf16: return 3;
+      case DType::f32: return 4;
+      case DType::f64: return 5;
+    }
+    return 0;
+  };
+  if ((a == kF16 && b == kBF16) || (a == kBF16 && b == kF16)) return kF32;
+  return rank(a) >= rank(b) ? a : b;
+}
+
 namespace {
+// Both operands in their common dtype, through differentiable casts.
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* name) {
+  check_defined(a, name);
+  check_defined(b, name);
+  if (a.dtype() == b.dtype()) return {a, b};
+  const DType t = promote_types(a.dtype(), b.dtype());
+  return {a.to(t), b.to(t)};
+}
+
 Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
   check_pair(a, b, name);
   Shape s = broadcast_shapes(a.shape(), b.shape());
@@ -86,7 +112,8 @@ Tensor reduce_grad(const Tensor& g, const Shape& shape, bool need) {
 }  // namespace
 
 // ---- binary -------------------------------------------------------------------------------
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, "add");
   Tensor out = binary_raw(BinaryOp::add, a, b, "add");
   record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
     return std::vector<Tensor>{reduce_grad(g, sa, need[0]), reduce_grad(g, sb, need[1])};
@@ -94,7 +121,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, "sub");
   Tensor out = binary_raw(BinaryOp::sub, a, b, "sub");
   record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
     return std::vector<Tensor>{reduce_grad(g, sa, need[0]),
@@ -103,7 +131,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, "mul");
   Tensor out = binary_raw(BinaryOp::mul, a, b, "mul");
   record("mul", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     return std::vector<Tensor>{need[0] ? sum_to(mul(g, bs), as.shape()) : Tensor(),
@@ -112,7 +141,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, "div");
   Tensor out = binary_raw(BinaryOp::div, a, b, "div");
   record("div", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     Tensor ga = div(g, bs);
@@ -122,7 +152,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, "pow");
   check_floating(a, "pow");
   Tensor out = binary_raw(BinaryOp::pow, a, b, "pow");
   record("pow", {a, b}, out,
@@ -137,7 +168,9 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 namespace {
 // maximum/minimum: the gradient goes to the chosen input, split evenly on ties.
-Tensor extremum(BinaryOp op, BinaryOp strict, const Tensor& a, const Tensor& b, const char* name) {
+Tensor extremum(BinaryOp op, BinaryOp strict, const Tensor& a_in, const Tensor& b_in,
+                const char* name) {
+  auto [a, b] = promoted(a_in, b_in, name);
   Tensor out = binary_raw(op, a, b, name);
   record(name, {a, b}, out, [strict, as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     Tensor wa = add(binary_raw(strict, as, bs, "mask"),
@@ -155,14 +188,33 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return extremum(BinaryOp::minimum, BinaryOp::lt, a, b, "minimum");
 }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ge, a, b, "ge"); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a.detach(), b.detach(), "eq");
+  return binary_raw(BinaryOp::eq, x, y, "eq");
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a.detach(), b.detach(), "ne");
+  return binary_raw(BinaryOp::ne, x, y, "ne");
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a.detach(), b.detach(), "lt");
+  return binary_raw(BinaryOp::lt, x, y, "lt");
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a.detach(), b.detach(), "le");
+  return binary_raw(BinaryOp::le, x, y, "le");
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a.detach(), b.detach(), "gt");
+  return binary_raw(BinaryOp::gt, x, y, "gt");
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a.detach(), b.detach(), "ge");
+  return binary_raw(BinaryOp::ge, x, y, "ge");
+}
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, "where");
   check_pair(a, b, "where");
   check_defined(cond, "where", "condition");
   NN_CHECK(cond.device() == a.device(), "where: condition on ", cond.device().str(),

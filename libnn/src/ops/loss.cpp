@@ -1,4 +1,6 @@
 // Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index) and MSE.
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
@@ -24,8 +26,9 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, double smo
 }
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
-  check_defined(logits, "cross_entropy", "logits");
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossEntropyOptions& o) {
+  check_defined(logits_in, "cross_entropy", "logits");
+  const Tensor logits = amp::autocast_f32(logits_in);
   check_defined(target, "cross_entropy", "target");
   check_floating(logits, "cross_entropy");
   NN_CHECK(target.dtype() == kI64 || target.dtype() == kI32, "cross_entropy: target must hold "
@@ -62,7 +65,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   return loss;
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const Tensor input = amp::autocast_f32(input_in), target = amp::autocast_f32(target_in);
   check_pair(input, target, "mse_loss");
   NN_CHECK(input.shape() == target.shape(), "mse_loss: input ", shape_str(input.shape()),
            " and target ", shape_str(target.shape()), " differ in shape");

@@ -1,4 +1,6 @@
 // matmul (with NumPy batching rules) and linear, on the backend's batched GEMM.
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
@@ -37,7 +39,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = amp::autocast_lower(a_in), b = amp::autocast_lower(b_in);
   check_pair(a, b, "matmul");
   check_floating(a, "matmul");
   NN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dim, got ",
@@ -75,7 +78,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  const Tensor x = amp::autocast_lower(x_in), weight = amp::autocast_lower(w_in),
+               bias = amp::autocast_lower(b_in);
   check_pair(x, weight, "linear");
   check_floating(x, "linear");
   check_dim(weight, 2, "linear", "weight");

@@ -1,13 +1,24 @@
 // batch_norm and layer_norm, each with a fused backward primitive.
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
 using namespace ops;
 
 namespace {
+bool is16(DType t) { return t == kF16 || t == kBF16; }
+// Statistics and affine parameters: f32 for 16-bit data (mixed precision), else x's dtype.
+DType stat_dtype(const Tensor& x) { return is16(x.dtype()) ? kF32 : x.dtype(); }
+
 void check_param(const Tensor& x, const Tensor& t, int64_t n, const char* op, const char* what) {
   if (!t.defined()) return;
-  check_pair(x, t, op);
+  if (is16(x.dtype()) && t.dtype() == kF32) {  // 16-bit data, f32 parameters: allowed
+    NN_CHECK(x.device() == t.device(), op, ": ", what, " on ", t.device().str(), ", input on ",
+             x.device().str());
+  } else {
+    check_pair(x, t, op);
+  }
   NN_CHECK(t.numel() == n, op, ": ", what, " has ", t.numel(), " elements, expected ", n);
 }
 }  // namespace
@@ -29,7 +40,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            "channel, got input ", shape_str(x.shape()));
   Tensor xc = raw_contiguous(x);
   Tensor out = empty(x.shape(), x.options());
-  Tensor save_mean = empty({C}, x.options()), save_invstd = empty({C}, x.options());
+  const TensorOptions so = x.options().dtype(stat_dtype(x));
+  Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
   backend::of(x).batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out,
                                     save_mean, save_invstd);
@@ -46,9 +58,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   return out;
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  check_defined(x, "layer_norm");
+  check_defined(x_in, "layer_norm");
+  const Tensor x = amp::autocast_f32(x_in);
   check_floating(x, "layer_norm");
   const int64_t k = int64_t(normalized_shape.size());
   NN_CHECK(k >= 1 && x.dim() >= k &&

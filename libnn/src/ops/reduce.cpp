@@ -1,6 +1,8 @@
 // Reductions over chosen dims, and their gradients.
 #include <algorithm>
 
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
@@ -83,10 +85,10 @@ Tensor extremum(const Tensor& x, const Shape& dims_in, bool keepdim, bool max_) 
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  return sum_or_mean(x, dims, keepdim, false);
+  return sum_or_mean(amp::autocast_f32(x), dims, keepdim, false);
 }
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
-  return sum_or_mean(x, dims, keepdim, true);
+  return sum_or_mean(amp::autocast_f32(x), dims, keepdim, true);
 }
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
   return extremum(x, dims, keepdim, true);
@@ -95,8 +97,9 @@ Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
   return extremum(x, dims, keepdim, false);
 }
 
-Tensor var(const Tensor& x, const Shape& dims_in, int64_t correction, bool keepdim) {
-  check_defined(x, "var");
+Tensor var(const Tensor& x_in, const Shape& dims_in, int64_t correction, bool keepdim) {
+  check_defined(x_in, "var");
+  const Tensor x = amp::autocast_f32(x_in);
   check_floating(x, "var");
   Shape dims = normalize_dims(dims_in, x.dim());
   int64_t count = 1;

@@ -1,4 +1,6 @@
 // softmax / log_softmax over one dim, with the fused backward.
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
@@ -21,9 +23,11 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
 }
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false, "softmax"); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(amp::autocast_f32(x), dim, false, "softmax");
+}
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  return softmax_impl(x, dim, true, "log_softmax");
+  return softmax_impl(amp::autocast_f32(x), dim, true, "log_softmax");
 }
 
 }  // namespace nn

@@ -1,0 +1,74 @@
+// Mixed precision: autocast (which op families run in 16 bits) and GradScaler (dynamic loss
+// scaling), in the style of torch.autocast and torch.cuda.amp.GradScaler.
+//
+// Inside an AutocastGuard(kF16) (or kBF16):
+//   - matmul, linear, conv2d cast f32 inputs to the 16-bit type (tensor cores on the GPU);
+//   - softmax, log_softmax, layer_norm, cross_entropy, mse_loss, sum, mean, var cast 16-bit
+//     inputs to f32 (accumulation and exp/log in f32);
+//   - everything else runs in its inputs' dtype; mixed operands of binary ops promote to the
+//     wider type, so a 16-bit branch added to an f32 residual gives f32;
+//   - batch_norm takes 16-bit data with f32 weights and statistics.
+// Parameters stay f32 (master weights); their gradients arrive in f32 through the casts.
+#pragma once
+#include <nn/module.h>
+#include <nn/optim.h>
+#include <nn/tensor.h>
+
+namespace nn::amp {
+
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype = kF16, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool prev_enabled_;
+  DType prev_dtype_;
+};
+
+bool autocast_enabled();
+DType autocast_dtype();
+// What the ops call: t in the autocast dtype (for matmul-like ops) or in f32 (for
+// precision-sensitive ones) when autocast is on and t is floating; else t itself.
+Tensor autocast_lower(const Tensor& t);
+Tensor autocast_f32(const Tensor& t);
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;   // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;  // clean steps before the scale grows
+  bool enabled = true;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions o = {});
+  // loss * scale (the loss itself when disabled).
+  Tensor scale(const Tensor& loss) const;
+  // Divides the optimizer's gradients by the scale and records whether any is inf/NaN
+  // (one host sync). Called by step() when not called before (e.g. before clipping).
+  void unscale_(optim::Optimizer& opt);
+  // Steps the optimizer unless a gradient was inf/NaN; returns whether it stepped.
+  bool step(optim::Optimizer& opt);
+  // After step(): halves the scale after a skipped step, doubles it after growth_interval
+  // clean steps in a row.
+  void update();
+  double get_scale() const { return scale_; }
+  int64_t growth_tracker() const { return growth_tracker_; }
+  bool found_inf() const { return found_inf_; }
+  // For checkpoints: "scale" and "growth_tracker" as f64 scalars.
+  NamedTensors state() const;
+  void load_state(const NamedTensors& s);
+  const GradScalerOptions& options() const { return opts_; }
+
+ private:
+  GradScalerOptions opts_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  bool unscaled_ = false, found_inf_ = false, stepped_ = false;
+};
+
+}  // namespace nn::amp

@@ -1,0 +1,104 @@
+#include <nn/amp.h>
+#include <nn/autograd.h>
+#include <nn/ops.h>
+
+#include <cmath>
+
+namespace nn::amp {
+
+namespace {
+thread_local bool g_enabled = false;
+thread_local DType g_dtype = kF16;
+}  // namespace
+
+AutocastGuard::AutocastGuard(DType dtype, bool enabled)
+    : prev_enabled_(g_enabled), prev_dtype_(g_dtype) {
+  NN_CHECK(dtype == kF16 || dtype == kBF16, "autocast: dtype must be f16 or bf16, got ",
+           dtype_name(dtype));
+  g_enabled = enabled;
+  g_dtype = dtype;
+}
+AutocastGuard::~AutocastGuard() {
+  g_enabled = prev_enabled_;
+  g_dtype = prev_dtype_;
+}
+
+bool autocast_enabled() { return g_enabled; }
+DType autocast_dtype() { return g_dtype; }
+
+Tensor autocast_lower(const Tensor& t) {
+  if (!g_enabled || !t.defined() || t.dtype() != kF32) return t;
+  return t.to(g_dtype);
+}
+Tensor autocast_f32(const Tensor& t) {
+  if (!g_enabled || !t.defined() || !(t.dtype() == kF16 || t.dtype() == kBF16)) return t;
+  return t.to(kF32);
+}
+
+GradScaler::GradScaler(GradScalerOptions o) : opts_(o), scale_(o.init_scale) {
+  NN_CHECK(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 &&
+               o.backoff_factor < 1 && o.growth_interval > 0,
+           "GradScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and "
+           "growth_interval > 0");
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const {
+  return opts_.enabled ? mul(loss, scale_) : loss;
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!opts_.enabled || unscaled_) return;
+  NoGradGuard ng;
+  Tensor worst;  // largest |g| over all gradients; NaN and inf propagate through amax
+  for (auto& group : opt.groups())
+    for (auto& p : group.params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad();
+      g.mul_(1.0 / scale_);
+      Tensor m = amax(abs(g)).to(kF32);
+      worst = worst.defined() ? maximum(worst, m.to(worst.device())) : m;
+    }
+  found_inf_ = worst.defined() && !std::isfinite(worst.item());
+  unscaled_ = true;
+}
+
+bool GradScaler::step(optim::Optimizer& opt) {
+  if (!opts_.enabled) {
+    opt.step();
+    return true;
+  }
+  unscale_(opt);
+  stepped_ = !found_inf_;
+  if (stepped_) opt.step();
+  return stepped_;
+}
+
+void GradScaler::update() {
+  if (!opts_.enabled) return;
+  NN_CHECK(unscaled_, "GradScaler::update() called without step() (or unscale_()) since the "
+           "last update");
+  if (found_inf_) {
+    scale_ *= opts_.backoff_factor;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= opts_.growth_interval) {
+    scale_ *= opts_.growth_factor;
+    growth_tracker_ = 0;
+  }
+  unscaled_ = found_inf_ = stepped_ = false;
+}
+
+NamedTensors GradScaler::state() const {
+  return {{"scale", full({}, scale_, kF64)}, {"growth_tracker", full({}, double(growth_tracker_), kF64)}};
+}
+
+void GradScaler::load_state(const NamedTensors& s) {
+  bool got_scale = false, got_tracker = false;
+  for (auto& [n, t] : s) {
+    if (n == "scale") { scale_ = t.item(); got_scale = true; }
+    if (n == "growth_tracker") { growth_tracker_ = int64_t(t.item()); got_tracker = true; }
+  }
+  NN_CHECK(got_scale && got_tracker, "GradScaler state needs 'scale' and 'growth_tracker'");
+  NN_CHECK(scale_ > 0 && std::isfinite(scale_), "GradScaler state: invalid scale ", scale_);
+}
+
+}  // namespace nn::amp

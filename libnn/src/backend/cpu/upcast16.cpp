@@ -1,0 +1,305 @@
+// f16 and bf16 math on the CPU: a Backend that wraps the CPU backend and, when a primitive
+// gets 16-bit floating tensors, runs it in f32 on upcast copies and rounds the results back
+// (the CUDA kernels likewise compute in f32 and round each result). Generated from the
+// Backend interface by listing every primitive; copies, fills and row gathers handle 16-bit
+// types natively and pass straight through.
+#include "backend/cpu/upcast16.h"
+
+namespace nn::backend {
+namespace {
+
+bool is16(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
+}
+
+class Upcast16Backend final : public Backend {
+ public:
+  explicit Upcast16Backend(Backend& inner) : inner_(inner) {}
+
+  Device device() const override { return inner_.device(); }
+  void* allocate(size_t nbytes) override { return inner_.allocate(nbytes); }
+  void deallocate(void* p, size_t nbytes) override { return inner_.deallocate(p, nbytes); }
+  MemoryStats memory_stats() const override { return inner_.memory_stats(); }
+  void empty_cache() override { return inner_.empty_cache(); }
+  void synchronize() override { return inner_.synchronize(); }
+  void upload(const void* host, Tensor& dst) override { return inner_.upload(host, dst); }
+  void download(const Tensor& src, void* host) override { return inner_.download(src, host); }
+  void copy(const Tensor& src, Tensor& dst) override { return inner_.copy(src, dst); }
+  void fill(Tensor& dst, double value) override { return inner_.fill(dst, value); }
+  void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed, uint64_t offset) override { return inner_.fill_random(dst, kind, a, b, seed, offset); }
+  void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override {
+    if (!(is16(x) || is16(out))) return inner_.unary(op, x, out, a, b);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    inner_.unary(op, x32, out32, a, b);
+    down(out32, out);
+  }
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, Tensor& grad_x) override {
+    if (!(is16(grad) || is16(x) || is16(y) || is16(grad_x))) return inner_.unary_backward(op, grad, x, y, grad_x);
+    Tensor grad32 = up(grad);
+    Tensor x32 = up(x);
+    Tensor y32 = up(y);
+    Tensor grad_x32 = up(grad_x);
+    inner_.unary_backward(op, grad32, x32, y32, grad_x32);
+    down(grad_x32, grad_x);
+  }
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
+    if (!(is16(a) || is16(b) || is16(out))) return inner_.binary(op, a, b, out);
+    Tensor a32 = up(a);
+    Tensor b32 = up(b);
+    Tensor out32 = up(out);
+    inner_.binary(op, a32, b32, out32);
+    down(out32, out);
+  }
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override {
+    if (!(is16(cond) || is16(a) || is16(b) || is16(out))) return inner_.where(cond, a, b, out);
+    Tensor cond32 = up(cond);
+    Tensor a32 = up(a);
+    Tensor b32 = up(b);
+    Tensor out32 = up(out);
+    inner_.where(cond32, a32, b32, out32);
+    down(out32, out);
+  }
+  void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override {
+    if (!(is16(x) || is16(out))) return inner_.reduce(op, x, dims, out);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    inner_.reduce(op, x32, dims, out32);
+    down(out32, out);
+  }
+  void argmax(const Tensor& x, int64_t dim, Tensor& out) override {
+    if (!(is16(x) || is16(out))) return inner_.argmax(x, dim, out);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    inner_.argmax(x32, dim, out32);
+    down(out32, out);
+  }
+  void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override {
+    if (!(is16(a) || is16(b) || is16(out))) return inner_.gemm(a, b, out, alpha, beta);
+    Tensor a32 = up(a);
+    Tensor b32 = up(b);
+    Tensor out32 = up(out);
+    inner_.gemm(a32, b32, out32, alpha, beta);
+    down(out32, out);
+  }
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, const Conv2dParams& p) override {
+    if (!(is16(x) || is16(w) || is16(bias) || is16(out))) return inner_.conv2d_forward(x, w, bias, out, p);
+    Tensor x32 = up(x);
+    Tensor w32 = up(w);
+    Tensor bias32 = up(bias);
+    Tensor out32 = up(out);
+    inner_.conv2d_forward(x32, w32, bias32, out32, p);
+    down(out32, out);
+  }
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x, const Conv2dParams& p) override {
+    if (!(is16(grad_out) || is16(w) || is16(grad_x))) return inner_.conv2d_backward_input(grad_out, w, grad_x, p);
+    Tensor grad_out32 = up(grad_out);
+    Tensor w32 = up(w);
+    Tensor grad_x32 = up(grad_x);
+    inner_.conv2d_backward_input(grad_out32, w32, grad_x32, p);
+    down(grad_x32, grad_x);
+  }
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w, const Conv2dParams& p) override {
+    if (!(is16(grad_out) || is16(x) || is16(grad_w))) return inner_.conv2d_backward_weight(grad_out, x, grad_w, p);
+    Tensor grad_out32 = up(grad_out);
+    Tensor x32 = up(x);
+    Tensor grad_w32 = up(grad_w);
+    inner_.conv2d_backward_weight(grad_out32, x32, grad_w32, p);
+    down(grad_w32, grad_w);
+  }
+  void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dParams& p) override {
+    if (!(is16(x) || is16(out) || is16(indices))) return inner_.max_pool2d_forward(x, out, indices, p);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    Tensor indices32 = up(indices);
+    inner_.max_pool2d_forward(x32, out32, indices32, p);
+    down(out32, out);
+    down(indices32, indices);
+  }
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x, const Pool2dParams& p) override {
+    if (!(is16(grad_out) || is16(indices) || is16(grad_x))) return inner_.max_pool2d_backward(grad_out, indices, grad_x, p);
+    Tensor grad_out32 = up(grad_out);
+    Tensor indices32 = up(indices);
+    Tensor grad_x32 = up(grad_x);
+    inner_.max_pool2d_backward(grad_out32, indices32, grad_x32, p);
+    down(grad_x32, grad_x);
+  }
+  void avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) override {
+    if (!(is16(x) || is16(out))) return inner_.avg_pool2d_forward(x, out, p);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    inner_.avg_pool2d_forward(x32, out32, p);
+    down(out32, out);
+  }
+  void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x, const Pool2dParams& p) override {
+    if (!(is16(grad_out) || is16(grad_x))) return inner_.avg_pool2d_backward(grad_out, grad_x, p);
+    Tensor grad_out32 = up(grad_out);
+    Tensor grad_x32 = up(grad_x);
+    inner_.avg_pool2d_backward(grad_out32, grad_x32, p);
+    down(grad_x32, grad_x);
+  }
+  void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) override {
+    if (!(is16(x) || is16(out))) return inner_.adaptive_avg_pool2d_forward(x, out);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    inner_.adaptive_avg_pool2d_forward(x32, out32);
+    down(out32, out);
+  }
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override {
+    if (!(is16(grad_out) || is16(grad_x))) return inner_.adaptive_avg_pool2d_backward(grad_out, grad_x);
+    Tensor grad_out32 = up(grad_out);
+    Tensor grad_x32 = up(grad_x);
+    inner_.adaptive_avg_pool2d_backward(grad_out32, grad_x32);
+    down(grad_x32, grad_x);
+  }
+  void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) override {
+    if (!(is16(x) || is16(out))) return inner_.softmax_forward(x, dim, log, out);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    inner_.softmax_forward(x32, dim, log, out32);
+    down(out32, out);
+  }
+  void softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log, Tensor& grad_x) override {
+    if (!(is16(grad) || is16(y) || is16(grad_x))) return inner_.softmax_backward(grad, y, dim, log, grad_x);
+    Tensor grad32 = up(grad);
+    Tensor y32 = up(y);
+    Tensor grad_x32 = up(grad_x);
+    inner_.softmax_backward(grad32, y32, dim, log, grad_x32);
+    down(grad_x32, grad_x);
+  }
+  void cross_entropy_forward(const Tensor& logits, const Tensor& target, double smoothing, int64_t ignore_index, Tensor& loss, Tensor& lse) override {
+    if (!(is16(logits) || is16(target) || is16(loss) || is16(lse))) return inner_.cross_entropy_forward(logits, target, smoothing, ignore_index, loss, lse);
+    Tensor logits32 = up(logits);
+    Tensor target32 = up(target);
+    Tensor loss32 = up(loss);
+    Tensor lse32 = up(lse);
+    inner_.cross_entropy_forward(logits32, target32, smoothing, ignore_index, loss32, lse32);
+    down(loss32, loss);
+    down(lse32, lse);
+  }
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& lse, double smoothing, int64_t ignore_index, Tensor& grad_logits) override {
+    if (!(is16(grad_loss) || is16(logits) || is16(target) || is16(lse) || is16(grad_logits))) return inner_.cross_entropy_backward(grad_loss, logits, target, lse, smoothing, ignore_index, grad_logits);
+    Tensor grad_loss32 = up(grad_loss);
+    Tensor logits32 = up(logits);
+    Tensor target32 = up(target);
+    Tensor lse32 = up(lse);
+    Tensor grad_logits32 = up(grad_logits);
+    inner_.cross_entropy_backward(grad_loss32, logits32, target32, lse32, smoothing, ignore_index, grad_logits32);
+    down(grad_logits32, grad_logits);
+  }
+  void dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& mask) override {
+    if (!(is16(x) || is16(out) || is16(mask))) return inner_.dropout_forward(x, p, seed, offset, out, mask);
+    Tensor x32 = up(x);
+    Tensor out32 = up(out);
+    Tensor mask32 = up(mask);
+    inner_.dropout_forward(x32, p, seed, offset, out32, mask32);
+    down(out32, out);
+    down(mask32, mask);
+  }
+  void dropout_backward(const Tensor& grad, const Tensor& mask, double p, Tensor& grad_x) override {
+    if (!(is16(grad) || is16(mask) || is16(grad_x))) return inner_.dropout_backward(grad, mask, p, grad_x);
+    Tensor grad32 = up(grad);
+    Tensor mask32 = up(mask);
+    Tensor grad_x32 = up(grad_x);
+    inner_.dropout_backward(grad32, mask32, p, grad_x32);
+    down(grad_x32, grad_x);
+  }
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) override {
+    if (!(is16(x) || is16(weight) || is16(bias) || is16(running_mean) || is16(running_var) || is16(out) || is16(save_mean) || is16(save_invstd))) return inner_.batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
+    Tensor x32 = up(x);
+    Tensor weight32 = up(weight);
+    Tensor bias32 = up(bias);
+    Tensor running_mean32 = up(running_mean);
+    Tensor running_var32 = up(running_var);
+    Tensor out32 = up(out);
+    Tensor save_mean32 = up(save_mean);
+    Tensor save_invstd32 = up(save_invstd);
+    inner_.batch_norm_forward(x32, weight32, bias32, running_mean32, running_var32, training, momentum, eps, out32, save_mean32, save_invstd32);
+    down(running_mean32, running_mean);
+    down(running_var32, running_var);
+    down(out32, out);
+    down(save_mean32, save_mean);
+    down(save_invstd32, save_invstd);
+  }
+  void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, bool training, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
+    if (!(is16(grad) || is16(x) || is16(weight) || is16(save_mean) || is16(save_invstd) || is16(grad_x) || is16(grad_weight) || is16(grad_bias))) return inner_.batch_norm_backward(grad, x, weight, save_mean, save_invstd, training, grad_x, grad_weight, grad_bias);
+    Tensor grad32 = up(grad);
+    Tensor x32 = up(x);
+    Tensor weight32 = up(weight);
+    Tensor save_mean32 = up(save_mean);
+    Tensor save_invstd32 = up(save_invstd);
+    Tensor grad_x32 = up(grad_x);
+    Tensor grad_weight32 = up(grad_weight);
+    Tensor grad_bias32 = up(grad_bias);
+    inner_.batch_norm_backward(grad32, x32, weight32, save_mean32, save_invstd32, training, grad_x32, grad_weight32, grad_bias32);
+    down(grad_x32, grad_x);
+    down(grad_weight32, grad_weight);
+    down(grad_bias32, grad_bias);
+  }
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& out, Tensor& mean, Tensor& rstd) override {
+    if (!(is16(x) || is16(weight) || is16(bias) || is16(out) || is16(mean) || is16(rstd))) return inner_.layer_norm_forward(x, weight, bias, eps, out, mean, rstd);
+    Tensor x32 = up(x);
+    Tensor weight32 = up(weight);
+    Tensor bias32 = up(bias);
+    Tensor out32 = up(out);
+    Tensor mean32 = up(mean);
+    Tensor rstd32 = up(rstd);
+    inner_.layer_norm_forward(x32, weight32, bias32, eps, out32, mean32, rstd32);
+    down(out32, out);
+    down(mean32, mean);
+    down(rstd32, rstd);
+  }
+  void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
+    if (!(is16(grad) || is16(x) || is16(weight) || is16(mean) || is16(rstd) || is16(grad_x) || is16(grad_weight) || is16(grad_bias))) return inner_.layer_norm_backward(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
+    Tensor grad32 = up(grad);
+    Tensor x32 = up(x);
+    Tensor weight32 = up(weight);
+    Tensor mean32 = up(mean);
+    Tensor rstd32 = up(rstd);
+    Tensor grad_x32 = up(grad_x);
+    Tensor grad_weight32 = up(grad_weight);
+    Tensor grad_bias32 = up(grad_bias);
+    inner_.layer_norm_backward(grad32, x32, weight32, mean32, rstd32, grad_x32, grad_weight32, grad_bias32);
+    down(grad_x32, grad_x);
+    down(grad_weight32, grad_weight);
+    down(grad_bias32, grad_bias);
+  }
+  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override { return inner_.gather_rows(src, index, out); }
+  void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index, Tensor& out) override {
+    if (!(is16(grad) || is16(index) || is16(out))) return inner_.scatter_add_rows(grad, index, skip_index, out);
+    Tensor grad32 = up(grad);
+    Tensor index32 = up(index);
+    Tensor out32 = up(out);
+    inner_.scatter_add_rows(grad32, index32, skip_index, out32);
+    down(out32, out);
+  }
+  // Optimizer steps keep their parameters' dtype (f32 master weights in mixed precision).
+  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+                bool nesterov) override {
+    inner_.sgd_step(slots, lr, momentum, dampening, nesterov);
+  }
+  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+                  double eps) override {
+    inner_.adamw_step(slots, lr, beta1, beta2, eps);
+  }
+
+ private:
+  // An f32 copy of a 16-bit tensor (other tensors pass through).
+  Tensor up(const Tensor& t) {
+    if (!is16(t)) return t;
+    Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()));
+    inner_.copy(t, f);
+    return f;
+  }
+  // Writes the f32 result back into the 16-bit tensor, rounding.
+  void down(const Tensor& f32, Tensor& t) {
+    if (is16(t)) inner_.copy(f32, t);
+  }
+  Backend& inner_;
+};
+
+}  // namespace
+
+Backend* upcast16(Backend* inner) { return new Upcast16Backend(*inner); }
+
+}  // namespace nn::backend

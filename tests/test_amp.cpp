@@ -1,0 +1,120 @@
+#include "test_util.h"
+
+using namespace nn;
+
+namespace {
+// A parameter whose gradient we set by hand.
+Tensor param(std::vector<double> v) {
+  return tensor(v, {int64_t(v.size())}).requires_grad_();
+}
+}  // namespace
+
+TEST_CASE("GradScaler skips the step on an inf gradient and backs off", "[amp]") {
+  Tensor p = param({1, 2});
+  optim::SGD opt({p}, optim::SGDOptions(0.1));
+  amp::GradScaler scaler;
+  REQUIRE(scaler.get_scale() == 65536.0);
+  p.set_grad(tensor({65536.0, INFINITY}));
+  REQUIRE_FALSE(scaler.step(opt));
+  REQUIRE(scaler.found_inf());
+  scaler.update();
+  test::require_values(p, {1, 2});  // untouched
+  REQUIRE(scaler.get_scale() == 32768.0);
+  p.set_grad(tensor({NAN, 0.0}));
+  REQUIRE_FALSE(scaler.step(opt));
+  scaler.update();
+  REQUIRE(scaler.get_scale() == 16384.0);
+  // a clean step unscales the gradient before stepping
+  p.set_grad(tensor({16384.0, -32768.0}));
+  REQUIRE(scaler.step(opt));
+  scaler.update();
+  test::require_values(p, {1 - 0.1 * 1, 2 + 0.1 * 2}, 1e-6);
+  REQUIRE(test::error_of([&] { scaler.update(); }).find("without step()") != std::string::npos);
+}
+
+TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]") {
+  Tensor p = param({0});
+  optim::SGD opt({p}, optim::SGDOptions(0.0));
+  amp::GradScalerOptions o;
+  o.growth_interval = 3;
+  amp::GradScaler scaler(o);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(scaler.get_scale() == 65536.0);
+    p.set_grad(tensor({1.0}));
+    scaler.step(opt);
+    scaler.update();
+  }
+  REQUIRE(scaler.get_scale() == 131072.0);
+  REQUIRE(scaler.growth_tracker() == 0);
+  // an overflow resets the count
+  p.set_grad(tensor({1.0}));
+  scaler.step(opt);
+  scaler.update();
+  p.set_grad(tensor({INFINITY}));
+  scaler.step(opt);
+  scaler.update();
+  REQUIRE(scaler.get_scale() == 65536.0);
+  REQUIRE(scaler.growth_tracker() == 0);
+  // state round trip
+  amp::GradScaler other;
+  other.load_state(scaler.state());
+  REQUIRE(other.get_scale() == 65536.0);
+  // the scaled loss
+  REQUIRE(scaler.scale(tensor({2.0})).item() == 131072.0);
+}
+
+TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", "[amp]") {
+  Linear fc(8, 4);
+  Tensor x = randn({3, 8});
+  {
+    amp::AutocastGuard ac(kF16);
+    REQUIRE(amp::autocast_enabled());
+    Tensor h = fc.forward(x);
+    REQUIRE(h.dtype() == kF16);
+    REQUIRE(softmax(h, 1).dtype() == kF32);
+    REQUIRE(layer_norm(h, {4}).dtype() == kF32);
+    REQUIRE(sum(h).dtype() == kF32);
+    REQUIRE((h + ones({3, 4})).dtype() == kF32);  // promotes with an f32 residual
+    Tensor loss = cross_entropy(h, from_vector<int64_t>({0, 1, 3}, {3}));
+    REQUIRE(loss.dtype() == kF32);
+    loss.backward();
+  }
+  REQUIRE_FALSE(amp::autocast_enabled());
+  REQUIRE(fc.weight.grad().dtype() == kF32);  // master weights keep f32 gradients
+  { amp::AutocastGuard ac(kBF16);
+    REQUIRE(matmul(x, x.t()).dtype() == kBF16); }
+  REQUIRE(test::error_of([] { amp::AutocastGuard ac(kF32); }).find("f16 or bf16") != std::string::npos);
+}
+
+TEST_CASE("a small conv net in FP16 matches FP32 within FP16 tolerance", "[amp]") {
+  for (Device d : {kCPU, kCUDA}) {
+    if (d.is_cuda() && !cuda_available()) continue;
+    INFO("device " << d.str());
+    manual_seed(4);
+    Sequential net{std::make_shared<Conv2d>(Conv2dOptions(3, 8, 3).padding({1, 1})),
+                   std::make_shared<BatchNorm2d>(8), std::make_shared<ReLU>(),
+                   std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+                   std::make_shared<Linear>(8 * 4 * 4, 5)};
+    net.to(d);
+    Generator g(5);
+    Tensor x = randn({4, 3, 8, 8}, kF32, &g).to(d), y = randint(0, 5, {4}, kI64, &g).to(d);
+    auto run = [&](bool half) {
+      net.zero_grad();
+      Tensor loss;
+      {
+        amp::AutocastGuard ac(kF16, half);
+        loss = cross_entropy(net.forward(x), y);
+      }
+      loss.backward();
+      std::vector<Tensor> out{loss.detach().cpu()};
+      for (auto& p : net.parameters()) out.push_back(p.grad().cpu());
+      return out;
+    };
+    auto f32 = run(false), f16 = run(true);
+    for (size_t i = 0; i < f32.size(); ++i) {
+      INFO("result " << i << " (loss, then gradients)");
+      REQUIRE(f16[i].dtype() == kF32);
+      test::require_close(f16[i], f32[i], 2e-2, 2e-2);
+    }
+  }
+}
