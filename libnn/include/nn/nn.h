@@ -1,5 +1,6 @@
 // The umbrella header: everything research code needs from libnn.
 #pragma once
+#include <nn/amp.h>
 #include <nn/autograd.h>
 #include <nn/data.h>
 #include <nn/device.h>
@@ -8,6 +9,7 @@
 #include <nn/init.h>
 #include <nn/layers.h>
 #include <nn/memory.h>
+#include <nn/models.h>
 #include <nn/module.h>
 #include <nn/ops.h>
 #include <nn/optim.h>

@@ -1,0 +1,81 @@
+#include <nn/init.h>
+#include <nn/models.h>
+#include <nn/ops.h>
+
+namespace nn::models {
+
+namespace {
+std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
+  return std::make_shared<Conv2d>(
+      Conv2dOptions(in, out, k).stride({stride, stride}).padding({pad, pad}).bias(false));
+}
+}  // namespace
+
+Bottleneck::Bottleneck(int64_t in, int64_t planes, int64_t stride) : Module("Bottleneck") {
+  const int64_t out = planes * kExpansion;
+  conv1 = register_module("conv1", conv(in, planes, 1, 1, 0));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
+  conv2 = register_module("conv2", conv(planes, planes, 3, stride, 1));
+  bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
+  conv3 = register_module("conv3", conv(planes, out, 1, 1, 0));
+  bn3 = register_module("bn3", std::make_shared<BatchNorm2d>(out));
+  if (stride != 1 || in != out) {
+    auto ds = std::make_shared<Sequential>();
+    ds->push_back(conv(in, out, 1, stride, 0));
+    ds->push_back(std::make_shared<BatchNorm2d>(out));
+    downsample = register_module("downsample", ds);
+  }
+}
+
+Tensor Bottleneck::forward(const Tensor& x) {
+  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  h = relu(bn2->forward(conv2->forward(h)));
+  h = bn3->forward(conv3->forward(h));
+  return relu(add(h, downsample ? downsample->forward(x) : x));
+}
+
+ResNet::ResNet(const ResNetOptions& o) : Module("ResNet"), options(o) {
+  NN_CHECK(o.num_classes() > 0, "ResNet: num_classes must be positive");
+  conv1 = register_module("conv1", conv(3, 64, 7, 2, 3));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(64));
+  int64_t in = 64;
+  auto make_layer = [&](const char* name, int64_t planes, int64_t blocks, int64_t stride) {
+    auto seq = std::make_shared<Sequential>();
+    for (int64_t b = 0; b < blocks; ++b) {
+      seq->push_back(std::make_shared<Bottleneck>(in, planes, b == 0 ? stride : 1));
+      in = planes * Bottleneck::kExpansion;
+    }
+    return register_module(name, seq);
+  };
+  layer1 = make_layer("layer1", 64, o.layers()[0], 1);
+  layer2 = make_layer("layer2", 128, o.layers()[1], 2);
+  layer3 = make_layer("layer3", 256, o.layers()[2], 2);
+  layer4 = make_layer("layer4", 512, o.layers()[3], 2);
+  fc = register_module("fc", std::make_shared<Linear>(in, o.num_classes()));
+  // torchvision's init: He normal (fan_out, ReLU) for convolutions, BN to identity.
+  for (auto& [name, p] : named_parameters()) {
+    if (p.dim() == 4) init::kaiming_normal_(p, 0, init::FanMode::fan_out, init::Nonlinearity::relu);
+  }
+  if (o.zero_init_residual()) {
+    for (auto* layer : {layer1.get(), layer2.get(), layer3.get(), layer4.get()})
+      for (auto& [n, block] : layer->named_children())
+        init::zeros_(std::static_pointer_cast<Bottleneck>(block)->bn3->weight);
+  }
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  NN_CHECK(x.dim() == 4 && x.shape()[1] == 3, "ResNet: input must be (N, 3, H, W), got ",
+           shape_str(x.shape()));
+  Pool2dParams mp;
+  mp.kernel = {3, 3};
+  mp.stride = {2, 2};
+  mp.padding = {1, 1};
+  Tensor h = max_pool2d(relu(bn1->forward(conv1->forward(x))), mp);
+  h = layer4->forward(layer3->forward(layer2->forward(layer1->forward(h))));
+  h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
+  return fc->forward(h);
+}
+
+std::shared_ptr<ResNet> resnet50(const ResNetOptions& o) { return std::make_shared<ResNet>(o); }
+
+}  // namespace nn::models
