@@ -221,6 +221,19 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{embedding(x[0], idx), embedding(x[0], idx.to(kI32), 3),
                                             index_select(x[0], idx)};
                }});
+  // attention, with and without a padding mask, head dims 64 and up to 128
+  v.push_back({"attention", {{2, 3, 37, 64}, {2, 3, 41, 64}, {2, 3, 41, 64}}, [](auto& x) {
+                 Tensor keep = ones({2, 41}, TensorOptions(kU8).device(x[0].device()));
+                 {
+                   NoGradGuard ng;
+                   keep.select(0, 1).slice(0, 30, 41).zero_();
+                 }
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]),
+                                            scaled_dot_product_attention(x[0], x[1], x[2], keep)};
+               }, 1e-3});
+  v.push_back({"attention wide heads", {{1, 2, 9, 96}, {1, 2, 7, 96}, {1, 2, 7, 80}}, [](auto& x) {
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2])};
+               }, 1e-3});
   // shape ops
   v.push_back({"concat/stack/slice/contiguous", {{3, 4}, {3, 2}}, [](auto& x) {
                  return std::vector<Tensor>{concat({x[0], x[1]}, 1), stack({x[0], x[0]}, 0),
@@ -235,6 +248,10 @@ std::vector<Case> cases() {
             return std::vector<Tensor>{(x[0] * x[1] + x[0]).to(kF32), relu(x[0]).to(kF32)};
           }, 3e-2, false, kBF16};
   v.push_back(bf);
+  Case ha{"f16 attention", {{2, 2, 33, 64}, {2, 2, 33, 64}, {2, 2, 33, 64}}, [](auto& x) {
+            return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
+          }, 3e-2, false, kF16};
+  v.push_back(ha);
   return v;
 }
 

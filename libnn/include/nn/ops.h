@@ -108,6 +108,15 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 
+// ---- attention --------------------------------------------------------------------------------
+// softmax(q k^T * scale) v over the last two dims, fused: no (T x S) score matrix is kept.
+// q (..., T, D), k (..., S, D), v (..., S, E) with equal leading dims (e.g. (N, heads));
+// key_padding_mask (N, S), nonzero = attend, applied to every head of sample n. scale
+// defaults to 1/sqrt(D). A query whose keys are all masked gets zeros.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& key_padding_mask = {},
+                                    std::optional<double> scale = std::nullopt);
+
 // ---- activations, normalisation, losses --------------------------------------------------
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -125,6 +125,19 @@ class Backend {
   virtual void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                                 Tensor& out) = 0;
 
+  // ---- attention: softmax(q k^T * scale, keys masked) v without the (T x S) matrix -------
+  // q (B, T, D), k (B, S, D), v (B, S, E), contiguous, B = batch * heads; key_mask (B, S)
+  // u8 (1 = attend) or undefined. out (B, T, E); lse (B, T) log-sum-exp of each row's scores
+  // (f64 for f64 inputs, else f32), saved for backward. A row whose keys are all masked gives
+  // zeros.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& key_mask, double scale, Tensor& out,
+                                 Tensor& lse) = 0;
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& key_mask, const Tensor& out,
+                                  const Tensor& lse, double scale, Tensor& grad_q,
+                                  Tensor& grad_k, Tensor& grad_v) = 0;
+
   // ---- optim: fused multi-tensor update steps, in place ------------------------------------
   // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD
   // and AdamW define the step; per-slot weight decay (parameter groups) and step counts.

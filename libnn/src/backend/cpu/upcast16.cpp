@@ -273,6 +273,28 @@ class Upcast16Backend final : public Backend {
     inner_.scatter_add_rows(grad32, index32, skip_index, out32);
     down(out32, out);
   }
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                         double scale, Tensor& out, Tensor& lse) override {
+    if (!(is16(q) || is16(k) || is16(v) || is16(out)))
+      return inner_.attention_forward(q, k, v, key_mask, scale, out, lse);
+    Tensor q32 = up(q), k32 = up(k), v32 = up(v), out32 = up(out);
+    inner_.attention_forward(q32, k32, v32, key_mask, scale, out32, lse);
+    down(out32, out);
+  }
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                          const Tensor& v, const Tensor& key_mask, const Tensor& out,
+                          const Tensor& lse, double scale, Tensor& grad_q, Tensor& grad_k,
+                          Tensor& grad_v) override {
+    if (!(is16(grad_out) || is16(q) || is16(k) || is16(v)))
+      return inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, grad_q,
+                                       grad_k, grad_v);
+    Tensor go32 = up(grad_out), q32 = up(q), k32 = up(k), v32 = up(v), o32 = up(out);
+    Tensor gq32 = up(grad_q), gk32 = up(grad_k), gv32 = up(grad_v);
+    inner_.attention_backward(go32, q32, k32, v32, key_mask, o32, lse, scale, gq32, gk32, gv32);
+    down(gq32, grad_q);
+    down(gk32, grad_k);
+    down(gv32, grad_v);
+  }
   // Optimizer steps keep their parameters' dtype (f32 master weights in mixed precision).
   void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
                 bool nesterov) override {

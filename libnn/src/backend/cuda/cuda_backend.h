@@ -112,6 +112,13 @@ class CudaBackend final : public Backend {
   void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                         Tensor& out) override;
 
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& key_mask, double scale, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                          const Tensor& v, const Tensor& key_mask, const Tensor& out,
+                          const Tensor& lse, double scale, Tensor& grad_q, Tensor& grad_k,
+                          Tensor& grad_v) override;
+
   void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
                 bool nesterov) override;
   void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,

@@ -1,0 +1,247 @@
+#include "kernels/attention.cuh"
+#include "kernels/common.cuh"
+#include "kernels/math.cuh"
+
+namespace nn::kernels {
+namespace {
+
+constexpr int kRowsPerBlock = 128;  // one thread per query (or key) row
+constexpr int kTile = 32;           // keys (or queries) staged in shared memory at a time
+
+// Forward: thread = query row t of slice b.
+template <typename T, int DM>
+__global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
+                              int64_t S, int D, int E, acc_t<T> scale, T* out, acc_t<T>* lse) {
+  using A = acc_t<T>;
+  extern __shared__ unsigned char smem_raw[];
+  A* ks = reinterpret_cast<A*>(smem_raw);  // kTile x D
+  A* vs = ks + kTile * D;                  // kTile x E
+  __shared__ uint8_t ms[kTile];
+  const int64_t b = blockIdx.y;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = t < T_;
+  A qr[DM], o[DM];
+  A m = A(-INFINITY), l = A(0);
+#pragma unroll
+  for (int d = 0; d < DM; ++d) {
+    qr[d] = (active && d < D) ? A(load(q[(b * T_ + t) * D + d])) * scale : A(0);
+    o[d] = A(0);
+  }
+  for (int64_t j0 = 0; j0 < S; j0 += kTile) {
+    const int n = S - j0 < kTile ? int(S - j0) : kTile;
+    for (int i = threadIdx.x; i < n * D; i += blockDim.x)
+      ks[i] = A(load(k[(b * S + j0) * D + i]));
+    for (int i = threadIdx.x; i < n * E; i += blockDim.x)
+      vs[i] = A(load(v[(b * S + j0) * E + i]));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[b * S + j0 + i] : 1;
+    __syncthreads();
+    if (active) {
+      for (int j = 0; j < n; ++j) {
+        if (!ms[j]) continue;
+        A s = 0;
+#pragma unroll
+        for (int d = 0; d < DM; ++d)
+          if (d < D) s += qr[d] * ks[j * D + d];
+        if (s > m) {  // rescale what was accumulated under the old maximum
+          const A corr = m_exp(m - s);
+          l *= corr;
+#pragma unroll
+          for (int e = 0; e < DM; ++e) o[e] *= corr;
+          m = s;
+        }
+        const A p = m_exp(s - m);
+        l += p;
+#pragma unroll
+        for (int e = 0; e < DM; ++e)
+          if (e < E) o[e] += p * vs[j * E + e];
+      }
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+  const A inv = l > A(0) ? A(1) / l : A(0);  // all keys masked: zeros
+#pragma unroll
+  for (int e = 0; e < DM; ++e)
+    if (e < E) out[(b * T_ + t) * E + e] = convert<T>(o[e] * inv);
+  lse[b * T_ + t] = l > A(0) ? m + m_log(l) : A(-INFINITY);
+}
+
+// delta[t] = dot(dO[t], O[t]): the per-row term of the softmax backward.
+template <typename T>
+__global__ void attention_delta(const T* g, const T* o, int64_t rows, int E, acc_t<T>* delta) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  acc_t<T> s = 0;
+  for (int e = 0; e < E; ++e) s += acc_t<T>(load(g[r * E + e])) * acc_t<T>(load(o[r * E + e]));
+  delta[r] = s;
+}
+
+// dQ: thread = query row; streams keys and values.
+template <typename T, int DM>
+__global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
+                                const uint8_t* mask, const acc_t<T>* lse,
+                                const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
+                                acc_t<T> scale, T* gq) {
+  using A = acc_t<T>;
+  extern __shared__ unsigned char smem_raw[];
+  A* ks = reinterpret_cast<A*>(smem_raw);
+  A* vs = ks + kTile * D;
+  __shared__ uint8_t ms[kTile];
+  const int64_t b = blockIdx.y;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = t < T_;
+  A qr[DM], gr[DM], dq[DM];
+#pragma unroll
+  for (int d = 0; d < DM; ++d) {
+    qr[d] = (active && d < D) ? A(load(q[(b * T_ + t) * D + d])) * scale : A(0);
+    gr[d] = (active && d < E) ? A(load(g[(b * T_ + t) * E + d])) : A(0);
+    dq[d] = A(0);
+  }
+  const A l = active ? lse[b * T_ + t] : A(0), dl = active ? delta[b * T_ + t] : A(0);
+  const bool live = active && l != A(-INFINITY);
+  for (int64_t j0 = 0; j0 < S; j0 += kTile) {
+    const int n = S - j0 < kTile ? int(S - j0) : kTile;
+    for (int i = threadIdx.x; i < n * D; i += blockDim.x) ks[i] = A(load(k[(b * S + j0) * D + i]));
+    for (int i = threadIdx.x; i < n * E; i += blockDim.x) vs[i] = A(load(v[(b * S + j0) * E + i]));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[b * S + j0 + i] : 1;
+    __syncthreads();
+    if (live) {
+      for (int j = 0; j < n; ++j) {
+        if (!ms[j]) continue;
+        A s = 0, dp = 0;
+#pragma unroll
+        for (int d = 0; d < DM; ++d) {
+          if (d < D) s += qr[d] * ks[j * D + d];
+          if (d < E) dp += gr[d] * vs[j * E + d];
+        }
+        const A ds = m_exp(s - l) * (dp - dl);
+#pragma unroll
+        for (int d = 0; d < DM; ++d)
+          if (d < D) dq[d] += ds * ks[j * D + d];
+      }
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+#pragma unroll
+  for (int d = 0; d < DM; ++d)
+    if (d < D) gq[(b * T_ + t) * D + d] = convert<T>(dq[d] * scale);
+}
+
+// dK, dV: thread = key row; streams queries, output gradients and row statistics.
+template <typename T, int DM>
+__global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
+                                 const uint8_t* mask, const acc_t<T>* lse,
+                                 const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
+                                 acc_t<T> scale, T* gk, T* gv) {
+  using A = acc_t<T>;
+  extern __shared__ unsigned char smem_raw[];
+  A* qs = reinterpret_cast<A*>(smem_raw);  // kTile x D
+  A* gs = qs + kTile * D;                  // kTile x E
+  __shared__ A ls[kTile], dls[kTile];
+  const int64_t b = blockIdx.y;
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = j < S && (!mask || mask[b * S + (j < S ? j : 0)]);
+  A kr[DM], vr[DM], dk[DM], dv[DM];
+#pragma unroll
+  for (int d = 0; d < DM; ++d) {
+    kr[d] = (active && d < D) ? A(load(k[(b * S + j) * D + d])) : A(0);
+    vr[d] = (active && d < E) ? A(load(v[(b * S + j) * E + d])) : A(0);
+    dk[d] = dv[d] = A(0);
+  }
+  for (int64_t i0 = 0; i0 < T_; i0 += kTile) {
+    const int n = T_ - i0 < kTile ? int(T_ - i0) : kTile;
+    for (int i = threadIdx.x; i < n * D; i += blockDim.x) qs[i] = A(load(q[(b * T_ + i0) * D + i]));
+    for (int i = threadIdx.x; i < n * E; i += blockDim.x) gs[i] = A(load(g[(b * T_ + i0) * E + i]));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      ls[i] = lse[b * T_ + i0 + i];
+      dls[i] = delta[b * T_ + i0 + i];
+    }
+    __syncthreads();
+    if (active) {
+      for (int i = 0; i < n; ++i) {
+        if (ls[i] == A(-INFINITY)) continue;
+        A s = 0, dp = 0;
+#pragma unroll
+        for (int d = 0; d < DM; ++d) {
+          if (d < D) s += qs[i * D + d] * kr[d];
+          if (d < E) dp += gs[i * E + d] * vr[d];
+        }
+        const A p = m_exp(s * scale - ls[i]);
+        const A ds = p * (dp - dls[i]);
+#pragma unroll
+        for (int d = 0; d < DM; ++d) {
+          if (d < E) dv[d] += p * gs[i * E + d];
+          if (d < D) dk[d] += ds * qs[i * D + d];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (j >= S) return;
+#pragma unroll
+  for (int d = 0; d < DM; ++d) {
+    if (d < D) gk[(b * S + j) * D + d] = convert<T>(dk[d] * scale);
+    if (d < E) gv[(b * S + j) * E + d] = convert<T>(dv[d]);
+  }
+}
+
+// Picks the register-array size (64 or 128) that fits the head dims.
+template <typename F>
+void dispatch_dims(DType t, int64_t D, int64_t E, const char* op, F&& f) {
+  NN_CHECK(D <= kAttentionMaxDim && E <= kAttentionMaxDim, op, ": head dims up to ",
+           kAttentionMaxDim, " on CUDA, got ", D, " and ", E);
+  dispatch_float(t, op, [&]<typename T>() {
+    if (D <= 64 && E <= 64) f.template operator()<T, 64>();
+    else f.template operator()<T, 128>();
+  });
+}
+
+}  // namespace
+
+void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
+                              const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
+                              int64_t E, double scale, void* out, void* lse, cudaStream_t s) {
+  if (B * T == 0) return;
+  dispatch_dims(t, D, E, "attention", [&]<typename Ty, int DM>() {
+    using A = acc_t<Ty>;
+    const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
+    dim3 grid(unsigned(ceil_div(T, kRowsPerBlock)), unsigned(B));
+    attention_fwd<Ty, DM><<<grid, kRowsPerBlock, smem, s>>>(
+        static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T, S,
+        int(D), int(E), A(scale), static_cast<Ty*>(out), static_cast<A*>(lse));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_attention_backward(DType t, const void* grad_out, const void* q, const void* k,
+                               const void* v, const uint8_t* mask, const void* out,
+                               const void* lse, int64_t B, int64_t T, int64_t S, int64_t D,
+                               int64_t E, double scale, void* grad_q, void* grad_k, void* grad_v,
+                               void* delta, cudaStream_t s) {
+  dispatch_dims(t, D, E, "attention_backward", [&]<typename Ty, int DM>() {
+    using A = acc_t<Ty>;
+    const Ty* g = static_cast<const Ty*>(grad_out);
+    A* dl = static_cast<A*>(delta);
+    const A* l = static_cast<const A*>(lse);
+    if (B * T > 0) {
+      attention_delta<Ty><<<grid_for(B * T), kThreads, 0, s>>>(g, static_cast<const Ty*>(out), B * T,
+                                                              int(E), dl);
+      NN_CUDA_CHECK_LAUNCH();
+      const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
+      attention_bwd_q<Ty, DM><<<dim3(unsigned(ceil_div(T, kRowsPerBlock)), unsigned(B)), kRowsPerBlock, smem, s>>>(
+          g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
+          T, S, int(D), int(E), A(scale), static_cast<Ty*>(grad_q));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+    if (B * S > 0) {
+      const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
+      attention_bwd_kv<Ty, DM><<<dim3(unsigned(ceil_div(S, kRowsPerBlock)), unsigned(B)), kRowsPerBlock, smem, s>>>(
+          g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
+          T, S, int(D), int(E), A(scale), static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace nn::kernels

@@ -1,0 +1,25 @@
+// Fused attention (the flash-attention idea): each thread owns one query row, streams the
+// keys and values through shared memory in tiles, and keeps a running max and sum (online
+// softmax), so no (T x S) score matrix is ever stored. Backward recomputes probabilities
+// from the saved log-sum-exp. Plain FMA arithmetic; head dims up to 128.
+#pragma once
+#include <cuda_runtime.h>
+#include <nn/dtype.h>
+
+namespace nn::kernels {
+
+constexpr int kAttentionMaxDim = 128;
+
+// q (B, T, D), k (B, S, D), v (B, S, E), mask (B, S) or null; out (B, T, E), lse (B, T) in
+// the accumulation type (f64 for f64 data, else f32).
+void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
+                              const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
+                              int64_t E, double scale, void* out, void* lse, cudaStream_t s);
+// `delta` is scratch of B * T accumulation-type elements.
+void launch_attention_backward(DType t, const void* grad_out, const void* q, const void* k,
+                               const void* v, const uint8_t* mask, const void* out,
+                               const void* lse, int64_t B, int64_t T, int64_t S, int64_t D,
+                               int64_t E, double scale, void* grad_q, void* grad_k, void* grad_v,
+                               void* delta, cudaStream_t s);
+
+}  // namespace nn::kernels

@@ -1,0 +1,66 @@
+#include "test_util.h"
+
+using namespace nn;
+
+namespace {
+// The unfused reference: softmax(q k^T * scale + mask) v with our basic ops.
+Tensor reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep) {
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  Tensor s = matmul(q, k.transpose(-1, -2)) * scale;  // (N, H, T, S)
+  if (keep.defined()) {
+    Tensor m = keep.reshape({keep.size(0), 1, 1, keep.size(1)}).to(s.dtype());
+    s = where(m, s, full({}, -1e30, s.options()));
+  }
+  return matmul(softmax(s, -1), v);
+}
+}  // namespace
+
+TEST_CASE("attention equals the unfused composition, forward and backward", "[attention]") {
+  Tensor keep = from_vector<uint8_t>({1, 1, 1, 0, 0, 1, 1, 1, 1, 1}, {2, 5});
+  for (bool masked : {false, true}) {
+    INFO("masked " << masked);
+    Tensor q = test::rnd({2, 3, 4, 8}, 1), k = test::rnd({2, 3, 5, 8}, 2), v = test::rnd({2, 3, 5, 6}, 3);
+    Tensor m = masked ? keep : Tensor();
+    Tensor out = scaled_dot_product_attention(q, k, v, m);
+    Tensor ref_q = q.detach().requires_grad_(), ref_k = k.detach().requires_grad_(),
+           ref_v = v.detach().requires_grad_();
+    Tensor ref = reference(ref_q, ref_k, ref_v, m);
+    test::require_close(out, ref, 1e-10, 1e-10);
+    Tensor w = test::rnd(out.shape(), 4, false);
+    sum(out * w).backward();
+    sum(ref * w).backward();
+    test::require_close(q.grad(), ref_q.grad(), 1e-9, 1e-10);
+    test::require_close(k.grad(), ref_k.grad(), 1e-9, 1e-10);
+    test::require_close(v.grad(), ref_v.grad(), 1e-9, 1e-10);
+  }
+}
+
+TEST_CASE("attention honours the padding mask and handles long sequences", "[attention]") {
+  // Masked keys have no influence: changing them changes nothing.
+  Tensor keep = from_vector<uint8_t>({1, 1, 0, 0}, {1, 4});
+  Tensor q = randn({1, 2, 3, 4}), k = randn({1, 2, 4, 4}), v = randn({1, 2, 4, 4});
+  Tensor k2 = k.clone(), v2 = v.clone();
+  {
+    NoGradGuard ng;
+    k2.slice(2, 2, 4).fill_(100);
+    v2.slice(2, 2, 4).fill_(-100);
+  }
+  test::require_close(scaled_dot_product_attention(q, k, v, keep),
+                      scaled_dot_product_attention(q, k2, v2, keep), 1e-6, 1e-6);
+  // every key masked: zeros, not NaN
+  Tensor none = zeros({1, 4}, kU8);
+  REQUIRE(sum(abs(scaled_dot_product_attention(q, k, v, none))).item() == 0);
+  // more query rows than one block, f32 against f64
+  Tensor ql = randn({1, 1, 150, 16}), kl = randn({1, 1, 130, 16}), vl = randn({1, 1, 130, 8});
+  test::require_close(scaled_dot_product_attention(ql, kl, vl),
+                      reference(ql.to(kF64), kl.to(kF64), vl.to(kF64), {}), 1e-4, 1e-5);
+  REQUIRE(test::error_of([&] { scaled_dot_product_attention(q, k, randn({1, 2, 3, 4})); })
+              .find("positions") != std::string::npos);
+}
+
+TEST_CASE("gradcheck: attention", "[attention][gradcheck]") {
+  Tensor keep = from_vector<uint8_t>({1, 0, 1, 1, 1, 1}, {2, 3});
+  test::require_gradcheck([&](const std::vector<Tensor>& in) {
+    return scaled_dot_product_attention(in[0], in[1], in[2], keep);
+  }, {test::rnd({2, 2, 3, 4}, 5), test::rnd({2, 2, 3, 4}, 6), test::rnd({2, 2, 3, 5}, 7)});
+}
