@@ -44,3 +44,75 @@ class ResNet : public Module {
 std::shared_ptr<ResNet> resnet50(const ResNetOptions& o = {});
 
 }  // namespace nn::models
+
+namespace nn::models {
+
+// ---- BERT-style encoder ---------------------------------------------------------------------
+// Parameter names follow Hugging Face's BertForSequenceClassification ("bert.embeddings.
+// word_embeddings.weight", "bert.encoder.layer.0.attention.self.query.weight", ...,
+// "classifier.weight"), so its safetensors checkpoints load by name.
+struct BertConfig {
+  NN_ARG(int64_t, vocab_size) = 30522;
+  NN_ARG(int64_t, hidden) = 768;
+  NN_ARG(int64_t, layers) = 12;
+  NN_ARG(int64_t, heads) = 12;
+  NN_ARG(int64_t, ffn) = 3072;
+  NN_ARG(int64_t, max_len) = 512;      // position embeddings
+  NN_ARG(int64_t, type_vocab) = 2;     // segment (token type) embeddings
+  NN_ARG(double, dropout) = 0.1;
+  NN_ARG(double, layer_norm_eps) = 1e-12;
+  NN_ARG(bool, pre_ln) = false;        // BERT is post-LN; pre-LN trains more stably from scratch
+  NN_ARG(int64_t, num_classes) = 2;
+
+ public:
+  // Presets: tiny (2 x 128, 2 heads), mini (4 x 256, 4 heads), base (BERT-base).
+  static BertConfig preset(const std::string& name);
+};
+
+class BertSelfAttention : public Module {
+ public:
+  explicit BertSelfAttention(const BertConfig& c);
+  // x (N, T, H), keep (N, T) u8 or undefined -> (N, T, H)
+  Tensor forward(const Tensor& x, const Tensor& keep);
+  std::shared_ptr<Linear> query, key, value;
+  int64_t heads;
+};
+
+class BertLayer : public Module {
+ public:
+  explicit BertLayer(const BertConfig& c);
+  Tensor forward(const Tensor& x, const Tensor& keep);
+  BertConfig config;
+  std::shared_ptr<BertSelfAttention> self;
+  std::shared_ptr<Linear> attention_out, intermediate, output;
+  std::shared_ptr<LayerNorm> attention_norm, output_norm;
+};
+
+class BertModel : public Module {
+ public:
+  explicit BertModel(const BertConfig& c);
+  // ids (N, T) i64, keep (N, T) u8 (1 = real token) or undefined -> pooled [CLS] (N, H)
+  Tensor forward(const Tensor& ids, const Tensor& keep);
+  // The final hidden states (N, T, H).
+  Tensor encode(const Tensor& ids, const Tensor& keep);
+  BertConfig config;
+  std::shared_ptr<Embedding> word, position, token_type;
+  std::shared_ptr<LayerNorm> embed_norm, final_norm;  // final_norm only with pre_ln
+  std::shared_ptr<ModuleList> layers;
+  std::shared_ptr<Linear> pooler;
+};
+
+class BertClassifier : public Module {
+ public:
+  explicit BertClassifier(const BertConfig& c);
+  // ids (N, T), keep (N, T) -> logits (N, num_classes)
+  Tensor forward(const Tensor& ids, const Tensor& keep);
+  std::shared_ptr<BertModel> bert;
+  std::shared_ptr<Linear> classifier;
+  // Loads a Hugging Face checkpoint's tensors (old "gamma"/"beta" LayerNorm names too); tensors
+  // the model lacks (a pre-training head) and ones the file lacks (a new classifier) are
+  // skipped and returned.
+  LoadResult load_pretrained(const NamedTensors& hf);
+};
+
+}  // namespace nn::models

@@ -49,9 +49,15 @@ class Module {
   NamedTensors named_buffers(bool recurse = true) const;
   // Parameters then buffers: everything a checkpoint of the model holds.
   NamedTensors state_dict() const;
-  // Copies values from `state` into this module's tensors; every name must match, with the
-  // same shape (else nn::Error naming the tensor).
-  void load_state_dict(const NamedTensors& state);
+  // Copies values from `state` into this module's tensors, each with the same shape (else
+  // nn::Error naming the tensor). Strict: every name must match both ways. Not strict: names
+  // on one side only are skipped and reported (e.g. a pretrained encoder without the new
+  // classifier, or with a pre-training head this model lacks).
+  struct LoadResult {
+    std::vector<std::string> missing;     // in the module, not in `state`
+    std::vector<std::string> unexpected;  // in `state`, not in the module
+  };
+  LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const {
     return children_;
   }
@@ -88,6 +94,23 @@ class Module {
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
 // Runs modules in order; children are named "0", "1", ...
+// Holds modules in order ("0", "1", ...) without a forward of its own: for stacks whose
+// forward takes more than one tensor (transformer layers with a mask).
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  void push_back(std::shared_ptr<Module> m) {
+    add_child(std::to_string(items_.size()), m);
+    items_.push_back(std::move(m));
+  }
+  size_t size() const { return items_.size(); }
+  template <typename M = Module>
+  std::shared_ptr<M> at(size_t i) const { return std::static_pointer_cast<M>(items_.at(i)); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> items_;
+};
+
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}

@@ -218,15 +218,26 @@ Tensor& Tensor::mul_(double value) {
   backend::of(*this).unary(backend::UnaryOp::mul_scalar, *this, *this, value, 0);
   return *this;
 }
-Tensor& Tensor::uniform_(double low, double high, Generator* gen) {
-  check_inplace(*this, "uniform_");
+// Draws straight into the tensor when it is contiguous (one pass), else through a temporary.
+static Tensor& fill_random_(Tensor& t, backend::RandomKind kind, double a, double b,
+                            Generator* gen, const char* op) {
+  check_inplace(t, op);
+  NN_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", dtype_name(t.dtype()));
   NoGradGuard ng;
-  return copy_(add(mul(rand(shape(), options(), gen), high - low), low));
+  Generator& g = gen ? *gen : default_generator();
+  if (t.is_contiguous()) {
+    backend::of(t).fill_random(t, kind, a, b, g.seed(), g.advance(uint64_t(t.numel())));
+    return t;
+  }
+  Tensor tmp = empty(t.shape(), t.options());
+  backend::of(t).fill_random(tmp, kind, a, b, g.seed(), g.advance(uint64_t(t.numel())));
+  return t.copy_(tmp);
+}
+Tensor& Tensor::uniform_(double low, double high, Generator* gen) {
+  return fill_random_(*this, backend::RandomKind::uniform, low, high, gen, "uniform_");
 }
 Tensor& Tensor::normal_(double mean, double std, Generator* gen) {
-  check_inplace(*this, "normal_");
-  NoGradGuard ng;
-  return copy_(add(mul(randn(shape(), options(), gen), std), mean));
+  return fill_random_(*this, backend::RandomKind::normal, mean, std, gen, "normal_");
 }
 
 // ---- autograd accessors ---------------------------------------------------------------------

@@ -57,12 +57,17 @@ NamedTensors Module::state_dict() const {
   return s;
 }
 
-void Module::load_state_dict(const NamedTensors& state) {
+Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
   NamedTensors mine = state_dict();
   std::set<std::string> seen;
+  LoadResult result;
   NoGradGuard ng;
   for (auto& [name, src] : state) {
     auto it = std::find_if(mine.begin(), mine.end(), [&](auto& p) { return p.first == name; });
+    if (it == mine.end() && !strict) {
+      result.unexpected.push_back(name);
+      continue;
+    }
     NN_CHECK(it != mine.end(), "load_state_dict: '", name, "' is not a tensor of this ",
              type_name_);
     NN_CHECK(it->second.shape() == src.shape(), "load_state_dict: '", name, "' has shape ",
@@ -71,8 +76,12 @@ void Module::load_state_dict(const NamedTensors& state) {
     it->second.copy_(src);
     seen.insert(name);
   }
-  for (auto& [name, t] : mine)
-    NN_CHECK(seen.count(name), "load_state_dict: '", name, "' is missing from the checkpoint");
+  for (auto& [name, t] : mine) {
+    if (seen.count(name)) continue;
+    NN_CHECK(!strict, "load_state_dict: '", name, "' is missing from the checkpoint");
+    result.missing.push_back(name);
+  }
+  return result;
 }
 
 int64_t Module::num_parameters() const {
