@@ -13,38 +13,6 @@
 
 namespace {
 
-// conv3x3(32) relu, conv3x3(64) relu, maxpool 2, dropout .25, flatten, dense 128 relu,
-// dropout .5, dense 10: the Keras mnist_cnn example.
-std::shared_ptr<nn::Module> keras_cnn() {
-  auto m = std::make_shared<nn::Sequential>();
-  m->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3)));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3)));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::MaxPool2d>(2));
-  m->push_back(std::make_shared<nn::Dropout>(0.25));
-  m->push_back(std::make_shared<nn::Flatten>());
-  m->push_back(std::make_shared<nn::Linear>(9216, 128));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::Dropout>(0.5));
-  m->push_back(std::make_shared<nn::Linear>(128, 10));
-  return m;
-}
-
-// dense 512 relu, dropout .2, dense 512 relu, dropout .2, dense 10: the Keras mnist_mlp example.
-std::shared_ptr<nn::Module> keras_mlp() {
-  auto m = std::make_shared<nn::Sequential>();
-  m->push_back(std::make_shared<nn::Flatten>());
-  m->push_back(std::make_shared<nn::Linear>(784, 512));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::Dropout>(0.2));
-  m->push_back(std::make_shared<nn::Linear>(512, 512));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::Dropout>(0.2));
-  m->push_back(std::make_shared<nn::Linear>(512, 10));
-  return m;
-}
-
 std::string default_data_dir(const std::string& dataset) {
   if (dataset == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
   return "data/mnist";
@@ -129,7 +97,8 @@ int run(int argc, char** argv) {
   test_set = std::make_shared<nn::data::TensorDataset>(test_x.to(device),
                                                        test_set->target().to(device));
 
-  auto model = model_name == "cnn" ? keras_cnn() : keras_mlp();
+  std::shared_ptr<nn::Module> model = model_name == "cnn" ? nn::models::keras_mnist_cnn()
+                                                              : nn::models::keras_mnist_mlp();
   model->to(device);
   std::unique_ptr<nn::optim::Optimizer> optimizer;
   if (optim_name == "sgd") {

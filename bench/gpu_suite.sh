@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything GPU-related in one script, for a machine with an NVIDIA GPU: configure and build
 # for the local GPU, run every test (the GPU ones included) and compute-sanitizer's memcheck
-# over the CUDA tests, then the benchmarks against PyTorch on the same GPU. Results go to
-# $OUT (default ./gpu-results): logs, JSON lines and summary.md.
+# over the CUDA tests, then the benchmarks against PyTorch on the same GPU. Everything is
+# written under $OUT (default ./gpu-results); summary.md holds the tables, and
+# gpu-results.tar.gz bundles every log and result file (the device tool brings back at most 8
+# files per call).
 #
 #   bench/gpu_suite.sh [build] [test] [memcheck] [bench] [all]    (default: all)
 #
@@ -10,8 +12,15 @@
 # fills it on a machine with Debian's packages, for GPU machines that reach no registry).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-results}
+FINAL=${OUT:-$PWD/gpu-results}
+OUT=$FINAL/all
 mkdir -p "$OUT"
+bundle() {  # summary.md next to the tarball of everything
+  cp "$OUT/summary.md" "$FINAL/summary.md" 2>/dev/null
+  tar -czf "$FINAL/gpu-results.tar.gz" -C "$FINAL" all
+  rm -rf "$OUT"
+}
+trap bundle EXIT
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
 want() { [[ " ${steps[*]} " == *" $1 "* || " ${steps[*]} " == *" all "* ]]; }
@@ -76,6 +85,21 @@ PY
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
       --python "$py" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
   rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+
+  log "ResNet-50 training throughput, FP32 / FP16 / BF16: libnn then PyTorch"
+  for b in 128 256; do
+    "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size $b --num-batches 50 \
+        --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
+    "$py" bench/peers/fp16_vs_fp32_torch.py --model resnet50 --batch-size $b --num-batches 50 \
+        --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
+  done
+  log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
+  "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
+      --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
+      2>&1 | tee -a "$OUT/summary.md"
+  log "MNIST CNN throughput, FP32 / FP16 / BF16"
+  "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
+      --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
 fi
 log "done, status $status"
 exit $status

@@ -15,6 +15,8 @@ struct MemoryStats {
 };
 
 MemoryStats memory_stats(Device device = kCPU);
+// Starts the peak (high-water mark) over from the bytes in use now.
+void reset_peak_memory_stats(Device device = kCPU);
 // Returns cached, unused blocks to the system.
 void empty_cache(Device device = kCPU);
 // Waits for all work queued on the device (a no-op on the CPU).

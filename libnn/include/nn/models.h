@@ -40,6 +40,12 @@ class ResNet : public Module {
   std::shared_ptr<Linear> fc;
 };
 
+// The Keras MNIST examples: mnist_cnn (conv3x3 32 relu, conv3x3 64 relu, maxpool 2,
+// dropout .25, flatten, dense 128 relu, dropout .5, dense 10; 1,199,882 parameters) and
+// mnist_mlp (dense 512 relu, dropout .2, dense 512 relu, dropout .2, dense 10).
+std::shared_ptr<Sequential> keras_mnist_cnn();
+std::shared_ptr<Sequential> keras_mnist_mlp();
+
 // ResNet-50: 25,557,032 parameters with 1000 classes.
 std::shared_ptr<ResNet> resnet50(const ResNetOptions& o = {});
 

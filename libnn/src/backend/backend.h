@@ -30,6 +30,7 @@ class Backend {
   virtual void deallocate(void* p, size_t nbytes) = 0;
   virtual MemoryStats memory_stats() const = 0;
   virtual void empty_cache() = 0;
+  virtual void reset_peak_memory_stats() = 0;
   virtual void synchronize() = 0;
   // Host <-> device transfer of a contiguous tensor's bytes.
   virtual void upload(const void* host, Tensor& dst) = 0;

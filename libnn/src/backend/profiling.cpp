@@ -72,6 +72,7 @@ class ProfilingBackend final : public Backend {
   void deallocate(void* p, size_t nbytes) override { return inner_.deallocate(p, nbytes); }
   MemoryStats memory_stats() const override { return inner_.memory_stats(); }
   void empty_cache() override { return inner_.empty_cache(); }
+  void reset_peak_memory_stats() override { return inner_.reset_peak_memory_stats(); }
   void synchronize() override { return inner_.synchronize(); }
   void upload(const void* host, Tensor& dst) override {
     Timer t(*this, "upload", "memory");

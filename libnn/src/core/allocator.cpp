@@ -61,6 +61,11 @@ backend::MemoryStats CachingAllocator::stats() const {
   return stats_;
 }
 
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_allocated = stats_.allocated;
+}
+
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
   release_cached_locked();

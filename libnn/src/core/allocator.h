@@ -22,6 +22,7 @@ class CachingAllocator {
   void deallocate(void* p, size_t nbytes);     // the same nbytes as asked for
   backend::MemoryStats stats() const;
   void empty_cache();                           // give cached blocks back to the system
+  void reset_peak();
 
   // Size classes: multiples of 512 B up to 1 MiB, then quarter steps between powers of two.
   static size_t round_size(size_t nbytes);

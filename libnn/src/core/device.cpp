@@ -59,5 +59,6 @@ void check_device(const Device& d) { (void)backend::get(d); }
 namespace nn {
 MemoryStats memory_stats(Device device) { return backend::get(device).memory_stats(); }
 void empty_cache(Device device) { backend::get(device).empty_cache(); }
+void reset_peak_memory_stats(Device device) { backend::get(device).reset_peak_memory_stats(); }
 void synchronize(Device device) { backend::get(device).synchronize(); }
 }  // namespace nn

@@ -79,3 +79,36 @@ Tensor ResNet::forward(const Tensor& x) {
 std::shared_ptr<ResNet> resnet50(const ResNetOptions& o) { return std::make_shared<ResNet>(o); }
 
 }  // namespace nn::models
+
+namespace nn::models {
+
+std::shared_ptr<Sequential> keras_mnist_cnn() {
+  auto m = std::make_shared<Sequential>();
+  m->push_back(std::make_shared<Conv2d>(Conv2dOptions(1, 32, 3)));
+  m->push_back(std::make_shared<ReLU>());
+  m->push_back(std::make_shared<Conv2d>(Conv2dOptions(32, 64, 3)));
+  m->push_back(std::make_shared<ReLU>());
+  m->push_back(std::make_shared<MaxPool2d>(2));
+  m->push_back(std::make_shared<Dropout>(0.25));
+  m->push_back(std::make_shared<Flatten>());
+  m->push_back(std::make_shared<Linear>(9216, 128));
+  m->push_back(std::make_shared<ReLU>());
+  m->push_back(std::make_shared<Dropout>(0.5));
+  m->push_back(std::make_shared<Linear>(128, 10));
+  return m;
+}
+
+std::shared_ptr<Sequential> keras_mnist_mlp() {
+  auto m = std::make_shared<Sequential>();
+  m->push_back(std::make_shared<Flatten>());
+  m->push_back(std::make_shared<Linear>(784, 512));
+  m->push_back(std::make_shared<ReLU>());
+  m->push_back(std::make_shared<Dropout>(0.2));
+  m->push_back(std::make_shared<Linear>(512, 512));
+  m->push_back(std::make_shared<ReLU>());
+  m->push_back(std::make_shared<Dropout>(0.2));
+  m->push_back(std::make_shared<Linear>(512, 10));
+  return m;
+}
+
+}  // namespace nn::models

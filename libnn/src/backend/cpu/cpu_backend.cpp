@@ -37,6 +37,7 @@ void* CpuBackend::allocate(size_t nbytes) { return alloc_->allocate(nbytes); }
 void CpuBackend::deallocate(void* p, size_t nbytes) { alloc_->deallocate(p, nbytes); }
 MemoryStats CpuBackend::memory_stats() const { return alloc_->stats(); }
 void CpuBackend::empty_cache() { alloc_->empty_cache(); }
+void CpuBackend::reset_peak_memory_stats() { alloc_->reset_peak(); }
 
 void CpuBackend::upload(const void* host, Tensor& dst) {
   std::memcpy(dst.data_ptr(), host, dst.nbytes());

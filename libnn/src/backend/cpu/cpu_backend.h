@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   void deallocate(void* p, size_t nbytes) override;
   MemoryStats memory_stats() const override;
   void empty_cache() override;
+  void reset_peak_memory_stats() override;
   void synchronize() override {}
   void upload(const void* host, Tensor& dst) override;
   void download(const Tensor& src, void* host) override;

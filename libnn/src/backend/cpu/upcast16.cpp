@@ -21,6 +21,7 @@ class Upcast16Backend final : public Backend {
   void deallocate(void* p, size_t nbytes) override { return inner_.deallocate(p, nbytes); }
   MemoryStats memory_stats() const override { return inner_.memory_stats(); }
   void empty_cache() override { return inner_.empty_cache(); }
+  void reset_peak_memory_stats() override { return inner_.reset_peak_memory_stats(); }
   void synchronize() override { return inner_.synchronize(); }
   void upload(const void* host, Tensor& dst) override { return inner_.upload(host, dst); }
   void download(const Tensor& src, void* host) override { return inner_.download(src, host); }

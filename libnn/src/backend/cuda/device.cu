@@ -57,6 +57,7 @@ CudaBackend::~CudaBackend() = default;
 void* CudaBackend::allocate(size_t nbytes) { return alloc_->allocate(nbytes); }
 void CudaBackend::deallocate(void* p, size_t nbytes) { alloc_->deallocate(p, nbytes); }
 MemoryStats CudaBackend::memory_stats() const { return alloc_->stats(); }
+void CudaBackend::reset_peak_memory_stats() { alloc_->reset_peak(); }
 void CudaBackend::empty_cache() {
   synchronize();
   alloc_->empty_cache();

@@ -1,0 +1,204 @@
+// Training throughput in FP32 and in mixed precision (FP16 with loss scaling, BF16), back to
+// back on one device, the way tf_cnn_benchmarks reports it: synthetic images, images/s over
+// --num-batches after --num-warmup-batches, plus peak memory and the loss after the last step
+// (to show every precision trains). --loss-curve records every step's loss.
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <cmath>
+#include <ctime>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+struct Result {
+  std::string precision;
+  double seconds = 0, images_per_second = 0, peak_mb = 0, final_loss = 0;
+  std::vector<double> losses;
+};
+
+std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t classes) {
+  if (name == "resnet50") return nn::models::resnet50(nn::models::ResNetOptions().num_classes(classes));
+  return nn::models::keras_mnist_cnn();
+}
+
+Result run(const std::string& model_name, const std::string& precision, const nn::Device& dev,
+           int64_t batch, int64_t image, int64_t warmup, int64_t batches, int64_t pool,
+           uint64_t seed) {
+  nn::manual_seed(seed);
+  const bool resnet = model_name == "resnet50";
+  const int64_t classes = resnet ? 1000 : 10;
+  auto model = make_model(model_name, classes);
+  model->to(dev);
+  model->train();
+  // lr 0.1 per 256 images (the linear scaling rule tf_cnn_benchmarks follows)
+  nn::optim::SGD opt(model->parameters(),
+                     nn::optim::SGDOptions((resnet ? 0.1 : 0.05) * double(batch) / 256.0)
+                         .momentum(0.9)
+                         .weight_decay(1e-4));
+  nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
+  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
+  // A fixed pool of synthetic batches, resident on the device (no input pipeline in the way).
+  nn::Generator g(seed + 1);
+  std::vector<nn::Tensor> xs, ys;
+  const nn::Shape shape = resnet ? nn::Shape{batch, 3, image, image} : nn::Shape{batch, 1, 28, 28};
+  for (int64_t i = 0; i < pool; ++i) {
+    xs.push_back(nn::randn(shape, nn::kF32, &g).to(dev));
+    ys.push_back(nn::randint(0, classes, {batch}, nn::kI64, &g).to(dev));
+  }
+  nn::CrossEntropyOptions ce;
+  ce.label_smoothing = resnet ? 0.1 : 0.0;
+  Result r;
+  r.precision = precision;
+  nn::Tensor last;
+  auto step = [&](int64_t i) {
+    nn::Tensor loss;
+    {
+      nn::amp::AutocastGuard ac(half, precision != "fp32");
+      loss = nn::cross_entropy(model->forward(xs[i % pool]), ys[i % pool], ce);
+    }
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss.detach();
+  };
+  for (int64_t i = 0; i < warmup; ++i) r.losses.push_back(step(i).item());
+  nn::synchronize(dev);
+  nn::reset_peak_memory_stats(dev);
+  nn::train::Stopwatch w;
+  std::vector<nn::Tensor> timed;  // read back after the clock stops: no sync inside the loop
+  for (int64_t i = 0; i < batches; ++i) timed.push_back(step(warmup + i));
+  nn::synchronize(dev);
+  r.seconds = w.seconds();
+  for (auto& l : timed) r.losses.push_back(l.item());
+  r.images_per_second = double(batch * batches) / r.seconds;
+  r.peak_mb = double(nn::memory_stats(dev).peak_allocated) / (1 << 20);
+  r.final_loss = r.losses.empty() ? NAN : r.losses.back();
+  return r;
+}
+
+std::string today() {
+  std::time_t t = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+int body(int argc, char** argv) {
+  cxxopts::Options opts("fp16_vs_fp32",
+                        "Training throughput in FP32 and mixed precision (FP16, BF16), back to back.");
+  opts.add_options()
+      ("model", "resnet50 or mnist_cnn", cxxopts::value<std::string>()->default_value("resnet50"))
+      ("batch-size", "images per step", cxxopts::value<int64_t>()->default_value("128"))
+      ("num-batches", "timed steps", cxxopts::value<int64_t>()->default_value("50"))
+      ("num-warmup-batches", "untimed steps first", cxxopts::value<int64_t>()->default_value("10"))
+      ("precisions", "comma-separated: fp32, fp16, bf16",
+       cxxopts::value<std::string>()->default_value("fp32,fp16,bf16"))
+      ("image-size", "ResNet input height and width", cxxopts::value<int64_t>()->default_value("224"))
+      ("synthetic-batches", "distinct synthetic batches cycled through",
+       cxxopts::value<int64_t>()->default_value("4"))
+      ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
+      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
+      ("json", "write results (schema libnn-bench-1) to FILE", cxxopts::value<std::string>())
+      ("machine", "machine kind for bench/report's price table", cxxopts::value<std::string>())
+      ("loss-curve", "write step,precision,loss lines to FILE (CSV)", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+  auto a = opts.parse(argc, argv);
+  if (a.count("help")) {
+    std::printf("%s\n", opts.help().c_str());
+    return 0;
+  }
+  if (!a.unmatched().empty()) throw nn::Error("unexpected argument '" + a.unmatched()[0] + "'");
+  const std::string model = a["model"].as<std::string>();
+  if (model != "resnet50" && model != "mnist_cnn") throw nn::Error("--model must be resnet50 or mnist_cnn");
+  const nn::Device dev(a["device"].as<std::string>());
+  nn::check_device(dev);
+  const int64_t batch = a["batch-size"].as<int64_t>(), batches = a["num-batches"].as<int64_t>();
+  const int64_t warmup = a["num-warmup-batches"].as<int64_t>();
+  const int64_t pool = a["synthetic-batches"].as<int64_t>();
+  NN_CHECK(batch > 0 && batches > 0 && warmup >= 0 && pool > 0,
+           "--batch-size, --num-batches and --synthetic-batches must be positive");
+  std::vector<std::string> precisions;
+  {
+    std::stringstream ss(a["precisions"].as<std::string>());
+    for (std::string p; std::getline(ss, p, ',');) {
+      NN_CHECK(p == "fp32" || p == "fp16" || p == "bf16", "--precisions: unknown '", p, "'");
+      precisions.push_back(p);
+    }
+  }
+  std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s\n", model.c_str(),
+              (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str());
+  std::vector<Result> results;
+  for (auto& p : precisions) {
+    results.push_back(run(model, p, dev, batch, a["image-size"].as<int64_t>(), warmup, batches,
+                          pool, a["seed"].as<uint64_t>()));
+    auto& r = results.back();
+    std::printf("  %-5s %9.1f images/s  peak %8.0f MiB  final loss %.4f\n", p.c_str(),
+                r.images_per_second, r.peak_mb, r.final_loss);
+    std::fflush(stdout);
+  }
+  for (auto& r : results)
+    if (r.precision != "fp32" && results[0].precision == "fp32")
+      std::printf("  %s speedup over fp32: %.2fx\n", r.precision.c_str(),
+                  r.images_per_second / results[0].images_per_second);
+  if (a.count("loss-curve")) {
+    std::ofstream f(a["loss-curve"].as<std::string>());
+    NN_CHECK(f.good(), "cannot write ", a["loss-curve"].as<std::string>());
+    f << "step,precision,loss\n";
+    for (auto& r : results)
+      for (size_t i = 0; i < r.losses.size(); ++i) f << i << "," << r.precision << "," << r.losses[i] << "\n";
+  }
+  if (a.count("json")) {
+    std::ostringstream os;
+    std::string machine = a.count("machine") ? a["machine"].as<std::string>()
+                                             : (dev.is_cpu() ? "cpu-" + std::to_string(nn::num_threads()) + "core" : "gpu");
+    os << "{\"schema\": \"libnn-bench-1\", \"date\": \"" << today() << "\", \"machine\": \"" << machine
+       << "\", \"host\": \"" << (dev.is_cpu() ? cpu_name() : dev.str()) << "\", \"command\": \"";
+    for (int i = 0; i < argc; ++i) os << (i ? " " : "") << argv[i];
+    os << "\", \"records\": [";
+    for (size_t i = 0; i < results.size(); ++i) {
+      auto& r = results[i];
+      os << (i ? ", " : "") << nn::train::JsonLine()
+                                   .add("benchmark", std::string("fp16_vs_fp32"))
+                                   .add("model", model)
+                                   .add("impl", std::string("libnn"))
+                                   .add("device", std::string(dev.is_cpu() ? "cpu" : "cuda"))
+                                   .add("precision", r.precision)
+                                   .add("phase", std::string("train"))
+                                   .add("seconds", r.seconds)
+                                   .add("samples", batch * batches)
+                                   .add("samples_per_second", r.images_per_second)
+                                   .add("peak_memory_mb", r.peak_mb)
+                                   .add("final_loss", r.final_loss)
+                                   .str();
+    }
+    os << "]}\n";
+    std::ofstream f(a["json"].as<std::string>());
+    NN_CHECK(f.good(), "cannot write ", a["json"].as<std::string>());
+    f << os.str();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp16_vs_fp32: error: %s\n", e.what());
+    return 1;
+  }
+}
