@@ -16,4 +16,5 @@
 #include <nn/profiler.h>
 #include <nn/random.h>
 #include <nn/tensor.h>
+#include <nn/text.h>
 #include <nn/train.h>

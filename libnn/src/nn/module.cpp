@@ -62,7 +62,10 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
   std::set<std::string> seen;
   LoadResult result;
   NoGradGuard ng;
-  for (auto& [name, src] : state) {
+  for (const auto& entry : state) {
+    // (not a structured binding: clang before 16 cannot capture one in a lambda)
+    const std::string& name = entry.first;
+    const Tensor& src = entry.second;
     auto it = std::find_if(mine.begin(), mine.end(), [&](auto& p) { return p.first == name; });
     if (it == mine.end() && !strict) {
       result.unexpected.push_back(name);

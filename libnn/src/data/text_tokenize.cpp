@@ -1,0 +1,327 @@
+// UTF-8 handling and the two pre-tokenizers: tokenize_words (word-level vocabularies) and
+// basic_tokenize (BERT's, before WordPiece). Both share one scanner; they differ in the
+// rules for apostrophes, emoji, accents and zero-width characters.
+#include <nn/text.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "text_internal.h"
+
+namespace nn::text {
+namespace detail {
+
+int32_t decode_utf8(std::string_view s, size_t& i) {
+  const auto b0 = uint8_t(s[i]);
+  if (b0 < 0x80) {
+    ++i;
+    return b0;
+  }
+  int len;
+  uint32_t cp, min;
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2, cp = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3, cp = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4, cp = b0 & 0x07, min = 0x10000;
+  } else {
+    ++i;
+    return -1;
+  }
+  if (i + len > s.size()) {
+    ++i;
+    return -1;
+  }
+  for (int k = 1; k < len; ++k) {
+    const auto b = uint8_t(s[i + k]);
+    if ((b & 0xC0) != 0x80) {
+      ++i;
+      return -1;
+    }
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    ++i;
+    return -1;
+  }
+  i += len;
+  return int32_t(cp);
+}
+
+size_t find_invalid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    size_t at = i;
+    if (decode_utf8(s, i) < 0) return at;
+  }
+  return std::string_view::npos;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += char(0xE0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  } else {
+    out += char(0xF0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3F));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::append_utf8;
+using detail::decode_utf8;
+
+struct Range {
+  uint32_t lo, hi;
+};
+template <size_t N>
+bool in_ranges(uint32_t c, const Range (&r)[N]) {
+  return std::any_of(std::begin(r), std::end(r), [c](Range x) { return c >= x.lo && c <= x.hi; });
+}
+
+bool is_space(uint32_t c) {
+  static constexpr Range r[] = {{9, 13},         {32, 32},         {0x85, 0x85},
+                                {0xA0, 0xA0},    {0x1680, 0x1680}, {0x2000, 0x200A},
+                                {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
+                                {0x3000, 0x3000}};
+  return in_ranges(c, r);
+}
+
+// Control and format characters, which BERT's _clean_text removes (U+FFFD too: that is what
+// invalid bytes decode to elsewhere). Removing rather than splitting keeps "ab\u00ADcd" whole.
+bool is_dropped(uint32_t c) {
+  static constexpr Range r[] = {{0, 31},          {0x7F, 0x9F},     {0xAD, 0xAD},
+                                {0x200B, 0x200F}, {0x202A, 0x202E}, {0x2060, 0x2064},
+                                {0xFEFF, 0xFEFF}, {0xFFFD, 0xFFFD}};
+  return in_ranges(c, r);
+}
+
+// Characters that modify the one before them: combining marks, variation selectors,
+// emoji skin tones (and U+200D, the zero-width joiner, handled by the caller).
+bool is_combining(uint32_t c) {
+  static constexpr Range r[] = {{0x300, 0x36F},   {0x1AB0, 0x1AFF}, {0x1DC0, 0x1DFF},
+                                {0x20D0, 0x20FF}, {0xFE00, 0xFE0F}, {0xFE20, 0xFE2F},
+                                {0xE0100, 0xE01EF}};
+  return in_ranges(c, r);
+}
+bool is_skin_tone(uint32_t c) { return c >= 0x1F3FB && c <= 0x1F3FF; }
+
+// Unicode punctuation (category P*) in the blocks text actually uses: Latin-1, general
+// punctuation, CJK and full-width forms. BERT tests the full category; rarer scripts'
+// punctuation stays inside words here.
+bool is_punct(uint32_t c) {
+  if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+                       (c >= 123 && c <= 126);
+  static constexpr Range r[] = {
+      {0xA1, 0xA1},     {0xA7, 0xA7},     {0xAB, 0xAB},     {0xB6, 0xB7},     {0xBB, 0xBB},
+      {0xBF, 0xBF},     {0x37E, 0x37E},   {0x387, 0x387},   {0x2010, 0x2027}, {0x2030, 0x2043},
+      {0x2045, 0x2051}, {0x2053, 0x205E}, {0x2E00, 0x2E4F}, {0x3001, 0x3003}, {0x3008, 0x3011},
+      {0x3014, 0x301F}, {0x30FB, 0x30FB}, {0xFE10, 0xFE19}, {0xFE30, 0xFE4F}, {0xFF01, 0xFF03},
+      {0xFF05, 0xFF0A}, {0xFF0C, 0xFF0F}, {0xFF1A, 0xFF1B}, {0xFF1F, 0xFF20}, {0xFF3B, 0xFF3D},
+      {0xFF3F, 0xFF3F}, {0xFF5B, 0xFF5B}, {0xFF5D, 0xFF5D}, {0xFF5F, 0xFF65}};
+  return in_ranges(c, r);
+}
+
+// BERT's "Chinese character" blocks: CJK ideographs, each its own token (no spaces between
+// words in these scripts, so a run would otherwise be one huge word).
+bool is_cjk(uint32_t c) {
+  static constexpr Range r[] = {{0x4E00, 0x9FFF},   {0x3400, 0x4DBF},   {0x20000, 0x2A6DF},
+                                {0x2A700, 0x2B73F}, {0x2B740, 0x2B81F}, {0x2B820, 0x2CEAF},
+                                {0xF900, 0xFAFF},   {0x2F800, 0x2FA1F}};
+  return in_ranges(c, r);
+}
+
+// Emoji and pictographs: their own tokens for word-level models (a strong sentiment signal),
+// inside words for BERT, as in its tokenizer.
+bool is_pictograph(uint32_t c) {
+  static constexpr Range r[] = {{0x2190, 0x21FF}, {0x2300, 0x23FF},   {0x25A0, 0x25FF},
+                                {0x2600, 0x27BF}, {0x2B00, 0x2BFF},   {0x1F000, 0x1FAFF}};
+  return in_ranges(c, r);
+}
+bool is_regional_indicator(uint32_t c) { return c >= 0x1F1E6 && c <= 0x1F1FF; }
+
+// Simple lower-case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic.
+uint32_t to_lower(uint32_t c) {
+  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x130) return 'i';
+  if (c >= 0x100 && c <= 0x137) return (c % 2 == 0) ? c + 1 : c;
+  if (c >= 0x139 && c <= 0x148) return (c % 2 == 1) ? c + 1 : c;
+  if (c >= 0x14A && c <= 0x177) return (c % 2 == 0) ? c + 1 : c;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x179 && c <= 0x17E) return (c % 2 == 1) ? c + 1 : c;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 37;
+  if (c == 0x38C) return 0x3CC;
+  if (c == 0x38E || c == 0x38F) return c + 63;
+  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  return c;
+}
+
+// The base letter of an accented Latin, Greek or Cyrillic letter (what NFD + dropping marks
+// gives), or c.
+uint32_t strip_accent(uint32_t c) {
+  // '.' = no decomposition (æ, ð, ø, þ, đ, ħ, ł, œ, ...)
+  static constexpr char latin1[] = "aaaaaa.ceeeeiiii.nooooo..uuuuy.y";  // U+00E0..U+00FF
+  static constexpr char ext_a[] =                                        // U+0100..U+017F
+      "AaAaAaCcCcCcCcDd..EeEeEeEeEeGgGgGgGgHh..IiIiIiIiI...JjKk.LlLlLl."
+      "...NnNnNn...OoOoOo..RrRrRrSsSsSsSsTtTt..UuUuUuUuUuUuWwYyYZzZzZz.";
+  static_assert(sizeof latin1 == 32 + 1 && sizeof ext_a == 128 + 1);
+  switch (c) {  // Greek and Cyrillic letters with a decomposition (lower case)
+    case 0x3AC: return 0x3B1;              // ά -> α
+    case 0x3AD: return 0x3B5;              // έ -> ε
+    case 0x3AE: return 0x3B7;              // ή -> η
+    case 0x3AF: case 0x3CA: case 0x390: return 0x3B9;  // ί ϊ ΐ -> ι
+    case 0x3CC: return 0x3BF;              // ό -> ο
+    case 0x3CD: case 0x3CB: case 0x3B0: return 0x3C5;  // ύ ϋ ΰ -> υ
+    case 0x3CE: return 0x3C9;              // ώ -> ω
+    case 0x439: case 0x45D: return 0x438;  // й ѝ -> и
+    case 0x450: case 0x451: return 0x435;  // ѐ ё -> е
+    case 0x453: return 0x433;              // ѓ -> г
+    case 0x457: return 0x456;              // ї -> і
+    case 0x45C: return 0x43A;              // ќ -> к
+    case 0x45E: return 0x443;              // ў -> у
+    default: break;
+  }
+  char b = '.';
+  if (c >= 0xE0 && c <= 0xFF) b = latin1[c - 0xE0];
+  if (c >= 0x100 && c <= 0x17F) b = ext_a[c - 0x100];
+  return b == '.' ? c : uint32_t(uint8_t(b));
+}
+
+// BERT's accent stripping: NFD, which also splits Hangul syllables into their jamo, then
+// dropping the marks (the caller drops separate combining marks).
+void append_stripped(std::string& out, uint32_t c) {
+  if (c >= 0xAC00 && c <= 0xD7A3) {  // Hangul: algorithmic decomposition (Unicode ch. 3.12)
+    const uint32_t s = c - 0xAC00;
+    append_utf8(out, 0x1100 + s / 588);
+    append_utf8(out, 0x1161 + (s % 588) / 28);
+    if (s % 28 != 0) append_utf8(out, 0x11A7 + s % 28);
+    return;
+  }
+  append_utf8(out, strip_accent(c));
+}
+
+enum class Kind { space, drop, extend, punct, own, apostrophe, word };
+
+struct Rules {
+  bool bert;  // BERT's basic tokenizer; else the word tokenizer
+};
+
+Kind classify(int32_t cp, Rules r) {
+  if (cp < 0) return Kind::drop;  // invalid bytes: dropped, like U+FFFD
+  const auto c = uint32_t(cp);
+  // BERT removes \v, \f and NEL as control characters before it splits on whitespace.
+  if (r.bert && (c == 0x0B || c == 0x0C || c == 0x85)) return Kind::drop;
+  if (c < 0x80) {  // the common case, answered without the range tables
+    if ((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return Kind::word;
+    if (c == ' ' || (c >= 9 && c <= 13)) return Kind::space;
+    if (c < 32 || c == 127) return Kind::drop;
+    return !r.bert && c == '\'' ? Kind::apostrophe : Kind::punct;
+  }
+  if (is_space(c)) return Kind::space;
+  if (c == 0x200D) return r.bert ? Kind::drop : Kind::extend;
+  // BERT strips accents by decomposing and removing marks (category Mn, which includes the
+  // variation selectors); its skin tones (Sk) stay inside the word.
+  // (Enclosing marks, Me, such as the keycap U+20E3, are not Mn: BERT keeps them.)
+  if (r.bert && ((c >= 0x20DD && c <= 0x20E0) || (c >= 0x20E2 && c <= 0x20E4))) return Kind::word;
+  if (is_combining(c)) return r.bert ? Kind::drop : Kind::extend;
+  if (is_skin_tone(c)) return r.bert ? Kind::word : Kind::extend;
+  if (is_dropped(c)) return Kind::drop;
+  if (!r.bert && c == 0x2019) return Kind::apostrophe;  // ’, the typographic apostrophe
+  if (is_punct(c)) return Kind::punct;
+  if (is_cjk(c)) return Kind::own;
+  if (!r.bert && (is_pictograph(c) || is_regional_indicator(c))) return Kind::own;
+  return Kind::word;
+}
+
+std::vector<std::string> scan(const std::string& text, Rules rules) {
+  std::vector<std::string> out;
+  bool in_word = false;     // out.back() is a word that the next word character extends
+  bool attached = false;    // the previous character belongs to out.back()
+  bool open_flag = false;   // out.back() is a lone regional indicator (half a flag)
+  bool joined = false;      // the previous character was a zero-width joiner in out.back()
+  const std::string_view s = text;
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const int32_t cp = decode_utf8(s, i);
+    Kind k = classify(cp, rules);
+    if (k == Kind::apostrophe) {
+      // Inside a word only between two word characters: "don't", but "'quoted'" and "dogs'".
+      size_t j = i;
+      bool next_is_word = j < s.size() && classify(decode_utf8(s, j), rules) == Kind::word;
+      if (in_word && next_is_word) {
+        out.back() += '\'';
+        continue;
+      }
+      k = Kind::punct;
+    }
+    if (k == Kind::extend && !attached) k = Kind::word;  // a stray mark at a word's start
+    // Emoji sequences stay one token: a flag is two regional indicators, and a joiner glues
+    // the next pictograph on (man + ZWJ + woman + ZWJ + girl = one family).
+    if ((k == Kind::own && open_flag && is_regional_indicator(uint32_t(cp))) ||
+        (joined && (k == Kind::own || k == Kind::word))) {
+      out.back().append(s.substr(start, i - start));
+      open_flag = joined = false;
+      continue;
+    }
+    joined = k == Kind::extend && cp == 0x200D;
+    switch (k) {
+      case Kind::drop:
+        break;
+      case Kind::space:
+        in_word = attached = open_flag = false;
+        break;
+      case Kind::extend:
+        out.back().append(s.substr(start, i - start));
+        break;
+      case Kind::punct:
+      case Kind::own:
+        out.emplace_back(s.substr(start, i - start));
+        in_word = false;
+        attached = true;
+        open_flag = is_regional_indicator(uint32_t(cp));
+        break;
+      case Kind::word:
+      case Kind::apostrophe: {
+        uint32_t c = to_lower(uint32_t(cp));
+        if (cp == 0x3A3 && in_word) {  // Σ ending a word lower-cases to ς (as str.lower does)
+          size_t j = i;
+          const int32_t next = j < s.size() ? decode_utf8(s, j) : -1;
+          if (classify(next, rules) != Kind::word || (next >= '0' && next <= '9')) c = 0x3C2;
+        }
+        if (!in_word) out.emplace_back();
+        if (rules.bert) {
+          append_stripped(out.back(), c);
+        } else {
+          append_utf8(out.back(), c);
+        }
+        in_word = attached = true;
+        open_flag = false;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> tokenize_words(const std::string& text) { return scan(text, {false}); }
+
+std::vector<std::string> basic_tokenize(const std::string& text) { return scan(text, {true}); }
+
+}  // namespace nn::text
