@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "common/cli.h"
+#include "common/run.h"
 
 namespace {
 
@@ -48,6 +49,7 @@ int run(int argc, char** argv) {
       ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
       ("profile", "time every backend primitive and print where the training time went")
       ("h,help", "show this help");
+  apps::add_run_options(opts);
   auto args = apps::parse(opts, argc, argv);
   if (!args) return 0;
   const auto& a = *args;
@@ -127,6 +129,8 @@ int run(int argc, char** argv) {
     scheduler = std::make_unique<nn::optim::CosineLR>(*optimizer, 0,
                                                       epochs * train_loader.num_batches());
 
+  apps::Run run("mnist_train", a, argc, argv);
+  apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), nullptr});
   std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
               "batch %lld, %s, %d threads\n",
               dataset.c_str(), model_name.c_str(), device.str().c_str(),
@@ -135,14 +139,15 @@ int run(int argc, char** argv) {
               nn::num_threads());
   const bool profile = a.count("profile") > 0;
   double train_wall = 0;
-  for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+  const int64_t nb = train_loader.num_batches();
+  for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     if (profile) nn::profiler::enable(true);
-    nn::train::Stopwatch epoch_clock;
+    nn::train::Stopwatch clock;
     model->train();
-    nn::train::Progress progress(nn::detail::cat("epoch ", epoch, "/", epochs),
-                                 train_loader.num_batches());
-    nn::Tensor loss_sum = nn::zeros({}, device);
-    int64_t seen = 0, steps = 0;
+    train_loader.set_epoch(epoch - 1, pos.batch);
+    nn::train::Progress progress(nn::detail::cat("epoch ", epoch, "/", epochs), nb);
+    nn::Tensor loss_sum = nn::full({}, pos.loss_sum, device);
+    const double before = pos.epoch_seconds;
     for (auto& b : train_loader) {
       nn::Tensor loss = nn::cross_entropy(model->forward(b.data), b.target);
       optimizer->zero_grad();
@@ -153,39 +158,34 @@ int run(int argc, char** argv) {
         nn::NoGradGuard ng;
         loss_sum = nn::add(loss_sum, loss.detach());
       }
-      seen += b.data.shape()[0];
-      ++steps;
+      pos.batch++;
+      pos.step++;
+      pos.seen += b.data.shape()[0];
+      pos.epoch_seconds = before + clock.seconds();
+      run.after_step(pos, nb, [&] { return loss_sum.item(); });
       // Reading the loss is the only host sync inside the loop, and only when it is shown.
-      progress.update(steps, [&] {
-        return nn::detail::cat("loss ", loss_sum.item() / double(steps), "  ",
-                               int64_t(double(seen) / epoch_clock.seconds()), " samples/s");
+      progress.update(pos.batch, [&] {
+        return nn::detail::cat("loss ", loss_sum.item() / double(pos.batch), "  ",
+                               int64_t(double(pos.seen) / pos.epoch_seconds), " samples/s");
       });
     }
     progress.finish();
-    const double train_seconds = epoch_clock.seconds();
     nn::profiler::enable(false);
-    train_wall += train_seconds;
-    const double train_loss = loss_sum.item() / double(std::max<int64_t>(steps, 1));
-    auto [val_loss, val_acc] = apps::evaluate(*model, val_loader);
-    const double seconds = epoch_clock.seconds();
-    const double sps = double(seen) / train_seconds;
-    std::printf("epoch %lld/%lld  train_loss %.4f  val_loss %.4f  val_accuracy %.2f%%  "
-                "%.1fs  %.0f samples/s\n",
-                (long long)epoch, (long long)epochs, train_loss, val_loss, 100 * val_acc, seconds,
-                sps);
-    std::fflush(stdout);
-    if (a.count("metrics")) {
-      nn::train::append_line(a["metrics"].as<std::string>(),
-                             nn::train::JsonLine()
-                                 .add("epoch", epoch)
-                                 .add("train_loss", train_loss)
-                                 .add("val_loss", val_loss)
-                                 .add("val_accuracy", val_acc)
-                                 .add("seconds", seconds)
-                                 .add("samples_per_second", sps)
-                                 .str());
-    }
+    const double train_seconds = before + clock.seconds();
+    train_wall += clock.seconds();
+    apps::EpochSummary s;
+    s.epoch = epoch;
+    s.epochs = epochs;
+    s.batches = nb;
+    s.train_loss = loss_sum.item() / double(std::max<int64_t>(pos.batch, 1));
+    std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader);
+    s.seconds = before + clock.seconds();
+    s.samples_per_second = double(pos.seen) / train_seconds;
+    s.lr = optimizer->lr();
+    pos = apps::Position{epoch + 1, 0, pos.step, 0, 0, 0};
+    run.end_epoch(s, pos);
   }
+  run.finish();
   if (profile) std::printf("\nwhere the training time went (%.1f s):\n%s", train_wall,
                           nn::profiler::report(train_wall).c_str());
   return 0;

@@ -12,7 +12,9 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config python3
   python3-matplotlib      # plots of bench/report.py (and its test)
   libeigen3-dev catch2 libcxxopts-dev zlib1g-dev
+  libjpeg62-turbo-dev     # JPEG decoding for ImageNet-style folders (resnet50_train --data DIR)
   dataset-fashion-mnist   # Fashion-MNIST in /usr/share/datasets/fashion-mnist: offline data
+  clang libclang-rt-14-dev libomp-dev  # scripts/check.sh: sanitizers, libFuzzer, clang's OpenMP
 )
 missing=()
 for p in "${packages[@]}"; do

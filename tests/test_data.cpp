@@ -107,6 +107,11 @@ TEST_CASE("IDX reader rejects broken files with clear messages", "[data][idx][er
   huge[8] = 0xff;
   write_bytes(p, huge);
   REQUIRE(read_error(p).find("implausibly large") != std::string::npos);
+  auto zero_dim = idx_bytes(1);  // a 0 dim must not hide huge ones (count 0, strides overflow)
+  zero_dim[4] = zero_dim[5] = zero_dim[6] = zero_dim[7] = 0;
+  zero_dim[8] = 0x3e; zero_dim[12] = 0x3e;
+  write_bytes(p, zero_dim);
+  REQUIRE(read_error(p).find("implausibly large") != std::string::npos);
 
   // a gzip stream cut short
   std::string gz = d.file("cut.gz");
@@ -213,4 +218,42 @@ TEST_CASE("DataLoader reports errors from the dataset", "[data][loader][errors]"
   REQUIRE(test::error_of([] {
     data::DataLoader(std::make_shared<data::TensorDataset>(zeros({0, 2}), zeros({0})), {});
   }).find("empty") != std::string::npos);
+}
+
+TEST_CASE("ImageFolder decodes, crops and normalises JPEGs", "[data][images]") {
+  if (!data::have_jpeg()) {
+    WARN("libnn built without JPEG support: ImageFolder test skipped");
+    return;
+  }
+  TempDir d;
+  Generator g(1);
+  // two classes; class 1 images are bright, class 0 dark
+  for (int c = 0; c < 2; ++c) {
+    fs::create_directories(d.path / ("class" + std::to_string(c)));
+    for (int i = 0; i < 3; ++i) {
+      Tensor img = (rand({30 + 10 * i, 40, 3}, kF32, &g) * 40.0 + double(c ? 200 : 10)).to(kU8);
+      data::write_jpeg(d.file("class" + std::to_string(c) + "/img" + std::to_string(i) + ".jpg"), img);
+    }
+  }
+  write_bytes(d.file("class0/notes.txt"), {1, 2, 3});  // ignored
+  data::ImageFolderOptions o;
+  o.size = 16;
+  data::ImageFolder train(d.path.string(), o);
+  REQUIRE(train.size() == 6);
+  REQUIRE(train.classes() == std::vector<std::string>{"class0", "class1"});
+  data::Batch b = train.get_batch({0, 3, 5});
+  REQUIRE(b.data.shape() == Shape{3, 3, 16, 16});
+  REQUIRE(b.target.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1});
+  // normalised with ImageNet statistics: dark images well below 0, bright ones above
+  REQUIRE(mean(b.data.select(0, 0)).item() < -1.0);
+  REQUIRE(mean(b.data.select(0, 1)).item() > 1.0);
+  o.train = false;
+  data::ImageFolder eval(d.path.string(), o);
+  test::require_close(eval.get_batch({4}).data, eval.get_batch({4}).data, 0, 0);  // no randomness
+  write_bytes(d.file("class1/broken.jpg"), {0xff, 0xd8, 0xff, 0x00, 0x01});
+  data::ImageFolder with_broken(d.path.string(), o);
+  std::string e = test::error_of([&] { with_broken.get_batch({0, 1, 2, 3, 4, 5, 6}); });
+  REQUIRE(e.find("broken.jpg") != std::string::npos);
+  REQUIRE(test::error_of([&] { data::ImageFolder(d.file("none")); }).find("does not exist") !=
+          std::string::npos);
 }

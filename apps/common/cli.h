@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "common/run.h"
+
 namespace apps {
 
 // A usage error: printed with a pointer to --help, exit code 2.
@@ -64,6 +66,8 @@ inline nn::Device parse_device(const std::string& spec) {
 inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int, char**)) {
   try {
     return body(argc, argv);
+  } catch (const Stopped& s) {
+    return 128 + s.signal;  // the conventional status of a process ended by that signal
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", name, e.what());
     return 2;

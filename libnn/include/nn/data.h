@@ -53,6 +53,35 @@ class TensorDataset : public Dataset {
 // split) and the matching labels in `root`.
 std::shared_ptr<TensorDataset> load_mnist(const std::string& root, bool train);
 
+// An ImageNet-style folder: root/<class>/<image>.jpg (class = folder name, sorted). Images
+// are decoded with libjpeg-turbo (down-scaled while decoding when much larger than needed),
+// then for training a random resized crop (scale 0.08..1, aspect 3/4..4/3) and a random
+// horizontal flip, for evaluation a resize of the shorter side to size * 8/7 and a centre
+// crop; finally normalised with ImageNet's mean and std. Batches: f32 (N, 3, size, size),
+// labels i64. Decoding runs on all cores.
+struct ImageFolderOptions {
+  int64_t size = 224;
+  bool train = true;
+  uint64_t seed = 0;
+};
+class ImageFolder : public Dataset {
+ public:
+  ImageFolder(const std::string& root, ImageFolderOptions opts = {});
+  int64_t size() const override { return int64_t(files_.size()); }
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  const std::vector<std::string>& classes() const { return classes_; }
+
+ private:
+  ImageFolderOptions opts_;
+  std::vector<std::string> classes_;
+  std::vector<std::pair<std::string, int64_t>> files_;
+  mutable uint64_t calls_ = 0;  // varies the random crops from one batch request to the next
+};
+// True when libnn was built with JPEG support.
+bool have_jpeg();
+// Writes an RGB u8 image (H, W, 3) as a JPEG (for tests and synthetic data).
+void write_jpeg(const std::string& path, const Tensor& rgb, int quality = 90);
+
 struct DataLoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = true;

@@ -2,11 +2,13 @@
 #pragma once
 #include <nn/amp.h>
 #include <nn/autograd.h>
+#include <nn/checkpoint.h>
 #include <nn/data.h>
 #include <nn/device.h>
 #include <nn/dtype.h>
 #include <nn/error.h>
 #include <nn/init.h>
+#include <nn/io.h>
 #include <nn/layers.h>
 #include <nn/memory.h>
 #include <nn/models.h>
@@ -15,6 +17,8 @@
 #include <nn/optim.h>
 #include <nn/profiler.h>
 #include <nn/random.h>
+#include <nn/signals.h>
 #include <nn/tensor.h>
+#include <nn/tensorboard.h>
 #include <nn/text.h>
 #include <nn/train.h>

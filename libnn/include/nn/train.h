@@ -59,3 +59,13 @@ void append_line(const std::string& path, const std::string& line);
 bool stdout_is_terminal();
 
 }  // namespace nn::train
+
+namespace nn::train {
+
+// Runs `command` through /bin/sh on a background thread with `text` on its standard input
+// (e.g. `mail -s "epoch done" me@example.com`, or a curl to a webhook). Never blocks the
+// caller and never throws: a command that cannot start or exits non-zero prints one warning
+// on stderr. Returns at once.
+void notify_async(const std::string& command, const std::string& text);
+
+}  // namespace nn::train

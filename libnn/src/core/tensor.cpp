@@ -87,9 +87,12 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
-  int64_t n = 1;
+  int64_t n = 1, bound = 1;  // bound: the product of max(s, 1), so a 0 dim hides no overflow
   for (int64_t s : shape) {
     NN_CHECK(s >= 0, "negative dimension in shape ", shape_str(shape));
+    NN_CHECK(!__builtin_mul_overflow(bound, std::max<int64_t>(s, 1), &bound) &&
+                 bound <= (int64_t(1) << 56),
+             "shape ", shape_str(shape), " has too many elements");
     n *= s;
   }
   auto impl = std::make_shared<TensorImpl>();

@@ -41,7 +41,13 @@ size_t read_some(GzFile& g, void* dst, size_t n, const std::string& path) {
       const char* msg = gzerror(g.f, &err);
       NN_ERROR("IDX file '", path, "': corrupt compressed data (", msg, ")");
     }
-    if (r == 0) break;
+    if (r == 0) {  // end of data, or a stream zlib gave up on
+      int err = Z_OK;
+      const char* msg = gzerror(g.f, &err);
+      if (err != Z_OK && err != Z_BUF_ERROR)
+        NN_ERROR("IDX file '", path, "': corrupt compressed data (", msg, ")");
+      break;
+    }
     got += size_t(r);
   }
   return got;
@@ -68,7 +74,7 @@ Tensor read_idx(const std::string& path) {
   NN_CHECK(got == dimbytes.size(), "IDX file '", path, "': truncated header (", nd,
            " dims announced, only ", got / 4, " present)");
   Shape shape(nd);
-  uint64_t count = 1;
+  uint64_t count = 1, bound = 1;  // bound: the product of max(d, 1), so a 0 dim hides nothing
   std::string dims_text;
   for (int i = 0; i < nd; ++i) {
     uint32_t d = uint32_t(dimbytes[4 * i]) << 24 | uint32_t(dimbytes[4 * i + 1]) << 16 |
@@ -76,7 +82,8 @@ Tensor read_idx(const std::string& path) {
     shape[i] = d;
     dims_text += (i ? "x" : "") + std::to_string(d);
     count *= d;
-    NN_CHECK(count <= (uint64_t(1) << 36), "IDX file '", path, "': dims ", dims_text,
+    bound *= std::max<uint64_t>(d, 1);
+    NN_CHECK(bound <= (uint64_t(1) << 36), "IDX file '", path, "': dims ", dims_text,
              " are implausibly large");
   }
   const uint64_t expected = count * type->size;

@@ -1,0 +1,193 @@
+#include "common/run.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "common/cli.h"
+
+namespace apps {
+
+namespace {
+std::string num(double v) { return nn::detail::cat(v); }
+double to_double(const std::map<std::string, std::string>& m, const std::string& k) {
+  auto it = m.find(k);
+  NN_CHECK(it != m.end(), "checkpoint metadata lacks '", k, "'");
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    NN_ERROR("checkpoint metadata '", k, "' is not a number: '", it->second, "'");
+  }
+}
+}  // namespace
+
+void add_run_options(cxxopts::Options& opts) {
+  opts.add_options("long runs")
+      ("checkpoint-dir", "write checkpoints (safetensors) into DIR", cxxopts::value<std::string>())
+      ("checkpoint-every", "also checkpoint every N steps (0: at the end of each epoch only)",
+       cxxopts::value<int64_t>()->default_value("0"))
+      ("keep-last", "checkpoints to keep", cxxopts::value<int>()->default_value("3"))
+      ("resume", "continue from the newest valid checkpoint in --checkpoint-dir")
+      ("log-every", "check the loss (NaN) and log it every N steps",
+       cxxopts::value<int64_t>()->default_value("50"))
+      ("tensorboard", "write TensorBoard scalars into DIR", cxxopts::value<std::string>())
+      ("notify-cmd", "run CMD (through sh) after each epoch with the summary on its stdin",
+       cxxopts::value<std::string>())
+      ("save-model", "write the trained model's tensors to FILE (safetensors)",
+       cxxopts::value<std::string>());
+}
+
+Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv)
+    : app_(std::move(app)), tty_(nn::train::stdout_is_terminal()) {
+  for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + std::string(argv[i]);
+  if (a.count("checkpoint-dir")) {
+    int keep = a["keep-last"].as<int>();
+    if (keep < 1) throw UsageError("--keep-last must be at least 1");
+    ckpt_ = std::make_unique<nn::io::Checkpointer>(a["checkpoint-dir"].as<std::string>(), keep);
+  }
+  every_ = a["checkpoint-every"].as<int64_t>();
+  log_every_ = a["log-every"].as<int64_t>();
+  if (every_ < 0 || log_every_ < 1) throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
+  resume_ = a.count("resume") > 0;
+  if (resume_ && !ckpt_) throw UsageError("--resume needs --checkpoint-dir");
+  if (a.count("metrics")) metrics_ = a["metrics"].as<std::string>();
+  if (a.count("notify-cmd")) notify_ = a["notify-cmd"].as<std::string>();
+  if (a.count("save-model")) save_model_ = a["save-model"].as<std::string>();
+  if (a.count("tensorboard"))
+    tb_ = std::make_unique<nn::train::TensorBoardWriter>(a["tensorboard"].as<std::string>());
+  nn::train::StopSignal::install();
+}
+
+double Run::elapsed() const { return elapsed_before_ + clock_.seconds(); }
+
+Position Run::start(State s) {
+  state_ = s;
+  Position pos;
+  if (!resume_) return pos;
+  std::vector<std::string> warnings;
+  auto c = ckpt_->load_latest(&warnings);
+  for (auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", app_.c_str(), w.c_str());
+  if (!c) {
+    std::printf("%s: no checkpoint in '%s' yet: starting from the beginning\n", app_.c_str(),
+                ckpt_->dir().c_str());
+    return pos;
+  }
+  auto app = c->meta.find("app");
+  NN_CHECK(app != c->meta.end() && app->second == app_, "the checkpoint in '", ckpt_->dir(),
+           "' was written by ", app == c->meta.end() ? "another program" : app->second,
+           ", not ", app_);
+  try {
+    s.model->load_state_dict(c->model);
+    s.optimizer->load_state(c->optimizer);
+  } catch (const nn::Error& e) {
+    NN_ERROR("checkpoint in '", ckpt_->dir(), "' does not fit this model: ", e.what());
+  }
+  if (s.scaler) s.scaler->load_state(c->extra);
+  nn::io::load_generator(c->meta, "rng", nn::default_generator());
+  pos.epoch = int64_t(to_double(c->meta, "epoch"));
+  pos.batch = int64_t(to_double(c->meta, "batch"));
+  pos.step = c->step;
+  pos.seen = int64_t(to_double(c->meta, "seen"));
+  pos.loss_sum = to_double(c->meta, "loss_sum");
+  pos.epoch_seconds = to_double(c->meta, "epoch_seconds");
+  elapsed_before_ = to_double(c->meta, "elapsed");
+  if (s.scheduler) s.scheduler->set_step(pos.step);
+  std::printf("%s: resumed from step %lld (epoch %lld, batch %lld)\n", app_.c_str(),
+              (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
+  return pos;
+}
+
+void Run::save(const Position& pos) {
+  nn::io::Checkpoint c;
+  c.model = state_.model->state_dict();
+  c.optimizer = state_.optimizer->state();
+  if (state_.scaler) c.extra = state_.scaler->state();
+  c.step = pos.step;
+  c.meta = {{"app", app_},
+            {"command", command_},
+            {"epoch", std::to_string(pos.epoch)},
+            {"batch", std::to_string(pos.batch)},
+            {"seen", std::to_string(pos.seen)},
+            {"loss_sum", num(pos.loss_sum)},
+            {"epoch_seconds", num(pos.epoch_seconds)},
+            {"elapsed", num(elapsed())}};
+  nn::io::save_generator(c.meta, "rng", nn::default_generator());
+  ckpt_->save(c);
+}
+
+void Run::after_step(const Position& pos, int64_t batches, const std::function<double()>& loss_sum) {
+  const bool log = pos.batch % log_every_ == 0 || pos.batch == batches;
+  const bool stop = nn::train::StopSignal::requested();
+  const bool checkpoint = ckpt_ && ((every_ > 0 && pos.step % every_ == 0) || stop);
+  if (!log && !checkpoint) return;
+  const double sum = loss_sum();
+  const double mean = sum / double(std::max<int64_t>(pos.batch, 1));
+  NN_CHECK(std::isfinite(mean), "the training loss became ", std::isnan(mean) ? "NaN" : "infinite",
+           " at epoch ", pos.epoch,
+           ", step ", pos.step, " (a learning rate too high, or bad input data; try a lower "
+           "--lr)");
+  if (log) {
+    if (tb_) tb_->add_scalar("train/loss", mean, pos.step);
+    if (!tty_)
+      std::printf("epoch %lld batch %lld/%lld loss %.4f elapsed %.1fs\n", (long long)pos.epoch,
+                  (long long)pos.batch, (long long)batches, mean, elapsed());
+  }
+  if (checkpoint) {
+    Position p = pos;
+    p.loss_sum = sum;
+    save(p);
+  }
+  if (stop) {
+    const int sig = nn::train::StopSignal::signal_number();
+    std::fflush(stdout);
+    if (ckpt_)
+      std::fprintf(stderr, "%s: stopped by signal %d after step %lld (epoch %lld, batch %lld); "
+                           "checkpoint saved in '%s': run again with --resume to continue\n",
+                   app_.c_str(), sig, (long long)pos.step, (long long)pos.epoch,
+                   (long long)pos.batch, ckpt_->dir().c_str());
+    else
+      std::fprintf(stderr, "%s: stopped by signal %d after step %lld; no --checkpoint-dir, so "
+                           "nothing was saved\n",
+                   app_.c_str(), sig, (long long)pos.step);
+    throw Stopped{sig};
+  }
+}
+
+void Run::end_epoch(const EpochSummary& s, Position next) {
+  const std::string line = nn::detail::cat(
+      "epoch ", s.epoch, "/", s.epochs, "  batch ", s.batches, "/", s.batches, "  train_loss ",
+      nn::detail::cat(std::round(s.train_loss * 1e4) / 1e4), "  val_loss ",
+      std::round(s.val_loss * 1e4) / 1e4, "  val_accuracy ",
+      std::round(s.val_accuracy * 1e4) / 100, "%  ", std::round(s.seconds * 10) / 10, "s  ",
+      int64_t(s.samples_per_second), " samples/s  elapsed ", std::round(elapsed() * 10) / 10, "s");
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (!metrics_.empty())
+    nn::train::append_line(metrics_, nn::train::JsonLine()
+                                         .add("epoch", s.epoch)
+                                         .add("train_loss", s.train_loss)
+                                         .add("val_loss", s.val_loss)
+                                         .add("val_accuracy", s.val_accuracy)
+                                         .add("seconds", s.seconds)
+                                         .add("samples_per_second", s.samples_per_second)
+                                         .add("lr", s.lr)
+                                         .add("elapsed", elapsed())
+                                         .str());
+  if (tb_) {
+    tb_->add_scalar("val/loss", s.val_loss, next.step);
+    tb_->add_scalar("val/accuracy", s.val_accuracy, next.step);
+    tb_->add_scalar("train/epoch_loss", s.train_loss, next.step);
+    tb_->add_scalar("train/lr", s.lr, next.step);
+    tb_->add_scalar("train/samples_per_second", s.samples_per_second, next.step);
+    if (s.loss_scale > 0) tb_->add_scalar("train/loss_scale", s.loss_scale, next.step);
+  }
+  if (!notify_.empty()) nn::train::notify_async(notify_, app_ + ": " + line + "\n");
+  if (ckpt_) save(next);
+}
+
+void Run::finish() {
+  if (save_model_.empty()) return;
+  nn::io::save_safetensors(save_model_, state_.model->state_dict(), {{"app", app_}, {"command", command_}});
+  std::printf("%s: model saved to '%s'\n", app_.c_str(), save_model_.c_str());
+}
+
+}  // namespace apps

@@ -1,0 +1,86 @@
+// What every training app shares for long runs on machines that can disappear: checkpoints
+// (--checkpoint-dir, --checkpoint-every, --keep-last), --resume from the newest valid one,
+// a graceful stop on SIGTERM/SIGINT (checkpoint at the end of the step, then exit), progress
+// and NaN checks every --log-every steps, and per epoch a summary line, --metrics JSON
+// lines, --tensorboard scalars and a --notify-cmd message.
+#pragma once
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace apps {
+
+void add_run_options(cxxopts::Options& opts);
+
+// Where a run stands: epochs count from 1; `batch` is the next batch within the epoch.
+struct Position {
+  int64_t epoch = 1;
+  int64_t batch = 0;
+  int64_t step = 0;          // optimizer steps since the run began
+  int64_t seen = 0;          // training samples so far in this epoch
+  double loss_sum = 0;       // sum of this epoch's batch losses before `batch` (on resume)
+  double epoch_seconds = 0;  // training time already spent in this epoch (on resume)
+};
+
+struct EpochSummary {
+  int64_t epoch = 0, epochs = 0, batches = 0;
+  double train_loss = 0, val_loss = 0, val_accuracy = 0, seconds = 0, samples_per_second = 0;
+  double lr = 0, loss_scale = 0;  // loss_scale 0: no loss scaling
+};
+
+// A SIGTERM/SIGINT stop after the checkpoint was written; guarded_main turns it into exit
+// status 128 + signal.
+struct Stopped {
+  int signal = 0;
+};
+
+class Run {
+ public:
+  Run(std::string app, const cxxopts::ParseResult& args, int argc, char** argv);
+
+  // What is saved and restored. Pointers may be null except model and optimizer.
+  struct State {
+    nn::Module* model = nullptr;
+    nn::optim::Optimizer* optimizer = nullptr;
+    nn::optim::LRScheduler* scheduler = nullptr;
+    nn::amp::GradScaler* scaler = nullptr;
+  };
+  // Restores the newest valid checkpoint when --resume was given (warning about corrupt ones
+  // it skips) and returns where to continue; a fresh start otherwise.
+  Position start(State s);
+
+  // After every optimizer step (pos already counts it). `loss_sum` reads the epoch's running
+  // loss sum: called only every --log-every steps and when a checkpoint is written, since on
+  // a GPU it waits for the device.
+  void after_step(const Position& pos, int64_t batches_in_epoch,
+                  const std::function<double()>& loss_sum);
+  // After an epoch's validation: summary line, metrics, TensorBoard, notification, and a
+  // checkpoint (the next epoch, batch 0) when checkpointing is on.
+  void end_epoch(const EpochSummary& s, Position next);
+
+  // After the last epoch: writes the model's tensors to --save-model FILE, if given.
+  void finish();
+
+  double elapsed() const;  // seconds across resumes
+  int64_t log_every() const { return log_every_; }
+
+ private:
+  void save(const Position& pos);
+  std::string app_, command_;
+  State state_;
+  std::unique_ptr<nn::io::Checkpointer> ckpt_;
+  int64_t every_ = 0, log_every_ = 50;
+  bool resume_ = false;
+  std::string metrics_, notify_, save_model_;
+  std::unique_ptr<nn::train::TensorBoardWriter> tb_;
+  nn::train::Stopwatch clock_;
+  double elapsed_before_ = 0;
+  bool tty_;
+};
+
+}  // namespace apps

@@ -1,0 +1,38 @@
+// Tensor files in the safetensors format (https://huggingface.co/docs/safetensors), readable
+// by PyTorch, JAX and NumPy users: 8-byte little-endian header length N, N bytes of JSON
+// header {"__metadata__": {...}, "name": {"dtype", "shape", "data_offsets"}, ...}, then the
+// raw little-endian data.
+#pragma once
+#include <nn/module.h>
+#include <nn/tensor.h>
+
+#include <map>
+#include <string>
+
+namespace nn::io {
+
+// Metadata key holding the zlib CRC-32 of the data section (8 hex digits). libnn adds it on
+// save and checks it on load when present; other readers ignore unknown metadata.
+inline constexpr const char* kChecksumKey = "libnn.crc32";
+
+// Writes `tensors` (any device, any layout: each is written as detach().cpu().contiguous())
+// in the given order, with `metadata` in "__metadata__" plus the checksum. Atomic: the
+// file is written to `path + ".tmp-<pid>"`, synced, renamed over `path` and the directory
+// synced, so a crash leaves either the old file or the new one, never half of one.
+// Throws nn::Error naming the file: cannot create, disk full, duplicate or reserved names,
+// undefined tensors, text that is not UTF-8.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  NamedTensors tensors;                          // CPU tensors, ordered by data offset
+  std::map<std::string, std::string> metadata;  // without kChecksumKey
+};
+
+// Reads and validates a whole file: header size, JSON, dtypes (F32, F64, F16, BF16, I32,
+// I64, U8), shapes against offsets, offsets inside the data section without overlaps or
+// gaps, no trailing bytes, and the checksum when present. Every problem is an nn::Error
+// "safetensors file '<path>': <what is wrong>".
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace nn::io

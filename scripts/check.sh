@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The checking stage of scripts/test.sh (also runs alone): builds build-check/ with clang,
+# AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer targets, runs the CPU
+# tests under the sanitizers, then every fuzz target for FUZZ_SECONDS (60) from the seeds in
+# fuzz/corpus. Any sanitizer report, test failure or fuzzer finding fails it; a fuzzer's
+# crashing input is kept in build-check/fuzz-artifacts/ (replay: build-check/bin/fuzz_X FILE).
+#
+#   scripts/check.sh
+#   FUZZ_SECONDS=600 scripts/check.sh     # fuzz longer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${CHECK_BUILD_DIR:-build-check}
+fuzz_seconds=${FUZZ_SECONDS:-60}
+jobs=$(nproc)
+t0=$SECONDS
+
+launcher=()
+if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# Release keeps the sanitized tests fast enough for CI; line tables name file:line in reports.
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CXX_FLAGS=-gline-tables-only -DLIBNN_SANITIZE=address,undefined -DLIBNN_FUZZ=ON \
+      -DLIBNN_WITH_CUDA=OFF -DLIBNN_BUILD_BENCH=OFF -DLIBNN_NATIVE=OFF "${launcher[@]}" > /dev/null
+cmake --build "$build_dir" -j "$jobs"
+t_build=$SECONDS
+
+# Skipped under the sanitizers: install_find_package (a packaging check; the consumer
+# project it builds has no sanitizer flags), mnist_fashion_smoke and the resume test (real
+# training, slow under ASan); all run in the normal stage.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir "$build_dir" -j "$jobs" --output-on-failure --timeout 900 \
+      -E 'install|smoke|docker|report|resume'
+t_tests=$SECONDS
+
+# Every fuzz/fuzz_<name>.cpp target at once (they share the cores), seeded from
+# fuzz/corpus/<name>/ with fuzz/<name>.dict when present. New inputs go to a scratch corpus,
+# so the committed seeds stay as they are.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+artifacts="$build_dir/fuzz-artifacts"
+mkdir -p "$artifacts"
+declare -A pids
+for src in fuzz/fuzz_*.cpp; do
+  t=$(basename "$src" .cpp)
+  t=${t#fuzz_}
+  mkdir -p "$scratch/$t"
+  extra=()
+  if [[ -d fuzz/corpus/$t ]]; then extra+=("fuzz/corpus/$t"); fi
+  if [[ -f fuzz/$t.dict ]]; then extra+=(-dict="fuzz/$t.dict"); fi
+  "$build_dir/bin/fuzz_$t" "$scratch/$t" "${extra[@]}" \
+      -max_total_time="$fuzz_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+      -artifact_prefix="$artifacts/$t-" -print_final_stats=1 > "$scratch/$t.log" 2>&1 &
+  pids[$t]=$!
+done
+failed=0
+for t in "${!pids[@]}"; do
+  if wait "${pids[$t]}"; then
+    runs=$(grep -ho 'stat::number_of_executed_units: *[0-9]*' "$scratch/$t.log" | grep -o '[0-9]*$')
+    echo "check: fuzz_$t: no finding in ${fuzz_seconds} s ($runs inputs)"
+  else
+    echo "check: fuzz_$t FOUND A PROBLEM; the input is in $artifacts/. Its log:"
+    tail -n 60 "$scratch/$t.log"
+    failed=1
+  fi
+done
+((failed == 0)) || exit 1
+echo "check: build $((t_build - t0)) s, sanitized tests $((t_tests - t_build)) s," \
+     "fuzzing $((SECONDS - t_tests)) s; total $((SECONDS - t0)) s"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# bad_inputs.sh APP FASHION_DIR CASE: one bad-input case of mnist_train; passes when the app
+# exits non-zero with one clear message naming the cause (and never crashes or hangs).
+set -uo pipefail
+app=$1; data=$2; case=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+expect() {  # expect CODE REGEX -- COMMAND...
+  local code=$1 regex=$2; shift 3
+  local out rc
+  out=$(timeout 300 "$@" 2>&1); rc=$?
+  if [[ $rc -ne $code ]]; then echo "expected exit $code, got $rc:"; echo "$out"; exit 1; fi
+  grep -Eq -- "$regex" <<<"$out" || { echo "output does not match /$regex/:"; echo "$out"; exit 1; }
+  echo "ok ($case): exit $rc, /$regex/"
+}
+fake_data() {  # a copy of Fashion-MNIST whose FILE is replaced by BYTES (printf format)
+  mkdir -p "$work/d"
+  cp "$data"/* "$work/d/"
+  rm -f "$work/d/$1"*
+  printf "$2" > "$work/d/$1"
+}
+small=(--dataset fashion-mnist --model mlp --train-samples 512 --epochs 1 --threads 2)
+case $case in
+  corrupt_idx)
+    fake_data train-images-idx3-ubyte '\x1f\x8b\x08\x00garbage'
+    expect 1 "error: IDX file '.*train-images-idx3-ubyte'.*(corrupt|wrong magic|truncated)" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
+  truncated_idx)
+    mkdir -p "$work/d"; cp "$data"/* "$work/d/"
+    gzip -dc "$data/t10k-labels-idx1-ubyte.gz" | head -c 5000 > "$work/d/t10k-labels-idx1-ubyte"
+    rm "$work/d/t10k-labels-idx1-ubyte.gz"
+    expect 1 "t10k-labels-idx1-ubyte.*truncated" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
+  unreadable_file)
+    mkdir -p "$work/d"; cp "$data"/* "$work/d/"
+    rm "$work/d/train-labels-idx1-ubyte.gz"; mkdir "$work/d/train-labels-idx1-ubyte.gz"
+    expect 1 "error: .*train-labels-idx1-ubyte" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
+  empty_dataset)
+    fake_data train-images-idx3-ubyte '\x00\x00\x08\x03\x00\x00\x00\x00\x00\x00\x00\x1c\x00\x00\x00\x1c'
+    printf '\x00\x00\x08\x01\x00\x00\x00\x00' > "$work/d/train-labels-idx1-ubyte"; rm -f "$work/d/train-labels-idx1-ubyte.gz"
+    expect 1 "holds no images" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
+  checkpoint_mismatch)
+    "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" > /dev/null 2>&1 || exit 1
+    expect 1 "does not fit this model: .*(shape|not a tensor|missing)" -- "$app" "${small[@]}" --model cnn --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
+  corrupt_checkpoint)
+    "$app" "${small[@]}" --epochs 2 --data-dir "$data" --checkpoint-dir "$work/ck" > /dev/null 2>&1 || exit 1
+    newest=$(ls "$work/ck"/ckpt-*.safetensors | tail -1)
+    printf 'XXXX' | dd of="$newest" bs=1 seek=200 conv=notrunc 2> /dev/null
+    expect 0 "warning: skipping .*ckpt-.*(checksum|corrupt).*|resumed from step" -- "$app" "${small[@]}" --epochs 3 --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
+  resume_without_dir)
+    expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
+  nan_loss)
+    expect 1 "training loss became (NaN|infinite) at epoch 1" -- "$app" "${small[@]}" --data-dir "$data" --optimizer sgd --lr 1e12 --log-every 1 ;;
+  bad_notify)  # a failing notification never fails the training
+    expect 0 "epoch 1/1" -- "$app" "${small[@]}" --data-dir "$data" --notify-cmd 'exit 7' ;;
+  unwritable_metrics)
+    expect 1 "cannot open '/nonexistent/m.jsonl'" -- "$app" "${small[@]}" --data-dir "$data" --metrics /nonexistent/m.jsonl ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Kill-and-resume equals the uninterrupted run: trains the MNIST CNN on a slice of
+# Fashion-MNIST once straight through and once stopped by SIGTERM mid-epoch (after its first
+# periodic checkpoint) and resumed, then requires the two final models to be identical bit
+# for bit (the tensor bytes of the two safetensors files, whose headers differ only in the
+# command line). Also checks the stop's exit status (143) and message.
+set -uo pipefail
+app=$1; data=$2
+work=$(mktemp -d)
+trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
+args=(--dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 1536 --batch-size 64
+      --epochs 2 --seed 11 --threads 2 --log-every 1000)
+
+"$app" "${args[@]}" --save-model "$work/straight.safetensors" > "$work/straight.log" 2>&1 \
+  || { echo "uninterrupted run failed:"; cat "$work/straight.log"; exit 1; }
+
+"$app" "${args[@]}" --checkpoint-dir "$work/ck" --checkpoint-every 4 \
+  --save-model "$work/resumed.safetensors" > "$work/first.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do  # wait (up to 60 s) for the first checkpoint
+  compgen -G "$work/ck/ckpt-*.safetensors" > /dev/null && break
+  sleep 0.1
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+if [[ $rc -ne 143 ]]; then echo "expected exit status 143 after SIGTERM, got $rc:"; cat "$work/first.log"; exit 1; fi
+grep -q "stopped by signal 15 after step" "$work/first.log" || { echo "no stop message:"; cat "$work/first.log"; exit 1; }
+[[ -e "$work/resumed.safetensors" ]] && { echo "the stopped run should not have finished"; exit 1; }
+
+"$app" "${args[@]}" --checkpoint-dir "$work/ck" --checkpoint-every 4 --resume \
+  --save-model "$work/resumed.safetensors" > "$work/second.log" 2>&1 \
+  || { echo "resumed run failed:"; cat "$work/second.log"; exit 1; }
+grep -q "resumed from step" "$work/second.log" || { echo "did not resume:"; cat "$work/second.log"; exit 1; }
+
+python3 - "$work/straight.safetensors" "$work/resumed.safetensors" <<'PY'
+import struct, sys
+def body(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    return data[8 + n:]
+a, b = body(sys.argv[1]), body(sys.argv[2])
+assert len(a) > 1000000, len(a)
+assert a == b, "resumed model differs from the uninterrupted one"
+print(f"identical: {len(a)} bytes of tensors")
+PY
+echo "stopped at: $(grep -o 'after step [0-9]*' "$work/first.log")"
