@@ -142,45 +142,21 @@ int run(int argc, char** argv) {
   const int64_t nb = train_loader.num_batches();
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     if (profile) nn::profiler::enable(true);
-    nn::train::Stopwatch clock;
     model->train();
     train_loader.set_epoch(epoch - 1, pos.batch);
-    nn::train::Progress progress(nn::detail::cat("epoch ", epoch, "/", epochs), nb);
-    nn::Tensor loss_sum = nn::full({}, pos.loss_sum, device);
-    const double before = pos.epoch_seconds;
+    apps::EpochMeter meter(run, pos, epochs, nb, device);
     for (auto& b : train_loader) {
       nn::Tensor loss = nn::cross_entropy(model->forward(b.data), b.target);
       optimizer->zero_grad();
       loss.backward();
       optimizer->step();
       if (scheduler) scheduler->step();
-      {
-        nn::NoGradGuard ng;
-        loss_sum = nn::add(loss_sum, loss.detach());
-      }
-      pos.batch++;
-      pos.step++;
-      pos.seen += b.data.shape()[0];
-      pos.epoch_seconds = before + clock.seconds();
-      run.after_step(pos, nb, [&] { return loss_sum.item(); });
-      // Reading the loss is the only host sync inside the loop, and only when it is shown.
-      progress.update(pos.batch, [&] {
-        return nn::detail::cat("loss ", loss_sum.item() / double(pos.batch), "  ",
-                               int64_t(double(pos.seen) / pos.epoch_seconds), " samples/s");
-      });
+      meter.step(loss, b.data.shape()[0]);
     }
-    progress.finish();
+    apps::EpochSummary s = meter.finish();
     nn::profiler::enable(false);
-    const double train_seconds = before + clock.seconds();
-    train_wall += clock.seconds();
-    apps::EpochSummary s;
-    s.epoch = epoch;
-    s.epochs = epochs;
-    s.batches = nb;
-    s.train_loss = loss_sum.item() / double(std::max<int64_t>(pos.batch, 1));
+    train_wall += meter.session_seconds();
     std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader);
-    s.seconds = before + clock.seconds();
-    s.samples_per_second = double(pos.seen) / train_seconds;
     s.lr = optimizer->lr();
     pos = apps::Position{epoch + 1, 0, pos.step, 0, 0, 0};
     run.end_epoch(s, pos);

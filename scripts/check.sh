@@ -24,12 +24,13 @@ cmake --build "$build_dir" -j "$jobs"
 t_build=$SECONDS
 
 # Skipped under the sanitizers: install_find_package (a packaging check; the consumer
-# project it builds has no sanitizer flags), mnist_fashion_smoke and the resume test (real
-# training, slow under ASan); all run in the normal stage.
+# project it builds has no sanitizer flags, nor does docs_api_examples' program),
+# mnist_fashion_smoke and the resume test (real training, slow under ASan); all run in the
+# normal stage.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir "$build_dir" -j "$jobs" --output-on-failure --timeout 900 \
-      -E 'install|smoke|docker|report|resume'
+      -E 'install|smoke|docker|report|resume|docs'
 t_tests=$SECONDS
 
 # Every fuzz/fuzz_<name>.cpp target at once (they share the cores), seeded from

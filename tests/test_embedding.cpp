@@ -28,3 +28,30 @@ TEST_CASE("gradcheck: embedding", "[embedding][gradcheck]") {
   test::require_gradcheck([&](const std::vector<Tensor>& in) { return embedding(in[0], idx); },
                           {test::rnd({3, 4}, 1)});
 }
+
+TEST_CASE("embedding_bag averages each row's kept tokens", "[embedding]") {
+  Tensor w = arange(8, kF64).reshape({4, 2}).detach().requires_grad_();  // rows (0,1) (2,3) (4,5) (6,7)
+  Tensor ids = from_vector<int64_t>({1, 3, 0, 2, 2, 2, 0, 0, 1}, {3, 3});
+  Tensor keep = from_vector<uint8_t>({1, 1, 0, 1, 1, 1, 0, 0, 0}, {3, 3});
+  Tensor e = embedding_bag(w, ids, keep);
+  REQUIRE(e.shape() == Shape{3, 2});
+  // row 0: mean of rows 1, 3; row 1: rows 2, 2, 2; row 2: no tokens -> zeros
+  require_values(e, {4, 5, 4, 5, 0, 0});
+  sum(e).backward();
+  // row 0 contributes 1/2 to rows 1 and 3, row 1 contributes 1/3 three times to row 2; the
+  // masked-out ids (0 and 1 in row 2, 0 in row 0) get nothing
+  require_values(w.grad(), {0, 0, 0.5, 0.5, 1, 1, 0.5, 0.5});
+  // without a mask every token counts
+  require_values(embedding_bag(w, from_vector<int64_t>({0, 3}, {1, 2})), {3, 4});
+  REQUIRE(test::error_of([&] { embedding_bag(w, from_vector<int64_t>({4}, {1, 1})); })
+              .find("out of range for 4 rows") != std::string::npos);
+}
+
+TEST_CASE("gradcheck: embedding_bag with a padding mask", "[embedding][gradcheck]") {
+  Tensor ids = from_vector<int64_t>({2, 0, 2, 1, 1, 0, 3, 2}, {2, 4});
+  Tensor keep = from_vector<uint8_t>({1, 1, 1, 0, 1, 0, 1, 1}, {2, 4});
+  test::require_gradcheck([&](const std::vector<Tensor>& in) { return embedding_bag(in[0], ids, keep); },
+                          {test::rnd({4, 3}, 2)});
+  test::require_gradcheck([&](const std::vector<Tensor>& in) { return embedding_bag(in[0], ids); },
+                          {test::rnd({4, 3}, 3)});
+}

@@ -81,18 +81,22 @@ inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int
   }
 }
 
-// Mean cross-entropy loss and accuracy of a classifier over a loader, in eval mode.
-inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoader& loader) {
+// Mean cross-entropy loss and accuracy of a classifier over a loader, in eval mode. Batches
+// are moved to `device` first when given (loaders that produce them on the CPU).
+inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoader& loader,
+                                          std::optional<nn::Device> device = std::nullopt) {
   nn::NoGradGuard ng;
   model.eval();
   nn::Tensor loss_sum, correct;
   int64_t n = 0;
   for (auto& b : loader) {
-    nn::Tensor logits = model.forward(b.data);
+    nn::Tensor x = device ? b.data.to(*device) : b.data;
+    nn::Tensor y = device ? b.target.to(*device) : b.target;
+    nn::Tensor logits = model.forward(x);
     nn::CrossEntropyOptions o;
     o.reduction = nn::Reduction::sum;
-    nn::Tensor l = nn::cross_entropy(logits, b.target, o);
-    nn::Tensor c = nn::sum(nn::eq(nn::argmax(logits, 1), b.target));
+    nn::Tensor l = nn::cross_entropy(logits, y, o);
+    nn::Tensor c = nn::sum(nn::eq(nn::argmax(logits, 1), y));
     loss_sum = loss_sum.defined() ? nn::add(loss_sum, l) : l;
     correct = correct.defined() ? nn::add(correct, c) : c;
     n += b.data.shape()[0];

@@ -153,12 +153,18 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
 }
 
 void Run::end_epoch(const EpochSummary& s, Position next) {
+  // Without a validation set (synthetic data) the val fields are NaN: left out of the line,
+  // null in the metrics, not written to TensorBoard.
+  const bool has_val = !std::isnan(s.val_loss);
+  const std::string val =
+      has_val ? nn::detail::cat("  val_loss ", std::round(s.val_loss * 1e4) / 1e4, "  val_accuracy ",
+                                std::round(s.val_accuracy * 1e4) / 100, "%")
+              : std::string();
   const std::string line = nn::detail::cat(
       "epoch ", s.epoch, "/", s.epochs, "  batch ", s.batches, "/", s.batches, "  train_loss ",
-      nn::detail::cat(std::round(s.train_loss * 1e4) / 1e4), "  val_loss ",
-      std::round(s.val_loss * 1e4) / 1e4, "  val_accuracy ",
-      std::round(s.val_accuracy * 1e4) / 100, "%  ", std::round(s.seconds * 10) / 10, "s  ",
-      int64_t(s.samples_per_second), " samples/s  elapsed ", std::round(elapsed() * 10) / 10, "s");
+      nn::detail::cat(std::round(s.train_loss * 1e4) / 1e4), val, "  ",
+      std::round(s.seconds * 10) / 10, "s  ", int64_t(s.samples_per_second),
+      " samples/s  elapsed ", std::round(elapsed() * 10) / 10, "s");
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
   if (!metrics_.empty())
@@ -173,8 +179,10 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
                                          .add("elapsed", elapsed())
                                          .str());
   if (tb_) {
-    tb_->add_scalar("val/loss", s.val_loss, next.step);
-    tb_->add_scalar("val/accuracy", s.val_accuracy, next.step);
+    if (has_val) {
+      tb_->add_scalar("val/loss", s.val_loss, next.step);
+      tb_->add_scalar("val/accuracy", s.val_accuracy, next.step);
+    }
     tb_->add_scalar("train/epoch_loss", s.train_loss, next.step);
     tb_->add_scalar("train/lr", s.lr, next.step);
     tb_->add_scalar("train/samples_per_second", s.samples_per_second, next.step);
@@ -188,6 +196,46 @@ void Run::finish() {
   if (save_model_.empty()) return;
   nn::io::save_safetensors(save_model_, state_.model->state_dict(), {{"app", app_}, {"command", command_}});
   std::printf("%s: model saved to '%s'\n", app_.c_str(), save_model_.c_str());
+}
+
+EpochMeter::EpochMeter(Run& run, Position& pos, int64_t epochs, int64_t batches, nn::Device device,
+                       std::string unit)
+    : run_(run),
+      pos_(pos),
+      epochs_(epochs),
+      batches_(batches),
+      unit_(std::move(unit)),
+      before_(pos.epoch_seconds),
+      loss_sum_(nn::full({}, pos.loss_sum, device)),
+      progress_(nn::detail::cat("epoch ", pos.epoch, "/", epochs), batches) {}
+
+void EpochMeter::step(const nn::Tensor& loss, int64_t samples) {
+  {
+    nn::NoGradGuard ng;
+    loss_sum_ = nn::add(loss_sum_, loss.detach());
+  }
+  pos_.batch++;
+  pos_.step++;
+  pos_.seen += samples;
+  pos_.epoch_seconds = before_ + clock_.seconds();
+  run_.after_step(pos_, batches_, [&] { return loss_sum_.item(); });
+  // Reading the loss is the only host sync of a step, and only when it is shown.
+  progress_.update(pos_.batch, [&] {
+    return nn::detail::cat("loss ", loss_sum_.item() / double(pos_.batch), "  ",
+                           int64_t(double(pos_.seen) / pos_.epoch_seconds), " ", unit_);
+  });
+}
+
+EpochSummary EpochMeter::finish() {
+  progress_.finish();
+  EpochSummary s;
+  s.epoch = pos_.epoch;
+  s.epochs = epochs_;
+  s.batches = batches_;
+  s.train_loss = loss_sum_.item() / double(std::max<int64_t>(pos_.batch, 1));
+  s.seconds = before_ + clock_.seconds();
+  s.samples_per_second = double(pos_.seen) / s.seconds;
+  return s;
 }
 
 }  // namespace apps

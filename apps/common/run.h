@@ -83,4 +83,29 @@ class Run {
   bool tty_;
 };
 
+// One training epoch's running numbers, shared by the apps' loops: the loss sum kept on the
+// device (read back only when shown or checkpointed), the training time across a resume, and
+// the live progress line.
+class EpochMeter {
+ public:
+  EpochMeter(Run& run, Position& pos, int64_t epochs, int64_t batches, nn::Device device,
+             std::string unit = "samples/s");
+  // After each optimizer step: adds the loss, advances `pos`, lets the run log and
+  // checkpoint, refreshes the progress line.
+  void step(const nn::Tensor& loss, int64_t samples);
+  // Ends the progress line and fills the summary's epoch, batch, loss and speed fields.
+  EpochSummary finish();
+  double session_seconds() const { return clock_.seconds(); }  // excluding earlier runs
+
+ private:
+  Run& run_;
+  Position& pos_;
+  int64_t epochs_, batches_;
+  std::string unit_;
+  nn::train::Stopwatch clock_;
+  double before_;
+  nn::Tensor loss_sum_;
+  nn::train::Progress progress_;
+};
+
 }  // namespace apps

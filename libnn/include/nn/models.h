@@ -122,3 +122,28 @@ class BertClassifier : public Module {
 };
 
 }  // namespace nn::models
+
+namespace nn::models {
+
+// The light text classifier: mean of token embeddings -> `layers` x (Linear, ReLU, Dropout)
+// -> Linear to the classes.
+struct TextMLPOptions {
+  TextMLPOptions(int64_t vocab, int64_t classes) : vocab_size_(vocab), num_classes_(classes) {}
+  NN_ARG(int64_t, vocab_size);
+  NN_ARG(int64_t, num_classes);
+  NN_ARG(int64_t, embed_dim) = 128;
+  NN_ARG(int64_t, hidden) = 256;
+  NN_ARG(int64_t, layers) = 1;
+  NN_ARG(double, dropout) = 0.2;
+};
+class TextMLP : public Module {
+ public:
+  explicit TextMLP(const TextMLPOptions& o);
+  // ids (N, L) i64, keep (N, L) (1 = real token) or undefined -> logits (N, classes)
+  Tensor forward(const Tensor& ids, const Tensor& keep);
+  TextMLPOptions options;
+  std::shared_ptr<Embedding> embed;
+  std::shared_ptr<Sequential> mlp;
+};
+
+}  // namespace nn::models

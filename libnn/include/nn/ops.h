@@ -108,6 +108,10 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 
+// Mean of the embeddings of each row's real tokens: weight (V, D), ids (N, L), keep (N, L)
+// (nonzero = a real token; undefined = all) -> (N, D). A row without tokens gives zeros.
+Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep = {});
+
 // ---- attention --------------------------------------------------------------------------------
 // softmax(q k^T * scale) v over the last two dims, fused: no (T x S) score matrix is kept.
 // q (..., T, D), k (..., S, D), v (..., S, E) with equal leading dims (e.g. (N, heads));

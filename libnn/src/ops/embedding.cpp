@@ -25,4 +25,16 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   return out;
 }
 
+Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep) {
+  check_defined(ids, "embedding_bag", "ids");
+  NN_CHECK(ids.dim() == 2, "embedding_bag: ids must be (N, L), got ", shape_str(ids.shape()));
+  Tensor e = embedding(weight, ids);  // (N, L, D)
+  if (!keep.defined()) return mean(e, {1});
+  NN_CHECK(keep.shape() == ids.shape(), "embedding_bag: keep mask ", shape_str(keep.shape()),
+           " does not match ids ", shape_str(ids.shape()));
+  Tensor m = ne(keep, zeros({}, keep.options())).to(e.dtype()).unsqueeze(2);  // (N, L, 1)
+  Tensor count = clamp(sum(m, {1}), 1.0, 1e30);                             // (N, 1)
+  return sum(e * m, {1}) / count;
+}
+
 }  // namespace nn

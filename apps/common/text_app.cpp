@@ -1,0 +1,267 @@
+#include "common/text_app.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/cli.h"
+#include "common/run.h"
+
+namespace apps {
+
+namespace {
+namespace fs = std::filesystem;
+
+// A flag default as a user would write it (1e-3, not 0.001000).
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+struct TextData {
+  nn::text::TextSplit train, test;
+  std::unique_ptr<nn::text::Vocab> vocab;        // word vocabulary
+  std::unique_ptr<nn::text::WordPiece> wordpiece;  // or WordPiece
+  int64_t pad_id() const { return wordpiece ? wordpiece->vocab().pad_id() : vocab->pad_id(); }
+  int64_t vocab_size() const { return wordpiece ? wordpiece->vocab().size() : vocab->size(); }
+};
+
+std::string make_temp_dir() {
+  std::string t = (fs::temp_directory_path() / "libnn_text_XXXXXX").string();
+  NN_CHECK(mkdtemp(t.data()), "cannot create a temporary folder for the synthetic data");
+  return t;
+}
+
+nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExample>& ex,
+                         int64_t max_len, bool cls_sep) {
+  return d.wordpiece ? nn::text::encode_batch(ex, *d.wordpiece, max_len, cls_sep)
+                     : nn::text::encode_batch(ex, *d.vocab, max_len, cls_sep);
+}
+
+// Loss, accuracy and inference throughput over a loader.
+struct Eval {
+  double loss = 0, accuracy = 0, seconds = 0, samples_per_second = 0;
+};
+Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loader,
+              const nn::Device& dev, int64_t pad, const std::string& precision) {
+  nn::NoGradGuard ng;
+  model.eval();
+  nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
+  nn::train::Stopwatch clock;
+  nn::Tensor loss_sum = nn::zeros({}, dev), correct = nn::zeros({}, dev);
+  int64_t n = 0;
+  nn::CrossEntropyOptions o;
+  o.reduction = nn::Reduction::sum;
+  for (auto& b : loader) {
+    nn::Tensor ids = b.data.to(dev), y = b.target.to(dev);
+    nn::Tensor logits = app.forward(model, ids, nn::text::padding_mask(ids, pad));
+    loss_sum = nn::add(loss_sum, nn::cross_entropy(logits, y, o));
+    correct = nn::add(correct, nn::sum(nn::eq(nn::argmax(logits, 1), y)));
+    n += ids.shape()[0];
+  }
+  Eval e;
+  e.loss = loss_sum.item() / double(std::max<int64_t>(n, 1));
+  e.accuracy = correct.item() / double(std::max<int64_t>(n, 1));
+  e.seconds = clock.seconds();
+  e.samples_per_second = double(n) / e.seconds;
+  model.train();
+  return e;
+}
+}  // namespace
+
+int run_text_app(const TextApp& app, int argc, char** argv) {
+  cxxopts::Options opts(app.name, app.description);
+  opts.add_options()
+      ("data-dir", "aclImdb-layout folder: train/<label>/*.txt and test/<label>/*.txt",
+       cxxopts::value<std::string>())
+      ("data", "'synthetic': generate a text set instead of --data-dir", cxxopts::value<std::string>())
+      ("synthetic-classes", "classes of the synthetic set", cxxopts::value<int64_t>()->default_value("2"))
+      ("synthetic-size", "training reviews per class of the synthetic set (test: a quarter)",
+       cxxopts::value<int64_t>()->default_value("1000"))
+      ("relabel", "reassign labels at random to N classes (runtime vs. class count)",
+       cxxopts::value<int64_t>())
+      ("vocab", "a BERT vocab.txt: tokenise with WordPiece instead of a word vocabulary",
+       cxxopts::value<std::string>())
+      ("vocab-size", "word vocabulary size (with the 4 special tokens)",
+       cxxopts::value<int64_t>()->default_value("20000"))
+      ("min-count", "words seen fewer times become [UNK]", cxxopts::value<int64_t>()->default_value("2"))
+      ("max-len", "tokens per review (longer ones are cut)", cxxopts::value<int64_t>()->default_value(std::to_string(app.max_len)))
+      ("epochs", "training epochs", cxxopts::value<int64_t>()->default_value("3"))
+      ("batch-size", "reviews per step", cxxopts::value<int64_t>()->default_value("64"))
+      ("lr", "peak learning rate", cxxopts::value<double>()->default_value(short_number(app.lr)))
+      ("weight-decay", "AdamW weight decay (not on biases and norms)",
+       cxxopts::value<double>()->default_value(short_number(app.weight_decay)))
+      ("warmup", "fraction of the steps spent warming up the learning rate",
+       cxxopts::value<double>()->default_value(short_number(app.warmup)))
+      ("clip", "clip the gradient norm to this (0: off)",
+       cxxopts::value<double>()->default_value(short_number(app.clip)))
+      ("precision", "fp32, fp16 (autocast + loss scaling) or bf16",
+       cxxopts::value<std::string>()->default_value("fp32"))
+      ("eval-only", "evaluate --load-model on the test split and report inference throughput")
+      ("load-model", "a model saved with --save-model", cxxopts::value<std::string>())
+      ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
+      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
+      ("threads", "CPU threads", cxxopts::value<int>())
+      ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+  app.add_options(opts);
+  add_run_options(opts);
+  auto parsed = parse(opts, argc, argv);
+  if (!parsed) return 0;
+  const auto& a = *parsed;
+  const std::string precision = a["precision"].as<std::string>();
+  check_choice("precision", precision, {"fp32", "fp16", "bf16"});
+  const int64_t epochs = check_positive("epochs", a["epochs"].as<int64_t>());
+  const int64_t batch = check_positive("batch-size", a["batch-size"].as<int64_t>());
+  const int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
+  if (a.count("threads")) nn::set_num_threads(check_positive("threads", a["threads"].as<int>()));
+  const nn::Device dev = parse_device(a["device"].as<std::string>());
+  nn::check_device(dev);
+  const uint64_t seed = a["seed"].as<uint64_t>();
+  nn::manual_seed(seed);
+  const bool eval_only = a.count("eval-only") > 0;
+  if (eval_only && !a.count("load-model")) throw UsageError("--eval-only needs --load-model");
+  if (a.count("data-dir") == a.count("data"))
+    throw UsageError("give either --data-dir DIR or --data synthetic");
+
+  // ---- data ---------------------------------------------------------------------------------
+  TextData d;
+  std::string root;
+  std::string synthetic_dir;
+  if (a.count("data")) {
+    check_choice("data", a["data"].as<std::string>(), {"synthetic"});
+    const int64_t classes = check_positive("synthetic-classes", a["synthetic-classes"].as<int64_t>());
+    const int64_t per = check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
+    synthetic_dir = make_temp_dir();
+    nn::text::write_synthetic_text(synthetic_dir, classes, per, std::max<int64_t>(per / 4, 1), seed);
+    root = synthetic_dir;
+  } else {
+    root = a["data-dir"].as<std::string>();
+  }
+  nn::train::Stopwatch prep;
+  d.train = nn::text::read_text_folder(root, "train");
+  d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
+  if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir);
+  if (a.count("relabel")) {
+    const int64_t n = check_positive("relabel", a["relabel"].as<int64_t>());
+    nn::text::relabel(d.train, n, seed);
+    nn::text::relabel(d.test, n, seed + 1);
+  }
+  const int64_t classes = int64_t(d.train.label_names.size());
+  std::string vocab_note;
+  if (a.count("vocab")) {
+    d.wordpiece = std::make_unique<nn::text::WordPiece>(nn::text::Vocab::load(a["vocab"].as<std::string>()));
+    vocab_note = "WordPiece vocabulary " + a["vocab"].as<std::string>();
+  } else if (a.count("load-model")) {
+    const std::string vp = a["load-model"].as<std::string>() + ".vocab.txt";
+    d.vocab = std::make_unique<nn::text::Vocab>(nn::text::Vocab::load(vp));
+    vocab_note = "vocabulary " + vp;
+  } else {
+    d.vocab = std::make_unique<nn::text::Vocab>(nn::text::Vocab::build(
+        nn::text::tokenize_words(d.train.examples), check_positive("vocab-size", a["vocab-size"].as<int64_t>()),
+        check_positive("min-count", a["min-count"].as<int64_t>())));
+    vocab_note = "word vocabulary built from the training split";
+  }
+  auto train_set = std::make_shared<nn::text::TextDataset>(encode(d, d.train.examples, max_len, app.cls_sep));
+  auto test_set = std::make_shared<nn::text::TextDataset>(encode(d, d.test.examples, max_len, app.cls_sep));
+  std::printf("%s: %lld train / %lld test reviews, %lld classes, %s (%lld tokens), prepared in %.1fs\n",
+              app.name.c_str(), (long long)train_set->size(), (long long)test_set->size(),
+              (long long)classes, vocab_note.c_str(), (long long)d.vocab_size(), prep.seconds());
+
+  // ---- model --------------------------------------------------------------------------------
+  auto model = app.make_model(a, d.vocab_size(), classes, max_len);
+  if (a.count("load-model")) {
+    auto f = nn::io::load_safetensors(a["load-model"].as<std::string>());
+    try {
+      model->load_state_dict(f.tensors);
+    } catch (const nn::Error& e) {
+      NN_ERROR("'", a["load-model"].as<std::string>(), "' does not fit this model: ", e.what());
+    }
+  } else if (app.prepare) {
+    app.prepare(*model, a);
+  }
+  model->to(dev);
+  std::printf("%s: %lld parameters on %s, %s\n", app.name.c_str(), (long long)model->num_parameters(),
+              dev.str().c_str(), precision.c_str());
+  nn::data::DataLoaderOptions lo;
+  lo.batch_size = batch;
+  lo.seed = seed;
+  nn::data::DataLoader loader(train_set, lo);
+  nn::data::DataLoaderOptions vo;
+  vo.batch_size = std::max<int64_t>(batch, 256);
+  vo.shuffle = false;
+  nn::data::DataLoader val_loader(test_set, vo);
+  const int64_t pad = d.pad_id();
+
+  if (eval_only) {
+    Eval e = evaluate(app, *model, val_loader, dev, pad, precision);
+    std::printf("%s: eval on %lld reviews: loss %.4f  accuracy %.2f%%  %.2fs  %.0f samples/s (inference)\n",
+                app.name.c_str(), (long long)test_set->size(), e.loss, 100 * e.accuracy, e.seconds,
+                e.samples_per_second);
+    if (a.count("metrics"))
+      nn::train::append_line(a["metrics"].as<std::string>(),
+                             nn::train::JsonLine().add("phase", std::string("infer")).add("val_loss", e.loss)
+                                 .add("val_accuracy", e.accuracy).add("seconds", e.seconds)
+                                 .add("samples_per_second", e.samples_per_second).str());
+    return 0;
+  }
+
+  // ---- training -----------------------------------------------------------------------------
+  std::vector<nn::Tensor> decay, no_decay;  // no weight decay on biases and norm weights
+  for (auto& [name, p] : model->named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
+  nn::optim::AdamW opt({{decay, std::nullopt}, {no_decay, 0.0}},
+                       nn::optim::AdamWOptions(a["lr"].as<double>()).weight_decay(a["weight-decay"].as<double>()));
+  const int64_t nb = loader.num_batches(), total = epochs * nb;
+  nn::optim::LinearLR schedule(opt, int64_t(a["warmup"].as<double>() * double(total)), total);
+  nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
+  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
+  const double clip = a["clip"].as<double>();
+
+  Run run(app.name, a, argc, argv);
+  Position pos = run.start({model.get(), &opt, &schedule, &scaler});
+  for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
+    model->train();
+    EpochMeter meter(run, pos, epochs, nb, dev);
+    loader.set_epoch(epoch - 1, pos.batch);
+    for (auto& b : loader) {
+      nn::Tensor ids = b.data.to(dev), y = b.target.to(dev);
+      nn::Tensor loss;
+      {
+        nn::amp::AutocastGuard ac(half, precision != "fp32");
+        loss = nn::cross_entropy(app.forward(*model, ids, nn::text::padding_mask(ids, pad)), y);
+      }
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+      if (clip > 0) {
+        scaler.unscale_(opt);
+        nn::optim::clip_grad_norm(model->parameters(), clip);
+      }
+      scaler.step(opt);
+      scaler.update();
+      schedule.step();
+      meter.step(loss, ids.shape()[0]);
+    }
+    EpochSummary s = meter.finish();
+    Eval e = evaluate(app, *model, val_loader, dev, pad, precision);
+    s.val_loss = e.loss;
+    s.val_accuracy = e.accuracy;
+    s.lr = opt.lr();
+    s.loss_scale = scaler.options().enabled ? scaler.get_scale() : 0;
+    std::printf("  inference: %.0f samples/s over %lld test reviews\n", e.samples_per_second,
+                (long long)test_set->size());
+    pos = Position{epoch + 1, 0, pos.step, 0, 0, 0};
+    run.end_epoch(s, pos);
+  }
+  run.finish();
+  if (a.count("save-model") && d.vocab) {
+    const std::string vp = a["save-model"].as<std::string>() + ".vocab.txt";
+    d.vocab->save(vp);
+    std::printf("%s: vocabulary saved to '%s' (read back by --load-model)\n", app.name.c_str(), vp.c_str());
+  }
+  return 0;
+}
+
+}  // namespace apps

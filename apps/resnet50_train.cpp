@@ -1,0 +1,170 @@
+// Trains ResNet-50: on synthetic images (the default, as tf_cnn_benchmarks does, for
+// throughput) or on an ImageNet-style folder (DIR/train/<class>/*.jpg, DIR/val/...), in FP32
+// or mixed precision, with SGD momentum, label smoothing and a cosine schedule with warm-up.
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/cli.h"
+#include "common/run.h"
+
+namespace {
+
+// A fixed pool of random batches resident on the device: measures the training step alone.
+class SyntheticImages : public nn::data::Dataset {
+ public:
+  SyntheticImages(int64_t n, int64_t size, int64_t classes, nn::Device d, uint64_t seed) {
+    nn::Generator g(seed);
+    x_ = nn::randn({n, 3, size, size}, nn::kF32, &g).to(d);
+    y_ = nn::randint(0, classes, {n}, nn::kI64, &g).to(d);
+  }
+  int64_t size() const override { return x_.shape()[0]; }
+  nn::data::Batch get_batch(const std::vector<int64_t>& idx) const override {
+    nn::Tensor i = nn::from_vector(idx, {int64_t(idx.size())}).to(x_.device());
+    return {nn::index_select(x_, i), nn::index_select(y_, i)};
+  }
+
+ private:
+  nn::Tensor x_, y_;
+};
+
+int run(int argc, char** argv) {
+  cxxopts::Options opts("resnet50_train", "Train ResNet-50 on synthetic images or an ImageNet-style folder.");
+  opts.add_options()
+      ("data", "'synthetic', or a folder with train/ (and val/) holding one folder per class",
+       cxxopts::value<std::string>()->default_value("synthetic"))
+      ("batch-size", "images per step", cxxopts::value<int64_t>()->default_value("128"))
+      ("precision", "fp32, fp16 (autocast + loss scaling) or bf16",
+       cxxopts::value<std::string>()->default_value("fp32"))
+      ("epochs", "epochs", cxxopts::value<int64_t>()->default_value("1"))
+      ("num-batches", "steps per epoch (synthetic: default 100; folder: 0 = the whole set)",
+       cxxopts::value<int64_t>())
+      ("image-size", "training crop size", cxxopts::value<int64_t>()->default_value("224"))
+      ("num-classes", "classes of synthetic data", cxxopts::value<int64_t>()->default_value("1000"))
+      ("lr", "peak learning rate (default: 0.1 x batch / 256)", cxxopts::value<double>())
+      ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
+      ("weight-decay", "weight decay", cxxopts::value<double>()->default_value("1e-4"))
+      ("label-smoothing", "label smoothing", cxxopts::value<double>()->default_value("0.1"))
+      ("warmup-epochs", "linear warm-up before the cosine decay", cxxopts::value<double>()->default_value("0"))
+      ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
+      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
+      ("threads", "CPU threads", cxxopts::value<int>())
+      ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+  apps::add_run_options(opts);
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
+  const std::string precision = a["precision"].as<std::string>();
+  apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
+  const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
+  const int64_t epochs = apps::check_positive("epochs", a["epochs"].as<int64_t>());
+  const int64_t size = apps::check_positive("image-size", a["image-size"].as<int64_t>());
+  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  const nn::Device device = apps::parse_device(a["device"].as<std::string>());
+  nn::check_device(device);
+  const uint64_t seed = a["seed"].as<uint64_t>();
+  nn::manual_seed(seed);
+
+  const std::string data = a["data"].as<std::string>();
+  std::shared_ptr<nn::data::Dataset> train_set, val_set;
+  int64_t classes = a["num-classes"].as<int64_t>();
+  int64_t steps = a.count("num-batches") ? a["num-batches"].as<int64_t>() : 0;
+  if (data == "synthetic") {
+    apps::check_positive("num-classes", classes);
+    if (steps == 0) steps = 100;
+    // Four distinct batches cycled through: enough to see the loss move.
+    train_set = std::make_shared<SyntheticImages>(batch * 4, size, classes, device, seed + 1);
+  } else {
+    namespace fs = std::filesystem;
+    const std::string train_dir = fs::is_directory(fs::path(data) / "train") ? (fs::path(data) / "train").string() : data;
+    nn::data::ImageFolderOptions io;
+    io.size = size;
+    io.seed = seed;
+    auto folder = std::make_shared<nn::data::ImageFolder>(train_dir, io);
+    classes = int64_t(folder->classes().size());
+    train_set = folder;
+    if (fs::is_directory(fs::path(data) / "val")) {
+      io.train = false;
+      val_set = std::make_shared<nn::data::ImageFolder>((fs::path(data) / "val").string(), io);
+    }
+  }
+  nn::data::DataLoaderOptions lo;
+  lo.batch_size = batch;
+  lo.seed = seed;
+  lo.drop_last = true;
+  nn::data::DataLoader loader(train_set, lo);
+  const int64_t per_epoch = steps > 0 ? std::min<int64_t>(steps, data == "synthetic" ? steps : loader.num_batches())
+                                      : loader.num_batches();
+  NN_CHECK(data == "synthetic" || per_epoch > 0, "the training set has fewer images than one batch of ", batch);
+
+  auto model = nn::models::resnet50(nn::models::ResNetOptions().num_classes(classes).zero_init_residual(true));
+  model->to(device);
+  const double lr = a.count("lr") ? a["lr"].as<double>() : 0.1 * double(batch) / 256.0;
+  // No weight decay on BN parameters and biases (the usual ResNet recipe).
+  std::vector<nn::Tensor> decay, no_decay;
+  for (auto& [name, p] : model->named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
+  nn::optim::SGD opt({{decay, std::nullopt}, {no_decay, 0.0}},
+                     nn::optim::SGDOptions(lr).momentum(a["momentum"].as<double>())
+                         .weight_decay(a["weight-decay"].as<double>()));
+  const int64_t total = epochs * per_epoch;
+  nn::optim::CosineLR schedule(opt, int64_t(a["warmup-epochs"].as<double>() * double(per_epoch)), total);
+  nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
+  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
+  nn::CrossEntropyOptions ce;
+  ce.label_smoothing = a["label-smoothing"].as<double>();
+
+  apps::Run run("resnet50_train", a, argc, argv);
+  apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler});
+  std::printf("resnet50_train: %s data, %lld classes, batch %lld, %s on %s, %lld steps per epoch\n",
+              data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
+              (long long)batch, precision.c_str(), device.str().c_str(), (long long)per_epoch);
+  for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
+    model->train();
+    apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");
+    loader.set_epoch(epoch - 1, data == "synthetic" ? 0 : pos.batch);
+    while (pos.batch < per_epoch) {  // synthetic epochs may be longer than the pool
+      for (auto& batch_data : loader) {
+        if (pos.batch >= per_epoch) break;
+        nn::Tensor x = batch_data.data.to(device), y = batch_data.target.to(device);
+        nn::Tensor loss;
+        {
+          nn::amp::AutocastGuard ac(half, precision != "fp32");
+          loss = nn::cross_entropy(model->forward(x), y, ce);
+        }
+        opt.zero_grad();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        schedule.step();
+        meter.step(loss, x.shape()[0]);
+      }
+    }
+    apps::EpochSummary s = meter.finish();
+    if (val_set) {
+      nn::data::DataLoaderOptions vo;
+      vo.batch_size = batch;
+      vo.shuffle = false;
+      nn::data::DataLoader val(val_set, vo);
+      nn::amp::AutocastGuard ac(half, precision != "fp32");
+      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device);
+    } else {
+      s.val_loss = std::nan("");
+      s.val_accuracy = std::nan("");
+    }
+    s.lr = opt.lr();
+    s.loss_scale = scaler.options().enabled ? scaler.get_scale() : 0;
+    pos = apps::Position{epoch + 1, 0, pos.step, 0, 0, 0};
+    run.end_epoch(s, pos);
+  }
+  run.finish();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return apps::guarded_main("resnet50_train", argc, argv, run); }

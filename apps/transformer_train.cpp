@@ -1,0 +1,66 @@
+// A BERT-style encoder classifier on IMDB-style data: from scratch, or fine-tuned from a
+// Hugging Face safetensors checkpoint with its vocab.txt.
+#include <cstdio>
+
+#include "common/cli.h"
+#include "common/text_app.h"
+
+namespace {
+nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int64_t classes,
+                              int64_t max_len) {
+  const std::string preset = a["preset"].as<std::string>();
+  apps::check_choice("preset", preset, {"tiny", "mini", "base"});
+  auto c = nn::models::BertConfig::preset(preset).vocab_size(vocab).num_classes(classes);
+  c.max_len(std::max<int64_t>(max_len, 512));
+  if (a.count("layers")) c.layers(apps::check_positive("layers", a["layers"].as<int64_t>()));
+  if (a.count("hidden")) c.hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()));
+  if (a.count("heads")) c.heads(apps::check_positive("heads", a["heads"].as<int64_t>()));
+  if (a.count("ffn")) c.ffn(apps::check_positive("ffn", a["ffn"].as<int64_t>()));
+  c.dropout(a["dropout"].as<double>());
+  c.pre_ln(a["norm"].as<std::string>() == "pre");
+  return c;
+}
+
+int run(int argc, char** argv) {
+  apps::TextApp app;
+  app.name = "transformer_train";
+  app.description = "Train (or fine-tune, or evaluate) a BERT-style encoder text classifier.";
+  app.lr = 1e-3;
+  app.max_len = 128;
+  app.warmup = 0.1;
+  app.clip = 1.0;
+  app.cls_sep = true;
+  app.add_options = [](cxxopts::Options& o) {
+    o.add_options("model")
+        ("preset", "tiny (2 x 128), mini (4 x 256) or base (BERT-base: 12 x 768, 12 heads)",
+         cxxopts::value<std::string>()->default_value("tiny"))
+        ("layers", "encoder layers (overrides the preset)", cxxopts::value<int64_t>())
+        ("hidden", "hidden size", cxxopts::value<int64_t>())
+        ("heads", "attention heads", cxxopts::value<int64_t>())
+        ("ffn", "feed-forward width", cxxopts::value<int64_t>())
+        ("dropout", "dropout", cxxopts::value<double>()->default_value("0.1"))
+        ("norm", "post (BERT) or pre layer norm", cxxopts::value<std::string>()->default_value("pre"))
+        ("pretrained", "a Hugging Face BERT checkpoint (.safetensors) to start from; use with "
+                       "its --vocab and --preset base --norm post",
+         cxxopts::value<std::string>());
+  };
+  app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len) {
+    apps::check_choice("norm", a["norm"].as<std::string>(), {"pre", "post"});
+    return std::make_shared<nn::models::BertClassifier>(config(a, vocab, classes, max_len));
+  };
+  app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {
+    return static_cast<nn::models::BertClassifier&>(m).forward(ids, keep);
+  };
+  app.prepare = [](nn::Module& m, const cxxopts::ParseResult& a) {
+    if (!a.count("pretrained")) return;
+    const std::string path = a["pretrained"].as<std::string>();
+    auto r = static_cast<nn::models::BertClassifier&>(m).load_pretrained(nn::io::load_safetensors(path).tensors);
+    std::printf("transformer_train: loaded '%s' (%zu tensors not in the file, e.g. the new "
+                "classifier; %zu in the file not used)\n",
+                path.c_str(), r.missing.size(), r.unexpected.size());
+  };
+  return apps::run_text_app(app, argc, argv);
+}
+}  // namespace
+
+int main(int argc, char** argv) { return apps::guarded_main("transformer_train", argc, argv, run); }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# resnet50_cpu.sh RESNET50_TRAIN MAKE_IMAGE_FOLDER: ResNet-50 end to end on the CPU at a small
+# image size: synthetic data (loss falls, no validation fields), and an ImageNet-layout JPEG
+# folder (validation on val/), plus its bad inputs.
+set -euo pipefail
+app=$1; make_folder=$2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+e="$(cd "$(dirname "$0")" && pwd)/expect.sh"
+small=(--device cpu --image-size 32 --batch-size 4 --seed 2)
+
+"$app" "${small[@]}" --num-classes 4 --num-batches 6 --epochs 4 --metrics "$out/s.jsonl"
+python3 - "$out/s.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 4, rows
+assert all(r["val_loss"] is None and r["val_accuracy"] is None for r in rows), rows
+assert all(math.isfinite(r["train_loss"]) for r in rows), rows
+assert rows[-1]["train_loss"] < rows[0]["train_loss"], rows  # the synthetic pool is learnable
+print("synthetic ok:", [round(r["train_loss"], 3) for r in rows])
+PY
+
+rc=0; "$make_folder" "$out/img" || rc=$?
+if [[ $rc -eq 77 ]]; then echo "no JPEG support: folder case skipped"; exit 0; fi
+[[ $rc -eq 0 ]]
+"$app" "${small[@]}" --data "$out/img" --epochs 1 --metrics "$out/f.jsonl" --save-model "$out/r.st"
+python3 - "$out/f.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 1, rows
+r = rows[0]
+assert math.isfinite(r["val_loss"]) and 0 <= r["val_accuracy"] <= 1, r
+assert r["samples_per_second"] > 0, r
+print("folder ok:", r)
+PY
+test -s "$out/r.st"
+
+"$e" 1 "error: .*'/nonexistent" -- "$app" "${small[@]}" --data /nonexistent
+mkdir -p "$out/noclass/train"
+"$e" 1 "error: .*(no class|empty)" -- "$app" "${small[@]}" --data "$out/noclass"
+"$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" "${small[@]}" --precision fp8
+"$e" 2 "batch-size" -- "$app" "${small[@]}" --batch-size 0
