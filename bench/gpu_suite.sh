@@ -6,7 +6,8 @@
 # gpu-results.tar.gz bundles every log and result file (the device tool brings back at most 8
 # files per call).
 #
-#   bench/gpu_suite.sh [build] [test] [memcheck] [bench] [all]    (default: all)
+#   bench/gpu_suite.sh [build] [test] [memcheck] [bench] [text] [all]    (default: all)
+#   (bench includes text; text alone runs only bench/text_vs_torch.py)
 #
 # Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
 # fills it on a machine with Debian's packages, for GPU machines that reach no registry).
@@ -100,6 +101,14 @@ PY
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
+fi
+
+if want bench || want text; then
+  log "text classifiers (MLP, BERT-base) at 2..20,000 classes, FP32 and FP16: libnn then PyTorch"
+  "$py" bench/text_vs_torch.py --device cuda --python "$py" --bench "$bdir/bin/text_bench" \
+      --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
+      > "$OUT/text_cuda.log" 2>&1
+  rc=$?; status=$((status | rc)); grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
 fi
 log "done, status $status"
 exit $status

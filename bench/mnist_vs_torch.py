@@ -11,10 +11,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import cpu_name  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,16 +35,6 @@ def summarise(rows):
             "samples_per_second": sum(r["samples_per_second"] for r in rows) / len(rows),
             "val_accuracy": rows[-1]["val_accuracy"], "train_loss": rows[-1]["train_loss"],
             "per_epoch": rows}
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main():

@@ -129,6 +129,11 @@ def annotate(rows, prices, baseline):
         r["baseline"] = cpu[0]["machine"] if cpu else None
 
 
+def fmt_rate(v):
+    """Samples/s with at least two significant digits (BERT on a CPU runs at 1.6/s)."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
 def fmt_cost(c):
     if c is None:
         return "n/a"
@@ -145,7 +150,7 @@ def table(rows, currency):
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
     for r in rows:
         cells = [r["model"], r["impl"], r["machine"], r["device"], r["precision"], r["phase"],
-                 f"{r['seconds']:.1f}", f"{r['samples_per_second']:.0f}"]
+                 f"{r['seconds']:.1f}", fmt_rate(r['samples_per_second'])]
         if accuracy:
             cells.append(f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "")
         cells += ["n/a" if r["price"] is None else f"{r['price']:.2f}", fmt_cost(r["cost"]),

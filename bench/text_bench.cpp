@@ -1,0 +1,250 @@
+// Training and inference throughput of the text classifiers (the embedding-bag MLP and the
+// BERT-style encoder) as the number of classes grows, per precision, on synthetic token ids:
+// the shapes users measured on IMDB reviews. One JSON line per measurement on stdout (read by
+// bench/text_vs_torch.py, which runs bench/peers/text_torch.py with the same flags); a table
+// on stderr. --gemm also measures the device's square matrix-multiply rate per precision, the
+// ceiling that model FLOP utilisation is judged against.
+#include <nn/nn.h>
+
+#include <cxxopts.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+struct Shape {
+  std::string model;  // mlp or bert
+  int64_t classes, batch, seq_len, vocab;
+  std::string preset;  // bert: tiny, mini, base
+};
+
+std::shared_ptr<nn::Module> make_model(const Shape& s) {
+  if (s.model == "mlp")
+    return std::make_shared<nn::models::TextMLP>(nn::models::TextMLPOptions(s.vocab, s.classes));
+  auto c = nn::models::BertConfig::preset(s.preset).vocab_size(s.vocab).num_classes(s.classes);
+  c.max_len(std::max<int64_t>(512, s.seq_len));
+  return std::make_shared<nn::models::BertClassifier>(c);
+}
+
+nn::Tensor forward(const Shape& s, nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {
+  if (s.model == "mlp") return static_cast<nn::models::TextMLP&>(m).forward(ids, keep);
+  return static_cast<nn::models::BertClassifier&>(m).forward(ids, keep);
+}
+
+// Synthetic batches: lengths uniform in [seq_len/2, seq_len], ids uniform over the vocabulary
+// past the 5 special tokens, padding (id 0, keep 0) after the length.
+struct Batches {
+  std::vector<nn::Tensor> ids, keep, target;
+};
+Batches make_batches(const Shape& s, int64_t pool, const nn::Device& dev, uint64_t seed) {
+  nn::Generator g(seed);
+  Batches b;
+  for (int64_t i = 0; i < pool; ++i) {
+    nn::Tensor ids = nn::randint(5, s.vocab, {s.batch, s.seq_len}, nn::kI64, &g);
+    nn::Tensor len = nn::randint(s.seq_len / 2, s.seq_len + 1, {s.batch, 1}, nn::kI64, &g);
+    nn::Tensor keep = nn::lt(nn::arange(s.seq_len, nn::kI64).reshape({1, s.seq_len}), len).to(nn::kU8);
+    b.ids.push_back(nn::mul(ids, keep.to(nn::kI64)).to(dev));
+    b.keep.push_back(keep.to(dev));
+    b.target.push_back(nn::randint(0, s.classes, {s.batch}, nn::kI64, &g).to(dev));
+  }
+  return b;
+}
+
+struct Measured {
+  double seconds = 0, samples_per_second = 0, peak_mb = 0, loss = NAN;
+};
+
+Measured train(const Shape& s, const std::string& precision, const nn::Device& dev, int64_t warmup,
+               int64_t steps, uint64_t seed) {
+  nn::manual_seed(seed);
+  auto model = make_model(s);
+  model->to(dev);
+  model->train();
+  nn::optim::AdamW opt(model->parameters(), nn::optim::AdamWOptions(1e-4).weight_decay(0.01));
+  nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
+  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
+  const Batches data = make_batches(s, 2, dev, seed + 1);
+  auto step = [&](int64_t i) {
+    const size_t k = size_t(i % 2);
+    nn::Tensor loss;
+    {
+      nn::amp::AutocastGuard ac(half, precision != "fp32");
+      loss = nn::cross_entropy(forward(s, *model, data.ids[k], data.keep[k]), data.target[k]);
+    }
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss.detach();
+  };
+  for (int64_t i = 0; i < warmup; ++i) step(i);
+  nn::synchronize(dev);
+  nn::reset_peak_memory_stats(dev);
+  nn::train::Stopwatch w;
+  nn::Tensor last;
+  for (int64_t i = 0; i < steps; ++i) last = step(warmup + i);
+  nn::synchronize(dev);
+  Measured m;
+  m.seconds = w.seconds();
+  m.samples_per_second = double(s.batch * steps) / m.seconds;
+  m.peak_mb = double(nn::memory_stats(dev).peak_allocated) / (1 << 20);
+  m.loss = last.item();
+  return m;
+}
+
+Measured infer(const Shape& s, const std::string& precision, const nn::Device& dev, int64_t warmup,
+               int64_t steps, uint64_t seed) {
+  nn::manual_seed(seed);
+  auto model = make_model(s);
+  model->to(dev);
+  model->eval();
+  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
+  const Batches data = make_batches(s, 2, dev, seed + 1);
+  nn::NoGradGuard ng;
+  auto step = [&](int64_t i) {
+    nn::amp::AutocastGuard ac(half, precision != "fp32");
+    return nn::argmax(forward(s, *model, data.ids[size_t(i % 2)], data.keep[size_t(i % 2)]), 1);
+  };
+  for (int64_t i = 0; i < warmup; ++i) step(i);
+  nn::synchronize(dev);
+  nn::reset_peak_memory_stats(dev);
+  nn::train::Stopwatch w;
+  for (int64_t i = 0; i < steps; ++i) step(warmup + i);
+  nn::synchronize(dev);
+  Measured m;
+  m.seconds = w.seconds();
+  m.samples_per_second = double(s.batch * steps) / m.seconds;
+  m.peak_mb = double(nn::memory_stats(dev).peak_allocated) / (1 << 20);
+  return m;
+}
+
+// Square matmul rate in TFLOP/s (inputs in the precision, as autocast would run them).
+double gemm_tflops(const std::string& precision, const nn::Device& dev, int64_t n) {
+  const nn::DType t = precision == "fp32" ? nn::kF32 : precision == "bf16" ? nn::kBF16 : nn::kF16;
+  nn::Generator g(3);
+  nn::Tensor a = nn::randn({n, n}, nn::kF32, &g).to(t).to(dev), b = nn::randn({n, n}, nn::kF32, &g).to(t).to(dev);
+  nn::NoGradGuard ng;
+  nn::matmul(a, b);
+  nn::synchronize(dev);
+  int64_t reps = 0;
+  nn::train::Stopwatch w;
+  while (reps < 3 || w.seconds() < 1.0) {
+    nn::matmul(a, b);
+    ++reps;
+    if (reps % 8 == 0) nn::synchronize(dev);
+  }
+  nn::synchronize(dev);
+  return 2.0 * double(n) * double(n) * double(n) * double(reps) / w.seconds() / 1e12;
+}
+
+int body(int argc, char** argv) {
+  cxxopts::Options opts("text_bench",
+                        "Text classifier throughput (training and inference) against the class count.");
+  opts.add_options()
+      ("models", "comma-separated: mlp, bert", cxxopts::value<std::string>()->default_value("mlp,bert"))
+      ("preset", "BERT shape: tiny, mini or base", cxxopts::value<std::string>()->default_value("base"))
+      ("classes", "comma-separated class counts", cxxopts::value<std::string>()->default_value("2,10,1000,20000"))
+      ("precisions", "comma-separated: fp32, fp16, bf16", cxxopts::value<std::string>()->default_value("fp32,fp16"))
+      ("phases", "comma-separated: train, infer", cxxopts::value<std::string>()->default_value("train,infer"))
+      ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
+      ("mlp-batch", "MLP reviews per step", cxxopts::value<int64_t>()->default_value("256"))
+      ("mlp-seq-len", "MLP tokens per review", cxxopts::value<int64_t>()->default_value("256"))
+      ("bert-batch", "BERT reviews per step", cxxopts::value<int64_t>()->default_value("32"))
+      ("bert-seq-len", "BERT tokens per review", cxxopts::value<int64_t>()->default_value("128"))
+      ("vocab-size", "vocabulary size", cxxopts::value<int64_t>()->default_value("30522"))
+      ("num-batches", "timed steps", cxxopts::value<int64_t>()->default_value("20"))
+      ("num-warmup-batches", "untimed steps first", cxxopts::value<int64_t>()->default_value("3"))
+      ("gemm", "also measure the square matmul rate of each precision (size N; 0: off)",
+       cxxopts::value<int64_t>()->default_value("0"))
+      ("threads", "CPU threads", cxxopts::value<int>())
+      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
+      ("h,help", "show this help");
+  auto a = opts.parse(argc, argv);
+  if (a.count("help")) {
+    std::printf("%s\n", opts.help().c_str());
+    return 0;
+  }
+  if (!a.unmatched().empty()) throw nn::Error("unexpected argument '" + a.unmatched()[0] + "'");
+  if (a.count("threads")) nn::set_num_threads(a["threads"].as<int>());
+  const nn::Device dev(a["device"].as<std::string>());
+  nn::check_device(dev);
+  const std::string preset = a["preset"].as<std::string>();
+  const int64_t warmup = a["num-warmup-batches"].as<int64_t>(), steps = a["num-batches"].as<int64_t>();
+  NN_CHECK(steps > 0 && warmup >= 0, "--num-batches must be positive and --num-warmup-batches >= 0");
+  const auto precisions = split(a["precisions"].as<std::string>());
+  const auto phases = split(a["phases"].as<std::string>());
+  for (auto& p : precisions)
+    NN_CHECK(p == "fp32" || p == "fp16" || p == "bf16", "--precisions: unknown precision '", p, "'");
+  for (auto& p : phases) NN_CHECK(p == "train" || p == "infer", "--phases: unknown phase '", p, "'");
+  const std::string device = dev.is_cpu() ? "cpu" : "cuda";
+
+  if (const int64_t n = a["gemm"].as<int64_t>(); n > 0)
+    for (auto& p : precisions) {
+      const double tf = gemm_tflops(p, dev, n);
+      std::fprintf(stderr, "matmul %lld^3 %s: %.1f GFLOP/s\n", (long long)n, p.c_str(), tf * 1e3);
+      std::printf("%s\n", nn::train::JsonLine().add("impl", std::string("libnn")).add("kind", std::string("gemm"))
+                              .add("device", device).add("precision", p).add("n", n).add("tflops", tf).str().c_str());
+    }
+  std::fprintf(stderr, "%-5s %7s %-5s %-6s %6s %4s %12s %10s %9s\n", "model", "classes", "prec", "phase",
+               "batch", "T", "samples/s", "tokens/s", "peak MiB");
+  for (auto& model : split(a["models"].as<std::string>())) {
+    NN_CHECK(model == "mlp" || model == "bert", "--models: unknown model '", model, "'");
+    for (auto& cs : split(a["classes"].as<std::string>())) {
+      Shape s{model, std::stoll(cs),
+              a[model == "mlp" ? "mlp-batch" : "bert-batch"].as<int64_t>(),
+              a[model == "mlp" ? "mlp-seq-len" : "bert-seq-len"].as<int64_t>(),
+              a["vocab-size"].as<int64_t>(), preset};
+      NN_CHECK(s.classes > 0 && s.batch > 0 && s.seq_len > 1 && s.vocab > 5, "sizes must be positive");
+      for (auto& p : precisions)
+        for (auto& phase : phases) {
+          const uint64_t seed = a["seed"].as<uint64_t>();
+          Measured m = phase == "train" ? train(s, p, dev, warmup, steps, seed) : infer(s, p, dev, warmup, steps, seed);
+          std::fprintf(stderr, "%-5s %7lld %-5s %-6s %6lld %4lld %12.1f %10.0f %9.0f\n", model.c_str(),
+                       (long long)s.classes, p.c_str(), phase.c_str(), (long long)s.batch,
+                       (long long)s.seq_len, m.samples_per_second, m.samples_per_second * double(s.seq_len),
+                       m.peak_mb);
+          std::printf("%s\n", nn::train::JsonLine()
+                                  .add("impl", std::string("libnn"))
+                                  .add("kind", std::string("model"))
+                                  .add("model", model)
+                                  .add("shape", model == "bert" ? preset : std::string("default"))
+                                  .add("classes", s.classes)
+                                  .add("device", device)
+                                  .add("precision", p)
+                                  .add("phase", phase)
+                                  .add("batch", s.batch)
+                                  .add("seq_len", s.seq_len)
+                                  .add("steps", steps)
+                                  .add("seconds", m.seconds)
+                                  .add("samples_per_second", m.samples_per_second)
+                                  .add("peak_memory_mb", m.peak_mb)
+                                  .add("loss", m.loss)
+                                  .str()
+                                  .c_str());
+          std::fflush(stdout);
+        }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "text_bench: error: %s\n", e.what());
+    return 1;
+  }
+}

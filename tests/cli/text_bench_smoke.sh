@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# text_bench_smoke.sh TEXT_BENCH: the text benchmark runs at tiny sizes and prints one
+# well-formed JSON line per (model, classes, precision, phase) plus the matmul rate.
+set -euo pipefail
+out=$("$1" --preset tiny --classes 3,7 --precisions fp32,bf16 --num-batches 1 --num-warmup-batches 1 \
+          --mlp-batch 4 --mlp-seq-len 16 --bert-batch 2 --bert-seq-len 16 --vocab-size 100 --gemm 64)
+python3 - <<PY
+import json, math
+rows = [json.loads(l) for l in """$out""".splitlines() if l.startswith("{")]
+gemm = [r for r in rows if r["kind"] == "gemm"]
+model = [r for r in rows if r["kind"] == "model"]
+assert len(gemm) == 2 and all(r["tflops"] > 0 for r in gemm), gemm
+assert len(model) == 2 * 2 * 2 * 2, len(model)
+for r in model:
+    assert r["samples_per_second"] > 0 and r["seconds"] > 0, r
+    if r["phase"] == "train":
+        assert math.isfinite(r["loss"]), r
+print(f"ok: {len(model)} measurements")
+PY
+"$(dirname "$0")/expect.sh" 1 "unknown precision 'fp8'" -- "$1" --precisions fp8
