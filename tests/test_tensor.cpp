@@ -168,3 +168,45 @@ TEST_CASE("the caching allocator reuses freed blocks", "[tensor][memory]") {
   REQUIRE(after.num_allocs == before.num_allocs + 10);
   REQUIRE(after.peak_allocated >= (size_t(1) << 22));
 }
+
+// White-box: the allocator every device shares, over a fake system allocator with an 8 MiB
+// budget, so the out-of-memory path runs without exhausting a real device.
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <map>
+
+TEST_CASE("out of memory: the allocator returns its cache, retries, then names the sizes",
+          "[tensor][memory]") {
+  const size_t budget = size_t(8) << 20;
+  size_t used = 0;
+  int system_frees = 0;
+  std::map<void*, size_t> live;
+  CachingAllocator a(
+      "test:0",
+      [&](size_t n) -> void* {
+        if (used + n > budget) return nullptr;
+        void* p = std::malloc(n);
+        used += n;
+        live[p] = n;
+        return p;
+      },
+      [&](void* p) {
+        used -= live.at(p);
+        live.erase(p);
+        std::free(p);
+        ++system_frees;
+      });
+  const size_t four = size_t(4) << 20, six = size_t(6) << 20;
+  void* x = a.allocate(four);
+  a.deallocate(x, four);  // cached: still held from the system
+  REQUIRE(a.stats().reserved == four);
+  void* y = a.allocate(six);  // 4 + 6 > 8: the cache goes back to the system, then it fits
+  REQUIRE(system_frees == 1);
+  REQUIRE(a.stats().reserved == six);
+  const std::string e = test::error_of([&] { a.allocate(six); });
+  REQUIRE(e.find("out of memory on test:0: tried to allocate 6 MiB (6291456 bytes); 6 MiB already "
+                 "in use by tensors (peak 6 MiB)") != std::string::npos);
+  a.deallocate(y, six);
+  REQUIRE(a.stats().allocated == 0);
+}

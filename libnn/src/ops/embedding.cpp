@@ -32,9 +32,11 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep
   if (!keep.defined()) return mean(e, {1});
   NN_CHECK(keep.shape() == ids.shape(), "embedding_bag: keep mask ", shape_str(keep.shape()),
            " does not match ids ", shape_str(ids.shape()));
-  Tensor m = ne(keep, zeros({}, keep.options())).to(e.dtype()).unsqueeze(2);  // (N, L, 1)
-  Tensor count = clamp(sum(m, {1}), 1.0, 1e30);                             // (N, 1)
-  return sum(e * m, {1}) / count;
+  // The masked mean as one batched product, (N, 1, L) weights x (N, L, D) rows: a single
+  // pass over the gathered rows instead of a masked copy and a reduction.
+  Tensor m = ne(keep, zeros({}, keep.options())).to(e.dtype());  // (N, L)
+  Tensor w = m / clamp(sum(m, {1}, true), 1.0, 1e30);  // (N, L), rows sum to 1 or 0
+  return matmul(w.unsqueeze(1), e).squeeze(1);
 }
 
 }  // namespace nn
