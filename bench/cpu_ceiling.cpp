@@ -21,7 +21,7 @@ double best_seconds(int reps, F&& f) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int body(int argc, char** argv) {
   cxxopts::Options opts("cpu_ceiling", "GEMM FLOP/s and copy bandwidth of this CPU via libnn");
   opts.add_options()("n", "matrix size", cxxopts::value<int64_t>()->default_value("1536"))(
       "h,help", "show this help");
@@ -48,4 +48,13 @@ int main(int argc, char** argv) {
     if (threads == max_threads) break;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_ceiling: error: %s\n", e.what());
+    return 1;
+  }
 }

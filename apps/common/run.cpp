@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "common/cli.h"
 
@@ -49,9 +50,17 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv)
   if (every_ < 0 || log_every_ < 1) throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
   resume_ = a.count("resume") > 0;
   if (resume_ && !ckpt_) throw UsageError("--resume needs --checkpoint-dir");
-  if (a.count("metrics")) metrics_ = a["metrics"].as<std::string>();
+  // Output files are written after training; a folder that is not there fails now, not then.
+  auto output_file = [&](const char* flag) {
+    const std::string path = a[flag].as<std::string>();
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    NN_CHECK(parent.empty() || std::filesystem::is_directory(parent), "cannot open '", path,
+             "' for writing (--", flag, "): folder '", parent.string(), "' does not exist");
+    return path;
+  };
+  if (a.count("metrics")) metrics_ = output_file("metrics");
   if (a.count("notify-cmd")) notify_ = a["notify-cmd"].as<std::string>();
-  if (a.count("save-model")) save_model_ = a["save-model"].as<std::string>();
+  if (a.count("save-model")) save_model_ = output_file("save-model");
   if (a.count("tensorboard"))
     tb_ = std::make_unique<nn::train::TensorBoardWriter>(a["tensorboard"].as<std::string>());
   nn::train::StopSignal::install();
@@ -190,6 +199,12 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
   }
   if (!notify_.empty()) nn::train::notify_async(notify_, app_ + ": " + line + "\n");
   if (ckpt_) save(next);
+}
+
+Run::~Run() {
+  if (!notify_.empty() && !nn::train::wait_for_notifications(30.0))
+    std::fprintf(stderr, "%s: warning: a --notify-cmd command still runs after 30 s; not waiting\n",
+                 app_.c_str());
 }
 
 void Run::finish() {

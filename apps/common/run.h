@@ -42,6 +42,8 @@ struct Stopped {
 class Run {
  public:
   Run(std::string app, const cxxopts::ParseResult& args, int argc, char** argv);
+  // Gives running --notify-cmd commands up to 30 s to finish (the last epoch's message).
+  ~Run();
 
   // What is saved and restored. Pointers may be null except model and optimizer.
   struct State {

@@ -128,6 +128,9 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     throw UsageError("give either --data-dir DIR or --data synthetic");
 
   // ---- data ---------------------------------------------------------------------------------
+  // From here a SIGTERM/SIGINT only raises a flag: reading and tokenising can take minutes,
+  // and the synthetic set's temporary folder must be removed either way.
+  nn::train::StopSignal::install();
   TextData d;
   std::string root;
   std::string synthetic_dir;
@@ -145,6 +148,11 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   d.train = nn::text::read_text_folder(root, "train");
   d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
   if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir);
+  if (nn::train::StopSignal::requested()) {
+    std::fprintf(stderr, "%s: stopped by signal %d while reading the data; nothing to save\n",
+                 app.name.c_str(), nn::train::StopSignal::signal_number());
+    throw Stopped{nn::train::StopSignal::signal_number()};
+  }
   if (a.count("relabel")) {
     const int64_t n = check_positive("relabel", a["relabel"].as<int64_t>());
     nn::text::relabel(d.train, n, seed);

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 
 namespace {
 double time_per_call(const nn::Device& d, int iters, const std::function<void()>& f) {
@@ -28,12 +29,12 @@ int main(int argc, char** argv) {
       "iters", "timed iterations", cxxopts::value<int>()->default_value("50"))(
       "dtype", "f32, f16 or bf16", cxxopts::value<std::string>()->default_value("f32"))(
       "h,help", "show this help");
-  auto a = opts.parse(argc, argv);
-  if (a.count("help")) {
-    std::printf("%s\n", opts.help().c_str());
-    return 0;
-  }
   try {
+    auto a = opts.parse(argc, argv);
+    if (a.count("help")) {
+      std::printf("%s\n", opts.help().c_str());
+      return 0;
+    }
     const nn::Device d(a["device"].as<std::string>());
     nn::check_device(d);
     const nn::DType t = nn::dtype_from_name(a["dtype"].as<std::string>());
@@ -65,12 +66,13 @@ int main(int argc, char** argv) {
         {"softmax_rows", 2 * es * n, [&] { out = nn::softmax(x2, 1); }},
         {"layer_norm_rows", 2 * es * n, [&] { out = nn::layer_norm(x2, {1024}, ln_w, ln_b); }},
     };
+    std::unique_ptr<nn::optim::AdamW> opt;  // outlives the loop that times it
     if (t == nn::kF32) {
-      nn::Tensor p = x.clone().requires_grad_(), g = y.clone();
-      p.set_grad(g);
-      nn::optim::AdamW opt({p}, nn::optim::AdamWOptions(1e-3));
+      nn::Tensor p = x.clone().requires_grad_();
+      p.set_grad(y.clone());
+      opt = std::make_unique<nn::optim::AdamW>(std::vector<nn::Tensor>{p}, nn::optim::AdamWOptions(1e-3));
       // reads p, g, m, v and writes p, m, v
-      ops.push_back({"adamw_step", 7 * es * n, [&] { opt.step(); }});
+      ops.push_back({"adamw_step", 7 * es * n, [&] { opt->step(); }});
     }
     const std::string dev = d.str();
     for (auto& op : ops) {

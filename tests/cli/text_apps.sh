@@ -31,8 +31,10 @@ case $case_ in
 learn_mlp)
   # 4 classes x 500 reviews, batch 32: 63 steps an epoch, 252 in all
   "$mlp" --data synthetic --synthetic-classes 4 --synthetic-size 500 --batch-size 32 --epochs 4 \
-         --seed 1 --metrics "$out/m.jsonl"
-  check_metrics "$out/m.jsonl" 4 0.7 ;;
+         --seed 1 --metrics "$out/m.jsonl" --notify-cmd "cat >> '$out/notes.txt'"
+  check_metrics "$out/m.jsonl" 4 0.7
+  # every epoch's summary reached the notify command, the last one included
+  for e in 1 2 3 4; do grep -q "epoch $e/4" "$out/notes.txt" || { echo "no notification for epoch $e"; cat "$out/notes.txt"; exit 1; }; done ;;
 learn_transformer)
   "$tr" --data synthetic --synthetic-classes 4 --synthetic-size 500 --batch-size 32 --epochs 4 \
         --layers 1 --hidden 64 --heads 2 --ffn 128 --max-len 96 --seed 1 --metrics "$out/m.jsonl"
@@ -86,6 +88,9 @@ bad_inputs)
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --save-model "$out/m2.st" >/dev/null
   "$e" 1 "error: .*shape" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
        --eval-only --load-model "$out/m2.st"
+  # an output folder that does not exist fails before training, not after it
+  "$e" 1 "cannot open '$out/none/m.st' for writing \(--save-model\): folder '$out/none' does not exist" -- \
+       "$mlp" --data synthetic --save-model "$out/none/m.st"
   "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data synthetic --preset huge
   "$e" 2 "--norm must be one of pre, post" -- "$tr" --data synthetic --norm mid ;;
 *) echo "unknown case $case_"; exit 2 ;;

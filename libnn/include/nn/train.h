@@ -67,5 +67,8 @@ namespace nn::train {
 // caller and never throws: a command that cannot start or exits non-zero prints one warning
 // on stderr. Returns at once.
 void notify_async(const std::string& command, const std::string& text);
+// Waits up to `timeout_seconds` for the notify commands still running (a program calls it
+// before it exits, so the last epoch's message is not lost); true when none is left.
+bool wait_for_notifications(double timeout_seconds);
 
 }  // namespace nn::train

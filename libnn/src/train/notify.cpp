@@ -6,15 +6,41 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 namespace nn::train {
+
+namespace {
+struct InFlight {
+  std::mutex mu;
+  std::condition_variable done;
+  int count = 0;
+};
+InFlight& in_flight() {
+  static InFlight* f = new InFlight;  // never destroyed: detached threads may outlive statics
+  return *f;
+}
+}  // namespace
 
 void notify_async(const std::string& command, const std::string& text) {
   if (command.empty()) return;
   // A reader that exits early must not kill the trainer with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  {
+    std::lock_guard<std::mutex> lock(in_flight().mu);
+    in_flight().count++;
+  }
   std::thread([command, text] {
+    struct Finished {  // however the thread ends
+      ~Finished() {
+        std::lock_guard<std::mutex> lock(in_flight().mu);
+        in_flight().count--;
+        in_flight().done.notify_all();
+      }
+    } finished;
     FILE* p = popen(command.c_str(), "w");
     if (!p) {
       std::fprintf(stderr, "warning: notify command could not start: %s\n", std::strerror(errno));
@@ -30,6 +56,12 @@ void notify_async(const std::string& command, const std::string& text) {
       std::fprintf(stderr, "warning: notify command was killed by signal %d\n", WTERMSIG(status));
     }
   }).detach();
+}
+
+bool wait_for_notifications(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(in_flight().mu);
+  return in_flight().done.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                                   [] { return in_flight().count == 0; });
 }
 
 }  // namespace nn::train
