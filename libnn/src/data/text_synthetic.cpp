@@ -30,7 +30,6 @@ constexpr const char* kCommon[] = {
     "can", "were", "me", "well", "than", "we", "been", "get", "will", "also", "other",
     "people", "first", "because", "how", "him", "most", "made", "its", "then", "make", "way",
     "could", "too", "any", "after", "don't", "it's", "plot", "scene", "actors", "ending"};
-constexpr int64_t kNumCommon = int64_t(std::size(kCommon));
 
 // Made-up word number `index`: `syllables` consonant-vowel pairs, a bijection, so different
 // indices never give the same word.
