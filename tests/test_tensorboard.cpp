@@ -148,9 +148,10 @@ TEST_CASE("TensorBoardWriter writes framed scalar events, flushed as they come",
 
   REQUIRE(ev[0].file_version == "brain.Event:2");
   REQUIRE_FALSE(ev[0].has_value);
+  // time() may read a coarse clock a tick behind the writer's: 2 s of slack on each side
   for (auto& e : ev) {
-    REQUIRE(e.wall_time >= t0 - 1);
-    REQUIRE(e.wall_time <= double(time(nullptr)) + 1);
+    REQUIRE(e.wall_time >= t0 - 2);
+    REQUIRE(e.wall_time <= double(time(nullptr)) + 2);
   }
   struct Want { const char* tag; float value; int64_t step; };
   Want want[] = {{"train/loss", 0.5f, 1}, {"train/loss", 0.25f, 2}, {"val/acc", 0.875f, 1ll << 40},
