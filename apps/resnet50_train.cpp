@@ -51,6 +51,8 @@ int run(int argc, char** argv) {
       ("label-smoothing", "label smoothing", cxxopts::value<double>()->default_value("0.1"))
       ("warmup-epochs", "linear warm-up before the cosine decay", cxxopts::value<double>()->default_value("0"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
+      ("layout", "memory format: nhwc (channels-last), nchw, or auto (nhwc on CUDA, nchw on CPU)",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads", cxxopts::value<int>())
       ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
@@ -69,6 +71,9 @@ int run(int argc, char** argv) {
   nn::check_device(device);
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
+  const std::string layout = a["layout"].as<std::string>();
+  apps::check_choice("layout", layout, {"auto", "nhwc", "nchw"});
+  const bool nhwc = layout == "nhwc" || (layout == "auto" && device.is_cuda());
 
   const std::string data = a["data"].as<std::string>();
   std::shared_ptr<nn::data::Dataset> train_set, val_set;
@@ -102,7 +107,8 @@ int run(int argc, char** argv) {
                                       : loader.num_batches();
   NN_CHECK(data == "synthetic" || per_epoch > 0, "the training set has fewer images than one batch of ", batch);
 
-  auto model = nn::models::resnet50(nn::models::ResNetOptions().num_classes(classes).zero_init_residual(true));
+  auto model = nn::models::resnet50(
+      nn::models::ResNetOptions().num_classes(classes).zero_init_residual(true).channels_last(nhwc));
   model->to(device);
   const double lr = a.count("lr") ? a["lr"].as<double>() : 0.1 * double(batch) / 256.0;
   // No weight decay on BN parameters and biases (the usual ResNet recipe).
@@ -120,9 +126,10 @@ int run(int argc, char** argv) {
 
   apps::Run run("resnet50_train", a, argc, argv);
   apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler});
-  std::printf("resnet50_train: %s data, %lld classes, batch %lld, %s on %s, %lld steps per epoch\n",
-              data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
-              (long long)batch, precision.c_str(), device.str().c_str(), (long long)per_epoch);
+  std::printf("resnet50_train: %s data, %lld classes, batch %lld, %s %s on %s, %lld steps per "
+              "epoch\n", data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
+              (long long)batch, precision.c_str(), nhwc ? "nhwc" : "nchw", device.str().c_str(),
+              (long long)per_epoch);
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
     apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");

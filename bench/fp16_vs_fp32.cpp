@@ -20,18 +20,20 @@ struct Result {
   std::vector<double> losses;
 };
 
-std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t classes) {
-  if (name == "resnet50") return nn::models::resnet50(nn::models::ResNetOptions().num_classes(classes));
+std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t classes, bool nhwc) {
+  if (name == "resnet50")
+    return nn::models::resnet50(
+        nn::models::ResNetOptions().num_classes(classes).channels_last(nhwc));
   return nn::models::keras_mnist_cnn();
 }
 
 Result run(const std::string& model_name, const std::string& precision, const nn::Device& dev,
            int64_t batch, int64_t image, int64_t warmup, int64_t batches, int64_t pool,
-           uint64_t seed) {
+           uint64_t seed, bool nhwc) {
   nn::manual_seed(seed);
   const bool resnet = model_name == "resnet50";
   const int64_t classes = resnet ? 1000 : 10;
-  auto model = make_model(model_name, classes);
+  auto model = make_model(model_name, classes, nhwc);
   model->to(dev);
   model->train();
   // lr 0.1 per 256 images (the linear scaling rule tf_cnn_benchmarks follows)
@@ -110,6 +112,8 @@ int body(int argc, char** argv) {
       ("synthetic-batches", "distinct synthetic batches cycled through",
        cxxopts::value<int64_t>()->default_value("4"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
+      ("layout", "ResNet memory format: nhwc (channels-last), nchw, or auto (nhwc on CUDA)",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("json", "write results (schema libnn-bench-1) to FILE", cxxopts::value<std::string>())
       ("machine", "machine kind for bench/report's price table", cxxopts::value<std::string>())
@@ -128,6 +132,11 @@ int body(int argc, char** argv) {
   const int64_t batch = a["batch-size"].as<int64_t>(), batches = a["num-batches"].as<int64_t>();
   const int64_t warmup = a["num-warmup-batches"].as<int64_t>();
   const int64_t pool = a["synthetic-batches"].as<int64_t>();
+  const std::string layout_arg = a["layout"].as<std::string>();
+  NN_CHECK(layout_arg == "auto" || layout_arg == "nhwc" || layout_arg == "nchw",
+           "--layout must be auto, nhwc or nchw, got '", layout_arg, "'");
+  const bool nhwc = layout_arg == "nhwc" || (layout_arg == "auto" && dev.is_cuda());
+  const std::string layout = model == "resnet50" ? (nhwc ? "nhwc" : "nchw") : "nchw";
   NN_CHECK(batch > 0 && batches > 0 && warmup >= 0 && pool > 0,
            "--batch-size, --num-batches and --synthetic-batches must be positive");
   std::vector<std::string> precisions;
@@ -138,12 +147,13 @@ int body(int argc, char** argv) {
       precisions.push_back(p);
     }
   }
-  std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s\n", model.c_str(),
-              (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str());
+  std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s, %s\n", model.c_str(),
+              (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str(),
+              layout.c_str());
   std::vector<Result> results;
   for (auto& p : precisions) {
     results.push_back(run(model, p, dev, batch, a["image-size"].as<int64_t>(), warmup, batches,
-                          pool, a["seed"].as<uint64_t>()));
+                          pool, a["seed"].as<uint64_t>(), nhwc));
     auto& r = results.back();
     std::printf("  %-5s %9.1f images/s  peak %8.0f MiB  final loss %.4f\n", p.c_str(),
                 r.images_per_second, r.peak_mb, r.final_loss);
@@ -176,6 +186,7 @@ int body(int argc, char** argv) {
                                    .add("impl", std::string("libnn"))
                                    .add("device", std::string(dev.is_cpu() ? "cpu" : "cuda"))
                                    .add("precision", r.precision)
+                                   .add("layout", layout)
                                    .add("phase", std::string("train"))
                                    .add("seconds", r.seconds)
                                    .add("samples", batch * batches)

@@ -94,6 +94,10 @@ PY
     "$py" bench/peers/fp16_vs_fp32_torch.py --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
   done
+  log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the runs above are NHWC)"
+  "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
+      --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
+      2>&1 | tee -a "$OUT/summary.md"
   log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
       --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \

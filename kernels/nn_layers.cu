@@ -140,12 +140,34 @@ __global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S,
 int ln_splits(int64_t R) { return int(std::clamp<int64_t>(ceil_div(R, 64), 1, 256)); }
 
 // ---- pooling ---------------------------------------------------------------------------------
+// Element i (in memory order) of a (planes, Hd, Wd) tensor in g's layout: its plane, h and w.
+__device__ __forceinline__ void pool_pos(const PoolGeom& g, int64_t i, int64_t Hd, int64_t Wd,
+                                         int64_t& pl, int64_t& h, int64_t& w) {
+  if (g.nhwc) {
+    const int64_t c = i % g.C;
+    i /= g.C;
+    w = i % Wd;
+    i /= Wd;
+    h = i % Hd;
+    pl = (i / Hd) * g.C + c;
+  } else {
+    w = i % Wd;
+    h = (i / Wd) % Hd;
+    pl = i / (Wd * Hd);
+  }
+}
+// The memory index of (plane, h, w) in a (planes, Hd, Wd) tensor in g's layout.
+__device__ __forceinline__ int64_t pool_at(const PoolGeom& g, int64_t pl, int64_t h, int64_t w,
+                                           int64_t Hd, int64_t Wd) {
+  return g.nhwc ? ((pl / g.C * Hd + h) * Wd + w) * g.C + pl % g.C : (pl * Hd + h) * Wd + w;
+}
+
 template <typename T>
 __global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom g) {
   const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
-    const int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
-    const T* in = x + pl * g.H * g.W;
+    int64_t pl, oh, ow;
+    pool_pos(g, o, g.OH, g.OW, pl, oh, ow);
     acc_t<T> best = 0;
     int64_t arg = -1;
     for (int i = 0; i < g.kh; ++i) {
@@ -154,7 +176,7 @@ __global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom g) {
       for (int j = 0; j < g.kw; ++j) {
         int64_t iw = ow * g.sw - g.pw + int64_t(j) * g.dw;
         if (iw < 0 || iw >= g.W) continue;
-        acc_t<T> v = load(in[ih * g.W + iw]);
+        acc_t<T> v = load(x[pool_at(g, pl, ih, iw, g.H, g.W)]);
         if (arg < 0 || v > best || v != v) {  // a NaN, once taken, stays
           best = v;
           arg = ih * g.W + iw;
@@ -171,7 +193,8 @@ template <typename T>
 __global__ void max_pool_backward_kernel(const T* grad, const int64_t* idx, T* gx, PoolGeom g) {
   const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int64_t iw = e % g.W, ih = (e / g.W) % g.H, pl = e / (g.W * g.H);
+    int64_t pl, ih, iw;
+    pool_pos(g, e, g.H, g.W, pl, ih, iw);
     const int64_t self = ih * g.W + iw;
     acc_t<T> s = 0;
     for (int i = 0; i < g.kh; ++i) {
@@ -184,7 +207,7 @@ __global__ void max_pool_backward_kernel(const T* grad, const int64_t* idx, T* g
         if (u < 0 || u % g.sw) continue;
         int64_t ow = u / g.sw;
         if (ow >= g.OW) continue;
-        int64_t o = (pl * g.OH + oh) * g.OW + ow;
+        int64_t o = pool_at(g, pl, oh, ow, g.OH, g.OW);
         if (idx[o] == self) s += acc_t<T>(load(grad[o]));
       }
     }
@@ -210,13 +233,15 @@ template <typename T>
 __global__ void avg_pool_kernel(const T* x, T* y, PoolGeom g) {
   const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
-    const int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    int64_t pl, oh, ow;
+    pool_pos(g, o, g.OH, g.OW, pl, oh, ow);
     int64_t h0, h1, w0, w1;
     float div;
     avg_window(g, oh, ow, h0, h1, w0, w1, div);
     acc_t<T> s = 0;
     for (int64_t ih = h0; ih < h1; ++ih)
-      for (int64_t iw = w0; iw < w1; ++iw) s += acc_t<T>(load(x[(pl * g.H + ih) * g.W + iw]));
+      for (int64_t iw = w0; iw < w1; ++iw)
+        s += acc_t<T>(load(x[pool_at(g, pl, ih, iw, g.H, g.W)]));
     y[o] = convert<T>(div > 0 ? s / acc_t<T>(div) : acc_t<T>(0));
   }
 }
@@ -225,7 +250,8 @@ template <typename T>
 __global__ void avg_pool_backward_kernel(const T* grad, T* gx, PoolGeom g) {
   const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int64_t iw = e % g.W, ih = (e / g.W) % g.H, pl = e / (g.W * g.H);
+    int64_t pl, ih, iw;
+    pool_pos(g, e, g.H, g.W, pl, ih, iw);
     acc_t<T> s = 0;
     for (int i = 0; i < g.kh; ++i) {
       int64_t t = ih + g.ph - i;
@@ -240,7 +266,8 @@ __global__ void avg_pool_backward_kernel(const T* grad, T* gx, PoolGeom g) {
         int64_t h0, h1, w0, w1;
         float div;
         avg_window(g, oh, ow, h0, h1, w0, w1, div);
-        if (div > 0) s += acc_t<T>(load(grad[(pl * g.OH + oh) * g.OW + ow])) / acc_t<T>(div);
+        if (div > 0)
+          s += acc_t<T>(load(grad[pool_at(g, pl, oh, ow, g.OH, g.OW)])) / acc_t<T>(div);
       }
     }
     gx[e] = convert<T>(s);
@@ -256,12 +283,14 @@ template <typename T>
 __global__ void adaptive_avg_kernel(const T* x, T* y, PoolGeom g) {
   const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
-    const int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    int64_t pl, oh, ow;
+    pool_pos(g, o, g.OH, g.OW, pl, oh, ow);
     const int64_t h0 = a_start(oh, g.OH, g.H), h1 = a_end(oh, g.OH, g.H);
     const int64_t w0 = a_start(ow, g.OW, g.W), w1 = a_end(ow, g.OW, g.W);
     acc_t<T> s = 0;
     for (int64_t ih = h0; ih < h1; ++ih)
-      for (int64_t iw = w0; iw < w1; ++iw) s += acc_t<T>(load(x[(pl * g.H + ih) * g.W + iw]));
+      for (int64_t iw = w0; iw < w1; ++iw)
+        s += acc_t<T>(load(x[pool_at(g, pl, ih, iw, g.H, g.W)]));
     y[o] = convert<T>(s / acc_t<T>((h1 - h0) * (w1 - w0)));
   }
 }
@@ -270,7 +299,8 @@ template <typename T>
 __global__ void adaptive_avg_backward_kernel(const T* grad, T* gx, PoolGeom g) {
   const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int64_t iw = e % g.W, ih = (e / g.W) % g.H, pl = e / (g.W * g.H);
+    int64_t pl, ih, iw;
+    pool_pos(g, e, g.H, g.W, pl, ih, iw);
     acc_t<T> s = 0;
     const int64_t oh0 = max(int64_t(0), ih * g.OH / g.H - 1), oh1 = min(g.OH, (ih + 1) * g.OH / g.H + 2);
     const int64_t ow0 = max(int64_t(0), iw * g.OW / g.W - 1), ow1 = min(g.OW, (iw + 1) * g.OW / g.W + 2);
@@ -280,7 +310,8 @@ __global__ void adaptive_avg_backward_kernel(const T* grad, T* gx, PoolGeom g) {
       for (int64_t ow = ow0; ow < ow1; ++ow) {
         const int64_t w0 = a_start(ow, g.OW, g.W), w1 = a_end(ow, g.OW, g.W);
         if (iw < w0 || iw >= w1) continue;
-        s += acc_t<T>(load(grad[(pl * g.OH + oh) * g.OW + ow])) / acc_t<T>((h1 - h0) * (w1 - w0));
+        s += acc_t<T>(load(grad[pool_at(g, pl, oh, ow, g.OH, g.OW)])) /
+             acc_t<T>((h1 - h0) * (w1 - w0));
       }
     }
     gx[e] = convert<T>(s);

@@ -24,9 +24,11 @@ void launch_layer_norm_backward(DType t, const void* grad, const void* x, const 
                                 void* grad_x, void* grad_w, void* grad_b, void* workspace,
                                 cudaStream_t s);
 
-// ---- 2-D pooling over (planes, H, W) ---------------------------------------------------------
+// ---- 2-D pooling over (planes, H, W), planes = N * C ------------------------------------------
+// nhwc: input, output and indices stored (N, H, W, C) (channels-last), else (N, C, H, W).
 struct PoolGeom {
-  int64_t planes, H, W, OH, OW;
+  int64_t planes, C, H, W, OH, OW;
+  bool nhwc;
   int kh, kw, sh, sw, ph, pw, dh, dw;
   bool count_include_pad;
 };

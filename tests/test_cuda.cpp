@@ -68,6 +68,7 @@ void check(const Case& c) {
 }
 
 Tensor T(const Tensor& t) { return t.transpose(0, 1); }  // a non-contiguous view
+Tensor channels_last(const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); }
 
 Conv2dParams conv(int64_t s, int64_t p, int64_t d = 1, int64_t g = 1) {
   Conv2dParams c;
@@ -176,6 +177,51 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{adaptive_avg_pool2d(x[0], {1, 1}),
                                             adaptive_avg_pool2d(x[0], {4, 3})};
                }});
+  // channels-last (NHWC): cuDNN's NHWC convolution and batch norm, our NHWC pool kernels, and
+  // layout-keeping elementwise ops, against the CPU (which computes them row-major)
+  auto convcl = [&](const char* n, Shape xs, Shape ws, Conv2dParams p, DType t = kF32) {
+    const bool half = t != kF32;
+    Case c{n, {xs, ws, {ws[0]}}, [p, half](auto& x) {
+             Tensor y = conv2d(channels_last(x[0]), x[1], x[2], p);
+             REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
+             return std::vector<Tensor>{half ? y.to(kF32) : y};
+           }, half ? 3e-2 : 1e-3, !half, t};
+    v.push_back(c);
+  };
+  convcl("conv 3x3 channels-last", {3, 4, 11, 9}, {5, 4, 3, 3}, conv(1, 0));
+  convcl("conv stride 2 pad 1 channels-last", {2, 8, 13, 13}, {16, 8, 3, 3}, conv(2, 1));
+  convcl("conv groups channels-last", {2, 6, 7, 7}, {4, 3, 3, 3}, conv(1, 1, 1, 2));
+  convcl("conv 1x1 channels-last", {3, 8, 5, 5}, {6, 8, 1, 1}, conv(1, 0));
+  convcl("f16 conv channels-last (tensor cores)", {4, 32, 14, 14}, {64, 32, 3, 3}, conv(1, 1), kF16);
+  convcl("bf16 conv channels-last", {4, 16, 9, 9}, {32, 16, 1, 1}, conv(2, 0), kBF16);
+  v.push_back({"pools channels-last", {{2, 5, 9, 8}}, [](auto& x) {
+                 Tensor c = channels_last(x[0]);
+                 Pool2dParams q = pool(3, 2, 1);
+                 q.count_include_pad = false;
+                 std::vector<Tensor> r{max_pool2d(c, pool(3, 2, 1)), avg_pool2d(c, pool(2)),
+                                       avg_pool2d(c, q), adaptive_avg_pool2d(c, {4, 3}),
+                                       adaptive_avg_pool2d(c, {1, 1})};
+                 for (auto& t : r) REQUIRE(t.is_contiguous(MemoryFormat::channels_last));
+                 return r;
+               }});
+  v.push_back({"batch norm channels-last", {{8, 6, 5, 4}, {6}, {6}}, [](auto& x) {
+                 Tensor rm = zeros({6}, x[0].device()), rv = ones({6}, x[0].device());
+                 Tensor c = channels_last(x[0]);
+                 Tensor y = batch_norm(c, rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 Tensor e = batch_norm(c, rm, rv, x[1], x[2], false, 0.1, 1e-5);
+                 REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
+                 return std::vector<Tensor>{y, e, rm, rv};
+               }, 1e-3});
+  v.push_back({"bottleneck-like block channels-last", {{2, 8, 10, 10}, {8, 8, 3, 3}, {8}, {8}},
+               [](auto& x) {
+                 Tensor c = channels_last(x[0]);
+                 Tensor rm = zeros({8}, x[0].device()), rv = ones({8}, x[0].device());
+                 Tensor h = relu(batch_norm(conv2d(c, x[1], {}, conv(1, 1)), rm, rv, x[2], x[3],
+                                            true, 0.1, 1e-5));
+                 Tensor y = max_pool2d(relu(add(h, c)), pool(3, 2, 1));
+                 REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
+                 return std::vector<Tensor>{y};
+               }, 1e-3});
   // softmax, losses
   v.push_back({"softmax/log_softmax", {{7, 13, 5}}, [](auto& x) {
                  return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], -1), softmax(x[0], 1),
@@ -324,6 +370,35 @@ TEST_CASE("the Keras CNN's gradients on CUDA equal the CPU's", "[cuda][train]") 
     grads.push_back(gs);
   }
   for (size_t i = 0; i < grads[0].size(); ++i) test::require_close(grads[1][i], grads[0][i], 1e-3, 1e-4);
+}
+
+TEST_CASE("a small ResNet in channels-last on CUDA matches the CPU, FP32 and FP16", "[cuda][train]") {
+  if (!have_gpu()) return;
+  std::vector<std::vector<Tensor>> results;
+  for (Device d : {kCPU, kCUDA}) {
+    manual_seed(3);
+    models::ResNet net(models::ResNetOptions().layers({1, 1, 1, 1}).num_classes(10));
+    net.to(d);
+    Generator g(4);
+    Tensor x = randn({8, 3, 32, 32}, kF32, &g).to(d).contiguous(MemoryFormat::channels_last);
+    Tensor y = randint(0, 10, {8}, kI64, &g).to(d);
+    Tensor logits = net.forward(x);
+    cross_entropy(logits, y).backward();
+    std::vector<Tensor> r{logits.detach().cpu()};
+    for (auto& p : net.parameters()) r.push_back(p.grad().cpu());
+    if (d.is_cuda()) {  // FP16 autocast on the same weights: logits within FP16 tolerance
+      NoGradGuard ng;
+      amp::AutocastGuard ac(kF16);
+      r.push_back(net.forward(x).to(kF32).cpu());
+    }
+    results.push_back(r);
+  }
+  test::require_close(results[1][0], results[0][0], 1e-3, 1e-4);
+  for (size_t i = 1; i < results[0].size(); ++i) {
+    INFO("parameter gradient " << i - 1);
+    test::require_close(results[1][i], results[0][i], 1e-2, 1e-4);
+  }
+  test::require_close(results[1].back(), results[0][0], 5e-2, 5e-2);
 }
 
 TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][errors]") {

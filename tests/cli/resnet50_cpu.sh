@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # resnet50_cpu.sh RESNET50_TRAIN MAKE_IMAGE_FOLDER: ResNet-50 end to end on the CPU at a small
 # image size: synthetic data (loss falls, no validation fields), and an ImageNet-layout JPEG
-# folder (validation on val/), plus its bad inputs.
+# folder (validation on val/), plus its bad inputs; NHWC and NCHW runs agree.
 set -euo pipefail
 app=$1; make_folder=$2
 out=$(mktemp -d)
@@ -18,6 +18,17 @@ assert all(r["val_loss"] is None and r["val_accuracy"] is None for r in rows), r
 assert all(math.isfinite(r["train_loss"]) for r in rows), rows
 assert rows[-1]["train_loss"] < rows[0]["train_loss"], rows  # the synthetic pool is learnable
 print("synthetic ok:", [round(r["train_loss"], 3) for r in rows])
+PY
+
+# Channels-last gives the row-major run's losses (same seed, same arithmetic on the CPU).
+for l in nchw nhwc; do
+  "$app" "${small[@]}" --num-classes 4 --num-batches 2 --epochs 2 --layout $l --metrics "$out/$l.jsonl"
+done
+python3 - "$out/nchw.jsonl" "$out/nhwc.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["train_loss"] for l in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 2 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)), (a, b)
+print("layouts agree:", a, b)
 PY
 
 rc=0; "$make_folder" "$out/img" || rc=$?
@@ -40,3 +51,4 @@ mkdir -p "$out/noclass/train"
 "$e" 1 "error: .*(no class|empty)" -- "$app" "${small[@]}" --data "$out/noclass"
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" "${small[@]}" --precision fp8
 "$e" 2 "batch-size" -- "$app" "${small[@]}" --batch-size 0
+"$e" 2 "--layout must be one of auto, nhwc, nchw" -- "$app" "${small[@]}" --layout nwhc

@@ -26,6 +26,10 @@ struct ResNetOptions {
   NN_ARG(int64_t, num_classes) = 1000;
   // Start each block's last BN at zero, so blocks begin as identities (helps large batches).
   NN_ARG(bool, zero_init_residual) = false;
+  // Run in channels-last (NHWC) memory format: forward() converts its input once, and the
+  // convolutions, batch norms and pools then work NHWC (on the GPU, tensor-core kernels
+  // without transposes). Weights and results are the same either way.
+  NN_ARG(bool, channels_last) = false;
 };
 
 class ResNet : public Module {

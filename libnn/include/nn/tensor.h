@@ -51,6 +51,12 @@ struct TensorOptions {
   TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
 };
 
+// How a 4-d (N, C, H, W) tensor lies in memory. channels_last keeps the shape and indexing
+// (N, C, H, W) but stores NHWC, which tensor-core convolutions want (as in libtorch).
+// Elementwise ops, conv2d, batch_norm and the pools give channels-last outputs for
+// channels-last inputs, so converting a network's input once is enough.
+enum class MemoryFormat { contiguous, channels_last };
+
 class Tensor {
  public:
   Tensor() = default;
@@ -73,6 +79,7 @@ class Tensor {
   Device device() const;
   TensorOptions options() const { return TensorOptions(dtype()).device(device()); }
   bool is_contiguous() const;
+  bool is_contiguous(MemoryFormat f) const;  // channels_last: 4-d with NHWC-packed strides
   size_t nbytes() const { return size_t(numel()) * element_size(dtype()); }
   const std::shared_ptr<Storage>& storage() const;
 
@@ -91,6 +98,7 @@ class Tensor {
   Tensor to(const char* d) const { return to(Device(d)); }
   Tensor cpu() const { return to(kCPU); }
   Tensor contiguous() const;     // differentiable; returns *this when already contiguous
+  Tensor contiguous(MemoryFormat f) const;  // differentiable; channels_last needs 4-d
   Tensor clone() const;          // differentiable; always a fresh contiguous copy
   double item() const;           // one element, as double (reads back from the device)
   template <typename T> T item() const { return static_cast<T>(item()); }
@@ -177,6 +185,7 @@ std::ostream& operator<<(std::ostream& os, const Device& d);  // "cuda:0"
 
 // ---- factories ------------------------------------------------------------------------------
 Tensor empty(const Shape& shape, TensorOptions opts = {});
+Tensor empty(const Shape& shape, TensorOptions opts, MemoryFormat f);  // channels_last: 4-d
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, double value, TensorOptions opts = {});

@@ -60,7 +60,13 @@ class Backend {
   // views or broadcast over B (stride 0); out is contiguous.
   virtual void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) = 0;
 
-  // ---- conv (NCHW, contiguous x and w) ------------------------------------------------------
+  // ---- conv, pool, batch norm: layouts ------------------------------------------------------
+  // 4-d (N, C, H, W) arguments are all row-major, or all channels-last: when the input-sized
+  // tensor (x, or grad_x where the call has no x) is_channels_last(), every 4-d argument of the
+  // call, weight and max-pool indices included, is stored NHWC (whatever strides its size-1
+  // dims have).
+
+  // ---- conv --------------------------------------------------------------------------------
   virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                               const Conv2dParams& p) = 0;
   virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
@@ -68,7 +74,7 @@ class Backend {
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                       const Conv2dParams& p) = 0;
 
-  // ---- pool (NCHW, contiguous; stride already resolved) -----------------------------------
+  // ---- pool (stride already resolved) ------------------------------------------------------
   virtual void max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
                                   const Pool2dParams& p) = 0;  // indices i64: h * W + w
   virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
@@ -101,7 +107,7 @@ class Backend {
   virtual void dropout_backward(const Tensor& grad, const Tensor& mask, double p,
                                 Tensor& grad_x) = 0;
 
-  // ---- norm (x contiguous) ------------------------------------------------------------------
+  // ---- norm (x contiguous, or channels-last 4-d as for conv) ----------------------------------
   // x (N, C, S) with S = product of spatial dims. save_mean/save_invstd (C): the statistics
   // used (batch ones in training, running ones in eval). weight/bias may be undefined.
   virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -48,6 +48,20 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_contiguous(MemoryFormat f) const {
+  if (f == MemoryFormat::contiguous) return is_contiguous();
+  if (dim() != 4) return false;
+  const auto& sh = shape();
+  const auto& st = strides();
+  int64_t expected = 1;
+  for (int64_t i : {1, 3, 2, 0}) {  // C innermost, then W, H, N
+    if (sh[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= sh[i];
+  }
+  return true;
+}
+
 void* Tensor::data_ptr() const {
   auto& im = impl_of(*this);
   auto* base = static_cast<char*>(im.storage->data());
@@ -76,6 +90,21 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
   return Tensor(std::move(v));
 }
 
+Shape channels_last_strides(const Shape& s) {
+  NN_CHECK(s.size() == 4, "channels_last needs a 4-d (N, C, H, W) shape, got ", shape_str(s));
+  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+}
+
+bool is_channels_last(const Tensor& t) {
+  return t.dim() == 4 && t.is_contiguous(MemoryFormat::channels_last) && !t.is_contiguous();
+}
+
+Tensor nhwc_view(const Tensor& t) {
+  const Shape& s = t.shape();
+  const Shape& st = t.strides();
+  return make_view(t, {s[0], s[2], s[3], s[1]}, {st[0], st[2], st[3], st[1]}, t.offset());
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape st(shape.size());
   int64_t s = 1;
@@ -102,6 +131,14 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
   impl->dtype = opts.dtype_;
   Tensor t(std::move(impl));
   if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+Tensor empty(const Shape& shape, TensorOptions opts, MemoryFormat f) {
+  if (f == MemoryFormat::contiguous) return empty(shape, opts);
+  const Shape strides = channels_last_strides(shape);
+  Tensor t = empty(shape, opts);
+  t.impl()->strides = strides;
   return t;
 }
 

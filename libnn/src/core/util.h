@@ -5,6 +5,14 @@
 namespace nn {
 
 Shape contiguous_strides(const Shape& shape);
+// Strides of a 4-d (N, C, H, W) shape stored NHWC.
+Shape channels_last_strides(const Shape& shape);
+// A 4-d tensor stored NHWC that is not also plain row-major (they coincide when C == 1 or
+// H == W == 1): the tensors that take the channels-last paths of conv, norm and pool.
+bool is_channels_last(const Tensor& t);
+// The (N, H, W, C) view of a 4-d (N, C, H, W) tensor: contiguous when t is channels-last, so
+// elementwise work on channels-last tensors runs on the backends' contiguous paths.
+Tensor nhwc_view(const Tensor& t);
 int64_t numel_of(const Shape& shape);
 // Wraps a possibly negative dim into [0, ndim); throws nn::Error when out of range.
 int64_t wrap_dim(int64_t d, int64_t ndim);

@@ -70,7 +70,8 @@ Tensor ResNet::forward(const Tensor& x) {
   mp.kernel = {3, 3};
   mp.stride = {2, 2};
   mp.padding = {1, 1};
-  Tensor h = max_pool2d(relu(bn1->forward(conv1->forward(x))), mp);
+  const Tensor in = options.channels_last() ? x.contiguous(MemoryFormat::channels_last) : x;
+  Tensor h = max_pool2d(relu(bn1->forward(conv1->forward(in))), mp);
   h = layer4->forward(layer3->forward(layer2->forward(layer1->forward(h))));
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
   return fc->forward(h);

@@ -8,8 +8,10 @@ using namespace ops;
 
 Tensor Tensor::to(DType t) const {
   if (dtype() == t) return *this;
-  Tensor out = empty(shape(), options().dtype(t));
-  backend::of(*this).copy(*this, out);
+  const MemoryFormat f = format_of(*this);
+  Tensor out = empty(shape(), options().dtype(t), f);
+  Tensor ov = layout_view(out, f);
+  backend::of(*this).copy(layout_view(*this, f), ov);
   if (is_floating(t) && is_floating(dtype()))
     record("to_dtype", {*this}, out, [from = dtype()](const Tensor& g, auto&) {
       return std::vector<Tensor>{g.to(from)};
@@ -20,8 +22,9 @@ Tensor Tensor::to(DType t) const {
 Tensor Tensor::to(Device d) const {
   if (device() == d) return *this;
   check_device(d);
-  Tensor src = raw_contiguous(*this);
-  Tensor out = empty(shape(), options().device(d));
+  const MemoryFormat f = format_of(*this);  // channels-last bytes travel as they are
+  Tensor src = raw_format(*this, f);
+  Tensor out = empty(shape(), options().device(d), f);
   if (numel() > 0) {
     if (src.device().is_cpu()) {
       backend::get(d).upload(src.data_ptr(), out);

@@ -30,6 +30,19 @@ inline void check_dim(const Tensor& t, int64_t d, const char* op, const char* wh
 Tensor raw_expand(const Tensor& t, const Shape& shape);
 // t itself when contiguous, else a contiguous copy; no autograd.
 Tensor raw_contiguous(const Tensor& t);
+// The memory format of an elementwise result of shape `s`: channels-last when an input of that
+// shape is, so layouts flow through activations and residual adds.
+MemoryFormat format_for(const Shape& s, std::initializer_list<const Tensor*> ins);
+// What a backend computes an elementwise op on: t, or its (N, H, W, C) view when the result is
+// channels-last (then output and same-format inputs are contiguous in that view).
+inline Tensor layout_view(const Tensor& t, MemoryFormat f) {
+  return f == MemoryFormat::channels_last ? nhwc_view(t) : t;
+}
+// t itself when already in format f, else a copy in f; no autograd.
+Tensor raw_format(const Tensor& t, MemoryFormat f);
+inline MemoryFormat format_of(const Tensor& t) {
+  return is_channels_last(t) ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+}
 // Dims wrapped, sorted and de-duplicated; empty means every dim.
 Shape normalize_dims(const Shape& dims, int64_t ndim);
 

@@ -1,4 +1,4 @@
-// conv2d (NCHW) and its gradients through the backend's conv primitives.
+// conv2d (NCHW or channels-last) and its gradients through the backend's conv primitives.
 #include <nn/amp.h>
 
 #include "ops/common.h"
@@ -32,21 +32,26 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     NN_CHECK(bias.dim() == 1 && bias.shape()[0] == O, "conv2d: bias of shape ",
              shape_str(bias.shape()), ", expected [", O, "]");
   }
-  Tensor xc = raw_contiguous(x), wc = raw_contiguous(weight);
+  // A channels-last input runs the NHWC path: output, gradients and the weight's working copy
+  // in that format too. Parameters themselves stay row-major (optimizers and checkpoints never
+  // see a layout).
+  const MemoryFormat f = format_of(x);
+  Tensor xc = raw_format(x, f), wc = raw_format(weight, f);
   Tensor bc = bias.defined() ? raw_contiguous(bias) : Tensor();
-  Tensor out = empty({N, O, OH, OW}, x.options());
+  Tensor out = empty({N, O, OH, OW}, x.options(), f);
   if (out.numel() > 0) backend::of(x).conv2d_forward(xc, wc, bc, out, p);
   record("conv2d", {x, weight, bias}, out,
-         [xs = xc.detach(), ws = wc.detach(), p](const Tensor& g, auto& need) {
-    Tensor gc = raw_contiguous(g);
+         [xs = xc.detach(), ws = wc.detach(), p, f](const Tensor& g, auto& need) {
+    Tensor gc = raw_format(g, f);
     Tensor gx, gw, gb;
     if (need[0]) {
-      gx = empty(xs.shape(), xs.options());
+      gx = empty(xs.shape(), xs.options(), f);
       backend::of(g).conv2d_backward_input(gc, ws, gx, p);
     }
     if (need[1]) {
-      gw = empty(ws.shape(), ws.options());
+      gw = empty(ws.shape(), ws.options(), f);
       backend::of(g).conv2d_backward_weight(gc, xs, gw, p);
+      gw = raw_contiguous(gw);
     }
     if (need[2]) gb = sum(gc, {0, 2, 3});
     return std::vector<Tensor>{gx, gw, gb};

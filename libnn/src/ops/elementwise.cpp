@@ -24,11 +24,19 @@ Tensor raw_expand(const Tensor& t, const Shape& shape) {
   return make_view(t, shape, st, t.offset());
 }
 
-Tensor raw_contiguous(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), t.options());
+Tensor raw_contiguous(const Tensor& t) { return raw_format(t, MemoryFormat::contiguous); }
+
+Tensor raw_format(const Tensor& t, MemoryFormat f) {
+  if (t.is_contiguous(f)) return t;
+  Tensor c = empty(t.shape(), t.options(), f);
   backend::of(t).copy(t, c);
   return c;
+}
+
+MemoryFormat format_for(const Shape& s, std::initializer_list<const Tensor*> ins) {
+  for (const Tensor* t : ins)
+    if (t->shape() == s && is_channels_last(*t)) return MemoryFormat::channels_last;
+  return MemoryFormat::contiguous;
 }
 }  // namespace ops
 
@@ -77,14 +85,18 @@ std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char*
 Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
   check_pair(a, b, name);
   Shape s = broadcast_shapes(a.shape(), b.shape());
-  Tensor out = empty(s, a.options());
-  backend::of(a).binary(op, raw_expand(a, s), raw_expand(b, s), out);
+  const MemoryFormat f = format_for(s, {&a, &b});
+  Tensor out = empty(s, a.options(), f);
+  Tensor ov = layout_view(out, f);
+  backend::of(a).binary(op, layout_view(raw_expand(a, s), f), layout_view(raw_expand(b, s), f), ov);
   return out;
 }
 
 Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
-  Tensor out = empty(x.shape(), x.options());
-  backend::of(x).unary(op, x, out, a, b);
+  const MemoryFormat f = format_of(x);
+  Tensor out = empty(x.shape(), x.options(), f);
+  Tensor ov = layout_view(out, f);
+  backend::of(x).unary(op, layout_view(x, f), ov, a, b);
   return out;
 }
 
@@ -99,8 +111,11 @@ Tensor unary_float(UnaryOp op, const Tensor& x, const char* name, double a = 0, 
 Tensor activation(UnaryOp op, const Tensor& x, const char* name) {
   Tensor y = unary_float(op, x, name);
   record(name, {x}, y, [op, xs = x.detach(), ys = y.detach()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs.shape(), xs.options());
-    backend::of(g).unary_backward(op, raw_expand(g, xs.shape()), xs, ys, gx);
+    const MemoryFormat f = format_of(xs);
+    Tensor gx = empty(xs.shape(), xs.options(), f);
+    Tensor gv = layout_view(gx, f);
+    backend::of(g).unary_backward(op, layout_view(raw_expand(g, xs.shape()), f),
+                                  layout_view(xs, f), layout_view(ys, f), gv);
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -220,8 +235,11 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   NN_CHECK(cond.device() == a.device(), "where: condition on ", cond.device().str(),
            ", values on ", a.device().str());
   Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape()), b.shape());
-  Tensor out = empty(s, a.options());
-  backend::of(a).where(raw_expand(cond, s), raw_expand(a, s), raw_expand(b, s), out);
+  const MemoryFormat f = format_for(s, {&a, &b});
+  Tensor out = empty(s, a.options(), f);
+  Tensor ov = layout_view(out, f);
+  backend::of(a).where(layout_view(raw_expand(cond, s), f), layout_view(raw_expand(a, s), f),
+                       layout_view(raw_expand(b, s), f), ov);
   record("where", {a, b}, out,
          [c = cond.detach(), sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
     Tensor z = zeros({}, g.options());

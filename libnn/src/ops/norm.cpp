@@ -38,8 +38,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            "batch_norm: eval mode needs running_mean and running_var");
   NN_CHECK(!training || x.numel() / C > 1, "batch_norm: training needs more than one value per "
            "channel, got input ", shape_str(x.shape()));
-  Tensor xc = raw_contiguous(x);
-  Tensor out = empty(x.shape(), x.options());
+  const MemoryFormat f = format_of(x);  // channels-last stays channels-last
+  Tensor xc = raw_format(x, f);
+  Tensor out = empty(x.shape(), x.options(), f);
   const TensorOptions so = x.options().dtype(stat_dtype(x));
   Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
@@ -47,11 +48,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                     save_mean, save_invstd);
   record("batch_norm", {x, weight, bias}, out,
          [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(), save_mean,
-          save_invstd, training](const Tensor& g, auto& need) {
-    Tensor gx = need[0] ? empty(xs.shape(), xs.options()) : Tensor();
+          save_invstd, training, f](const Tensor& g, auto& need) {
+    Tensor gx = need[0] ? empty(xs.shape(), xs.options(), f) : Tensor();
     Tensor gw = need[1] ? empty(ws.shape(), ws.options()) : Tensor();
     Tensor gb = need[2] ? empty(ws.shape(), ws.options()) : Tensor();
-    backend::of(g).batch_norm_backward(raw_contiguous(g), xs, ws, save_mean, save_invstd,
+    backend::of(g).batch_norm_backward(raw_format(g, f), xs, ws, save_mean, save_invstd,
                                        training, gx, gw, gb);
     return std::vector<Tensor>{gx, gw, gb};
   });

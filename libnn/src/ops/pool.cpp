@@ -1,4 +1,4 @@
-// 2-D pooling (NCHW): max, average and adaptive average, with gradients.
+// 2-D pooling (NCHW or channels-last): max, average and adaptive average, with gradients.
 #include "ops/common.h"
 
 namespace nn {
@@ -31,13 +31,14 @@ Shape pool_shape(const Tensor& x, Pool2dParams& p, const char* op, bool dilated)
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& params) {
   Pool2dParams p = params;
   Shape s = pool_shape(x, p, "max_pool2d", true);
-  Tensor xc = raw_contiguous(x);
-  Tensor out = empty(s, x.options());
-  Tensor idx = empty(s, TensorOptions(kI64).device(x.device()));
+  const MemoryFormat f = format_of(x);
+  Tensor xc = raw_format(x, f);
+  Tensor out = empty(s, x.options(), f);
+  Tensor idx = empty(s, TensorOptions(kI64).device(x.device()), f);
   backend::of(x).max_pool2d_forward(xc, out, idx, p);
-  record("max_pool2d", {x}, out, [idx, p, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs, opts);
-    backend::of(g).max_pool2d_backward(raw_contiguous(g), idx, gx, p);
+  record("max_pool2d", {x}, out, [idx, p, f, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs, opts, f);
+    backend::of(g).max_pool2d_backward(raw_format(g, f), idx, gx, p);
     return std::vector<Tensor>{gx};
   });
   return out;
@@ -46,11 +47,12 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& params) {
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params) {
   Pool2dParams p = params;
   Shape s = pool_shape(x, p, "avg_pool2d", false);
-  Tensor out = empty(s, x.options());
-  backend::of(x).avg_pool2d_forward(raw_contiguous(x), out, p);
-  record("avg_pool2d", {x}, out, [p, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs, opts);
-    backend::of(g).avg_pool2d_backward(raw_contiguous(g), gx, p);
+  const MemoryFormat f = format_of(x);
+  Tensor out = empty(s, x.options(), f);
+  backend::of(x).avg_pool2d_forward(raw_format(x, f), out, p);
+  record("avg_pool2d", {x}, out, [p, f, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs, opts, f);
+    backend::of(g).avg_pool2d_backward(raw_format(g, f), gx, p);
     return std::vector<Tensor>{gx};
   });
   return out;
@@ -63,11 +65,12 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> size) {
   NN_CHECK(size[0] >= 1 && size[1] >= 1, "adaptive_avg_pool2d: output size must be positive");
   NN_CHECK(x.shape()[2] >= 1 && x.shape()[3] >= 1, "adaptive_avg_pool2d: empty input ",
            shape_str(x.shape()));
-  Tensor out = empty({x.shape()[0], x.shape()[1], size[0], size[1]}, x.options());
-  backend::of(x).adaptive_avg_pool2d_forward(raw_contiguous(x), out);
-  record("adaptive_avg_pool2d", {x}, out, [xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs, opts);
-    backend::of(g).adaptive_avg_pool2d_backward(raw_contiguous(g), gx);
+  const MemoryFormat f = format_of(x);
+  Tensor out = empty({x.shape()[0], x.shape()[1], size[0], size[1]}, x.options(), f);
+  backend::of(x).adaptive_avg_pool2d_forward(raw_format(x, f), out);
+  record("adaptive_avg_pool2d", {x}, out, [f, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs, opts, f);
+    backend::of(g).adaptive_avg_pool2d_backward(raw_format(g, f), gx);
     return std::vector<Tensor>{gx};
   });
   return out;

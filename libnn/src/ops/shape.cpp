@@ -202,6 +202,16 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 
+Tensor Tensor::contiguous(MemoryFormat f) const {
+  if (f == MemoryFormat::contiguous) return contiguous();
+  check_dim(*this, 4, "contiguous(channels_last)", "input (N, C, H, W)");
+  if (is_contiguous(f)) return *this;
+  Tensor out = empty(shape(), options(), f);
+  backend::of(*this).copy(*this, out);
+  record("contiguous", {*this}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{g}; });
+  return out;
+}
+
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), options());
   backend::of(*this).copy(*this, out);

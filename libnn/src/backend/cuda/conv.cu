@@ -1,4 +1,6 @@
-// CUDA conv family on cuDNN (the long-standing descriptor API, present in cuDNN 8 and 9).
+// CUDA conv family on cuDNN (the long-standing descriptor API, present in cuDNN 8 and 9), in
+// NCHW or, for channels-last tensors, NHWC: the layout whose FP16/BF16 kernels run on tensor
+// cores without transposes.
 // Each shape's algorithms are chosen once by cuDNN's benchmark (Find) and cached; workspaces
 // come from our caching allocator.
 #include <map>
@@ -27,17 +29,20 @@ struct ConvDescs {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  ConvDescs(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType t) {
+  ConvDescs(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType t,
+            bool nhwc) {
     const cudnnDataType_t dt = cudnn_type(t);
+    // Dims are always given as (N, C, H, W) and (O, C, KH, KW); the format says how they lie.
+    const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     NN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     NN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(xs[0]), int(xs[1]),
+    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, fmt, dt, int(xs[0]), int(xs[1]),
                                               int(xs[2]), int(xs[3])));
-    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, int(ys[0]), int(ys[1]),
+    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, fmt, dt, int(ys[0]), int(ys[1]),
                                               int(ys[2]), int(ys[3])));
-    NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, int(ws[0]), int(ws[1]),
+    NN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, fmt, int(ws[0]), int(ws[1]),
                                               int(ws[2]), int(ws[3])));
     // 16-bit data accumulates in FP32 on tensor cores; FP32 data stays exact FP32 (no TF32).
     NN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
@@ -64,8 +69,9 @@ std::mutex g_cache_mu;
 std::map<std::string, Choice> g_cache;  // (pass, device, shapes, params, dtype) -> algorithm
 
 std::string cache_key(const char* pass, int dev, const Shape& xs, const Shape& ws,
-                      const Conv2dParams& p, DType t) {
-  return detail::cat(pass, dev, shape_str(xs), shape_str(ws), p.stride[0], ",", p.stride[1], ",",
+                      const Conv2dParams& p, DType t, bool nhwc) {
+  return detail::cat(pass, dev, nhwc ? "nhwc" : "nchw", shape_str(xs), shape_str(ws),
+                     p.stride[0], ",", p.stride[1], ",",
                      p.padding[0], ",", p.padding[1], ",", p.dilation[0], ",", p.dilation[1], ",",
                      p.groups, dtype_name(t));
 }
@@ -111,8 +117,9 @@ struct Scale {
 void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                                  const Conv2dParams& p) {
   activate();
-  ConvDescs d(x.shape(), w.shape(), out.shape(), p, x.dtype());
-  const std::string key = cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype());
+  const bool nhwc = is_channels_last(x);
+  ConvDescs d(x.shape(), w.shape(), out.shape(), p, x.dtype(), nhwc);
+  const std::string key = cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype(), nhwc);
   int n = 0;
   NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &n));
   const Choice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
@@ -127,16 +134,22 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
                                          d.conv, cudnnConvolutionFwdAlgo_t(c.algo), ws.data_ptr(),
                                          c.workspace, k.zero(), d.y, out.data_ptr()));
   if (bias.defined()) {  // out += bias over (N, ., H, W): a broadcast add in place
-    Tensor b4 = make_view(bias, out.shape(), {0, bias.strides()[0], 0, 0}, bias.offset());
-    binary(BinaryOp::add, out, b4, out);
+    const Shape& s = out.shape();
+    Tensor o = nhwc ? nhwc_view(out) : out;  // contiguous either way
+    Tensor b4 = nhwc ? make_view(bias, {s[0], s[2], s[3], s[1]}, {0, 0, 0, bias.strides()[0]},
+                                 bias.offset())
+                     : make_view(bias, s, {0, bias.strides()[0], 0, 0}, bias.offset());
+    binary(BinaryOp::add, o, b4, o);
   }
 }
 
 void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                         const Conv2dParams& p) {
   activate();
-  ConvDescs d(grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype());
-  const std::string key = cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype());
+  const bool nhwc = is_channels_last(grad_x);
+  ConvDescs d(grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype(), nhwc);
+  const std::string key =
+      cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc);
   int n = 0;
   NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &n));
   const Choice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -156,8 +169,10 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
 void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                          const Conv2dParams& p) {
   activate();
-  ConvDescs d(x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype());
-  const std::string key = cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype());
+  const bool nhwc = is_channels_last(x);
+  ConvDescs d(x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype(), nhwc);
+  const std::string key =
+      cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc);
   int n = 0;
   NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &n));
   const Choice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(

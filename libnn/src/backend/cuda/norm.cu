@@ -1,5 +1,5 @@
-// CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1)), layer norm on our
-// kernels.
+// CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
+// channels-last data), layer norm on our kernels.
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
 #include "kernels/nn_layers.cuh"
@@ -18,7 +18,12 @@ struct BnDescs {
                                               : CUDNN_DATA_FLOAT;
     NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     NN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&param));
-    NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(N), int(C), int(S), 1));
+    if (is_channels_last(t))  // (N, C, H, W) stored NHWC
+      NN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, dt, int(N), int(C),
+                                                int(t.shape()[2]), int(t.shape()[3])));
+    else
+      NN_CUDNN_CHECK(
+          cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(N), int(C), int(S), 1));
     NN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param, x, CUDNN_BATCHNORM_SPATIAL));
   }
   ~BnDescs() {
@@ -78,7 +83,11 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
   Tensor w = weight.defined() ? weight : ones({C}, po);
   if (training) {
     BnDescs d(x);
-    Tensor gx = grad_x.defined() ? grad_x : empty(x.shape(), x.options());
+    Tensor gx = grad_x.defined()
+                    ? grad_x
+                    : empty(x.shape(), x.options(),
+                            is_channels_last(x) ? MemoryFormat::channels_last
+                                                : MemoryFormat::contiguous);
     Tensor gw = grad_weight.defined() ? grad_weight : empty({C}, po);
     Tensor gb = grad_bias.defined() ? grad_bias : empty({C}, po);
     const bool f64 = x.dtype() == kF64;
@@ -98,14 +107,16 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
   auto per_channel = [&](const Tensor& t) {  // (C) viewed as (N, C, S) with stride 0
     return make_view(t, {N, C, S}, {0, t.strides()[0], 0}, t.offset());
   };
-  Tensor x3 = make_view(x, {N, C, S}, {C * S, S, 1}, x.offset());
-  Tensor g3 = make_view(grad, {N, C, S}, {C * S, S, 1}, grad.offset());
+  // (N, C, S) views in the data's layout: channels-last stores (N, S, C).
+  const Shape st3 = is_channels_last(x) ? Shape{C * S, 1, C} : Shape{C * S, S, 1};
+  Tensor x3 = make_view(x, {N, C, S}, st3, x.offset());
+  Tensor g3 = make_view(grad, {N, C, S}, st3, grad.offset());
   if (grad_x.defined()) {
     Tensor scale = empty({C}, po);
     binary(BinaryOp::mul, w, save_invstd, scale);
     Tensor scale_x = scale.dtype() == x.dtype() ? scale : empty({C}, x.options());
     if (!scale_x.is_same(scale)) copy(scale, scale_x);
-    Tensor gx3 = make_view(grad_x, {N, C, S}, {C * S, S, 1}, grad_x.offset());
+    Tensor gx3 = make_view(grad_x, {N, C, S}, st3, grad_x.offset());
     binary(BinaryOp::mul, g3, per_channel(scale_x), gx3);
   }
   if (grad_bias.defined()) {

@@ -3,16 +3,19 @@
 // gathers its gradient from the outputs whose window holds it, so there are no atomics and
 // results are deterministic.
 #include "backend/cuda/cuda_backend.h"
+#include "core/util.h"
 #include "kernels/nn_layers.cuh"
 
 namespace nn::backend {
 using namespace cuda;
 
 namespace {
-// x is the input-sized tensor, y the output-sized one.
+// x is the input-sized tensor, y the output-sized one (the backend's layout rule: x decides).
 kernels::PoolGeom pool_geom(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
   kernels::PoolGeom g{};
   g.planes = x.shape()[0] * x.shape()[1];
+  g.C = x.shape()[1];
+  g.nhwc = is_channels_last(x);  // then out (and indices) are NHWC too
   g.H = x.shape()[2];
   g.W = x.shape()[3];
   g.OH = y.shape()[2];
