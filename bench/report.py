@@ -161,8 +161,9 @@ def table(rows, currency):
 
 def config_label(r, rows):
     """Names a row's configuration by the fields that vary within its benchmark."""
-    fields = ["model"] + [k for k in ("impl", "precision", "phase") if len({x[k] for x in rows}) > 1]
-    return " ".join(r[k] for k in fields)
+    varying = ("impl", "precision", "phase", "layout")  # layout: fp16_vs_fp32's nchw/nhwc
+    fields = ["model"] + [k for k in varying if len({x.get(k, "") for x in rows}) > 1]
+    return " ".join(str(r[k]) for k in fields if r.get(k, "") != "")
 
 
 def series_label(r):
