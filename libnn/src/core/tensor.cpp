@@ -100,6 +100,7 @@ bool is_channels_last(const Tensor& t) {
 }
 
 Tensor nhwc_view(const Tensor& t) {
+  NN_CHECK(t.dim() == 4, "nhwc_view: needs a 4-d (N, C, H, W) tensor, got ", shape_str(t.shape()));
   const Shape& s = t.shape();
   const Shape& st = t.strides();
   return make_view(t, {s[0], s[2], s[3], s[1]}, {st[0], st[2], st[3], st[1]}, t.offset());

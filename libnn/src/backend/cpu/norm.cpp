@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/row_major.h"
+#include "backend/row_major.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {

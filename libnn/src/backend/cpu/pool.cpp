@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/row_major.h"
+#include "backend/row_major.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {

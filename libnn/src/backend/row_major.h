@@ -1,6 +1,8 @@
-// The CPU backend computes convolution, pooling and batch norm on row-major (NCHW) buffers.
-// Channels-last arguments pass through row-major copies each way: correct everywhere, and
-// cheap next to the work on CPU (the NHWC fast path is the GPU's, where tensor cores want it).
+// Runs a primitive written for row-major buffers on channels-last (or otherwise strided)
+// arguments: inputs pass through row-major copies, outputs are computed into row-major
+// buffers and copied back. The CPU backend computes convolution, pooling and batch norm this
+// way (its im2col GEMM is NCHW; the NHWC fast path is the GPU's, where tensor cores want it);
+// the CUDA backend does for f64, which cuDNN's NHWC kernels do not take.
 #pragma once
 #include <deque>
 
