@@ -67,14 +67,27 @@ struct Choice {
   size_t workspace;
 };
 std::mutex g_cache_mu;
-std::map<std::string, Choice> g_cache;  // (pass, device, shapes, params, dtype) -> algorithm
+// (pass, device, layout, shapes, params, dtype, buffer alignments) -> algorithm
+std::map<std::string, Choice> g_cache;
+
+// The largest power of two up to 256 dividing a buffer's address: cuDNN may choose kernels
+// that need aligned buffers, so a choice holds for the alignments it was found on.
+int alignment(const Tensor& t) {
+  const auto a = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int k = 256;
+  while (k > 1 && a % uintptr_t(k) != 0) k /= 2;
+  return k;
+}
 
 std::string cache_key(const char* pass, int dev, const Shape& xs, const Shape& ws,
-                      const Conv2dParams& p, DType t, bool nhwc) {
+                      const Conv2dParams& p, DType t, bool nhwc,
+                      std::initializer_list<const Tensor*> buffers) {
+  std::string align;
+  for (const Tensor* b : buffers) align += detail::cat("@", alignment(*b));
   return detail::cat(pass, dev, nhwc ? "nhwc" : "nchw", shape_str(xs), shape_str(ws),
                      p.stride[0], ",", p.stride[1], ",",
                      p.padding[0], ",", p.padding[1], ",", p.dilation[0], ",", p.dilation[1], ",",
-                     p.groups, dtype_name(t));
+                     p.groups, dtype_name(t), align);
 }
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
@@ -125,7 +138,8 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
     return rm.finish();
   }
   ConvDescs d(x.shape(), w.shape(), out.shape(), p, x.dtype(), nhwc);
-  const std::string key = cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype(), nhwc);
+  const std::string key =
+      cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype(), nhwc, {&x, &w, &out});
   int n = 0;
   NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &n));
   const Choice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
@@ -160,7 +174,8 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
   }
   ConvDescs d(grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype(), nhwc);
   const std::string key =
-      cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc);
+      cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc,
+                {&grad_out, &w, &grad_x});
   int n = 0;
   NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &n));
   const Choice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -188,7 +203,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
   }
   ConvDescs d(x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype(), nhwc);
   const std::string key =
-      cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc);
+      cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc,
+                {&x, &grad_out, &grad_w});
   int n = 0;
   NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &n));
   const Choice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
