@@ -53,7 +53,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
       backend::of(g).conv2d_backward_weight(gc, xs, gw, p);
       gw = raw_contiguous(gw);
     }
-    if (need[2]) gb = sum(gc, {0, 2, 3});
+    if (need[2])  // over N, H, W; channels-last reduces its (N, H, W, C) view: no reordering copy
+      gb = f == MemoryFormat::channels_last ? sum(nhwc_view(gc), {0, 1, 2}) : sum(gc, {0, 2, 3});
     return std::vector<Tensor>{gx, gw, gb};
   });
   return out;
