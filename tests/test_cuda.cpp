@@ -416,6 +416,20 @@ TEST_CASE("a small ResNet in channels-last on CUDA matches the CPU, FP32 and FP1
   test::require_close(results[1].back(), results[0][0], 5e-2, 5e-2);
 }
 
+TEST_CASE("channels-last tensors keep their format and values across devices", "[cuda]") {
+  if (!have_gpu()) return;
+  Generator g(6);
+  Tensor x = randn({2, 5, 4, 3}, kF32, &g);
+  Tensor c = channels_last(x);
+  Tensor d = c.to(kCUDA);
+  REQUIRE(d.is_contiguous(MemoryFormat::channels_last));
+  REQUIRE_FALSE(d.is_contiguous());
+  Tensor back = d.to(kF16).to(kCPU);
+  REQUIRE(back.is_contiguous(MemoryFormat::channels_last));
+  test::require_close(d.cpu(), x, 0, 0);
+  test::require_close(back.to(kF32), x.to(kF16).to(kF32), 0, 0);
+}
+
 TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][errors]") {
   if (!have_gpu()) return;
   Tensor w = ones({4, 3}, kCUDA);
