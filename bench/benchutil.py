@@ -1,5 +1,7 @@
 """Helpers the bench drivers share."""
+import os
 import platform
+import sys
 
 
 def cpu_name():
@@ -11,3 +13,24 @@ def cpu_name():
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def import_pyplot():
+    """matplotlib.pyplot on the Agg backend, with SVGs that keep text as text and come out the
+    same for the same input. Debian's python3-matplotlib lives in /usr/bin/python3; when this
+    interpreter (pyenv, a venv) lacks matplotlib, the running script is re-run once under
+    /usr/bin/python3. Raises ImportError when no matplotlib can be found."""
+    try:
+        import matplotlib
+    except ImportError:
+        system = "/usr/bin/python3"
+        if (os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system)
+                and not os.environ.get("LIBNN_PLOT_REEXEC")):
+            os.environ["LIBNN_PLOT_REEXEC"] = "1"
+            os.execv(system, [system, os.path.abspath(sys.argv[0])] + sys.argv[1:])
+        raise ImportError("the plots need matplotlib (Debian: apt-get install python3-matplotlib)")
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, smaller
+    matplotlib.rcParams["svg.hashsalt"] = "libnn"  # same input, same SVG
+    import matplotlib.pyplot as plt
+    return plt

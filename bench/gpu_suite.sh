@@ -93,6 +93,9 @@ PY
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
     "$py" bench/peers/fp16_vs_fp32_torch.py --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
+    "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
+        "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
+        | tee -a "$OUT/summary.md"
   done
   log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the runs above are NHWC)"
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
@@ -102,6 +105,8 @@ PY
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
       --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
       2>&1 | tee -a "$OUT/summary.md"
+  "$py" bench/plot_loss_curves.py "$OUT/resnet50_loss_curve.csv" --label libnn 2>&1 \
+      | tee -a "$OUT/summary.md"   # the table here; plot it with --out where matplotlib is
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"

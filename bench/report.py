@@ -16,6 +16,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchutil  # noqa: E402
+
 SCHEMA = "libnn-bench-1"
 KEY_FIELDS = ("benchmark", "model", "impl", "device", "precision", "phase")
 PHASES = ("train", "infer")
@@ -278,22 +281,9 @@ def plots(bench, rows, out_dir, currency, plt, colors):
 
 def import_pyplot():
     try:
-        import matplotlib
-    except ImportError:
-        # Debian's python3-matplotlib lives in /usr/bin/python3; a pyenv or venv python3
-        # earlier on PATH does not see it, so retry there once.
-        system = "/usr/bin/python3"
-        if (os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system)
-                and not os.environ.get("LIBNN_REPORT_REEXEC")):
-            os.environ["LIBNN_REPORT_REEXEC"] = "1"
-            os.execv(system, [system, os.path.abspath(__file__)] + sys.argv[1:])
-        raise ReportError("the plots need matplotlib (Debian: apt-get install python3-matplotlib); "
-                          "or pass --no-plots")
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, smaller
-    matplotlib.rcParams["svg.hashsalt"] = "libnn"  # same input, same SVG
-    import matplotlib.pyplot as plt
-    return plt
+        return benchutil.import_pyplot()
+    except ImportError as e:
+        raise ReportError(f"{e}; or pass --no-plots")
 
 
 def currency_note(a):

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# fp16_bench_tools.sh FP16_VS_FP32: the tools around the precision benchmark, on the CPU with
+# the MNIST CNN at tiny sizes: fp16_vs_torch.py tabulates two result files (here the same run
+# twice, so every ratio must read 1.00x) and merges them; plot_loss_curves.py summarises and
+# plots the per-step losses, and fails on a NaN loss.
+set -euo pipefail
+bench=$1
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+py=python3
+
+"$bench" --device cpu --model mnist_cnn --batch-size 8 --num-warmup-batches 1 --num-batches 3 \
+    --precisions fp32,bf16 --json "$out/l.json" --loss-curve "$out/c.csv" > "$out/run.log"
+"$py" "$root/bench/fp16_vs_torch.py" --from "$out/l.json" "$out/l.json" --out "$out/m.json" \
+    > "$out/table.md"
+cat "$out/table.md"
+grep -Eq '^\| fp32 \| [0-9,.]+ \| [0-9,.]+ \| 1\.00x \| 1\.00x \| 1\.00x \|' "$out/table.md"
+grep -Eq '^\| bf16 \| [0-9,.]+ \| [0-9,.]+ \| 1\.00x \|' "$out/table.md"
+"$py" - "$out/m.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema"] == "libnn-bench-1" and len(d["records"]) == 4, d
+assert {r["precision"] for r in d["records"]} == {"fp32", "bf16"}, d
+PY
+# Not a result file: one clear message, exit 1.
+echo '{}' > "$out/bad.json"
+if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/bad.json" "$out/l.json" 2> "$out/err"; then
+  echo "a file without records was accepted"; exit 1
+fi
+grep -q "not a libnn-bench-1 result file" "$out/err"
+
+"$py" "$root/bench/plot_loss_curves.py" "$out/c.csv" --label libnn --out "$out/c.svg" > "$out/curves.md"
+cat "$out/curves.md"
+grep -Eq '^\| libnn fp32 \| 4 \| [0-9.]+ \| [0-9.]+ \| 0 \|' "$out/curves.md"
+grep -q "<svg" "$out/c.svg"
+printf 'step,precision,loss\n0,fp16,2.3\n1,fp16,nan\n' > "$out/nan.csv"
+if "$py" "$root/bench/plot_loss_curves.py" "$out/nan.csv" --label run > "$out/nan.md"; then
+  echo "a NaN loss passed"; exit 1
+fi
+grep -Eq '^\| run fp16 \| 2 \| .* \| 1 \|$' "$out/nan.md"
+echo "fp16 bench tools ok"
