@@ -206,7 +206,9 @@ Tensor from_blob(const void* data, const Shape& shape, DType dtype, Device devic
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = kCPU) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    NN_CHECK(s >= 0 && !__builtin_mul_overflow(n, s, &n), "from_vector: shape ",
+             shape_str(shape), " has a negative dimension or too many elements");
   NN_CHECK(n == int64_t(values.size()), "from_vector: shape ", shape_str(shape), " holds ", n,
            " elements, got ", values.size());
   return from_blob(values.data(), shape, dtype_of<T>(), device);

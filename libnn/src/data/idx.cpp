@@ -80,11 +80,14 @@ Tensor read_idx(const std::string& path) {
     uint32_t d = uint32_t(dimbytes[4 * i]) << 24 | uint32_t(dimbytes[4 * i + 1]) << 16 |
                  uint32_t(dimbytes[4 * i + 2]) << 8 | uint32_t(dimbytes[4 * i + 3]);
     shape[i] = d;
-    dims_text += (i ? "x" : "") + std::to_string(d);
+    if (i) dims_text += 'x';
+    dims_text += std::to_string(d);
+    // Checked before multiplying: a product that wrapped around could look small.
+    constexpr uint64_t kLimit = uint64_t(1) << 36;
+    NN_CHECK(std::max<uint64_t>(d, 1) <= kLimit / bound, "IDX file '", path, "': dims ",
+             dims_text, " are implausibly large");
     count *= d;
     bound *= std::max<uint64_t>(d, 1);
-    NN_CHECK(bound <= (uint64_t(1) << 36), "IDX file '", path, "': dims ", dims_text,
-             " are implausibly large");
   }
   const uint64_t expected = count * type->size;
   // Read in chunks, never trusting the header for one huge allocation, and look one byte
