@@ -61,10 +61,12 @@ class Backend {
   virtual void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) = 0;
 
   // ---- conv, pool, batch norm: layouts ------------------------------------------------------
-  // 4-d (N, C, H, W) arguments are all row-major, or all channels-last: when the input-sized
-  // tensor (x, or grad_x where the call has no x) is_channels_last(), every 4-d argument of the
-  // call, weight and max-pool indices included, is stored NHWC (whatever strides its size-1
-  // dims have).
+  // 4-d (N, C, H, W) arguments are all row-major, or, on a backend that is
+  // channels_last_native() for their dtype, all channels-last: when the input-sized tensor (x,
+  // or grad_x where the call has no x) is_channels_last(), every 4-d argument of the call,
+  // weight and max-pool indices included, is stored NHWC (whatever strides its size-1 dims
+  // have). Elsewhere the ops layer computes on row-major copies.
+  virtual bool channels_last_native(DType) const { return false; }
 
   // ---- conv --------------------------------------------------------------------------------
   virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,

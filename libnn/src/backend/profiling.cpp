@@ -68,6 +68,7 @@ class ProfilingBackend final : public Backend {
   };
 
   Device device() const override { return inner_.device(); }
+  bool channels_last_native(DType t) const override { return inner_.channels_last_native(t); }
   void* allocate(size_t nbytes) override { return inner_.allocate(nbytes); }
   void deallocate(void* p, size_t nbytes) override { return inner_.deallocate(p, nbytes); }
   MemoryStats memory_stats() const override { return inner_.memory_stats(); }

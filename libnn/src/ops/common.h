@@ -43,6 +43,14 @@ Tensor raw_format(const Tensor& t, MemoryFormat f);
 inline MemoryFormat format_of(const Tensor& t) {
   return is_channels_last(t) ? MemoryFormat::channels_last : MemoryFormat::contiguous;
 }
+// The format conv, pool and batch norm compute x's op in: x's own, or row-major where x's
+// backend computes that dtype only row-major (the op then converts its results back to x's).
+inline MemoryFormat compute_format(const Tensor& x) {
+  const MemoryFormat f = format_of(x);
+  return f == MemoryFormat::channels_last && !backend::of(x).channels_last_native(x.dtype())
+             ? MemoryFormat::contiguous
+             : f;
+}
 // Dims wrapped, sorted and de-duplicated; empty means every dim.
 Shape normalize_dims(const Shape& dims, int64_t ndim);
 

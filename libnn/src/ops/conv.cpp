@@ -33,28 +33,30 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
              shape_str(bias.shape()), ", expected [", O, "]");
   }
   // A channels-last input runs the NHWC path: output, gradients and the weight's working copy
-  // in that format too. Parameters themselves stay row-major (optimizers and checkpoints never
-  // see a layout).
-  const MemoryFormat f = format_of(x);
-  Tensor xc = raw_format(x, f), wc = raw_format(weight, f);
+  // in that format too (cf: the format computed in, see compute_format). Parameters themselves
+  // stay row-major (optimizers and checkpoints never see a layout).
+  const MemoryFormat f = format_of(x), cf = compute_format(x);
+  Tensor xc = raw_format(x, cf), wc = raw_format(weight, cf);
   Tensor bc = bias.defined() ? raw_contiguous(bias) : Tensor();
-  Tensor out = empty({N, O, OH, OW}, x.options(), f);
+  Tensor out = empty({N, O, OH, OW}, x.options(), cf);
   if (out.numel() > 0) backend::of(x).conv2d_forward(xc, wc, bc, out, p);
+  out = raw_format(out, f);
   record("conv2d", {x, weight, bias}, out,
-         [xs = xc.detach(), ws = wc.detach(), p, f](const Tensor& g, auto& need) {
-    Tensor gc = raw_format(g, f);
+         [xs = xc.detach(), ws = wc.detach(), p, f, cf](const Tensor& g, auto& need) {
+    Tensor gc = raw_format(g, cf);
     Tensor gx, gw, gb;
     if (need[0]) {
-      gx = empty(xs.shape(), xs.options(), f);
+      gx = empty(xs.shape(), xs.options(), cf);
       backend::of(g).conv2d_backward_input(gc, ws, gx, p);
+      gx = raw_format(gx, f);
     }
     if (need[1]) {
-      gw = empty(ws.shape(), ws.options(), f);
+      gw = empty(ws.shape(), ws.options(), cf);
       backend::of(g).conv2d_backward_weight(gc, xs, gw, p);
       gw = raw_contiguous(gw);
     }
     if (need[2])  // over N, H, W; channels-last reduces its (N, H, W, C) view: no reordering copy
-      gb = f == MemoryFormat::channels_last ? sum(nhwc_view(gc), {0, 1, 2}) : sum(gc, {0, 2, 3});
+      gb = cf == MemoryFormat::channels_last ? sum(nhwc_view(gc), {0, 1, 2}) : sum(gc, {0, 2, 3});
     return std::vector<Tensor>{gx, gw, gb};
   });
   return out;

@@ -38,23 +38,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            "batch_norm: eval mode needs running_mean and running_var");
   NN_CHECK(!training || x.numel() / C > 1, "batch_norm: training needs more than one value per "
            "channel, got input ", shape_str(x.shape()));
-  const MemoryFormat f = format_of(x);  // channels-last stays channels-last
-  Tensor xc = raw_format(x, f);
-  Tensor out = empty(x.shape(), x.options(), f);
+  // channels-last stays channels-last (computed in cf, see compute_format)
+  const MemoryFormat f = format_of(x), cf = compute_format(x);
+  Tensor xc = raw_format(x, cf);
+  Tensor out = empty(x.shape(), x.options(), cf);
   const TensorOptions so = x.options().dtype(stat_dtype(x));
   Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
   backend::of(x).batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out,
                                     save_mean, save_invstd);
+  out = raw_format(out, f);
   record("batch_norm", {x, weight, bias}, out,
          [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(), save_mean,
-          save_invstd, training, f](const Tensor& g, auto& need) {
-    Tensor gx = need[0] ? empty(xs.shape(), xs.options(), f) : Tensor();
+          save_invstd, training, f, cf](const Tensor& g, auto& need) {
+    Tensor gx = need[0] ? empty(xs.shape(), xs.options(), cf) : Tensor();
     Tensor gw = need[1] ? empty(ws.shape(), ws.options()) : Tensor();
     Tensor gb = need[2] ? empty(ws.shape(), ws.options()) : Tensor();
-    backend::of(g).batch_norm_backward(raw_format(g, f), xs, ws, save_mean, save_invstd,
+    backend::of(g).batch_norm_backward(raw_format(g, cf), xs, ws, save_mean, save_invstd,
                                        training, gx, gw, gb);
-    return std::vector<Tensor>{gx, gw, gb};
+    return std::vector<Tensor>{gx.defined() ? raw_format(gx, f) : gx, gw, gb};
   });
   return out;
 }

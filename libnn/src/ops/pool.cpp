@@ -31,15 +31,16 @@ Shape pool_shape(const Tensor& x, Pool2dParams& p, const char* op, bool dilated)
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& params) {
   Pool2dParams p = params;
   Shape s = pool_shape(x, p, "max_pool2d", true);
-  const MemoryFormat f = format_of(x);
-  Tensor xc = raw_format(x, f);
-  Tensor out = empty(s, x.options(), f);
-  Tensor idx = empty(s, TensorOptions(kI64).device(x.device()), f);
+  const MemoryFormat f = format_of(x), cf = compute_format(x);
+  Tensor xc = raw_format(x, cf);
+  Tensor out = empty(s, x.options(), cf);
+  Tensor idx = empty(s, TensorOptions(kI64).device(x.device()), cf);
   backend::of(x).max_pool2d_forward(xc, out, idx, p);
-  record("max_pool2d", {x}, out, [idx, p, f, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs, opts, f);
-    backend::of(g).max_pool2d_backward(raw_format(g, f), idx, gx, p);
-    return std::vector<Tensor>{gx};
+  out = raw_format(out, f);
+  record("max_pool2d", {x}, out, [idx, p, f, cf, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs, opts, cf);
+    backend::of(g).max_pool2d_backward(raw_format(g, cf), idx, gx, p);
+    return std::vector<Tensor>{raw_format(gx, f)};
   });
   return out;
 }
@@ -47,13 +48,14 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& params) {
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params) {
   Pool2dParams p = params;
   Shape s = pool_shape(x, p, "avg_pool2d", false);
-  const MemoryFormat f = format_of(x);
-  Tensor out = empty(s, x.options(), f);
-  backend::of(x).avg_pool2d_forward(raw_format(x, f), out, p);
-  record("avg_pool2d", {x}, out, [p, f, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs, opts, f);
-    backend::of(g).avg_pool2d_backward(raw_format(g, f), gx, p);
-    return std::vector<Tensor>{gx};
+  const MemoryFormat f = format_of(x), cf = compute_format(x);
+  Tensor out = empty(s, x.options(), cf);
+  backend::of(x).avg_pool2d_forward(raw_format(x, cf), out, p);
+  out = raw_format(out, f);
+  record("avg_pool2d", {x}, out, [p, f, cf, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs, opts, cf);
+    backend::of(g).avg_pool2d_backward(raw_format(g, cf), gx, p);
+    return std::vector<Tensor>{raw_format(gx, f)};
   });
   return out;
 }
@@ -65,13 +67,14 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> size) {
   NN_CHECK(size[0] >= 1 && size[1] >= 1, "adaptive_avg_pool2d: output size must be positive");
   NN_CHECK(x.shape()[2] >= 1 && x.shape()[3] >= 1, "adaptive_avg_pool2d: empty input ",
            shape_str(x.shape()));
-  const MemoryFormat f = format_of(x);
-  Tensor out = empty({x.shape()[0], x.shape()[1], size[0], size[1]}, x.options(), f);
-  backend::of(x).adaptive_avg_pool2d_forward(raw_format(x, f), out);
-  record("adaptive_avg_pool2d", {x}, out, [f, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
-    Tensor gx = empty(xs, opts, f);
-    backend::of(g).adaptive_avg_pool2d_backward(raw_format(g, f), gx);
-    return std::vector<Tensor>{gx};
+  const MemoryFormat f = format_of(x), cf = compute_format(x);
+  Tensor out = empty({x.shape()[0], x.shape()[1], size[0], size[1]}, x.options(), cf);
+  backend::of(x).adaptive_avg_pool2d_forward(raw_format(x, cf), out);
+  out = raw_format(out, f);
+  record("adaptive_avg_pool2d", {x}, out, [f, cf, xs = x.shape(), opts = x.options()](const Tensor& g, auto&) {
+    Tensor gx = empty(xs, opts, cf);
+    backend::of(g).adaptive_avg_pool2d_backward(raw_format(g, cf), gx);
+    return std::vector<Tensor>{raw_format(gx, f)};
   });
   return out;
 }

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/row_major.h"
 #include "backend/cpu/eigen_util.h"
 #include "backend/cpu/parallel.h"
 
@@ -112,11 +111,6 @@ void for_each_image(int64_t N, F&& f) {
 
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
-  if (RowMajorScope::needed({&x, &w, &out})) {
-    RowMajorScope rm(*this);
-    conv2d_forward(rm.in(x), rm.in(w), bias, rm.out(out), p);
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "conv2d", [&]<typename T>() {
     ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
     const T* px = x.data<T>();
@@ -146,11 +140,6 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
-  if (RowMajorScope::needed({&grad_out, &w, &grad_x})) {
-    RowMajorScope rm(*this);
-    conv2d_backward_input(rm.in(grad_out), rm.in(w), rm.out(grad_x), p);
-    return rm.finish();
-  }
   dispatch_float(w.dtype(), "conv2d_backward_input", [&]<typename T>() {
     ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
     const T* pg = grad_out.data<T>();
@@ -178,11 +167,6 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                         const Conv2dParams& p) {
-  if (RowMajorScope::needed({&grad_out, &x, &grad_w})) {
-    RowMajorScope rm(*this);
-    conv2d_backward_weight(rm.in(grad_out), rm.in(x), rm.out(grad_w), p);
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "conv2d_backward_weight", [&]<typename T>() {
     ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
     const T* pg = grad_out.data<T>();

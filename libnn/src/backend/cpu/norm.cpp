@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/row_major.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {
@@ -20,12 +19,6 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
                                     Tensor& running_mean, Tensor& running_var, bool training,
                                     double momentum, double eps, Tensor& out, Tensor& save_mean,
                                     Tensor& save_invstd) {
-  if (RowMajorScope::needed({&x, &out})) {
-    RowMajorScope rm(*this);
-    batch_norm_forward(rm.in(x), weight, bias, running_mean, running_var, training, momentum, eps,
-                       rm.out(out), save_mean, save_invstd);
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "batch_norm", [&]<typename T>() {
     const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
     const T* px = x.data<T>();
@@ -80,12 +73,6 @@ void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const 
                                      const Tensor& save_mean, const Tensor& save_invstd,
                                      bool training, Tensor& grad_x, Tensor& grad_weight,
                                      Tensor& grad_bias) {
-  if (RowMajorScope::needed({&grad, &x, &grad_x})) {
-    RowMajorScope rm(*this);
-    batch_norm_backward(rm.in(grad), rm.in(x), weight, save_mean, save_invstd, training,
-                        rm.out(grad_x), grad_weight, grad_bias);
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "batch_norm_backward", [&]<typename T>() {
     const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
     const T* px = x.data<T>();

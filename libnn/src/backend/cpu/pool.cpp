@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/row_major.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {
@@ -12,11 +11,6 @@ using namespace nn::cpu;
 
 void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
                                     const Pool2dParams& p) {
-  if (RowMajorScope::needed({&x, &out, &indices})) {
-    RowMajorScope rm(*this);
-    max_pool2d_forward(rm.in(x), rm.out(out), rm.out(indices), p);
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "max_pool2d", [&]<typename T>() {
     const int64_t planes = x.shape()[0] * x.shape()[1], H = x.shape()[2], W = x.shape()[3];
     const int64_t OH = out.shape()[2], OW = out.shape()[3];
@@ -77,12 +71,7 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indice
 }
 
 void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
-                                     Tensor& grad_x, const Pool2dParams& p) {
-  if (RowMajorScope::needed({&grad_out, &indices, &grad_x})) {
-    RowMajorScope rm(*this);
-    max_pool2d_backward(rm.in(grad_out), rm.in(indices), rm.out(grad_x), p);
-    return rm.finish();
-  }
+                                     Tensor& grad_x, const Pool2dParams&) {
   dispatch_float(grad_out.dtype(), "max_pool2d_backward", [&]<typename T>() {
     const int64_t planes = grad_x.shape()[0] * grad_x.shape()[1];
     const int64_t HW = grad_x.shape()[2] * grad_x.shape()[3];
@@ -122,11 +111,6 @@ AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const Pool2dP
 }  // namespace
 
 void CpuBackend::avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dParams& p) {
-  if (RowMajorScope::needed({&x, &out})) {
-    RowMajorScope rm(*this);
-    avg_pool2d_forward(rm.in(x), rm.out(out), p);
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "avg_pool2d", [&]<typename T>() {
     const int64_t planes = x.shape()[0] * x.shape()[1], H = x.shape()[2], W = x.shape()[3];
     const int64_t OH = out.shape()[2], OW = out.shape()[3];
@@ -148,11 +132,6 @@ void CpuBackend::avg_pool2d_forward(const Tensor& x, Tensor& out, const Pool2dPa
 
 void CpuBackend::avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x,
                                      const Pool2dParams& p) {
-  if (RowMajorScope::needed({&grad_out, &grad_x})) {
-    RowMajorScope rm(*this);
-    avg_pool2d_backward(rm.in(grad_out), rm.out(grad_x), p);
-    return rm.finish();
-  }
   dispatch_float(grad_out.dtype(), "avg_pool2d_backward", [&]<typename T>() {
     const int64_t planes = grad_x.shape()[0] * grad_x.shape()[1];
     const int64_t H = grad_x.shape()[2], W = grad_x.shape()[3];
@@ -183,11 +162,6 @@ inline int64_t end_index(int64_t o, int64_t out, int64_t in) {
 }  // namespace
 
 void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) {
-  if (RowMajorScope::needed({&x, &out})) {
-    RowMajorScope rm(*this);
-    adaptive_avg_pool2d_forward(rm.in(x), rm.out(out));
-    return rm.finish();
-  }
   dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&]<typename T>() {
     const int64_t planes = x.shape()[0] * x.shape()[1], H = x.shape()[2], W = x.shape()[3];
     const int64_t OH = out.shape()[2], OW = out.shape()[3];
@@ -210,11 +184,6 @@ void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, Tensor& out) {
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) {
-  if (RowMajorScope::needed({&grad_out, &grad_x})) {
-    RowMajorScope rm(*this);
-    adaptive_avg_pool2d_backward(rm.in(grad_out), rm.out(grad_x));
-    return rm.finish();
-  }
   dispatch_float(grad_out.dtype(), "adaptive_avg_pool2d_backward", [&]<typename T>() {
     const int64_t planes = grad_x.shape()[0] * grad_x.shape()[1];
     const int64_t H = grad_x.shape()[2], W = grad_x.shape()[3];

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/row_major.h"
 #include "core/util.h"
 
 namespace nn::backend {
@@ -132,11 +131,6 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
                                  const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(x);
-  if (nhwc && x.dtype() == kF64) {  // cuDNN's NHWC convolutions take no f64: run it row-major
-    RowMajorScope rm(*this);
-    conv2d_forward(rm.in(x), rm.in(w), bias, rm.out(out), p);
-    return rm.finish();
-  }
   ConvDescs d(x.shape(), w.shape(), out.shape(), p, x.dtype(), nhwc);
   const std::string key =
       cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype(), nhwc, {&x, &w, &out});
@@ -167,11 +161,6 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
                                         const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(grad_x);
-  if (nhwc && w.dtype() == kF64) {
-    RowMajorScope rm(*this);
-    conv2d_backward_input(rm.in(grad_out), rm.in(w), rm.out(grad_x), p);
-    return rm.finish();
-  }
   ConvDescs d(grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype(), nhwc);
   const std::string key =
       cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc,
@@ -196,11 +185,6 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
                                          const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(x);
-  if (nhwc && x.dtype() == kF64) {
-    RowMajorScope rm(*this);
-    conv2d_backward_weight(rm.in(grad_out), rm.in(x), rm.out(grad_w), p);
-    return rm.finish();
-  }
   ConvDescs d(x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype(), nhwc);
   const std::string key =
       cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc,

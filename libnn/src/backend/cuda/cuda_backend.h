@@ -64,6 +64,8 @@ class CudaBackend final : public Backend {
 
   void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override;
 
+  // cuDNN's NHWC convolution and batch norm take no f64: those run on row-major copies.
+  bool channels_last_native(DType t) const override { return t != kF64; }
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       const Conv2dParams& p) override;
   void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,

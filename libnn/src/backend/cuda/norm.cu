@@ -1,7 +1,6 @@
 // CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
 // channels-last data), layer norm on our kernels.
 #include "backend/cuda/cuda_backend.h"
-#include "backend/row_major.h"
 #include "core/util.h"
 #include "kernels/nn_layers.cuh"
 
@@ -42,12 +41,6 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
                                      double momentum, double eps, Tensor& out, Tensor& save_mean,
                                      Tensor& save_invstd) {
   activate();
-  if (is_channels_last(x) && x.dtype() == kF64) {  // no f64 for NHWC in cuDNN: run row-major
-    RowMajorScope rm(*this);
-    batch_norm_forward(rm.in(x), weight, bias, running_mean, running_var, training, momentum, eps,
-                       rm.out(out), save_mean, save_invstd);
-    return rm.finish();
-  }
   NN_CHECK(eps >= CUDNN_BN_MIN_EPSILON, "batch_norm on CUDA needs eps >= ", CUDNN_BN_MIN_EPSILON,
            ", got ", eps);
   const int64_t C = x.shape()[1];
@@ -85,12 +78,6 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
                                       bool training, Tensor& grad_x, Tensor& grad_weight,
                                       Tensor& grad_bias) {
   activate();
-  if (is_channels_last(x) && x.dtype() == kF64) {
-    RowMajorScope rm(*this);
-    batch_norm_backward(rm.in(grad), rm.in(x), weight, save_mean, save_invstd, training,
-                        rm.out(grad_x), grad_weight, grad_bias);
-    return rm.finish();
-  }
   const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
   const TensorOptions po = save_mean.options();
   Tensor w = weight.defined() ? weight : ones({C}, po);
