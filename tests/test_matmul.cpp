@@ -1,3 +1,6 @@
+#include <limits>
+
+#include "backend/cpu/gemm.h"
 #include "test_util.h"
 
 using namespace nn;
@@ -25,7 +28,7 @@ TEST_CASE("matmul matches a naive product", "[matmul]") {
   test::require_close(matmul(at, bt), naive_mm(at.contiguous(), bt.contiguous()), 1e-12, 1e-12);
   // f32 agrees
   test::require_close(matmul(a.to(kF32), b.to(kF32)), naive_mm(a, b), 1e-5, 1e-5);
-  // a large product, threaded inside Eigen
+  // a large product, threaded inside the GEMM
   Tensor big_a = rnd({200, 300}, 5, false), big_b = rnd({300, 100}, 6, false);
   test::require_close(matmul(big_a, big_b), naive_mm(big_a, big_b), 1e-10, 1e-10);
 }
@@ -74,4 +77,79 @@ TEST_CASE("gradcheck: matmul and linear", "[matmul][gradcheck]") {
                     {rnd({2, 3, 4}, 11), rnd({5, 4}, 12), rnd({5}, 13)});
   require_gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1]); },
                     {rnd({3, 4}, 14), rnd({2, 4}, 15)});
+}
+
+// White-box: the CPU backend's GEMM (packed f32 kernel, Eigen otherwise) against a naive
+// double product, over edge tiles, several K slices, column blocks wider than one pack, both
+// layouts of each operand, general strides, and alpha / beta (beta == 0 must not read C).
+namespace {
+template <typename T>
+void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, double alpha,
+                double beta, uint32_t seed) {
+  // layout 0: row-major, 1: column-major (a transpose read in place), 2: both strides > 1
+  auto fill = [&](std::vector<T>& v) {
+    for (auto& x : v) {
+      seed = seed * 1664525u + 1013904223u;
+      x = T(double(seed >> 8) / double(1 << 24) * 2 - 1);
+    }
+  };
+  auto make = [&](int64_t R, int64_t C, int layout, std::vector<T>& buf) {
+    buf.resize(size_t(layout == 2 ? 3 * R * C + 3 : R * C));
+    fill(buf);
+    if (layout == 0) return nn::cpu::MatRef<T>{buf.data(), C, 1};
+    if (layout == 1) return nn::cpu::MatRef<T>{buf.data(), 1, R};
+    return nn::cpu::MatRef<T>{buf.data(), 3 * C, 3};
+  };
+  std::vector<T> abuf, bbuf;
+  auto A = make(M, K, a_layout, abuf);
+  auto B = make(K, N, b_layout, bbuf);
+  const int64_t ldc = N + 3;
+  std::vector<T> c(size_t(M * ldc));
+  fill(c);
+  if (beta == 0) std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
+  std::vector<T> c0 = c;
+  nn::cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), c.data(), ldc);
+  const double tol = std::is_same_v<T, float> ? 2e-6 * double(K + 1) : 1e-12 * double(K + 1);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      const double got = c[i * ldc + j];
+      if (j >= N) {  // padding between rows untouched
+        REQUIRE((std::isnan(got) ? std::isnan(double(c0[i * ldc + j]))
+                                 : got == double(c0[i * ldc + j])));
+        continue;
+      }
+      double want = 0;
+      for (int64_t k = 0; k < K; ++k)
+        want += double(A.p[i * A.rs + k * A.cs]) * double(B.p[k * B.rs + j * B.cs]);
+      want = alpha * want + (beta == 0 ? 0.0 : beta * double(c0[i * ldc + j]));
+      if (!(std::abs(got - want) <= tol)) {
+        INFO("M " << M << " N " << N << " K " << K << " layouts " << a_layout << b_layout
+                  << " beta " << beta << " at (" << i << ", " << j << "): got " << got
+                  << ", expected " << want);
+        REQUIRE(std::abs(got - want) <= tol);
+      }
+    }
+}
+}  // namespace
+
+TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[matmul]") {
+  INFO("packed f32 kernel: " << nn::cpu::packed_f32_gemm());
+  uint32_t seed = 1;
+  for (int64_t M : {1, 2, 5, 6, 7, 13, 150})
+    for (int64_t N : {1, 15, 16, 17, 40})
+      for (int64_t K : {0, 1, 9, 300})
+        for (int layouts = 0; layouts < 4; ++layouts) {
+          const double beta = layouts == 0 ? 0.0 : layouts == 1 ? 1.0 : -0.75;
+          check_gemm<float>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
+          if (M * N * K < 20000)
+            check_gemm<double>(M, N, K, layouts >> 1, layouts & 1, 1.5, beta, seed++);
+        }
+  // general strides (neither is 1) on both paths
+  check_gemm<float>(23, 37, 29, 2, 2, 1.0, 0.5, seed++);
+  check_gemm<double>(23, 37, 29, 2, 0, 1.0, 0.0, seed++);
+  // threaded: a grid of blocks over rows and columns, more columns than one packed block
+  // (3072), more rows than one packed block (144), K over one slice (256)
+  check_gemm<float>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++);
+  check_gemm<float>(2, 3100, 300, 1, 0, 1.0, 1.0, seed++);
+  check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++);
 }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/eigen_util.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {
@@ -20,7 +21,7 @@ template <typename T>
 void scores(const T* q, const T* k, const uint8_t* mask, int64_t t0, int64_t n, int64_t S,
             int64_t D, T scale, RowMat<T>& s) {
   s.resize(n, S);
-  s.noalias() = scale * crmap(q + t0 * D, n, D, D) * crmap(k, S, D, D).transpose();
+  cpu::gemm<T>(n, S, D, scale, row_major(q + t0 * D, D), row_major(k, D).t(), T(0), s.data(), S);
   if (mask)
     for (int64_t j = 0; j < S; ++j)
       if (!mask[j]) s.col(j).setConstant(-std::numeric_limits<T>::infinity());
@@ -67,7 +68,8 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
             row /= sum;
             set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
           }
-          rmap(po + (b * Tq + t0) * E, n, E, E).noalias() = s * crmap(pv + b * S * E, S, E, E);
+          cpu::gemm<T>(n, E, S, T(1), row_major(s.data(), S), row_major(pv + b * S * E, E), T(0),
+                  po + (b * Tq + t0) * E, E);
         }
       }
     });
@@ -114,17 +116,21 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, con
           }
           auto dO = crmap(pg + (b * Tq + t0) * E, n, E, E);
           auto O = crmap(po + (b * Tq + t0) * E, n, E, E);
-          GV.noalias() += p.transpose() * dO;                  // dV = P^T dO
+          const T* dOp = pg + (b * Tq + t0) * E;
+          cpu::gemm<T>(S, E, n, T(1), row_major(p.data(), S).t(), row_major(dOp, E), T(1),
+                  gv + b * S * E, E);  // dV += P^T dO
           dp.resize(n, S);
-          dp.noalias() = dO * crmap(vb, S, E, E).transpose();  // dP = dO V^T
+          cpu::gemm<T>(n, S, E, T(1), row_major(dOp, E), row_major(vb, E).t(), T(0), dp.data(),
+                  S);  // dP = dO V^T
           // dS = P * (dP - rowsum(dO * O)), the softmax backward per row
           for (int64_t r = 0; r < n; ++r) {
             const T delta = dO.row(r).dot(O.row(r));
             dp.row(r) = p.row(r).array() * (dp.row(r).array() - delta);
           }
-          rmap(gq + (b * Tq + t0) * D, n, D, D).noalias() =
-              T(scale) * dp * crmap(kb, S, D, D);                  // dQ = dS K * scale
-          GK.noalias() += T(scale) * dp.transpose() * crmap(qb + t0 * D, n, D, D);  // dK
+          cpu::gemm<T>(n, D, S, T(scale), row_major(dp.data(), S), row_major(kb, D), T(0),
+                  gq + (b * Tq + t0) * D, D);  // dQ = dS K * scale
+          cpu::gemm<T>(S, D, n, T(scale), row_major(dp.data(), S).t(), row_major(qb + t0 * D, D),
+                  T(1), gk + b * S * D, D);  // dK += dS^T Q * scale
         }
       }
     });

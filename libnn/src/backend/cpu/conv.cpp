@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/eigen_util.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {
@@ -128,11 +129,10 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
           im2col(xi, g, col.data());
           colp = col.data();
         }
-        auto O = rmap(po + (n * g.O + gr * g.Og) * g.P, g.Og, g.P, g.P);
-        O.noalias() = crmap(pw + gr * g.Og * g.Kdim, g.Og, g.Kdim, g.Kdim) *
-                      crmap(colp, g.Kdim, g.P, g.P);
-        if (pb)
-          for (int64_t o = 0; o < g.Og; ++o) O.row(o).array() += pb[gr * g.Og + o];
+        T* o = po + (n * g.O + gr * g.Og) * g.P;
+        cpu::gemm<T>(g.Og, g.P, g.Kdim, T(1), row_major(pw + gr * g.Og * g.Kdim, g.Kdim),
+                row_major(colp, g.P), T(0), o, g.P);
+        if (pb) rmap(o, g.Og, g.P, g.P).colwise() += crmap(pb + gr * g.Og, g.Og, 1, 1).col(0);
       }
     });
   });
@@ -150,13 +150,13 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
       auto& col = cols[t];
       for (int64_t gr = 0; gr < g.G; ++gr) {
         T* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
-        auto Wt = crmap(pw + gr * g.Og * g.Kdim, g.Og, g.Kdim, g.Kdim).transpose();
-        auto Gm = crmap(pg + (n * g.O + gr * g.Og) * g.P, g.Og, g.P, g.P);
+        auto Wt = row_major(pw + gr * g.Og * g.Kdim, g.Kdim).t();
+        auto Gm = row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P);
         if (g.pointwise()) {
-          rmap(xi, g.Cg, g.P, g.P).noalias() = Wt * Gm;
+          cpu::gemm<T>(g.Cg, g.P, g.Og, T(1), Wt, Gm, T(0), xi, g.P);
         } else {
           col.resize(size_t(g.Kdim * g.P));
-          rmap(col.data(), g.Kdim, g.P, g.P).noalias() = Wt * Gm;
+          cpu::gemm<T>(g.Kdim, g.P, g.Og, T(1), Wt, Gm, T(0), col.data(), g.P);
           std::memset(xi, 0, sizeof(T) * g.Cg * g.H * g.W);
           col2im(col.data(), g, xi);
         }
@@ -185,9 +185,8 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
           im2col(xi, g, col.data());
           colp = col.data();
         }
-        auto Gm = crmap(pg + (n * g.O + gr * g.Og) * g.P, g.Og, g.P, g.P);
-        acc[t].middleRows(gr * g.Og, g.Og).noalias() +=
-            Gm * crmap(colp, g.Kdim, g.P, g.P).transpose();
+        cpu::gemm<T>(g.Og, g.Kdim, g.P, T(1), row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P),
+                row_major(colp, g.P).t(), T(1), acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
       }
     });
     auto out = rmap(grad_w.data<T>(), g.O, g.Kdim, g.Kdim);

@@ -1,8 +1,8 @@
-// CPU matmul family: batched GEMM on Eigen. Transposed operands are read in place.
+// CPU matmul family: batched GEMM (backend/cpu/gemm.h). Transposed operands are read in place.
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/eigen_util.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {
@@ -31,23 +31,8 @@ bool describe(const Tensor& t, Operand& o) {
 }
 
 template <typename T>
-void gemm_one(const T* a, const Operand& oa, const T* b, const Operand& ob, T* c, int64_t M,
-              int64_t N, int64_t K, T alpha, T beta) {
-  auto C = rmap(c, M, N, N);
-  auto run = [&](const auto& A, const auto& B) {
-    if (beta == T(0)) {
-      C.noalias() = alpha * A * B;
-    } else {
-      if (beta != T(1)) C *= beta;
-      C.noalias() += alpha * A * B;
-    }
-  };
-  auto bmat = [&](const auto& A) {
-    if (ob.row_major) run(A, crmap(b, K, N, ob.ld));
-    else run(A, CColMap<T>(b, K, N, Eigen::OuterStride<>(ob.ld)));
-  };
-  if (oa.row_major) bmat(crmap(a, M, K, oa.ld));
-  else bmat(CColMap<T>(a, M, K, Eigen::OuterStride<>(oa.ld)));
+MatRef<T> ref(const T* p, const Operand& o) {
+  return o.row_major ? MatRef<T>{p, o.ld, 1} : MatRef<T>{p, 1, o.ld};
 }
 }  // namespace
 
@@ -63,15 +48,11 @@ void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doubl
     const T* pa = static_cast<const T*>(a.data_ptr());
     const T* pb = static_cast<const T*>(b.data_ptr());
     T* pc = out.data<T>();
-    if (K == 0) {  // empty inner dim: out = beta * out
-      for (int64_t i = 0; i < out.numel(); ++i) pc[i] = beta == 0 ? T(0) : T(beta) * pc[i];
-      return;
-    }
     auto one = [&](int64_t i) {
-      gemm_one<T>(pa + i * oa.batch_stride, oa, pb + i * ob.batch_stride, ob, pc + i * M * N, M,
-                  N, K, T(alpha), T(beta));
+      cpu::gemm<T>(M, N, K, T(alpha), ref(pa + i * oa.batch_stride, oa),
+                       ref(pb + i * ob.batch_stride, ob), T(beta), pc + i * M * N, N);
     };
-    // Many small products: one thread per product. Few large ones: Eigen's own threads.
+    // Many small products: one thread per product. Few large ones: threads inside each.
     double flops = 2.0 * double(M) * double(N) * double(K);
     if (B > 1 && flops < 4e6) {
       parallel_for(0, B, 1, [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });

@@ -1,0 +1,299 @@
+// The CPU GEMM. f32 with AVX2 + FMA: a packed, cache-blocked product in the manner of
+// Goto and van de Geijn's "Anatomy of high-performance matrix multiplication":
+//   for each NC-wide column block of B, for each KC-deep slice of K:
+//     pack B's slice into NR-wide panels (kc x NR each, row by row), shared by the team;
+//     for each MC-tall row block of A: pack it into MR-tall panels (kc x MR, column by column),
+//       then run the MR x NR micro-kernel over every (A panel, B panel) pair, the pairs split
+//       among the team's threads.
+// The micro-kernel keeps its 6 x 16 tile of C in 12 ymm registers and does 12 FMAs per k
+// from 2 loads of B and 6 broadcasts of A. Partial tiles at the edges go through a small
+// buffer. Every other case (f64, or a CPU build without AVX2/FMA) is Eigen's product.
+#include "backend/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LIBNN_PACKED_SGEMM 1
+#endif
+
+namespace nn::cpu {
+namespace {
+
+// Products below this many flops run on the calling thread alone.
+constexpr double kParallelFlops = 2e6;
+
+template <typename T>
+void eigen_gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta,
+                T* C, int64_t ldc) {
+  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using Rows = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+  using Cols = Eigen::Map<const ColMat, 0, Eigen::OuterStride<>>;
+  Eigen::Map<RowMat, 0, Eigen::OuterStride<>> c(C, M, N, Eigen::OuterStride<>(ldc));
+  auto run = [&](const auto& a, const auto& b) {
+    if (beta == T(0)) {
+      c.noalias() = alpha * a * b;
+    } else {
+      if (beta != T(1)) c *= beta;
+      c.noalias() += alpha * a * b;
+    }
+  };
+  // Unit-stride views keep Eigen on its fast paths (matrix-vector ones included); an operand
+  // with neither stride 1 is copied first.
+  RowMat a_copy, b_copy;
+  if (A.cs != 1 && A.rs != 1) {
+    a_copy.resize(M, K);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) a_copy(i, k) = A.p[i * A.rs + k * A.cs];
+    A = row_major<T>(a_copy.data(), K);
+  }
+  if (B.cs != 1 && B.rs != 1) {
+    b_copy.resize(K, N);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) b_copy(k, j) = B.p[k * B.rs + j * B.cs];
+    B = row_major<T>(b_copy.data(), N);
+  }
+  auto with_b = [&](const auto& a) {
+    if (B.cs == 1) run(a, Rows(B.p, K, N, Eigen::OuterStride<>(B.rs)));
+    else run(a, Cols(B.p, K, N, Eigen::OuterStride<>(B.cs)));
+  };
+  if (A.cs == 1) with_b(Rows(A.p, M, K, Eigen::OuterStride<>(A.rs)));
+  else with_b(Cols(A.p, M, K, Eigen::OuterStride<>(A.cs)));
+}
+
+// C = beta * C for an empty inner dimension (beta == 0 writes zeros without reading C).
+template <typename T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+}
+
+#ifdef LIBNN_PACKED_SGEMM
+constexpr int64_t MR = 6, NR = 16;
+constexpr int64_t KC = 256, MC = 144, NC = 3072;  // MC % MR == 0, NC % NR == 0
+
+// 64-byte aligned scratch that only grows; one per calling thread.
+struct Scratch {
+  struct Free { void operator()(float* p) const { std::free(p); } };
+  std::unique_ptr<float[], Free> buf;
+  size_t cap = 0;
+  float* get(size_t n) {
+    if (n > cap) {
+      size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+      buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (!buf) throw std::bad_alloc();
+      cap = n;
+    }
+    return buf.get();
+  }
+};
+
+// Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (kc x MR, column by column),
+// rows past h zero.
+void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t kc, float* dst) {
+  if (A.cs == 1) {
+    for (int64_t r = 0; r < h; ++r) {
+      const float* src = A.p + (i0 + r) * A.rs + p0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * MR + r] = src[k];
+    }
+  } else {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = A.p + i0 * A.rs + (p0 + k) * A.cs;
+      for (int64_t r = 0; r < h; ++r) dst[k * MR + r] = src[r * A.rs];
+    }
+  }
+  for (int64_t r = h; r < MR; ++r)
+    for (int64_t k = 0; k < kc; ++k) dst[k * MR + r] = 0.f;
+}
+
+// Rows [p0, p0 + kc) x columns [j0, j0 + w) of B into dst (kc x NR, row by row), columns
+// past w zero.
+void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t w, float* dst) {
+  if (B.cs == 1) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = B.p + (p0 + k) * B.rs + j0;
+      float* d = dst + k * NR;
+      if (w == NR) {
+        _mm256_store_ps(d, _mm256_loadu_ps(src));
+        _mm256_store_ps(d + 8, _mm256_loadu_ps(src + 8));
+      } else {
+        for (int64_t j = 0; j < w; ++j) d[j] = src[j];
+        for (int64_t j = w; j < NR; ++j) d[j] = 0.f;
+      }
+    }
+  } else {
+    for (int64_t j = 0; j < w; ++j) {
+      const float* src = B.p + p0 * B.rs + (j0 + j) * B.cs;
+      for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = src[k * B.rs];
+    }
+    for (int64_t j = w; j < NR; ++j)
+      for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = 0.f;
+  }
+}
+
+// c (MR x NR, leading dimension ldc) = alpha * Ap * Bp + beta * c; beta == 0 never reads c.
+inline void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp,
+                         float* c, int64_t ldc, float alpha, float beta) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  for (int64_t r = 0; r < MR; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
+    __m256 a = _mm256_broadcast_ss(Ap);
+    c00 = _mm256_fmadd_ps(a, b0, c00);
+    c01 = _mm256_fmadd_ps(a, b1, c01);
+    a = _mm256_broadcast_ss(Ap + 1);
+    c10 = _mm256_fmadd_ps(a, b0, c10);
+    c11 = _mm256_fmadd_ps(a, b1, c11);
+    a = _mm256_broadcast_ss(Ap + 2);
+    c20 = _mm256_fmadd_ps(a, b0, c20);
+    c21 = _mm256_fmadd_ps(a, b1, c21);
+    a = _mm256_broadcast_ss(Ap + 3);
+    c30 = _mm256_fmadd_ps(a, b0, c30);
+    c31 = _mm256_fmadd_ps(a, b1, c31);
+    a = _mm256_broadcast_ss(Ap + 4);
+    c40 = _mm256_fmadd_ps(a, b0, c40);
+    c41 = _mm256_fmadd_ps(a, b1, c41);
+    a = _mm256_broadcast_ss(Ap + 5);
+    c50 = _mm256_fmadd_ps(a, b0, c50);
+    c51 = _mm256_fmadd_ps(a, b1, c51);
+    Ap += MR;
+    Bp += NR;
+  }
+  const __m256 va = _mm256_set1_ps(alpha);
+  auto store = [&](float* p, __m256 x) {
+    x = _mm256_mul_ps(x, va);
+    if (beta != 0.f) x = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(p), x);
+    _mm256_storeu_ps(p, x);
+  };
+  store(c, c00); store(c + 8, c01); c += ldc;
+  store(c, c10); store(c + 8, c11); c += ldc;
+  store(c, c20); store(c + 8, c21); c += ldc;
+  store(c, c30); store(c + 8, c31); c += ldc;
+  store(c, c40); store(c + 8, c41); c += ldc;
+  store(c, c50); store(c + 8, c51);
+}
+
+// An h x w corner tile (h <= MR, w <= NR) through a full tile in a local buffer.
+void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float* c, int64_t ldc,
+                 int64_t h, int64_t w, float alpha, float beta) {
+  alignas(64) float tile[MR * NR];
+  micro_kernel(kc, Ap, Bp, tile, NR, alpha, 0.f);
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      float& d = c[i * ldc + j];
+      d = beta == 0.f ? tile[i * NR + j] : tile[i * NR + j] + beta * d;
+    }
+}
+
+// One thread's product: the loop nest of the file comment with this thread's own buffers.
+void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
+                  MatRef<float> B, float beta, float* C, int64_t ldc) {
+  static thread_local Scratch a_scratch, b_scratch;
+  const int64_t kc_max = std::min(K, KC);
+  float* bpack = b_scratch.get(size_t(kc_max * ((std::min(N, NC) + NR - 1) / NR * NR)));
+  float* apack = a_scratch.get(size_t(kc_max * ((std::min(M, MC) + MR - 1) / MR * MR)));
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const float beta_k = pc == 0 ? beta : 1.f;
+      for (int64_t j = 0; j < nc; j += NR)
+        pack_b(B, pc, kc, jc + j, std::min(NR, nc - j), bpack + j * kc);
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = std::min(MC, M - ic);
+        for (int64_t i = 0; i < mc; i += MR)
+          pack_a(A, ic + i, std::min(MR, mc - i), pc, kc, apack + i * kc);
+        for (int64_t j = 0; j < nc; j += NR) {
+          const int64_t w = std::min(NR, nc - j);
+          for (int64_t i = 0; i < mc; i += MR) {
+            const int64_t h = std::min(MR, mc - i);
+            float* c = C + (ic + i) * ldc + jc + j;
+            if (h == MR && w == NR) micro_kernel(kc, apack + i * kc, bpack + j * kc, c, ldc, alpha, beta_k);
+            else edge_kernel(kc, apack + i * kc, bpack + j * kc, c, ldc, h, w, alpha, beta_k);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Several threads: C is cut into a grid of nt blocks (rows in multiples of MR, columns in
+// multiples of NR), each an independent product on its own thread: no barriers, and each
+// thread packs only the rows of A and columns of B its block needs. The grid is the one whose
+// blocks read the least of A and B.
+void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
+                  MatRef<float> B, float beta, float* C, int64_t ldc, int nt) {
+  auto ceil_to = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  int best_tm = 1;
+  double best_cost = -1;
+  for (int tm = 1; tm <= nt; ++tm) {
+    if (nt % tm) continue;
+    const int tn = nt / tm;
+    const int64_t rows = ceil_to((M + tm - 1) / tm, MR), cols = ceil_to((N + tn - 1) / tn, NR);
+    if ((tm > 1 && rows * (tm - 1) >= M) || (tn > 1 && cols * (tn - 1) >= N)) continue;  // idle threads
+    const double cost = double(rows) + double(cols);
+    if (best_cost < 0 || cost < best_cost) { best_cost = cost; best_tm = tm; }
+  }
+  const int tm = best_tm, tn = nt / tm;
+  const int64_t rows = ceil_to((M + tm - 1) / tm, MR), cols = ceil_to((N + tn - 1) / tn, NR);
+  if (tm * tn == 1) return sgemm_serial(M, N, K, alpha, A, B, beta, C, ldc);
+#pragma omp parallel num_threads(tm * tn)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t r0 = (t / tn) * rows, c0 = (t % tn) * cols;
+    const int64_t m = std::min(rows, M - r0), n = std::min(cols, N - c0);
+    if (m > 0 && n > 0)
+      sgemm_serial(m, n, K, alpha, {A.p + r0 * A.rs, A.rs, A.cs}, {B.p + c0 * B.cs, B.rs, B.cs},
+                   beta, C + r0 * ldc + c0, ldc);
+  }
+}
+#endif
+}  // namespace
+
+bool packed_f32_gemm() {
+#ifdef LIBNN_PACKED_SGEMM
+  return true;
+#else
+  return false;
+#endif
+}
+
+template <typename T>
+void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta, T* C,
+          int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, C, ldc);
+#ifdef LIBNN_PACKED_SGEMM
+  // Matrix-vector shapes (one row, or fewer columns than a tile) stay with Eigen, whose
+  // products for them read each operand once instead of padding tiles.
+  if (std::is_same_v<T, float> && M >= 2 && N >= NR) {
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
+    if constexpr (std::is_same_v<T, float>)
+      return packed_sgemm(M, N, K, alpha, A, B, beta, C, ldc, nt);
+  }
+#endif
+  eigen_gemm(M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+template void gemm<float>(int64_t, int64_t, int64_t, float, MatRef<float>, MatRef<float>, float,
+                          float*, int64_t);
+template void gemm<double>(int64_t, int64_t, int64_t, double, MatRef<double>, MatRef<double>,
+                           double, double*, int64_t);
+
+}  // namespace nn::cpu

@@ -1,0 +1,32 @@
+// The CPU backend's one matrix product (internal). Every GEMM of the CPU backend (matmul,
+// convolution, attention) goes through gemm(): f32 on x86-64 with AVX2 + FMA runs our packed
+// kernel (gemm.cpp), everything else runs Eigen's product.
+#pragma once
+#include <cstdint>
+
+namespace nn::cpu {
+
+// A strided matrix operand: element (i, j) is p[i * rs + j * cs]. Row-major with leading
+// dimension ld is {p, ld, 1}; its transpose, read in place, is {p, 1, ld}.
+template <typename T>
+struct MatRef {
+  const T* p;
+  int64_t rs, cs;
+  MatRef t() const { return {p, cs, rs}; }
+};
+
+template <typename T>
+MatRef<T> row_major(const T* p, int64_t ld) { return {p, ld, 1}; }
+
+// C = alpha * A * B + beta * C, with A (M x K), B (K x N) and C (M x N) row-major with
+// leading dimension ldc. beta == 0 never reads C (it may hold garbage). Runs on the calling
+// thread's OpenMP team when the product is large enough and not already inside a parallel
+// region, else on the calling thread alone.
+template <typename T>
+void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta, T* C,
+          int64_t ldc);
+
+// True when f32 products run the packed AVX2/FMA kernel rather than Eigen.
+bool packed_f32_gemm();
+
+}  // namespace nn::cpu
