@@ -8,6 +8,7 @@
 
 #include <cxxopts.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -136,15 +137,19 @@ double gemm_tflops(const std::string& precision, const nn::Device& dev, int64_t 
   nn::NoGradGuard ng;
   nn::matmul(a, b);
   nn::synchronize(dev);
-  int64_t reps = 0;
-  nn::train::Stopwatch w;
-  while (reps < 3 || w.seconds() < 1.0) {
-    nn::matmul(a, b);
-    ++reps;
-    if (reps % 8 == 0) nn::synchronize(dev);
+  double best = 0;
+  for (int window = 0; window < 3; ++window) {  // a ceiling: the best of three windows
+    int64_t reps = 0;
+    nn::train::Stopwatch w;
+    while (reps < 3 || w.seconds() < 0.5) {
+      nn::matmul(a, b);
+      ++reps;
+      if (reps % 8 == 0) nn::synchronize(dev);
+    }
+    nn::synchronize(dev);
+    best = std::max(best, 2.0 * double(n) * double(n) * double(n) * double(reps) / w.seconds() / 1e12);
   }
-  nn::synchronize(dev);
-  return 2.0 * double(n) * double(n) * double(n) * double(reps) / w.seconds() / 1e12;
+  return best;
 }
 
 int body(int argc, char** argv) {

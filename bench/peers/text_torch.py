@@ -146,14 +146,17 @@ def gemm_tflops(precision, device, n):
     b = torch.randn(n, n, device=device).to(dt)
     a @ b
     sync(device)
-    reps, t0 = 0, time.perf_counter()
-    while reps < 3 or time.perf_counter() - t0 < 1.0:
-        a @ b
-        reps += 1
-        if reps % 8 == 0:
-            sync(device)
-    sync(device)
-    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
+    best = 0.0
+    for _ in range(3):  # a ceiling: the best of three windows, so a busy moment does not lower it
+        reps, t0 = 0, time.perf_counter()
+        while reps < 3 or time.perf_counter() - t0 < 0.5:
+            a @ b
+            reps += 1
+            if reps % 8 == 0:
+                sync(device)
+        sync(device)
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12)
+    return best
 
 
 def main():

@@ -97,9 +97,44 @@ struct Scratch {
   }
 };
 
+// Transposes the 8 x 8 block held in r[0..7] (row i in r[i]).
+inline void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 // Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (kc x MR, column by column),
 // rows past h zero.
 void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t kc, float* dst) {
+  if (A.cs == 1 && h == MR) {
+    // A row-major: 8 columns of the 6 rows at a time, transposed in registers.
+    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < MR; ++i) r[i] = _mm256_loadu_ps(A.p + (i0 + i) * A.rs + p0 + k);
+      r[6] = r[7] = _mm256_setzero_ps();
+      transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_maskstore_ps(dst + (k + i) * MR, six, r[i]);
+    }
+    for (; k < kc; ++k)
+      for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = A.p[(i0 + i) * A.rs + p0 + k];
+    return;
+  }
   if (A.cs == 1) {
     for (int64_t r = 0; r < h; ++r) {
       const float* src = A.p + (i0 + r) * A.rs + p0;
@@ -130,6 +165,19 @@ void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t 
         for (int64_t j = w; j < NR; ++j) d[j] = 0.f;
       }
     }
+  } else if (B.rs == 1 && w == NR) {
+    // B column-major (a transpose read in place): 8 x 8 blocks transposed in registers.
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8)
+      for (int64_t half = 0; half < NR; half += 8) {
+        const float* src = B.p + (p0 + k) + (j0 + half) * B.cs;
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * B.cs);
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_store_ps(dst + (k + i) * NR + half, r[i]);
+      }
+    for (; k < kc; ++k)
+      for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = B.p[(p0 + k) + (j0 + j) * B.cs];
   } else {
     for (int64_t j = 0; j < w; ++j) {
       const float* src = B.p + p0 * B.rs + (j0 + j) * B.cs;
