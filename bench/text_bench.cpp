@@ -66,7 +66,7 @@ struct Measured {
 };
 
 Measured train(const Shape& s, const std::string& precision, const nn::Device& dev, int64_t warmup,
-               int64_t steps, uint64_t seed) {
+               int64_t steps, uint64_t seed, bool profile) {
   nn::manual_seed(seed);
   auto model = make_model(s);
   model->to(dev);
@@ -91,10 +91,13 @@ Measured train(const Shape& s, const std::string& precision, const nn::Device& d
   for (int64_t i = 0; i < warmup; ++i) step(i);
   nn::synchronize(dev);
   nn::reset_peak_memory_stats(dev);
+  nn::profiler::reset();
+  nn::profiler::enable(profile);
   nn::train::Stopwatch w;
   nn::Tensor last;
   for (int64_t i = 0; i < steps; ++i) last = step(warmup + i);
   nn::synchronize(dev);
+  nn::profiler::enable(false);
   Measured m;
   m.seconds = w.seconds();
   m.samples_per_second = double(s.batch * steps) / m.seconds;
@@ -104,7 +107,7 @@ Measured train(const Shape& s, const std::string& precision, const nn::Device& d
 }
 
 Measured infer(const Shape& s, const std::string& precision, const nn::Device& dev, int64_t warmup,
-               int64_t steps, uint64_t seed) {
+               int64_t steps, uint64_t seed, bool profile) {
   nn::manual_seed(seed);
   auto model = make_model(s);
   model->to(dev);
@@ -119,9 +122,12 @@ Measured infer(const Shape& s, const std::string& precision, const nn::Device& d
   for (int64_t i = 0; i < warmup; ++i) step(i);
   nn::synchronize(dev);
   nn::reset_peak_memory_stats(dev);
+  nn::profiler::reset();
+  nn::profiler::enable(profile);
   nn::train::Stopwatch w;
   for (int64_t i = 0; i < steps; ++i) step(warmup + i);
   nn::synchronize(dev);
+  nn::profiler::enable(false);
   Measured m;
   m.seconds = w.seconds();
   m.samples_per_second = double(s.batch * steps) / m.seconds;
@@ -171,6 +177,9 @@ int body(int argc, char** argv) {
       ("num-warmup-batches", "untimed steps first", cxxopts::value<int64_t>()->default_value("3"))
       ("gemm", "also measure the square matmul rate of each precision (size N; 0: off)",
        cxxopts::value<int64_t>()->default_value("0"))
+      ("profile", "time every backend primitive of the timed steps and print where each "
+                  "measurement's time went (the profiler's device syncs slow CUDA runs: read the "
+                  "shares, not the throughput)")
       ("threads", "CPU threads", cxxopts::value<int>())
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("h,help", "show this help");
@@ -213,11 +222,16 @@ int body(int argc, char** argv) {
       for (auto& p : precisions)
         for (auto& phase : phases) {
           const uint64_t seed = a["seed"].as<uint64_t>();
-          Measured m = phase == "train" ? train(s, p, dev, warmup, steps, seed) : infer(s, p, dev, warmup, steps, seed);
+          const bool profile = a.count("profile") > 0;
+          Measured m = phase == "train" ? train(s, p, dev, warmup, steps, seed, profile)
+                                        : infer(s, p, dev, warmup, steps, seed, profile);
           std::fprintf(stderr, "%-5s %7lld %-5s %-6s %6lld %4lld %12.1f %10.0f %9.0f\n", model.c_str(),
                        (long long)s.classes, p.c_str(), phase.c_str(), (long long)s.batch,
                        (long long)s.seq_len, m.samples_per_second, m.samples_per_second * double(s.seq_len),
                        m.peak_mb);
+          if (profile)
+            std::fprintf(stderr, "where the time of these %lld steps went (%.2f s):\n%s\n", (long long)steps,
+                         m.seconds, nn::profiler::report(m.seconds).c_str());
           std::printf("%s\n", nn::train::JsonLine()
                                   .add("impl", std::string("libnn"))
                                   .add("kind", std::string("model"))
