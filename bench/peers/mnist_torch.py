@@ -113,10 +113,11 @@ def main():
                 out = model(xte[i:i + 1000])
                 vl += F.cross_entropy(out, yte[i:i + 1000], reduction="sum").item()
                 correct += (out.argmax(1) == yte[i:i + 1000]).sum().item()
-        seconds = time.perf_counter() - t0
+        # "seconds" is the epoch's training time, as mnist_train's metrics report it
+        # (validation excluded on both sides)
         print(json.dumps({"epoch": epoch, "train_loss": train_loss,
                           "val_loss": vl / xte.shape[0], "val_accuracy": correct / xte.shape[0],
-                          "seconds": seconds, "samples_per_second": n / train_seconds}),
+                          "seconds": train_seconds, "samples_per_second": n / train_seconds}),
               flush=True)
 
 
