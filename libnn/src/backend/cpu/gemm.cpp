@@ -1,13 +1,14 @@
-// The CPU GEMM. f32 with AVX2 + FMA: a packed, cache-blocked product in the manner of
-// Goto and van de Geijn's "Anatomy of high-performance matrix multiplication":
+// The CPU GEMM. f32 on a CPU with AVX2 + FMA: a packed, cache-blocked product in the manner
+// of Goto and van de Geijn's "Anatomy of high-performance matrix multiplication":
 //   for each NC-wide column block of B, for each KC-deep slice of K:
-//     pack B's slice into NR-wide panels (kc x NR each, row by row), shared by the team;
+//     pack B's slice into NR-wide panels (kc x NR each, row by row);
 //     for each MC-tall row block of A: pack it into MR-tall panels (kc x MR, column by column),
-//       then run the MR x NR micro-kernel over every (A panel, B panel) pair, the pairs split
-//       among the team's threads.
+//       then run the MR x NR micro-kernel over every (A panel, B panel) pair.
 // The micro-kernel keeps its 6 x 16 tile of C in 12 ymm registers and does 12 FMAs per k
 // from 2 loads of B and 6 broadcasts of A. Partial tiles at the edges go through a small
-// buffer. Every other case (f64, or a CPU build without AVX2/FMA) is Eigen's product.
+// buffer. With several threads, C is cut into one block per thread (packed_sgemm). Every
+// other case (f64, matrix-vector shapes, a CPU without AVX2/FMA, a non-x86 build) is Eigen's
+// product.
 #include "backend/cpu/gemm.h"
 
 #include <omp.h>
@@ -21,9 +22,13 @@
 #include <new>
 #include <type_traits>
 
-#if defined(__AVX2__) && defined(__FMA__)
+// x86-64 with GCC or Clang: the kernel is compiled for AVX2 + FMA whatever the build's -march
+// (function target attributes) and chosen at run time when the CPU has both, so portable
+// builds (LIBNN_NATIVE=OFF: the Docker images, the sanitizer build) run it too.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define LIBNN_PACKED_SGEMM 1
+#define LIBNN_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
 namespace nn::cpu {
@@ -99,7 +104,7 @@ struct Scratch {
 };
 
 // Transposes the 8 x 8 block held in r[0..7] (row i in r[i]).
-inline void transpose8(__m256 r[8]) {
+LIBNN_AVX2 inline void transpose8(__m256 r[8]) {
   __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
   __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -120,7 +125,7 @@ inline void transpose8(__m256 r[8]) {
 
 // Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (kc x MR, column by column),
 // rows past h zero.
-void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t kc, float* dst) {
+LIBNN_AVX2 void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t kc, float* dst) {
   if (A.cs == 1 && h == MR) {
     // A row-major: 8 columns of the 6 rows at a time, transposed in registers.
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
@@ -153,7 +158,7 @@ void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t k
 
 // Rows [p0, p0 + kc) x columns [j0, j0 + w) of B into dst (kc x NR, row by row), columns
 // past w zero.
-void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t w, float* dst) {
+LIBNN_AVX2 void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t w, float* dst) {
   if (B.cs == 1) {
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = B.p + (p0 + k) * B.rs + j0;
@@ -189,8 +194,15 @@ void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t 
   }
 }
 
+// p[0..8) = alpha * x + beta * p[0..8), p not read unless read_c.
+LIBNN_AVX2 inline void store_tile(float* p, __m256 x, __m256 alpha, __m256 beta, bool read_c) {
+  x = _mm256_mul_ps(x, alpha);
+  if (read_c) x = _mm256_fmadd_ps(beta, _mm256_loadu_ps(p), x);
+  _mm256_storeu_ps(p, x);
+}
+
 // c (MR x NR, leading dimension ldc) = alpha * Ap * Bp + beta * c; beta == 0 never reads c.
-inline void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp,
+LIBNN_AVX2 inline void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp,
                          float* c, int64_t ldc, float alpha, float beta) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
   __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
@@ -223,22 +235,18 @@ inline void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __
     Ap += MR;
     Bp += NR;
   }
-  const __m256 va = _mm256_set1_ps(alpha);
-  auto store = [&](float* p, __m256 x) {
-    x = _mm256_mul_ps(x, va);
-    if (beta != 0.f) x = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(p), x);
-    _mm256_storeu_ps(p, x);
-  };
-  store(c, c00); store(c + 8, c01); c += ldc;
-  store(c, c10); store(c + 8, c11); c += ldc;
-  store(c, c20); store(c + 8, c21); c += ldc;
-  store(c, c30); store(c + 8, c31); c += ldc;
-  store(c, c40); store(c + 8, c41); c += ldc;
-  store(c, c50); store(c + 8, c51);
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  const bool read_c = beta != 0.f;
+  store_tile(c, c00, va, vb, read_c); store_tile(c + 8, c01, va, vb, read_c); c += ldc;
+  store_tile(c, c10, va, vb, read_c); store_tile(c + 8, c11, va, vb, read_c); c += ldc;
+  store_tile(c, c20, va, vb, read_c); store_tile(c + 8, c21, va, vb, read_c); c += ldc;
+  store_tile(c, c30, va, vb, read_c); store_tile(c + 8, c31, va, vb, read_c); c += ldc;
+  store_tile(c, c40, va, vb, read_c); store_tile(c + 8, c41, va, vb, read_c); c += ldc;
+  store_tile(c, c50, va, vb, read_c); store_tile(c + 8, c51, va, vb, read_c);
 }
 
 // An h x w corner tile (h <= MR, w <= NR) through a full tile in a local buffer.
-void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float* c, int64_t ldc,
+LIBNN_AVX2 void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float* c, int64_t ldc,
                  int64_t h, int64_t w, float alpha, float beta) {
   alignas(64) float tile[MR * NR];
   micro_kernel(kc, Ap, Bp, tile, NR, alpha, 0.f);
@@ -250,7 +258,7 @@ void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float* c, int64_t
 }
 
 // One thread's product: the loop nest of the file comment with this thread's own buffers.
-void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
+LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
                   MatRef<float> B, float beta, float* C, int64_t ldc) {
   static thread_local Scratch a_scratch, b_scratch;
   const int64_t kc_max = std::min(K, KC);
@@ -323,7 +331,8 @@ void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
 
 bool packed_f32_gemm() {
 #ifdef LIBNN_PACKED_SGEMM
-  return true;
+  static const bool cpu_has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return cpu_has;
 #else
   return false;
 #endif
@@ -337,7 +346,7 @@ void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T 
 #ifdef LIBNN_PACKED_SGEMM
   // Matrix-vector shapes (one row, or fewer columns than a tile) stay with Eigen, whose
   // products for them read each operand once instead of padding tiles.
-  if (std::is_same_v<T, float> && M >= 2 && N >= NR) {
+  if (std::is_same_v<T, float> && M >= 2 && N >= NR && packed_f32_gemm()) {
     const double flops = 2.0 * double(M) * double(N) * double(K);
     const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
     if constexpr (std::is_same_v<T, float>)

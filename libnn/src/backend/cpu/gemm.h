@@ -1,6 +1,7 @@
 // The CPU backend's one matrix product (internal). Every GEMM of the CPU backend (matmul,
 // convolution, attention) goes through gemm(): f32 on x86-64 with AVX2 + FMA runs our packed
-// kernel (gemm.cpp), everything else runs Eigen's product.
+// kernel (gemm.cpp, chosen at run time, so portable builds use it too), everything else runs
+// Eigen's product.
 #pragma once
 #include <cstdint>
 
@@ -26,7 +27,8 @@ template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta, T* C,
           int64_t ldc);
 
-// True when f32 products run the packed AVX2/FMA kernel rather than Eigen.
+// True when f32 products (other than matrix-vector shapes) run the packed AVX2/FMA kernel
+// rather than Eigen: an x86-64 build on a CPU with both.
 bool packed_f32_gemm();
 
 }  // namespace nn::cpu
