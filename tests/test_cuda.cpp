@@ -281,6 +281,13 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{embedding(x[0], idx), embedding(x[0], idx.to(kI32), 3),
                                             index_select(x[0], idx)};
                }});
+  v.push_back({"embedding bag", {{13, 40}}, [](auto& x) {
+                 const Device d = x[0].device();
+                 Tensor ids = from_vector<int64_t>({3, 0, 3, 12, 7, 1, 1, 1, 5, 2, 9, 9}, {3, 4}).to(d);
+                 Tensor keep = from_vector<uint8_t>({1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0}, {3, 4}).to(d);
+                 return std::vector<Tensor>{embedding_bag(x[0], ids, keep),
+                                            embedding_bag(x[0], ids.to(kI32))};
+               }});
   // attention, with and without a padding mask, head dims 64 and up to 128
   v.push_back({"attention", {{2, 3, 37, 64}, {2, 3, 41, 64}, {2, 3, 41, 64}}, [](auto& x) {
                  Tensor keep = ones({2, 41}, TensorOptions(kU8).device(x[0].device()));
@@ -435,6 +442,11 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
   Tensor w = ones({4, 3}, kCUDA);
   std::string e = test::error_of([&] {
     Tensor r = index_select(w, from_vector<int64_t>({1, 4}, {2}).to(kCUDA));
+    r.cpu();
+  });
+  REQUIRE(e.find("index out of range") != std::string::npos);
+  e = test::error_of([&] {
+    Tensor r = embedding_bag(w, from_vector<int64_t>({1, 4}, {1, 2}).to(kCUDA));
     r.cpu();
   });
   REQUIRE(e.find("index out of range") != std::string::npos);

@@ -1,3 +1,5 @@
+#include <limits>
+
 #include "test_util.h"
 
 using namespace nn;
@@ -45,6 +47,60 @@ TEST_CASE("embedding_bag averages each row's kept tokens", "[embedding]") {
   require_values(embedding_bag(w, from_vector<int64_t>({0, 3}, {1, 2})), {3, 4});
   REQUIRE(test::error_of([&] { embedding_bag(w, from_vector<int64_t>({4}, {1, 1})); })
               .find("out of range for 4 rows") != std::string::npos);
+}
+
+TEST_CASE("embedding_bag equals the gather-and-mean it fuses, values and gradients", "[embedding]") {
+  // Random bags with repeated ids, i32 and i64 ids, rows with no kept token; against the
+  // unfused composition (embedding, masked sum, divide), f32 and f64.
+  Generator g(5);
+  const int64_t V = 50, D = 37, N = 9, L = 23;
+  Tensor ids = randint(0, V, {N, L}, kI64, &g);
+  Tensor keep = lt(rand({N, L}, kF32, &g), full({}, 0.7)).to(kU8);
+  {
+    NoGradGuard ng;
+    keep.select(0, 4).zero_();  // a row without tokens
+  }
+  for (DType t : {kF64, kF32}) {
+    Tensor w = randn({V, D}, t, &g);
+    Tensor gout = randn({N, D}, t, &g);
+    auto fused = [&](const Tensor& id, const Tensor& k) {
+      Tensor wv = w.detach().requires_grad_();
+      Tensor out = embedding_bag(wv, id, k);
+      (out * gout).sum().backward();
+      return std::pair{out.detach(), wv.grad()};
+    };
+    auto unfused = [&](const Tensor& k) {
+      Tensor wv = w.detach().requires_grad_();
+      Tensor m = k.defined() ? k.to(t) : ones({N, L}, t);
+      Tensor out = sum(embedding(wv, ids) * m.unsqueeze(2), {1}) / clamp(sum(m, {1}, true), 1.0, 1e30);
+      (out * gout).sum().backward();
+      return std::pair{out.detach(), wv.grad()};
+    };
+    const double tol = t == kF64 ? 1e-12 : 1e-5;
+    for (const Tensor& k : {keep, Tensor()}) {
+      auto [want, want_grad] = unfused(k);
+      auto [got, got_grad] = fused(ids, k);
+      test::require_close(got, want, tol, tol);
+      test::require_close(got_grad, want_grad, tol, tol);
+      test::require_close(fused(ids.to(kI32), k).first, want, tol, tol);
+    }
+  }
+}
+
+TEST_CASE("embedding_bag: padded tokens add nothing, even from a non-finite row", "[embedding]") {
+  Tensor w = ones({3, 2}, kF32);
+  {
+    NoGradGuard ng;
+    w.select(0, 0).fill_(std::numeric_limits<double>::infinity());  // row 0: the padding row
+  }
+  Tensor ids = from_vector<int64_t>({1, 2, 0, 0}, {1, 4});
+  Tensor keep = from_vector<uint8_t>({1, 1, 0, 0}, {1, 4});
+  require_values(embedding_bag(w, ids, keep), {1, 1});
+  // no tokens at all: zeros, not NaN
+  require_values(embedding_bag(w, from_vector<int64_t>({}, {2, 0})), {0, 0, 0, 0});
+  // the ids must be integers on the table's device
+  REQUIRE(test::error_of([&] { embedding_bag(w, ones({1, 2}, kF32)); }).find("i64 or i32") !=
+          std::string::npos);
 }
 
 TEST_CASE("gradcheck: embedding_bag with a padding mask", "[embedding][gradcheck]") {

@@ -133,6 +133,17 @@ class Backend {
   // out (V, D) += grad (M, D) rows at index; rows equal to skip_index are left out (-1: none).
   virtual void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                                 Tensor& out) = 0;
+  // Weighted bags of rows, without the (N, L, D) gathered rows: out (N, D), row n = the sum
+  // over l of weights[n, l] * table[index[n, l]]. table (V, D) contiguous, index (N, L)
+  // i64/i32 contiguous, weights (N, L) contiguous, f64 for an f64 table, else f32. Entries
+  // with weight 0 are left out (a padded token's row, even inf, adds nothing); every index is
+  // checked and one out of range throws.
+  virtual void embedding_bag_forward(const Tensor& table, const Tensor& index,
+                                     const Tensor& weights, Tensor& out) = 0;
+  // grad_table (V, D) += weights[n, l] * grad (N, D) row n at row index[n, l], weight-0
+  // entries left out.
+  virtual void embedding_bag_backward(const Tensor& grad, const Tensor& index,
+                                      const Tensor& weights, Tensor& grad_table) = 0;
 
   // ---- attention: softmax(q k^T * scale, keys masked) v without the (T x S) matrix -------
   // q (B, T, D), k (B, S, D), v (B, S, E), contiguous, B = batch * heads; key_mask (B, S)

@@ -207,6 +207,16 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "scatter_add_rows", "embedding");
     inner_.scatter_add_rows(grad, index, skip_index, out);
   }
+  void embedding_bag_forward(const Tensor& table, const Tensor& index, const Tensor& weights,
+                             Tensor& out) override {
+    Timer t(*this, "embedding_bag_forward", "embedding");
+    inner_.embedding_bag_forward(table, index, weights, out);
+  }
+  void embedding_bag_backward(const Tensor& grad, const Tensor& index, const Tensor& weights,
+                              Tensor& grad_table) override {
+    Timer t(*this, "embedding_bag_backward", "embedding");
+    inner_.embedding_bag_backward(grad, index, weights, grad_table);
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, double scale, Tensor& out, Tensor& lse) override {
     Timer t(*this, "attention_forward", "attention");
     inner_.attention_forward(q, k, v, key_mask, scale, out, lse);

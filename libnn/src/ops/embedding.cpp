@@ -26,17 +26,43 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
 }
 
 Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep) {
+  check_defined(weight, "embedding_bag", "weight");
+  check_dim(weight, 2, "embedding_bag", "weight (num_embeddings, dim)");
   check_defined(ids, "embedding_bag", "ids");
   NN_CHECK(ids.dim() == 2, "embedding_bag: ids must be (N, L), got ", shape_str(ids.shape()));
-  Tensor e = embedding(weight, ids);  // (N, L, D)
-  if (!keep.defined()) return mean(e, {1});
-  NN_CHECK(keep.shape() == ids.shape(), "embedding_bag: keep mask ", shape_str(keep.shape()),
-           " does not match ids ", shape_str(ids.shape()));
-  // The masked mean as one batched product, (N, 1, L) weights x (N, L, D) rows: a single
-  // pass over the gathered rows instead of a masked copy and a reduction.
-  Tensor m = ne(keep, zeros({}, keep.options())).to(e.dtype());  // (N, L)
-  Tensor w = m / clamp(sum(m, {1}, true), 1.0, 1e30);  // (N, L), rows sum to 1 or 0
-  return matmul(w.unsqueeze(1), e).squeeze(1);
+  NN_CHECK(ids.dtype() == kI64 || ids.dtype() == kI32, "embedding_bag: ids must be i64 or i32, got ",
+           dtype_name(ids.dtype()));
+  NN_CHECK(ids.device() == weight.device(), "embedding_bag: ids on ", ids.device().str(),
+           ", weight on ", weight.device().str());
+  const int64_t N = ids.shape()[0], L = ids.shape()[1];
+  // Each token's share of its row's mean: 1/L, or 1/(kept tokens) for kept ones and 0 for
+  // the rest (a row without tokens is all zeros). f64 for an f64 table, else f32.
+  const TensorOptions wopts = TensorOptions(weight.dtype() == kF64 ? kF64 : kF32).device(weight.device());
+  Tensor shares;
+  {
+    NoGradGuard ng;
+    if (!keep.defined()) {
+      shares = full({N, L}, L ? 1.0 / double(L) : 0.0, wopts);
+    } else {
+      NN_CHECK(keep.shape() == ids.shape(), "embedding_bag: keep mask ", shape_str(keep.shape()),
+               " does not match ids ", shape_str(ids.shape()));
+      NN_CHECK(keep.device() == weight.device(), "embedding_bag: keep on ", keep.device().str(),
+               ", weight on ", weight.device().str());
+      Tensor m = ne(keep, zeros({}, keep.options())).to(wopts.dtype_);
+      shares = raw_contiguous(m / clamp(sum(m, {1}, true), 1.0, 1e30));
+    }
+  }
+  // One fused pass over the table's rows: the (N, L, D) gathered rows never exist.
+  Tensor table = raw_contiguous(weight), idx = raw_contiguous(ids);
+  Tensor out = empty({N, weight.shape()[1]}, weight.options());
+  backend::of(weight).embedding_bag_forward(table, idx, shares, out);
+  record("embedding_bag", {weight}, out,
+         [idx, shares, ws = weight.shape(), opts = weight.options()](const Tensor& g, auto&) {
+    Tensor gw = zeros(ws, opts);
+    backend::of(g).embedding_bag_backward(raw_contiguous(g), idx, shares, gw);
+    return std::vector<Tensor>{gw};
+  });
+  return out;
 }
 
 }  // namespace nn

@@ -89,6 +89,10 @@ class CpuBackend final : public Backend {
   void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
   void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                         Tensor& out) override;
+  void embedding_bag_forward(const Tensor& table, const Tensor& index, const Tensor& weights,
+                             Tensor& out) override;
+  void embedding_bag_backward(const Tensor& grad, const Tensor& index, const Tensor& weights,
+                              Tensor& grad_table) override;
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& key_mask, double scale, Tensor& out, Tensor& lse) override;

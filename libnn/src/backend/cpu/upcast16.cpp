@@ -275,6 +275,21 @@ class Upcast16Backend final : public Backend {
     inner_.scatter_add_rows(grad32, index32, skip_index, out32);
     down(out32, out);
   }
+  void embedding_bag_forward(const Tensor& table, const Tensor& index, const Tensor& weights,
+                             Tensor& out) override {
+    if (!(is16(table) || is16(out))) return inner_.embedding_bag_forward(table, index, weights, out);
+    Tensor table32 = up(table), out32 = up(out);
+    inner_.embedding_bag_forward(table32, index, weights, out32);
+    down(out32, out);
+  }
+  void embedding_bag_backward(const Tensor& grad, const Tensor& index, const Tensor& weights,
+                              Tensor& grad_table) override {
+    if (!(is16(grad) || is16(grad_table)))
+      return inner_.embedding_bag_backward(grad, index, weights, grad_table);
+    Tensor grad32 = up(grad), grad_table32 = up(grad_table);
+    inner_.embedding_bag_backward(grad32, index, weights, grad_table32);
+    down(grad_table32, grad_table);
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                          double scale, Tensor& out, Tensor& lse) override {
     if (!(is16(q) || is16(k) || is16(v) || is16(out)))

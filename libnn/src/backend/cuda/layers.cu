@@ -88,6 +88,24 @@ void CudaBackend::scatter_add_rows(const Tensor& grad, const Tensor& index, int6
   kernels::launch_scatter_add_rows(grad.dtype(), grad.data_ptr(), ptr<int64_t>(idx), idx.numel(),
                                    D, V, skip_index, out.data_ptr(), flag(kBadIndex), stream_);
 }
+void CudaBackend::embedding_bag_forward(const Tensor& table, const Tensor& index,
+                                        const Tensor& weights, Tensor& out) {
+  activate();
+  Tensor idx = as_i64(*this, index);
+  kernels::launch_embedding_bag(table.dtype(), table.data_ptr(), table.shape()[0],
+                                table.shape()[1], ptr<int64_t>(idx), weights.data_ptr(),
+                                index.shape()[0], index.shape()[1], out.data_ptr(),
+                                flag(kBadIndex), stream_);
+}
+void CudaBackend::embedding_bag_backward(const Tensor& grad, const Tensor& index,
+                                         const Tensor& weights, Tensor& grad_table) {
+  activate();
+  Tensor idx = as_i64(*this, index);
+  kernels::launch_embedding_bag_backward(grad.dtype(), grad.data_ptr(), ptr<int64_t>(idx),
+                                         weights.data_ptr(), index.shape()[0], index.shape()[1],
+                                         grad_table.shape()[1], grad_table.shape()[0],
+                                         grad_table.data_ptr(), flag(kBadIndex), stream_);
+}
 
 // ---- optim: one multi-tensor launch per call ------------------------------------------------
 void CudaBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
