@@ -331,7 +331,10 @@ void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
 
 bool packed_f32_gemm() {
 #ifdef LIBNN_PACKED_SGEMM
-  static const bool cpu_has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool cpu_has = [] {
+    __builtin_cpu_init();  // in case this first runs from a static initialiser
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return cpu_has;
 #else
   return false;
