@@ -1,6 +1,8 @@
 """Helpers the bench drivers share."""
+import json
 import os
 import platform
+import subprocess
 import sys
 
 
@@ -13,6 +15,23 @@ def cpu_name():
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def add_torch_python(ap):
+    """The --python flag of the drivers that run a PyTorch peer."""
+    ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
+                    help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+
+
+def run_json_lines(cmd, env=None):
+    """Runs cmd, echoing its stderr; returns the JSON objects it printed on stdout, one a
+    line. Exits naming the command, with its output, when it fails."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+        sys.exit(f"{name}: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}{p.stdout}")
+    sys.stderr.write(p.stderr)
+    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
 def import_pyplot():

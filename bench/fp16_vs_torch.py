@@ -20,6 +20,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import add_torch_python  # noqa: E402
 
 
 def load(path):
@@ -74,8 +76,7 @@ def main():
     ap.add_argument("--from", dest="files", nargs=2, metavar=("LIBNN_JSON", "TORCH_JSON"),
                     help="tabulate these result files instead of running the benchmarks")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "fp16_vs_fp32"))
-    ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
-                    help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+    add_torch_python(ap)
     ap.add_argument("--layout", default=None, help="libnn's memory format (the peer runs channels-last)")
     ap.add_argument("--out", default=None, help="write both runs' records (schema libnn-bench-1)")
     a, rest = ap.parse_known_args()

@@ -16,18 +16,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import cpu_name  # noqa: E402
+from benchutil import add_torch_python, cpu_name, run_json_lines  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_lines(cmd, env=None):
-    """Runs cmd, echoing stderr; returns the JSON objects it printed on stdout."""
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if p.returncode != 0:
-        sys.exit(f"mnist_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}{p.stdout}")
-    sys.stderr.write(p.stderr)
-    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
 def summarise(rows):
@@ -48,8 +39,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--train-samples", type=int, default=0)
     ap.add_argument("--app", default=os.path.join(ROOT, "build", "bin", "mnist_train"))
-    ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
-                    help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+    add_torch_python(ap)
     ap.add_argument("--machine", default=None,
                     help="machine kind for bench/report's price table (default: cpu-<N>core, "
                          "or gpu-<name> on CUDA)")
@@ -77,9 +67,9 @@ def main():
     for model in a.models.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             metrics = os.path.join(tmp, "m.jsonl")
-            run_lines([a.app, "--model", model, "--dataset", a.dataset, "--metrics", metrics] + common, env)
+            run_json_lines([a.app, "--model", model, "--dataset", a.dataset, "--metrics", metrics] + common, env)
             ours = summarise([json.loads(l) for l in open(metrics)])
-        theirs = summarise(run_lines([a.python, os.path.join(ROOT, "bench", "peers", "mnist_torch.py"),
+        theirs = summarise(run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "mnist_torch.py"),
                                       "--model", model] + common, env))
         results["runs"].append({"model": model, "libnn": ours, "pytorch": theirs,
                                 "ratio": ours["samples_per_second"] / theirs["samples_per_second"]})

@@ -65,6 +65,29 @@ struct Measured {
   double seconds = 0, samples_per_second = 0, peak_mb = 0, loss = NAN;
 };
 
+// What both phases measure: `warmup` untimed steps, then `steps` timed ones (profiled when
+// asked). step(i) returns the step's loss, or an undefined tensor when there is none.
+template <typename Step>
+Measured measure(const Shape& s, const nn::Device& dev, int64_t warmup, int64_t steps,
+                 bool profile, Step&& step) {
+  for (int64_t i = 0; i < warmup; ++i) step(i);
+  nn::synchronize(dev);
+  nn::reset_peak_memory_stats(dev);
+  nn::profiler::reset();
+  nn::profiler::enable(profile);
+  nn::train::Stopwatch w;
+  nn::Tensor last;
+  for (int64_t i = 0; i < steps; ++i) last = step(warmup + i);
+  nn::synchronize(dev);
+  nn::profiler::enable(false);
+  Measured m;
+  m.seconds = w.seconds();
+  m.samples_per_second = double(s.batch * steps) / m.seconds;
+  m.peak_mb = double(nn::memory_stats(dev).peak_allocated) / (1 << 20);
+  if (last.defined()) m.loss = last.item();
+  return m;
+}
+
 Measured train(const Shape& s, const std::string& precision, const nn::Device& dev, int64_t warmup,
                int64_t steps, uint64_t seed, bool profile) {
   nn::manual_seed(seed);
@@ -88,22 +111,7 @@ Measured train(const Shape& s, const std::string& precision, const nn::Device& d
     scaler.update();
     return loss.detach();
   };
-  for (int64_t i = 0; i < warmup; ++i) step(i);
-  nn::synchronize(dev);
-  nn::reset_peak_memory_stats(dev);
-  nn::profiler::reset();
-  nn::profiler::enable(profile);
-  nn::train::Stopwatch w;
-  nn::Tensor last;
-  for (int64_t i = 0; i < steps; ++i) last = step(warmup + i);
-  nn::synchronize(dev);
-  nn::profiler::enable(false);
-  Measured m;
-  m.seconds = w.seconds();
-  m.samples_per_second = double(s.batch * steps) / m.seconds;
-  m.peak_mb = double(nn::memory_stats(dev).peak_allocated) / (1 << 20);
-  m.loss = last.item();
-  return m;
+  return measure(s, dev, warmup, steps, profile, step);
 }
 
 Measured infer(const Shape& s, const std::string& precision, const nn::Device& dev, int64_t warmup,
@@ -117,22 +125,10 @@ Measured infer(const Shape& s, const std::string& precision, const nn::Device& d
   nn::NoGradGuard ng;
   auto step = [&](int64_t i) {
     nn::amp::AutocastGuard ac(half, precision != "fp32");
-    return nn::argmax(forward(s, *model, data.ids[size_t(i % 2)], data.keep[size_t(i % 2)]), 1);
+    nn::argmax(forward(s, *model, data.ids[size_t(i % 2)], data.keep[size_t(i % 2)]), 1);
+    return nn::Tensor();  // no loss in inference
   };
-  for (int64_t i = 0; i < warmup; ++i) step(i);
-  nn::synchronize(dev);
-  nn::reset_peak_memory_stats(dev);
-  nn::profiler::reset();
-  nn::profiler::enable(profile);
-  nn::train::Stopwatch w;
-  for (int64_t i = 0; i < steps; ++i) step(warmup + i);
-  nn::synchronize(dev);
-  nn::profiler::enable(false);
-  Measured m;
-  m.seconds = w.seconds();
-  m.samples_per_second = double(s.batch * steps) / m.seconds;
-  m.peak_mb = double(nn::memory_stats(dev).peak_allocated) / (1 << 20);
-  return m;
+  return measure(s, dev, warmup, steps, profile, step);
 }
 
 // Square matmul rate in TFLOP/s (inputs in the precision, as autocast would run them).
@@ -201,6 +197,7 @@ int body(int argc, char** argv) {
     NN_CHECK(p == "fp32" || p == "fp16" || p == "bf16", "--precisions: unknown precision '", p, "'");
   for (auto& p : phases) NN_CHECK(p == "train" || p == "infer", "--phases: unknown phase '", p, "'");
   const std::string device = dev.is_cpu() ? "cpu" : "cuda";
+  const bool profile = a.count("profile") > 0;
 
   if (const int64_t n = a["gemm"].as<int64_t>(); n > 0)
     for (auto& p : precisions) {
@@ -222,7 +219,6 @@ int body(int argc, char** argv) {
       for (auto& p : precisions)
         for (auto& phase : phases) {
           const uint64_t seed = a["seed"].as<uint64_t>();
-          const bool profile = a.count("profile") > 0;
           Measured m = phase == "train" ? train(s, p, dev, warmup, steps, seed, profile)
                                         : infer(s, p, dev, warmup, steps, seed, profile);
           std::fprintf(stderr, "%-5s %7lld %-5s %-6s %6lld %4lld %12.1f %10.0f %9.0f\n", model.c_str(),

@@ -18,18 +18,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import cpu_name  # noqa: E402
+from benchutil import add_torch_python, cpu_name, run_json_lines  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = {"tiny": (2, 128, 2, 512), "mini": (4, 256, 4, 1024), "base": (12, 768, 12, 3072)}
-
-
-def run_lines(cmd, env):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    sys.stderr.write(p.stderr)
-    if p.returncode != 0:
-        sys.exit(f"text_vs_torch: {' '.join(cmd)} failed ({p.returncode})")
-    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
 def bert_train_flops(preset, seq_len, classes):
@@ -47,15 +39,14 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--preset", default="base")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "text_bench"))
-    ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
-                    help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+    add_torch_python(ap)
     ap.add_argument("--machine", default=None, help="machine kind for bench/report's price table")
     ap.add_argument("--out", default=None, help="write the results as JSON (schema libnn-bench-1)")
     a, rest = ap.parse_known_args()
     shared = ["--device", a.device, "--threads", str(a.threads), "--preset", a.preset] + rest
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    ours = run_lines([a.bench] + shared, env)
-    theirs = run_lines([a.python, os.path.join(ROOT, "bench", "peers", "text_torch.py")] + shared, env)
+    ours = run_json_lines([a.bench] + shared, env)
+    theirs = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "text_torch.py")] + shared, env)
     torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
     gpu = ""

@@ -1,6 +1,7 @@
 // CPU attention family: per (batch x head) slice, scores in blocks of query rows so the
 // (T x S) matrix never exists whole; softmax statistics (log-sum-exp) saved for backward,
 // which recomputes the probabilities from them.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -69,7 +70,7 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
             set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
           }
           cpu::gemm<T>(n, E, S, T(1), row_major(s.data(), S), row_major(pv + b * S * E, E), T(0),
-                  po + (b * Tq + t0) * E, E);
+                       po + (b * Tq + t0) * E, E);
         }
       }
     });
@@ -102,10 +103,10 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, con
         const T* kb = pk + b * S * D;
         const T* vb = pv + b * S * E;
         const uint8_t* mb = pm ? pm + b * S : nullptr;
-        auto GK = rmap(gk + b * S * D, S, D, D);
-        auto GV = rmap(gv + b * S * E, S, E, E);
-        GK.setZero();
-        GV.setZero();
+        T* gkb = gk + b * S * D;  // dK and dV accumulate over the query blocks
+        T* gvb = gv + b * S * E;
+        std::fill(gkb, gkb + S * D, T(0));
+        std::fill(gvb, gvb + S * E, T(0));
         for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
           const int64_t n = std::min(kRows, Tq - t0);
           scores(qb, kb, mb, t0, n, S, D, T(scale), p);
@@ -114,23 +115,23 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, con
             if (std::isinf(l)) p.row(r).setZero();
             else p.row(r) = (p.row(r).array() - T(l)).exp();
           }
-          auto dO = crmap(pg + (b * Tq + t0) * E, n, E, E);
-          auto O = crmap(po + (b * Tq + t0) * E, n, E, E);
           const T* dOp = pg + (b * Tq + t0) * E;
-          cpu::gemm<T>(S, E, n, T(1), row_major(p.data(), S).t(), row_major(dOp, E), T(1),
-                  gv + b * S * E, E);  // dV += P^T dO
+          auto dO = crmap(dOp, n, E, E);
+          auto O = crmap(po + (b * Tq + t0) * E, n, E, E);
+          cpu::gemm<T>(S, E, n, T(1), row_major(p.data(), S).t(), row_major(dOp, E), T(1), gvb,
+                       E);  // dV += P^T dO
           dp.resize(n, S);
           cpu::gemm<T>(n, S, E, T(1), row_major(dOp, E), row_major(vb, E).t(), T(0), dp.data(),
-                  S);  // dP = dO V^T
+                       S);  // dP = dO V^T
           // dS = P * (dP - rowsum(dO * O)), the softmax backward per row
           for (int64_t r = 0; r < n; ++r) {
             const T delta = dO.row(r).dot(O.row(r));
             dp.row(r) = p.row(r).array() * (dp.row(r).array() - delta);
           }
           cpu::gemm<T>(n, D, S, T(scale), row_major(dp.data(), S), row_major(kb, D), T(0),
-                  gq + (b * Tq + t0) * D, D);  // dQ = dS K * scale
+                       gq + (b * Tq + t0) * D, D);  // dQ = dS K * scale
           cpu::gemm<T>(S, D, n, T(scale), row_major(dp.data(), S).t(), row_major(qb + t0 * D, D),
-                  T(1), gk + b * S * D, D);  // dK += dS^T Q * scale
+                       T(1), gkb, D);  // dK += dS^T Q * scale
         }
       }
     });

@@ -131,7 +131,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
         }
         T* o = po + (n * g.O + gr * g.Og) * g.P;
         cpu::gemm<T>(g.Og, g.P, g.Kdim, T(1), row_major(pw + gr * g.Og * g.Kdim, g.Kdim),
-                row_major(colp, g.P), T(0), o, g.P);
+                     row_major(colp, g.P), T(0), o, g.P);
         if (pb) rmap(o, g.Og, g.P, g.P).colwise() += crmap(pb + gr * g.Og, g.Og, 1, 1).col(0);
       }
     });
@@ -186,7 +186,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
           colp = col.data();
         }
         cpu::gemm<T>(g.Og, g.Kdim, g.P, T(1), row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P),
-                row_major(colp, g.P).t(), T(1), acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
+                     row_major(colp, g.P).t(), T(1), acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
       }
     });
     auto out = rmap(grad_w.data<T>(), g.O, g.Kdim, g.Kdim);

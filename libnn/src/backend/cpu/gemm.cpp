@@ -54,20 +54,17 @@ void eigen_gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T>
     }
   };
   // Unit-stride views keep Eigen on its fast paths (matrix-vector ones included); an operand
-  // with neither stride 1 is copied first.
+  // with neither stride 1 is copied into `buf` first.
+  auto unit_stride = [](MatRef<T>& X, int64_t rows, int64_t cols, RowMat& buf) {
+    if (X.cs == 1 || X.rs == 1) return;
+    buf.resize(rows, cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) buf(i, j) = X.p[i * X.rs + j * X.cs];
+    X = row_major<T>(buf.data(), cols);
+  };
   RowMat a_copy, b_copy;
-  if (A.cs != 1 && A.rs != 1) {
-    a_copy.resize(M, K);
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t k = 0; k < K; ++k) a_copy(i, k) = A.p[i * A.rs + k * A.cs];
-    A = row_major<T>(a_copy.data(), K);
-  }
-  if (B.cs != 1 && B.rs != 1) {
-    b_copy.resize(K, N);
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) b_copy(k, j) = B.p[k * B.rs + j * B.cs];
-    B = row_major<T>(b_copy.data(), N);
-  }
+  unit_stride(A, M, K, a_copy);
+  unit_stride(B, K, N, b_copy);
   auto with_b = [&](const auto& a) {
     if (B.cs == 1) run(a, Rows(B.p, K, N, Eigen::OuterStride<>(B.rs)));
     else run(a, Cols(B.p, K, N, Eigen::OuterStride<>(B.cs)));
@@ -86,6 +83,8 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
 #ifdef LIBNN_PACKED_SGEMM
 constexpr int64_t MR = 6, NR = 16;
 constexpr int64_t KC = 256, MC = 144, NC = 3072;  // MC % MR == 0, NC % NR == 0
+
+constexpr int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // 64-byte aligned scratch that only grows; one per calling thread.
 struct Scratch {
@@ -125,7 +124,8 @@ LIBNN_AVX2 inline void transpose8(__m256 r[8]) {
 
 // Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (kc x MR, column by column),
 // rows past h zero.
-LIBNN_AVX2 void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t kc, float* dst) {
+LIBNN_AVX2 void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0, int64_t kc,
+                       float* dst) {
   if (A.cs == 1 && h == MR) {
     // A row-major: 8 columns of the 6 rows at a time, transposed in registers.
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
@@ -158,7 +158,8 @@ LIBNN_AVX2 void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0
 
 // Rows [p0, p0 + kc) x columns [j0, j0 + w) of B into dst (kc x NR, row by row), columns
 // past w zero.
-LIBNN_AVX2 void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t w, float* dst) {
+LIBNN_AVX2 void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t w,
+                       float* dst) {
   if (B.cs == 1) {
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = B.p + (p0 + k) * B.rs + j0;
@@ -202,52 +203,40 @@ LIBNN_AVX2 inline void store_tile(float* p, __m256 x, __m256 alpha, __m256 beta,
 }
 
 // c (MR x NR, leading dimension ldc) = alpha * Ap * Bp + beta * c; beta == 0 never reads c.
-LIBNN_AVX2 inline void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp,
-                         float* c, int64_t ldc, float alpha, float beta) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-  for (int64_t r = 0; r < MR; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+// The fully unrolled loops over the tile's rows keep acc in 12 ymm registers.
+LIBNN_AVX2 inline void micro_kernel(int64_t kc, const float* __restrict Ap,
+                                    const float* __restrict Bp, float* c, int64_t ldc,
+                                    float alpha, float beta) {
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+  }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
-    __m256 a = _mm256_broadcast_ss(Ap);
-    c00 = _mm256_fmadd_ps(a, b0, c00);
-    c01 = _mm256_fmadd_ps(a, b1, c01);
-    a = _mm256_broadcast_ss(Ap + 1);
-    c10 = _mm256_fmadd_ps(a, b0, c10);
-    c11 = _mm256_fmadd_ps(a, b1, c11);
-    a = _mm256_broadcast_ss(Ap + 2);
-    c20 = _mm256_fmadd_ps(a, b0, c20);
-    c21 = _mm256_fmadd_ps(a, b1, c21);
-    a = _mm256_broadcast_ss(Ap + 3);
-    c30 = _mm256_fmadd_ps(a, b0, c30);
-    c31 = _mm256_fmadd_ps(a, b1, c31);
-    a = _mm256_broadcast_ss(Ap + 4);
-    c40 = _mm256_fmadd_ps(a, b0, c40);
-    c41 = _mm256_fmadd_ps(a, b1, c41);
-    a = _mm256_broadcast_ss(Ap + 5);
-    c50 = _mm256_fmadd_ps(a, b0, c50);
-    c51 = _mm256_fmadd_ps(a, b1, c51);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(Ap + r);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
     Ap += MR;
     Bp += NR;
   }
   const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
   const bool read_c = beta != 0.f;
-  store_tile(c, c00, va, vb, read_c); store_tile(c + 8, c01, va, vb, read_c); c += ldc;
-  store_tile(c, c10, va, vb, read_c); store_tile(c + 8, c11, va, vb, read_c); c += ldc;
-  store_tile(c, c20, va, vb, read_c); store_tile(c + 8, c21, va, vb, read_c); c += ldc;
-  store_tile(c, c30, va, vb, read_c); store_tile(c + 8, c31, va, vb, read_c); c += ldc;
-  store_tile(c, c40, va, vb, read_c); store_tile(c + 8, c41, va, vb, read_c); c += ldc;
-  store_tile(c, c50, va, vb, read_c); store_tile(c + 8, c51, va, vb, read_c);
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    store_tile(c + r * ldc, acc[r][0], va, vb, read_c);
+    store_tile(c + r * ldc + 8, acc[r][1], va, vb, read_c);
+  }
 }
 
 // An h x w corner tile (h <= MR, w <= NR) through a full tile in a local buffer.
 LIBNN_AVX2 void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float* c, int64_t ldc,
-                 int64_t h, int64_t w, float alpha, float beta) {
+                            int64_t h, int64_t w, float alpha, float beta) {
   alignas(64) float tile[MR * NR];
   micro_kernel(kc, Ap, Bp, tile, NR, alpha, 0.f);
   for (int64_t i = 0; i < h; ++i)
@@ -259,11 +248,11 @@ LIBNN_AVX2 void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float*
 
 // One thread's product: the loop nest of the file comment with this thread's own buffers.
 LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
-                  MatRef<float> B, float beta, float* C, int64_t ldc) {
+                             MatRef<float> B, float beta, float* C, int64_t ldc) {
   static thread_local Scratch a_scratch, b_scratch;
   const int64_t kc_max = std::min(K, KC);
-  float* bpack = b_scratch.get(size_t(kc_max * ((std::min(N, NC) + NR - 1) / NR * NR)));
-  float* apack = a_scratch.get(size_t(kc_max * ((std::min(M, MC) + MR - 1) / MR * MR)));
+  float* bpack = b_scratch.get(size_t(kc_max * ceil_to(std::min(N, NC), NR)));
+  float* apack = a_scratch.get(size_t(kc_max * ceil_to(std::min(M, MC), MR)));
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += KC) {
@@ -280,8 +269,9 @@ LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRe
           for (int64_t i = 0; i < mc; i += MR) {
             const int64_t h = std::min(MR, mc - i);
             float* c = C + (ic + i) * ldc + jc + j;
-            if (h == MR && w == NR) micro_kernel(kc, apack + i * kc, bpack + j * kc, c, ldc, alpha, beta_k);
-            else edge_kernel(kc, apack + i * kc, bpack + j * kc, c, ldc, h, w, alpha, beta_k);
+            const float *ap = apack + i * kc, *bp = bpack + j * kc;
+            if (h == MR && w == NR) micro_kernel(kc, ap, bp, c, ldc, alpha, beta_k);
+            else edge_kernel(kc, ap, bp, c, ldc, h, w, alpha, beta_k);
           }
         }
       }
@@ -295,14 +285,14 @@ LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRe
 // blocks read the least of A and B.
 void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
                   MatRef<float> B, float beta, float* C, int64_t ldc, int nt) {
-  auto ceil_to = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   int best_tm = 1;
   double best_cost = -1;
   for (int tm = 1; tm <= nt; ++tm) {
     if (nt % tm) continue;
     const int tn = nt / tm;
     const int64_t rows = ceil_to((M + tm - 1) / tm, MR), cols = ceil_to((N + tn - 1) / tn, NR);
-    if ((tm > 1 && rows * (tm - 1) >= M) || (tn > 1 && cols * (tn - 1) >= N)) continue;  // idle threads
+    // a grid that would leave a thread without a block is skipped
+    if ((tm > 1 && rows * (tm - 1) >= M) || (tn > 1 && cols * (tn - 1) >= N)) continue;
     const double cost = double(rows) + double(cols);
     if (best_cost < 0 || cost < best_cost) { best_cost = cost; best_tm = tm; }
   }
@@ -349,11 +339,12 @@ void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T 
 #ifdef LIBNN_PACKED_SGEMM
   // Matrix-vector shapes (one row, or fewer columns than a tile) stay with Eigen, whose
   // products for them read each operand once instead of padding tiles.
-  if (std::is_same_v<T, float> && M >= 2 && N >= NR && packed_f32_gemm()) {
-    const double flops = 2.0 * double(M) * double(N) * double(K);
-    const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
-    if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    if (M >= 2 && N >= NR && packed_f32_gemm()) {
+      const double flops = 2.0 * double(M) * double(N) * double(K);
+      const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
       return packed_sgemm(M, N, K, alpha, A, B, beta, C, ldc, nt);
+    }
   }
 #endif
   eigen_gemm(M, N, K, alpha, A, B, beta, C, ldc);

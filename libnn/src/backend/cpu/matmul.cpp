@@ -50,7 +50,7 @@ void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doubl
     T* pc = out.data<T>();
     auto one = [&](int64_t i) {
       cpu::gemm<T>(M, N, K, T(alpha), ref(pa + i * oa.batch_stride, oa),
-                       ref(pb + i * ob.batch_stride, ob), T(beta), pc + i * M * N, N);
+                   ref(pb + i * ob.batch_stride, ob), T(beta), pc + i * M * N, N);
     };
     // Many small products: one thread per product. Few large ones: threads inside each.
     double flops = 2.0 * double(M) * double(N) * double(K);
