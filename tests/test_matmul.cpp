@@ -133,23 +133,34 @@ void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, dou
 }  // namespace
 
 TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[matmul]") {
-  INFO("packed f32 kernel: " << nn::cpu::packed_f32_gemm());
-  uint32_t seed = 1;
-  for (int64_t M : {1, 2, 5, 6, 7, 13, 150})
-    for (int64_t N : {1, 15, 16, 17, 40})
-      for (int64_t K : {0, 1, 9, 300})
-        for (int layouts = 0; layouts < 4; ++layouts) {
-          const double beta = layouts == 0 ? 0.0 : layouts == 1 ? 1.0 : -0.75;
-          check_gemm<float>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
-          if (M * N * K < 20000)
-            check_gemm<double>(M, N, K, layouts >> 1, layouts & 1, 1.5, beta, seed++);
-        }
-  // general strides (neither is 1) on both paths
-  check_gemm<float>(23, 37, 29, 2, 2, 1.0, 0.5, seed++);
-  check_gemm<double>(23, 37, 29, 2, 0, 1.0, 0.0, seed++);
-  // threaded: a grid of blocks over rows and columns, more columns than one packed block
-  // (3072), more rows than one packed block (144), K over one slice (256)
-  check_gemm<float>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++);
-  check_gemm<float>(2, 3100, 300, 1, 0, 1.0, 1.0, seed++);
-  check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++);
+  using nn::cpu::F32Kernel;
+  const F32Kernel before = nn::cpu::f32_kernel();
+  // every f32 kernel this CPU can run: Eigen's, the AVX2 tile (6 x 16), the AVX-512 tile (8 x 32)
+  for (F32Kernel kernel : {F32Kernel::eigen, F32Kernel::avx2, F32Kernel::avx512}) {
+    if (!nn::cpu::f32_kernel_supported(kernel)) {
+      WARN("f32 kernel " << int(kernel) << " not supported on this CPU: not checked");
+      continue;
+    }
+    nn::cpu::set_f32_kernel(kernel);
+    INFO("f32 kernel " << int(kernel));
+    uint32_t seed = 1;
+    for (int64_t M : {1, 2, 5, 6, 7, 8, 9, 13, 150})
+      for (int64_t N : {1, 15, 16, 17, 31, 32, 33, 70})
+        for (int64_t K : {0, 1, 9, 300})
+          for (int layouts = 0; layouts < 4; ++layouts) {
+            const double beta = layouts == 0 ? 0.0 : layouts == 1 ? 1.0 : -0.75;
+            check_gemm<float>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
+            if (kernel == F32Kernel::eigen && M * N * K < 20000)
+              check_gemm<double>(M, N, K, layouts >> 1, layouts & 1, 1.5, beta, seed++);
+          }
+    // general strides (neither is 1) on both paths
+    check_gemm<float>(23, 37, 29, 2, 2, 1.0, 0.5, seed++);
+    check_gemm<double>(23, 37, 29, 2, 0, 1.0, 0.0, seed++);
+    // threaded: a grid of blocks over rows and columns, more columns than one packed block
+    // (3072), more rows than one packed block (144), K over one slice (256)
+    check_gemm<float>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++);
+    check_gemm<float>(2, 3100, 300, 1, 0, 1.0, 1.0, seed++);
+    check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++);
+  }
+  nn::cpu::set_f32_kernel(before);
 }

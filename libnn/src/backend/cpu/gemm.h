@@ -1,7 +1,7 @@
 // The CPU backend's one matrix product (internal). Every GEMM of the CPU backend (matmul,
-// convolution, attention) goes through gemm(): f32 on x86-64 with AVX2 + FMA runs our packed
-// kernel (gemm.cpp, chosen at run time, so portable builds use it too), everything else runs
-// Eigen's product.
+// convolution, attention) goes through gemm(): f32 on x86-64 with AVX2 + FMA (or AVX-512)
+// runs our packed kernel (gemm.cpp, chosen at run time, so portable builds use it too),
+// everything else runs Eigen's product.
 #pragma once
 #include <cstdint>
 
@@ -27,8 +27,13 @@ template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta, T* C,
           int64_t ldc);
 
-// True when f32 products (other than matrix-vector shapes) run the packed AVX2/FMA kernel
-// rather than Eigen: an x86-64 build on a CPU with both.
-bool packed_f32_gemm();
+// Which kernel runs f32 products (other than matrix-vector shapes): Eigen's, or our packed
+// product with the AVX2/FMA or the AVX-512 micro-kernel. The default is the widest this CPU
+// has; tests and benchmarks may pick another that it supports (set_f32_kernel throws
+// std::invalid_argument otherwise). Not meant to be switched while products run.
+enum class F32Kernel { eigen, avx2, avx512 };
+bool f32_kernel_supported(F32Kernel k);
+F32Kernel f32_kernel();
+void set_f32_kernel(F32Kernel k);
 
 }  // namespace nn::cpu
