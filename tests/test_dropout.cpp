@@ -1,3 +1,4 @@
+#include "kernels/philox.h"
 #include "test_util.h"
 
 using namespace nn;
@@ -33,6 +34,26 @@ TEST_CASE("dropout masks are reproducible and independent of threads", "[dropout
   REQUIRE(m1 == m2);
   auto m3 = dropout(x, 0.5, true, &a).to_vector<float>();  // the generator moved on
   REQUIRE(m1 != m3);
+}
+
+TEST_CASE("dropout's CPU mask is the Philox stream the CUDA kernel draws", "[dropout]") {
+  // element i of a draw at (seed, offset) keeps when the uniform of counter offset + i / 4,
+  // lane i % 4 (kernels/philox.h, one counter at a time) is at least p
+  for (double p : {0.1, 0.25, 0.5, 0.9, 0.999999}) {
+    Generator g(11);
+    dropout(ones({37}), p, true, &g);  // so the draw below starts at a nonzero offset
+    const uint64_t offset = g.offset();
+    const int64_t n = 4 * 64 * 3 + 7;  // several counter batches and a ragged end
+    auto y = dropout(ones({n}), p, true, &g).to_vector<float>();
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      rng::U32x4 r = rng::philox(11, offset + uint64_t(i / 4));
+      const bool keep = rng::to_uniform(r.v[i % 4]) >= float(p);
+      mismatches += keep != (y[size_t(i)] != 0.0f);
+    }
+    INFO("p " << p);
+    REQUIRE(mismatches == 0);
+  }
 }
 
 TEST_CASE("gradcheck: dropout", "[dropout][gradcheck]") {

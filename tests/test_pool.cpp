@@ -60,6 +60,45 @@ TEST_CASE("max and average pooling match the definition", "[pool]") {
           std::string::npos);
 }
 
+TEST_CASE("2x2 max pooling picks the first maximum, or a NaN, in window order", "[pool]") {
+  // The 2x2 stride-2 case has its own vectorised loop: values and the gradient's routing
+  // (the chosen index) against the rule, with ties, NaNs, an odd width (last column
+  // dropped) and rows longer than a vector.
+  for (DType dt : {kF32, kF64})
+    for (int64_t W : {7, 23}) {
+      const int64_t H = 5, OH = 2, OW = W / 2;
+      std::vector<double> v(size_t(2 * H * W));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = double((i * 7919) % 5);
+      v[0] = v[1] = v[W] = v[W + 1] = 4;               // window (0, 0): all equal
+      v[2 * W + 3] = v[3 * W + 2] = 9;                  // window (1, 1): a tie for the maximum
+      v[5] = NAN;                                       // window (0, 2): one NaN, second place
+      v[size_t(H * W + 2 * W + 5)] = NAN;
+      v[size_t(H * W + 3 * W + 4)] = NAN;               // two NaNs in one window
+      Tensor x = tensor(v, {1, 2, H, W}, dt).requires_grad_();
+      Tensor y = max_pool2d(x, pp(2));
+      sum(y).backward();
+      auto got = y.to_vector<double>();
+      auto routed = x.grad().to_vector<double>();
+      std::vector<double> want_routed(v.size(), 0.0);
+      for (int64_t pl = 0; pl < 2; ++pl)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t at = -1;
+            for (int64_t k = 0; k < 4; ++k) {
+              const int64_t i = pl * H * W + (2 * oh + k / 2) * W + 2 * ow + k % 2;
+              if (at < 0 || v[size_t(i)] > v[size_t(at)] || std::isnan(v[size_t(i)])) at = i;
+            }
+            want_routed[size_t(at)] += 1.0;
+            const double g = got[size_t((pl * OH + oh) * OW + ow)];
+            INFO("dtype " << dtype_name(dt) << " W " << W << " window " << pl << "," << oh << ","
+                          << ow);
+            if (std::isnan(v[size_t(at)])) REQUIRE(std::isnan(g));
+            else REQUIRE(g == v[size_t(at)]);
+          }
+      REQUIRE(routed == want_routed);
+    }
+}
+
 TEST_CASE("adaptive average pooling", "[pool]") {
   Tensor x = arange(2 * 5 * 7, kF64).reshape({1, 2, 5, 7});
   Tensor g = adaptive_avg_pool2d(x, {1, 1});

@@ -9,6 +9,34 @@
 namespace nn::backend {
 using namespace nn::cpu;
 
+namespace {
+// One output row of a 2x2, stride-2 max pool without window arithmetic: r0 is the first of
+// its two input rows (row length W), which start at flat index base. The same order and NaN
+// rule as the general path, written as selects so the loop vectorises.
+template <typename T>
+void max_pool_2x2_row(const T* r0, int64_t W, int64_t OW, int64_t base, T* out, int64_t* arg) {
+  const T* r1 = r0 + W;
+#pragma omp simd
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const int64_t c = 2 * ow;
+    const T v1 = r0[c + 1], v2 = r1[c], v3 = r1[c + 1];
+    T best = r0[c];
+    int64_t at = base + c;
+    bool take = v1 > best || v1 != v1;
+    best = take ? v1 : best;
+    at = take ? base + c + 1 : at;
+    take = v2 > best || v2 != v2;
+    best = take ? v2 : best;
+    at = take ? base + W + c : at;
+    take = v3 > best || v3 != v3;
+    best = take ? v3 : best;
+    at = take ? base + W + c + 1 : at;
+    out[ow] = best;
+    arg[ow] = at;
+  }
+}
+}  // namespace
+
 void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indices,
                                     const Pool2dParams& p) {
   dispatch_float(x.dtype(), "max_pool2d", [&]<typename T>() {
@@ -26,21 +54,8 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indice
         T* o = po + pl * OH * OW;
         int64_t* oi = pi + pl * OH * OW;
         if (simple2x2) {
-          // The common case, without window arithmetic; a NaN wins as in the general path.
-          for (int64_t oh = 0; oh < OH; ++oh) {
-            const T* r0 = in + 2 * oh * W;
-            const T* r1 = r0 + W;
-            for (int64_t ow = 0; ow < OW; ++ow) {
-              int64_t c = 2 * ow;
-              T best = r0[c];
-              int64_t arg = 2 * oh * W + c;
-              if (r0[c + 1] > best || r0[c + 1] != r0[c + 1]) { best = r0[c + 1]; arg = 2 * oh * W + c + 1; }
-              if (r1[c] > best || r1[c] != r1[c]) { best = r1[c]; arg = (2 * oh + 1) * W + c; }
-              if (r1[c + 1] > best || r1[c + 1] != r1[c + 1]) { best = r1[c + 1]; arg = (2 * oh + 1) * W + c + 1; }
-              o[oh * OW + ow] = best;
-              oi[oh * OW + ow] = arg;
-            }
-          }
+          for (int64_t oh = 0; oh < OH; ++oh)
+            max_pool_2x2_row(in + 2 * oh * W, W, OW, 2 * oh * W, o + oh * OW, oi + oh * OW);
           continue;
         }
         for (int64_t oh = 0; oh < OH; ++oh)
