@@ -56,6 +56,7 @@ TEST_CASE("conv2d matches a direct convolution", "[conv]") {
       {{2, 4, 5, 5}, {4, 1, 3, 3}, params(1, 1, 1, 4), true},     // depthwise
       {{3, 8, 4, 4}, {5, 8, 1, 1}, params(1, 0), true},           // pointwise fast path
       {{1, 1, 28, 28}, {2, 1, 5, 5}, params(3, 2), true},
+      {{1, 2, 1, 3}, {2, 2, 5, 3}, params(1, 2), true},  // taps that see only padding
   };
   uint64_t seed = 1;
   for (auto& c : cases) {
@@ -81,6 +82,7 @@ TEST_CASE("gradcheck: conv2d", "[conv][gradcheck]") {
   require_gradcheck(fn(params(1, 2, 2)), {rnd({1, 1, 6, 6}, 7), rnd({2, 1, 2, 3}, 8), rnd({2}, 9)});
   require_gradcheck(fn(params(1, 1, 1, 2)), {rnd({2, 4, 4, 4}, 10), rnd({2, 2, 3, 3}, 11), rnd({2}, 12)});
   require_gradcheck(fn(params(1, 0)), {rnd({2, 3, 3, 3}, 13), rnd({2, 3, 1, 1}, 14), rnd({2}, 15)});
+  require_gradcheck(fn(params(1, 2)), {rnd({1, 2, 1, 3}, 16), rnd({2, 2, 5, 3}, 17), rnd({2}, 18)});
 }
 
 TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
