@@ -51,8 +51,9 @@ __global__ void dropout_backward_kernel(const T* g, const uint8_t* mask, T* gx, 
 }
 
 // ---- layer norm ------------------------------------------------------------------------------
-template <typename T>
-__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, int64_t D, float eps, T* y,
+// W: the affine parameters' type, T's or f32 for 16-bit data (mixed precision).
+template <typename T, typename W>
+__global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D, float eps, T* y,
                                   T* mean, T* rstd) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
@@ -78,8 +79,8 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, int64_t D,
   }
 }
 
-template <typename T>
-__global__ void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean,
+template <typename T, typename W>
+__global__ void layer_norm_backward_rows(const T* g, const T* x, const W* w, const T* mean,
                                          const T* rstd, int64_t D, T* gx) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
@@ -125,8 +126,8 @@ __global__ void layer_norm_backward_columns(const T* g, const T* x, const T* mea
     ws[(int64_t(S) + blockIdx.y) * D + d] = sb;
   }
 }
-template <typename T>
-__global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S, T* gw, T* gb) {
+template <typename T, typename W>
+__global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S, W* gw, W* gb) {
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= D) return;
   acc_t<T> sw = 0, sb = 0;
@@ -134,8 +135,8 @@ __global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S,
     sw += ws[int64_t(s) * D + d];
     sb += ws[(int64_t(S) + s) * D + d];
   }
-  if (gw) gw[d] = convert<T>(sw);
-  if (gb) gb[d] = convert<T>(sb);
+  if (gw) gw[d] = convert<W>(sw);
+  if (gb) gb[d] = convert<W>(sb);
 }
 int ln_splits(int64_t R) { return int(std::clamp<int64_t>(ceil_div(R, 64), 1, 256)); }
 
@@ -512,12 +513,28 @@ void launch_dropout_backward(DType t, const void* grad, const uint8_t* mask, voi
   });
 }
 
-void launch_layer_norm(DType t, const void* x, const void* w, const void* b, int64_t R, int64_t D,
-                       double eps, void* y, void* mean, void* rstd, cudaStream_t s) {
+namespace {
+// Calls f.template operator()<T, W>() with W the parameters' device type: T's own, or float
+// for 16-bit T (f32 parameters with 16-bit data, as the ops layer allows).
+template <typename F>
+void dispatch_with_params(DType t, DType wt, const char* op, F&& f) {
+  dispatch_float(t, op, [&]<typename T>() {
+    if (wt == t) return f.template operator()<T, T>();
+    if (wt == DType::f32 && (t == DType::f16 || t == DType::bf16))
+      return f.template operator()<T, float>();
+    NN_ERROR(op, ": parameters of dtype ", dtype_name(wt), " with data of dtype ",
+             dtype_name(t));
+  });
+}
+}  // namespace
+
+void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const void* b,
+                       int64_t R, int64_t D, double eps, void* y, void* mean, void* rstd,
+                       cudaStream_t s) {
   if (R == 0) return;
-  dispatch_float(t, "layer_norm", [&]<typename T>() {
-    layer_norm_kernel<T><<<unsigned(R), kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), D,
+  dispatch_with_params(t, wt, "layer_norm", [&]<typename T, typename W>() {
+    layer_norm_kernel<T, W><<<unsigned(R), kThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
         float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
   });
@@ -527,18 +544,18 @@ size_t layer_norm_workspace_bytes(int64_t R, int64_t D) {
   return size_t(2) * size_t(ln_splits(R)) * size_t(D) * sizeof(double);
 }
 
-void launch_layer_norm_backward(DType t, const void* grad, const void* x, const void* w,
-                                const void* mean, const void* rstd, int64_t R, int64_t D,
-                                void* grad_x, void* grad_w, void* grad_b, void* workspace,
-                                cudaStream_t s) {
-  dispatch_float(t, "layer_norm_backward", [&]<typename T>() {
+void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void* x,
+                                const void* w, const void* mean, const void* rstd, int64_t R,
+                                int64_t D, void* grad_x, void* grad_w, void* grad_b,
+                                void* workspace, cudaStream_t s) {
+  dispatch_with_params(t, wt, "layer_norm_backward", [&]<typename T, typename W>() {
     const T* g = static_cast<const T*>(grad);
     const T* px = static_cast<const T*>(x);
     const T* pm = static_cast<const T*>(mean);
     const T* pr = static_cast<const T*>(rstd);
     if (grad_x && R > 0) {
-      layer_norm_backward_rows<T><<<unsigned(R), kThreads, 0, s>>>(
-          g, px, static_cast<const T*>(w), pm, pr, D, static_cast<T*>(grad_x));
+      layer_norm_backward_rows<T, W><<<unsigned(R), kThreads, 0, s>>>(
+          g, px, static_cast<const W*>(w), pm, pr, D, static_cast<T*>(grad_x));
       NN_CUDA_CHECK_LAUNCH();
     }
     if ((grad_w || grad_b) && D > 0) {
@@ -547,8 +564,8 @@ void launch_layer_norm_backward(DType t, const void* grad, const void* x, const 
       layer_norm_backward_columns<T><<<dim3(unsigned(ceil_div(D, 32)), unsigned(S)), dim3(32, 8), 0, s>>>(
           g, px, pm, pr, R, D, S, ws);
       NN_CUDA_CHECK_LAUNCH();
-      layer_norm_backward_finish<T><<<grid_for(D), kThreads, 0, s>>>(
-          ws, D, S, static_cast<T*>(grad_w), static_cast<T*>(grad_b));
+      layer_norm_backward_finish<T, W><<<grid_for(D), kThreads, 0, s>>>(
+          ws, D, S, static_cast<W*>(grad_w), static_cast<W*>(grad_b));
       NN_CUDA_CHECK_LAUNCH();
     }
   });

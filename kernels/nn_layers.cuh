@@ -14,15 +14,18 @@ void launch_dropout_backward(DType t, const void* grad, const uint8_t* mask, voi
                              int64_t n, double p, cudaStream_t s);
 
 // ---- layer norm over rows (R, D); weight/bias may be null -----------------------------------
-void launch_layer_norm(DType t, const void* x, const void* w, const void* b, int64_t R, int64_t D,
-                       double eps, void* y, void* mean, void* rstd, cudaStream_t s);
+// t: the data's dtype (x, y, mean, rstd, grads of x); wt: the parameters' (weight, bias and
+// their grads): t, or f32 with 16-bit data.
+void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const void* b,
+                       int64_t R, int64_t D, double eps, void* y, void* mean, void* rstd,
+                       cudaStream_t s);
 // grad_x may be null; grad_w/grad_b (may be null) need `workspace` of
 // layer_norm_workspace_bytes(R, D) bytes.
 size_t layer_norm_workspace_bytes(int64_t R, int64_t D);
-void launch_layer_norm_backward(DType t, const void* grad, const void* x, const void* w,
-                                const void* mean, const void* rstd, int64_t R, int64_t D,
-                                void* grad_x, void* grad_w, void* grad_b, void* workspace,
-                                cudaStream_t s);
+void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void* x,
+                                const void* w, const void* mean, const void* rstd, int64_t R,
+                                int64_t D, void* grad_x, void* grad_w, void* grad_b,
+                                void* workspace, cudaStream_t s);
 
 // ---- 2-D pooling over (planes, H, W), planes = N * C ------------------------------------------
 // nhwc: input, output and indices stored (N, H, W, C) (channels-last), else (N, C, H, W).

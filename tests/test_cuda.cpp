@@ -319,6 +319,41 @@ std::vector<Case> cases() {
             return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
           }, 3e-2, false, kF16};
   v.push_back(ha);
+  // mixed precision: 16-bit data with f32 parameters (kernels templated on the parameter
+  // type; cuDNN's batch norm reads f32 parameters), and 16-bit parameters (a model cast with
+  // .to(kF16)), which cuDNN gets as f32 copies
+  Case ln16{"f16 layer norm, f32 parameters", {{4, 5, 33}, {33}, {33}}, [](auto& x) {
+              return std::vector<Tensor>{
+                  layer_norm(x[0], {33}, x[1].to(kF32), x[2].to(kF32)).to(kF32)};
+            }, 5e-2, true, kF16};
+  v.push_back(ln16);
+  Case bn16e{"f16 batch norm eval, f32 parameters", {{8, 3, 5, 4}, {3}, {3}}, [](auto& x) {
+               Tensor rm = full({3}, 0.2, x[0].device()), rv = full({3}, 1.5, x[0].device());
+               return std::vector<Tensor>{
+                   batch_norm(x[0], rm, rv, x[1].to(kF32), x[2].to(kF32), false, 0.1, 1e-5)
+                       .to(kF32)};
+             }, 5e-2, true, kF16};
+  v.push_back(bn16e);
+  Case bn16p{"f16 batch norm, f16 parameters and running stats", {{8, 3, 5, 4}, {3}, {3}},
+             [](auto& x) {
+               const TensorOptions o = TensorOptions(kF16).device(x[0].device());
+               Tensor rm = zeros({3}, o), rv = ones({3}, o);
+               Tensor y = batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+               Tensor e = batch_norm(x[0], rm, rv, x[1], x[2], false, 0.1, 1e-5);
+               return std::vector<Tensor>{y.to(kF32), e.to(kF32), rm.to(kF32), rv.to(kF32)};
+             }, 5e-2, true, kF16};
+  v.push_back(bn16p);
+  v.push_back({"where with a condition of another dtype", {{6}}, [](auto& x) {
+                 const Device d = x[0].device();
+                 Tensor cf = from_vector<float>({0.5f, 0.f, NAN, -1e-8f, 0.f, 2.f}, {6}).to(d);
+                 Tensor ci = from_vector<int64_t>({256, 0, -1, 512, 0, 1}, {6}).to(d);
+                 Tensor a = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {6}).to(d);
+                 Tensor b = from_vector<int32_t>({-1, -2, -3, -4, -5, -6}, {6}).to(d);
+                 Tensor au = a.to(kU8), bu = zeros({6}, TensorOptions(kU8).device(d));
+                 return std::vector<Tensor>{where(cf, a, b), where(ci, au, bu),
+                                            where(cf, x[0].to(kF16), zeros_like(x[0]).to(kF16))
+                                                .to(kF32)};
+               }, 0, false});
   return v;
 }
 

@@ -10,6 +10,9 @@ Shape channels_last_strides(const Shape& shape);
 // A 4-d tensor stored NHWC that is not also plain row-major (they coincide when C == 1 or
 // H == W == 1): the tensors that take the channels-last paths of conv, norm and pool.
 bool is_channels_last(const Tensor& t);
+inline MemoryFormat format_of(const Tensor& t) {
+  return is_channels_last(t) ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+}
 // The (N, H, W, C) view of a 4-d (N, C, H, W) tensor: contiguous when t is channels-last, so
 // elementwise work on channels-last tensors runs on the backends' contiguous paths.
 Tensor nhwc_view(const Tensor& t);

@@ -1,5 +1,6 @@
 // CUDA elementwise family: thin wrappers over kernels/elementwise.cu.
 #include "backend/cuda/cuda_backend.h"
+#include "core/util.h"
 #include "kernels/elementwise.cuh"
 
 namespace nn::backend {
@@ -51,9 +52,15 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   activate();
   Tensor c = cond;
-  if (c.dtype() != a.dtype() && c.dtype() != kU8) {  // the kernel reads T or u8 conditions
-    c = empty(cond.shape(), a.options());
-    copy(cond, c);
+  if (c.dtype() != a.dtype() && c.dtype() != kU8) {
+    // The kernel reads T or u8 conditions: this one becomes (cond != 0) as u8, the CPU's test
+    // (a plain conversion would truncate 0.5 to 0 and wrap an i64 256 to a u8 0).
+    Tensor zero = zeros({}, cond.options());
+    Tensor nonzero = empty(cond.shape(), cond.options());
+    binary(BinaryOp::ne, cond, make_view(zero, cond.shape(), Shape(size_t(cond.dim()), 0), 0),
+           nonzero);
+    c = empty(cond.shape(), cond.options().dtype(kU8));
+    copy(nonzero, c);
   }
   kernels::launch_where(a.dtype(), c.dtype() == kU8, out.data_ptr(), c.data_ptr(), a.data_ptr(),
                         b.data_ptr(), geom<4>(out, {&c, &a, &b}), out.numel(),

@@ -1,5 +1,7 @@
 // CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
 // channels-last data), layer norm on our kernels.
+#include <initializer_list>
+
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
 #include "kernels/nn_layers.cuh"
@@ -34,6 +36,19 @@ struct BnDescs {
 
 // cuDNN's per-channel tensors are f32 for 16-bit data, else the data type.
 DType param_dtype(DType x) { return (x == kF16 || x == kBF16) ? kF32 : x; }
+
+// t itself when undefined or already of dtype `to`, else a copy converted to `to` (16-bit
+// parameters of a model cast with .to(kF16) go to cuDNN as the f32 it reads and writes).
+Tensor as_dtype(Backend& be, const Tensor& t, DType to) {
+  if (!t.defined() || t.dtype() == to) return t;
+  Tensor c = empty(t.shape(), t.options().dtype(to), format_of(t));
+  be.copy(t, c);
+  return c;
+}
+// Writes `result` back into `dst` when as_dtype made a copy.
+void write_back(Backend& be, const Tensor& result, Tensor& dst) {
+  if (dst.defined() && !result.is_same(dst)) be.copy(result, dst);
+}
 }  // namespace
 
 void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -47,8 +62,9 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   const TensorOptions po = TensorOptions(param_dtype(x.dtype())).device(device());
   NN_CHECK(save_mean.dtype() == po.dtype_, "batch_norm on CUDA keeps statistics in ",
            dtype_name(po.dtype_), " for ", dtype_name(x.dtype()), " data");
-  Tensor w = weight.defined() ? weight : ones({C}, po);
-  Tensor b = bias.defined() ? bias : zeros({C}, po);
+  Tensor w = weight.defined() ? as_dtype(*this, weight, po.dtype_) : ones({C}, po);
+  Tensor b = bias.defined() ? as_dtype(*this, bias, po.dtype_) : zeros({C}, po);
+  Tensor rm = as_dtype(*this, running_mean, po.dtype_), rv = as_dtype(*this, running_var, po.dtype_);
   BnDescs d(x);
   const bool f64 = x.dtype() == kF64;
   const float one_f = 1, zero_f = 0;
@@ -58,17 +74,18 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   if (training) {
     NN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param,
-        w.data_ptr(), b.data_ptr(), momentum,
-        running_mean.defined() ? running_mean.data_ptr() : nullptr,
-        running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(),
+        w.data_ptr(), b.data_ptr(), momentum, rm.defined() ? rm.data_ptr() : nullptr,
+        rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(),
         save_invstd.data_ptr()));
+    write_back(*this, rm, running_mean);
+    write_back(*this, rv, running_var);
   } else {
     NN_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
         cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param,
-        w.data_ptr(), b.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), eps));
+        w.data_ptr(), b.data_ptr(), rm.data_ptr(), rv.data_ptr(), eps));
     // what eval-mode backward needs: the running mean and 1 / sqrt(running_var + eps)
-    copy(running_mean, save_mean);
-    unary(UnaryOp::add_scalar, running_var, save_invstd, eps, 0);
+    copy(rm, save_mean);
+    unary(UnaryOp::add_scalar, rv, save_invstd, eps, 0);
     unary(UnaryOp::rsqrt, save_invstd, save_invstd, 0, 0);
   }
 }
@@ -80,16 +97,16 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
   activate();
   const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
   const TensorOptions po = save_mean.options();
-  Tensor w = weight.defined() ? weight : ones({C}, po);
+  Tensor w = weight.defined() ? as_dtype(*this, weight, po.dtype_) : ones({C}, po);
+  // weight and bias gradients in the statistics' dtype, written back to 16-bit parameters
+  Tensor gw = as_dtype(*this, grad_weight, po.dtype_), gb = as_dtype(*this, grad_bias, po.dtype_);
   if (training) {
     BnDescs d(x);
     Tensor gx = grad_x.defined()
                     ? grad_x
-                    : empty(x.shape(), x.options(),
-                            is_channels_last(x) ? MemoryFormat::channels_last
-                                                : MemoryFormat::contiguous);
-    Tensor gw = grad_weight.defined() ? grad_weight : empty({C}, po);
-    Tensor gb = grad_bias.defined() ? grad_bias : empty({C}, po);
+                    : empty(x.shape(), x.options(), format_of(x));
+    if (!gw.defined()) gw = empty({C}, po);
+    if (!gb.defined()) gb = empty({C}, po);
     const bool f64 = x.dtype() == kF64;
     const float one_f = 1, zero_f = 0;
     const double one_d = 1, zero_d = 0;
@@ -100,47 +117,60 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
         cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, one, zero, d.x, x.data_ptr(), d.x,
         grad.data_ptr(), d.x, gx.data_ptr(), d.param, w.data_ptr(), gw.data_ptr(), gb.data_ptr(),
         CUDNN_BN_MIN_EPSILON, save_mean.data_ptr(), save_invstd.data_ptr()));
+    write_back(*this, gw, grad_weight);
+    write_back(*this, gb, grad_bias);
     return;
   }
-  // Eval: y = (x - mean) * invstd * w + b is affine in x, composed from our own primitives.
+  // Eval: y = (x - mean) * invstd * w + b is affine in x, composed from our own primitives in
+  // the statistics' dtype (f32 for 16-bit data: the column sums accumulate and land in f32).
   const Shape cs{1, C, 1};
   auto per_channel = [&](const Tensor& t) {  // (C) viewed as (N, C, S) with stride 0
     return make_view(t, {N, C, S}, {0, t.strides()[0], 0}, t.offset());
   };
+  const Tensor xs = as_dtype(*this, x, po.dtype_), gs = as_dtype(*this, grad, po.dtype_);
   // (N, C, S) views in the data's layout: channels-last stores (N, S, C).
   const Shape st3 = is_channels_last(x) ? Shape{C * S, 1, C} : Shape{C * S, S, 1};
-  Tensor x3 = make_view(x, {N, C, S}, st3, x.offset());
-  Tensor g3 = make_view(grad, {N, C, S}, st3, grad.offset());
+  Tensor x3 = make_view(xs, {N, C, S}, st3, xs.offset());
+  Tensor g3 = make_view(gs, {N, C, S}, st3, gs.offset());
   if (grad_x.defined()) {
     Tensor scale = empty({C}, po);
     binary(BinaryOp::mul, w, save_invstd, scale);
-    Tensor scale_x = scale.dtype() == x.dtype() ? scale : empty({C}, x.options());
-    if (!scale_x.is_same(scale)) copy(scale, scale_x);
-    Tensor gx3 = make_view(grad_x, {N, C, S}, st3, grad_x.offset());
-    binary(BinaryOp::mul, g3, per_channel(scale_x), gx3);
+    Tensor gxs = grad_x.dtype() == po.dtype_ ? grad_x : empty(x.shape(), po, format_of(x));
+    Tensor gx3 = make_view(gxs, {N, C, S}, st3, gxs.offset());
+    binary(BinaryOp::mul, g3, per_channel(scale), gx3);
+    write_back(*this, gxs, grad_x);
   }
-  if (grad_bias.defined()) {
-    Tensor gb = make_view(grad_bias, cs, {C, 1, 1}, grad_bias.offset());
-    reduce(ReduceOp::sum, g3, {0, 2}, gb);
+  if (gb.defined()) {
+    Tensor gb3 = make_view(gb, cs, {C, 1, 1}, gb.offset());
+    reduce(ReduceOp::sum, g3, {0, 2}, gb3);
+    write_back(*this, gb, grad_bias);
   }
-  if (grad_weight.defined()) {
-    Tensor xhat = empty({N, C, S}, x.options());
-    Tensor mean_x = empty({C}, x.options()), inv_x = empty({C}, x.options());
-    copy(save_mean, mean_x);
-    copy(save_invstd, inv_x);
-    binary(BinaryOp::sub, x3, per_channel(mean_x), xhat);
-    binary(BinaryOp::mul, xhat, per_channel(inv_x), xhat);
+  if (gw.defined()) {
+    Tensor xhat = empty({N, C, S}, po);
+    binary(BinaryOp::sub, x3, per_channel(save_mean), xhat);
+    binary(BinaryOp::mul, xhat, per_channel(save_invstd), xhat);
     binary(BinaryOp::mul, xhat, g3, xhat);
-    Tensor gw = make_view(grad_weight, cs, {C, 1, 1}, grad_weight.offset());
-    reduce(ReduceOp::sum, xhat, {0, 2}, gw);
+    Tensor gw3 = make_view(gw, cs, {C, 1, 1}, gw.offset());
+    reduce(ReduceOp::sum, xhat, {0, 2}, gw3);
+    write_back(*this, gw, grad_weight);
   }
 }
+
+namespace {
+// Layer norm's parameter dtype: that of the first defined tensor, else the data's.
+DType first_dtype(std::initializer_list<const Tensor*> ts, DType otherwise) {
+  for (const Tensor* t : ts)
+    if (t->defined()) return t->dtype();
+  return otherwise;
+}
+}  // namespace
 
 void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      double eps, Tensor& out, Tensor& mean, Tensor& rstd) {
   activate();
   const int64_t D = x.shape().back(), R = D ? x.numel() / D : 0;
-  kernels::launch_layer_norm(x.dtype(), x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+  kernels::launch_layer_norm(x.dtype(), first_dtype({&weight, &bias}, x.dtype()), x.data_ptr(),
+                             weight.defined() ? weight.data_ptr() : nullptr,
                              bias.defined() ? bias.data_ptr() : nullptr, R, D, eps, out.data_ptr(),
                              mean.data_ptr(), rstd.data_ptr(), stream_);
 }
@@ -151,8 +181,9 @@ void CudaBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const
   activate();
   const int64_t D = x.shape().back(), R = D ? x.numel() / D : 0;
   Tensor ws = scratch(kernels::layer_norm_workspace_bytes(R, D));
+  const DType wt = first_dtype({&weight, &grad_weight, &grad_bias}, x.dtype());
   kernels::launch_layer_norm_backward(
-      x.dtype(), grad.data_ptr(), x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+      x.dtype(), wt, grad.data_ptr(), x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
       mean.data_ptr(), rstd.data_ptr(), R, D, grad_x.defined() ? grad_x.data_ptr() : nullptr,
       grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
       grad_bias.defined() ? grad_bias.data_ptr() : nullptr, ws.data_ptr(), stream_);
