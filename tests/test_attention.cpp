@@ -58,6 +58,25 @@ TEST_CASE("attention honours the padding mask and handles long sequences", "[att
               .find("positions") != std::string::npos);
 }
 
+TEST_CASE("attention with no value features or no queries has zero gradients", "[attention]") {
+  // (E = 0: an empty output that depends on nothing; T = 0: no queries read the keys)
+  for (Shape qs_vs : {Shape{3, 0}, Shape{0, 5}}) {
+    const int64_t T = qs_vs[0] ? qs_vs[0] : 0, E = qs_vs[1];
+    Tensor q = test::rnd({2, 2, T, 4}, 1), k = test::rnd({2, 2, 5, 4}, 2),
+           v = test::rnd({2, 2, 5, E}, 3);
+    // a freed block of NaNs of the size class the saved log-sum-exp comes from, so a read of
+    // it where no forward wrote shows (the caching allocator hands out the last freed block)
+    { Tensor junk = full({64}, NAN, kF64); }
+    Tensor out = scaled_dot_product_attention(q, k, v);
+    REQUIRE(out.shape() == Shape{2, 2, T, E});
+    sum(out).backward();
+    for (const Tensor* t : {&q, &k, &v}) {
+      REQUIRE(t->grad().shape() == t->shape());
+      if (t->numel() > 0) REQUIRE(sum(abs(t->grad())).item() == 0);
+    }
+  }
+}
+
 TEST_CASE("gradcheck: attention", "[attention][gradcheck]") {
   Tensor keep = from_vector<uint8_t>({1, 0, 1, 1, 1, 1}, {2, 3});
   test::require_gradcheck([&](const std::vector<Tensor>& in) {

@@ -68,6 +68,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     const int64_t B = q3.shape()[0], T = q3.shape()[1], E = v3.shape()[2];
     Tensor gc = raw_contiguous(g);
     Tensor g3 = make_view(gc, {B, T, E}, {T * E, E, 1}, gc.offset());
+    if (B * T * E == 0)  // no output element depends on q, k or v (and lse was never written)
+      return std::vector<Tensor>{zeros(qs, q3.options()), zeros(ks, k3.options()),
+                                 zeros(vs, v3.options())};
     Tensor gq = empty(qs, q3.options()), gk = empty(ks, k3.options()), gv = empty(vs, v3.options());
     Tensor gq3 = make_view(gq, q3.shape(), q3.strides(), 0);
     Tensor gk3 = make_view(gk, k3.shape(), k3.strides(), 0);
