@@ -1,6 +1,9 @@
 #include <limits>
 
 #include "backend/cpu/gemm.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include "test_util.h"
 
 using namespace nn;
@@ -131,6 +134,31 @@ void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, dou
     }
 }
 }  // namespace
+
+#if defined(__x86_64__)
+TEST_CASE("CPU GEMM with denormal operands: values, and the caller's FP mode kept", "[matmul]") {
+  // The packed kernels flush denormals while they run (an FMA meeting one is 100x slower on
+  // Intel CPUs); the caller's MXCSR, and so its own denormal arithmetic, must be untouched.
+  using nn::cpu::F32Kernel;
+  const F32Kernel before = nn::cpu::f32_kernel();
+  for (F32Kernel kernel : {F32Kernel::avx2, F32Kernel::avx512}) {
+    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+    nn::cpu::set_f32_kernel(kernel);
+    for (int64_t n : {40, 400}) {  // one thread, and a product big enough for the team
+      std::vector<float> a(size_t(n * n), 1e-39f), b(size_t(n * n), 0.5f), c(size_t(n * n), 7.f);
+      for (int64_t i = 0; i < n; ++i) a[size_t(i * n + i)] = 2.f;  // a denormal-filled 2 I
+      const unsigned csr = _mm_getcsr();
+      nn::cpu::gemm<float>(n, n, n, 1.f, nn::cpu::row_major<float>(a.data(), n),
+                           nn::cpu::row_major<float>(b.data(), n), 0.f, c.data(), n);
+      REQUIRE(_mm_getcsr() == csr);
+      for (float v : c) REQUIRE(std::abs(v - 1.f) < 1e-6f);
+      volatile float tiny = 1e-38f;
+      REQUIRE(tiny * 0.5f > 0.f);  // still gradual underflow here
+    }
+  }
+  nn::cpu::set_f32_kernel(before);
+}
+#endif
 
 TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[matmul]") {
   using nn::cpu::F32Kernel;
