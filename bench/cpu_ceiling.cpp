@@ -1,12 +1,17 @@
 // Measures this CPU's ceilings through libnn itself: GEMM FLOP/s (nn::matmul on large
-// square f32 matrices) and memory bandwidth (a large contiguous copy), at 1 and N threads.
-// They are the yardsticks for the CPU performance notes in docs/.
+// square f32 matrices) and memory bandwidth (a large contiguous copy), at 1 and N threads,
+// and with --shapes the GEMM rate of given (M, N, K) products. They are the yardsticks for
+// the CPU performance notes in docs/. LIBNN_CPU_GEMM=eigen|avx2|avx512 picks the CPU's f32
+// kernel, to compare them.
 #include <nn/nn.h>
 
 #include <cxxopts.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace {
 template <typename F>
@@ -21,16 +26,46 @@ double best_seconds(int reps, F&& f) {
 }
 }  // namespace
 
+struct Mnk {
+  int64_t m, n, k;
+};
+// "64x576x288,1024x3072x768" -> {M, N, K} triples
+std::vector<Mnk> parse_shapes(const std::string& text) {
+  std::vector<Mnk> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    long long m = 0, n = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3 || m <= 0 ||
+        n <= 0 || k <= 0)
+      throw nn::Error("--shapes: expected MxNxK with positive sizes, got '" + item + "'");
+    out.push_back({m, n, k});
+    start = end + 1;
+  }
+  return out;
+}
+
+double gflops(const Mnk& s, double seconds) {
+  return 2.0 * double(s.m) * double(s.n) * double(s.k) / seconds / 1e9;
+}
+
 int body(int argc, char** argv) {
   cxxopts::Options opts("cpu_ceiling", "GEMM FLOP/s and copy bandwidth of this CPU via libnn");
   opts.add_options()("n", "matrix size", cxxopts::value<int64_t>()->default_value("1536"))(
-      "h,help", "show this help");
+      "shapes", "also time these products, MxNxK[,MxNxK...] (A (M, K) times B (K, N))",
+      cxxopts::value<std::string>())("h,help", "show this help");
   auto a = opts.parse(argc, argv);
   if (a.count("help")) {
     std::printf("%s\n", opts.help().c_str());
     return 0;
   }
   const int64_t n = a["n"].as<int64_t>();
+  NN_CHECK(n > 0, "-n: expected a positive size, got ", n);
+  const std::vector<Mnk> shapes =
+      a.count("shapes") ? parse_shapes(a["shapes"].as<std::string>()) : std::vector<Mnk>{};
+  if (const char* k = std::getenv("LIBNN_CPU_GEMM")) std::printf("LIBNN_CPU_GEMM=%s\n", k);
   const int max_threads = nn::num_threads();
   nn::NoGradGuard ng;
   nn::Tensor x = nn::randn({n, n}), y = nn::randn({n, n});
@@ -40,11 +75,28 @@ int body(int argc, char** argv) {
     nn::set_num_threads(threads);
     nn::matmul(x, y);  // warm up
     double s = best_seconds(3, [&] { nn::matmul(x, y); });
-    double gemm = 2.0 * double(n) * double(n) * double(n) / s / 1e9;
+    double gemm = gflops({n, n, n}, s);
     double c = best_seconds(3, [&] { dst.copy_(big); });
     double gbs = 2.0 * double(big.nbytes()) / c / 1e9;  // read + write
     std::printf("threads %d: f32 GEMM %dx%d %.1f GFLOP/s, copy %.1f GB/s\n", threads, int(n),
                 int(n), gemm, gbs);
+    for (const Mnk& sh : shapes) {
+      nn::Tensor p = nn::randn({sh.m, sh.k}), q = nn::randn({sh.k, sh.n});
+      nn::matmul(p, q);
+      // best of three windows of at least 0.2 s, so small products are timed over many calls
+      double best = 1e30;
+      for (int w = 0; w < 3; ++w) {
+        nn::train::Stopwatch sw;
+        int calls = 0;
+        do {
+          nn::matmul(p, q);
+          ++calls;
+        } while (sw.seconds() < 0.2);
+        best = std::min(best, sw.seconds() / calls);
+      }
+      std::printf("threads %d: f32 GEMM %lldx%lldx%lld (MxNxK) %.1f GFLOP/s\n", threads,
+                  (long long)sh.m, (long long)sh.n, (long long)sh.k, gflops(sh, best));
+    }
     if (threads == max_threads) break;
   }
   return 0;

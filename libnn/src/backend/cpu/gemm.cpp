@@ -18,12 +18,14 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 // x86-64 with GCC or Clang: the kernel is compiled for AVX2 + FMA whatever the build's -march
@@ -419,10 +421,30 @@ bool f32_kernel_supported(F32Kernel k) {
 }
 
 namespace {
+// The widest kernel this CPU has, unless LIBNN_CPU_GEMM (eigen, avx2, avx512) names another
+// it supports; any other value is reported once on stderr and ignored.
+F32Kernel initial_kernel() {
+  const F32Kernel best = f32_kernel_supported(F32Kernel::avx512) ? F32Kernel::avx512
+                         : f32_kernel_supported(F32Kernel::avx2) ? F32Kernel::avx2
+                                                                  : F32Kernel::eigen;
+  const char* env = std::getenv("LIBNN_CPU_GEMM");
+  if (!env || !*env) return best;
+  const std::string v = env;
+  const F32Kernel asked = v == "eigen" ? F32Kernel::eigen
+                          : v == "avx2" ? F32Kernel::avx2
+                          : v == "avx512" ? F32Kernel::avx512
+                                          : best;
+  if (v != "eigen" && v != "avx2" && v != "avx512") {
+    std::fprintf(stderr, "libnn: LIBNN_CPU_GEMM=%s ignored (eigen, avx2 or avx512)\n", env);
+  } else if (!f32_kernel_supported(asked)) {
+    std::fprintf(stderr, "libnn: LIBNN_CPU_GEMM=%s ignored: this CPU or build lacks it\n", env);
+    return best;
+  }
+  return asked;
+}
+
 std::atomic<F32Kernel>& chosen_kernel() {
-  static std::atomic<F32Kernel> k{f32_kernel_supported(F32Kernel::avx512) ? F32Kernel::avx512
-                                  : f32_kernel_supported(F32Kernel::avx2) ? F32Kernel::avx2
-                                                                           : F32Kernel::eigen};
+  static std::atomic<F32Kernel> k{initial_kernel()};
   return k;
 }
 }  // namespace

@@ -29,8 +29,9 @@ void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T 
 
 // Which kernel runs f32 products (other than matrix-vector shapes): Eigen's, or our packed
 // product with the AVX2/FMA or the AVX-512 micro-kernel. The default is the widest this CPU
-// has; tests and benchmarks may pick another that it supports (set_f32_kernel throws
-// std::invalid_argument otherwise). Not meant to be switched while products run.
+// has, or the one the environment variable LIBNN_CPU_GEMM (eigen, avx2, avx512) names; tests
+// may pick another that the CPU supports (set_f32_kernel throws std::invalid_argument
+// otherwise). Not meant to be switched while products run.
 enum class F32Kernel { eigen, avx2, avx512 };
 bool f32_kernel_supported(F32Kernel k);
 F32Kernel f32_kernel();
