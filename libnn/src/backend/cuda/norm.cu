@@ -121,25 +121,25 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
     write_back(*this, gb, grad_bias);
     return;
   }
-  // Eval: y = (x - mean) * invstd * w + b is affine in x, composed from our own primitives in
-  // the statistics' dtype (f32 for 16-bit data: the column sums accumulate and land in f32).
+  // Eval: y = (x - mean) * invstd * w + b is affine in x, composed from our own primitives.
+  // The column sums run in the statistics' dtype (f32 for 16-bit data: they accumulate and
+  // land in f32), so for them 16-bit x and grad are read through f32 copies.
   const Shape cs{1, C, 1};
   auto per_channel = [&](const Tensor& t) {  // (C) viewed as (N, C, S) with stride 0
     return make_view(t, {N, C, S}, {0, t.strides()[0], 0}, t.offset());
   };
-  const Tensor xs = as_dtype(*this, x, po.dtype_), gs = as_dtype(*this, grad, po.dtype_);
   // (N, C, S) views in the data's layout: channels-last stores (N, S, C).
   const Shape st3 = is_channels_last(x) ? Shape{C * S, 1, C} : Shape{C * S, S, 1};
-  Tensor x3 = make_view(xs, {N, C, S}, st3, xs.offset());
-  Tensor g3 = make_view(gs, {N, C, S}, st3, gs.offset());
-  if (grad_x.defined()) {
+  auto view3 = [&](const Tensor& t) { return make_view(t, {N, C, S}, st3, t.offset()); };
+  if (grad_x.defined()) {  // grad * (w * invstd), in the data's dtype
     Tensor scale = empty({C}, po);
     binary(BinaryOp::mul, w, save_invstd, scale);
-    Tensor gxs = grad_x.dtype() == po.dtype_ ? grad_x : empty(x.shape(), po, format_of(x));
-    Tensor gx3 = make_view(gxs, {N, C, S}, st3, gxs.offset());
-    binary(BinaryOp::mul, g3, per_channel(scale), gx3);
-    write_back(*this, gxs, grad_x);
+    const Tensor scale_x = as_dtype(*this, scale, x.dtype());
+    Tensor gx3 = view3(grad_x);
+    binary(BinaryOp::mul, view3(grad), per_channel(scale_x), gx3);
   }
+  if (!gb.defined() && !gw.defined()) return;
+  const Tensor g3 = view3(as_dtype(*this, grad, po.dtype_));
   if (gb.defined()) {
     Tensor gb3 = make_view(gb, cs, {C, 1, 1}, gb.offset());
     reduce(ReduceOp::sum, g3, {0, 2}, gb3);
@@ -147,7 +147,7 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
   }
   if (gw.defined()) {
     Tensor xhat = empty({N, C, S}, po);
-    binary(BinaryOp::sub, x3, per_channel(save_mean), xhat);
+    binary(BinaryOp::sub, view3(as_dtype(*this, x, po.dtype_)), per_channel(save_mean), xhat);
     binary(BinaryOp::mul, xhat, per_channel(save_invstd), xhat);
     binary(BinaryOp::mul, xhat, g3, xhat);
     Tensor gw3 = make_view(gw, cs, {C, 1, 1}, gw.offset());
