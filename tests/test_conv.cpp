@@ -85,6 +85,21 @@ TEST_CASE("gradcheck: conv2d", "[conv][gradcheck]") {
   require_gradcheck(fn(params(1, 2)), {rnd({1, 2, 1, 3}, 16), rnd({2, 2, 5, 3}, 17), rnd({2}, 18)});
 }
 
+TEST_CASE("conv2d of an empty batch has zero weight and bias gradients", "[conv]") {
+  for (bool nhwc : {false, true}) {
+    Tensor x = zeros({0, 3, 8, 8}).requires_grad_(), w = ones({4, 3, 3, 3}).requires_grad_(),
+           b = ones({4}).requires_grad_();
+    Tensor xin = nhwc ? x.contiguous(MemoryFormat::channels_last) : x;
+    Tensor y = conv2d(xin, w, b, params(1, 1));
+    REQUIRE(y.shape() == Shape{0, 4, 8, 8});
+    sum(y).backward();
+    REQUIRE(x.grad().shape() == x.shape());
+    REQUIRE(w.grad().shape() == w.shape());
+    REQUIRE(sum(abs(w.grad())).item() == 0);
+    REQUIRE(sum(abs(b.grad())).item() == 0);
+  }
+}
+
 TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
   Tensor x = ones({1, 3, 5, 5}), w = ones({4, 3, 3, 3});
   REQUIRE(test::error_of([&] { conv2d(ones({3, 5, 5}), w); }).find("4-d") != std::string::npos);

@@ -163,6 +163,7 @@ std::vector<Case> cases() {
   convc("conv groups", {2, 6, 7, 7}, {4, 3, 3, 3}, conv(1, 1, 1, 2));
   convc("conv depthwise", {2, 4, 8, 8}, {4, 1, 3, 3}, conv(1, 1, 1, 4));
   convc("conv 1x1", {3, 8, 5, 5}, {6, 8, 1, 1}, conv(1, 0));
+  convc("conv of an empty batch (zero gradients)", {0, 3, 8, 8}, {4, 3, 3, 3}, conv(1, 1));
   // pool
   v.push_back({"max pool", {{2, 3, 9, 8}}, [](auto& x) {
                  return std::vector<Tensor>{max_pool2d(x[0], pool(2)), max_pool2d(x[0], pool(3, 2, 1))};

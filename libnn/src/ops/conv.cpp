@@ -44,6 +44,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   record("conv2d", {x, weight, bias}, out,
          [xs = xc.detach(), ws = wc.detach(), p, f, cf](const Tensor& g, auto& need) {
     Tensor gc = raw_format(g, cf);
+    if (gc.numel() == 0)  // an empty output depends on nothing: zero gradients, no backend call
+      return std::vector<Tensor>{
+          need[0] ? raw_format(zeros(xs.shape(), xs.options()), f) : Tensor(),
+          need[1] ? zeros(ws.shape(), ws.options()) : Tensor(),
+          need[2] ? zeros({ws.shape()[0]}, ws.options()) : Tensor()};
     Tensor gx, gw, gb;
     if (need[0]) {
       gx = empty(xs.shape(), xs.options(), cf);

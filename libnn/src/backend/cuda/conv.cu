@@ -61,9 +61,12 @@ struct ConvDescs {
   }
 };
 
+// An algorithm with the math type Find measured it under (with tensor-op math allowed, Find
+// also reports default-math entries; the descriptor is set to the chosen one before use).
 struct Choice {
   int algo;
   size_t workspace;
+  cudnnMathType_t math;
 };
 std::mutex g_cache_mu;
 // (pass, device, layout, shapes, params, dtype, buffer alignments) -> algorithm
@@ -91,17 +94,31 @@ std::string cache_key(const char* pass, int dev, const Shape& xs, const Shape& w
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
 
+// The workspace Find may try algorithms with: 1 GiB, or a quarter as much at a time while the
+// device cannot spare it (a nearly full GPU then gets the algorithms that fit, not an error).
+Tensor find_workspace(CudaBackend& be, size_t& bytes) {
+  for (bytes = kMaxWorkspace; bytes >= (size_t(1) << 20); bytes /= 4) {
+    try {
+      return be.scratch(bytes);
+    } catch (const Error&) {
+    }
+  }
+  bytes = 0;
+  return be.scratch(0);
+}
+
 // Runs cuDNN's benchmark over every algorithm of one pass (on the real buffers, before they
 // are computed for real) and keeps the fastest that succeeded.
 template <typename Perf, typename Find>
 Choice find_best(CudaBackend& be, int max_count, Find&& find) {
   std::vector<Perf> perf(size_t(std::max(max_count, 1)));
   int returned = 0;
-  Tensor ws = be.scratch(kMaxWorkspace);
-  find(perf.data(), int(perf.size()), &returned, ws.data_ptr(), kMaxWorkspace);
+  size_t bytes = 0;
+  Tensor ws = find_workspace(be, bytes);
+  find(perf.data(), int(perf.size()), &returned, ws.data_ptr(), bytes);
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS)
-      return {int(perf[i].algo), perf[i].memory};
+      return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
   NN_ERROR("cuDNN found no working convolution algorithm for this shape");
 }
 
@@ -142,6 +159,7 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
             cudnn_, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y, out.data_ptr(), req, ret,
             perf, ws, wsb));
       });
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   Tensor ws = scratch(c.workspace);
   const Scale k(x.dtype());
   NN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, k.one(), d.x, x.data_ptr(), d.w, w.data_ptr(),
@@ -173,6 +191,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
             cudnn_, d.w, w.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.x, grad_x.data_ptr(),
             req, ret, perf, ws, wsb));
       });
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   Tensor ws = scratch(c.workspace);
   const Scale k(w.dtype());
   NN_CUDNN_CHECK(cudnnConvolutionBackwardData(
@@ -197,6 +216,7 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
             cudnn_, d.x, x.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.w, grad_w.data_ptr(),
             req, ret, perf, ws, wsb));
       });
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   Tensor ws = scratch(c.workspace);
   const Scale k(x.dtype());
   NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(

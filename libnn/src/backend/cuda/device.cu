@@ -30,7 +30,10 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   NN_CUDNN_CHECK(cudnnCreate(&cudnn_));
   NN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   NN_CUDA_CHECK(cudaMalloc(&flags_, sizeof(int) * kNumFlags));
-  NN_CUDA_CHECK(cudaMemset(flags_, 0, sizeof(int) * kNumFlags));
+  // on our stream, then waited for: the legacy default stream does not order a non-blocking
+  // stream's kernels after it
+  NN_CUDA_CHECK(cudaMemsetAsync(flags_, 0, sizeof(int) * kNumFlags, stream_));
+  NN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   NN_CUDA_CHECK(cudaMallocHost(&host_flags_, sizeof(int) * kNumFlags));
   const int dev = index_;
   alloc_ = std::make_unique<CachingAllocator>(
