@@ -44,14 +44,11 @@ void CpuBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint6
         uint8_t* mi = pm + i0;
         if (keep_none) std::memset(mi, 0, size_t(n_here));
         else std::memcpy(mi, keep4, size_t(n_here));
-        // unconditional product then a select, so the loop vectorises (a dropped element
-        // is 0 even where x is inf or NaN)
+        // a local copy: read through the lambda's reference, scale would be reloaded per
+        // element (the stores might alias it) and the loop would stay scalar
         const T sc = scale;
 #pragma omp simd
-        for (int64_t j = 0; j < n_here; ++j) {
-          const T v = xi[j] * sc;
-          oi[j] = mi[j] ? v : T(0);
-        }
+        for (int64_t j = 0; j < n_here; ++j) oi[j] = mi[j] ? xi[j] * sc : T(0);
       }
     });
   });
@@ -61,10 +58,8 @@ void CpuBackend::dropout_backward(const Tensor& grad, const Tensor& mask, double
                                   Tensor& grad_x) {
   dispatch_float(grad.dtype(), "dropout_backward", [&]<typename T>() {
     const T scale = T(1.0 / (1.0 - p));
-    map<T, T, uint8_t>(grad_x, [scale](T g, uint8_t m) {
-      const T v = g * scale;  // then a select: vectorises
-      return m ? v : T(0);
-    }, grad, mask);
+    map<T, T, uint8_t>(grad_x, [scale](T g, uint8_t m) { return m ? g * scale : T(0); }, grad,
+                       mask);
   });
 }
 

@@ -430,17 +430,16 @@ F32Kernel initial_kernel() {
   const char* env = std::getenv("LIBNN_CPU_GEMM");
   if (!env || !*env) return best;
   const std::string v = env;
-  const F32Kernel asked = v == "eigen" ? F32Kernel::eigen
-                          : v == "avx2" ? F32Kernel::avx2
-                          : v == "avx512" ? F32Kernel::avx512
-                                          : best;
   if (v != "eigen" && v != "avx2" && v != "avx512") {
     std::fprintf(stderr, "libnn: LIBNN_CPU_GEMM=%s ignored (eigen, avx2 or avx512)\n", env);
-  } else if (!f32_kernel_supported(asked)) {
-    std::fprintf(stderr, "libnn: LIBNN_CPU_GEMM=%s ignored: this CPU or build lacks it\n", env);
     return best;
   }
-  return asked;
+  const F32Kernel asked = v == "eigen" ? F32Kernel::eigen
+                          : v == "avx2" ? F32Kernel::avx2
+                                        : F32Kernel::avx512;
+  if (f32_kernel_supported(asked)) return asked;
+  std::fprintf(stderr, "libnn: LIBNN_CPU_GEMM=%s ignored: this CPU or build lacks it\n", env);
+  return best;
 }
 
 std::atomic<F32Kernel>& chosen_kernel() {
