@@ -81,6 +81,22 @@ for (impl, op), r in by.items():
     print(f"| {op} | {r['gb_per_s']} | {t} | {ratio} | {frac} |")
 print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
 PY
+  log "fused attention, TFLOP/s: libnn (tensor-core and plain kernels), then PyTorch SDPA"
+  for dt in f16 bf16 f32; do
+    "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20
+    "$py" bench/peers/kernels_torch.py --device cuda --attention --dtype $dt --iters 20
+  done > "$OUT/attention.jsonl" 2>> "$OUT/bench.log"
+  "$py" - "$OUT/attention.jsonl" <<'PY' | tee -a "$OUT/summary.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {(r["impl"], r["dtype"], r["op"], r["shape"]): r["tflops"] for r in rows}
+print("\n| dtype | op | shape | libnn TFLOP/s | libnn plain kernel | PyTorch SDPA | libnn / PyTorch |\n|---|---|---|---|---|---|---|")
+for (impl, dt, op, shape), v in by.items():
+    if impl != "libnn-default": continue
+    simt, torch_ = by.get(("libnn-simt", dt, op, shape)), by.get(("pytorch", dt, op, shape))
+    ratio = f"{v / torch_:.2f}" if torch_ else "n/a"
+    print(f"| {dt} | {op} | {shape} | {v} | {simt} | {torch_} | {ratio} |")
+PY
   log "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
   PYTHON_FOR_TORCH="$py" "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \

@@ -11,14 +11,15 @@ constexpr int kTile = 32;           // keys (or queries) staged in shared memory
 // Forward: thread = query row t of slice b.
 template <typename T, int DM>
 __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
-                              int64_t S, int D, int E, acc_t<T> scale, T* out, acc_t<T>* lse) {
+                              int64_t S, int D, int E, acc_t<T> scale, int64_t blocks_per_slice,
+                              T* out, acc_t<T>* lse) {
   using A = acc_t<T>;
   extern __shared__ unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);  // kTile x D
   A* vs = ks + kTile * D;                  // kTile x E
   __shared__ uint8_t ms[kTile];
-  const int64_t b = blockIdx.y;
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x / blocks_per_slice;
+  const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
   A qr[DM], o[DM];
   A m = A(-INFINITY), l = A(0);
@@ -81,14 +82,14 @@ template <typename T, int DM>
 __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
                                 const uint8_t* mask, const acc_t<T>* lse,
                                 const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
-                                acc_t<T> scale, T* gq) {
+                                acc_t<T> scale, int64_t blocks_per_slice, T* gq) {
   using A = acc_t<T>;
   extern __shared__ unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);
   A* vs = ks + kTile * D;
   __shared__ uint8_t ms[kTile];
-  const int64_t b = blockIdx.y;
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x / blocks_per_slice;
+  const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
   A qr[DM], gr[DM], dq[DM];
 #pragma unroll
@@ -133,14 +134,14 @@ template <typename T, int DM>
 __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
                                  const uint8_t* mask, const acc_t<T>* lse,
                                  const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
-                                 acc_t<T> scale, T* gk, T* gv) {
+                                 acc_t<T> scale, int64_t blocks_per_slice, T* gk, T* gv) {
   using A = acc_t<T>;
   extern __shared__ unsigned char smem_raw[];
   A* qs = reinterpret_cast<A*>(smem_raw);  // kTile x D
   A* gs = qs + kTile * D;                  // kTile x E
   __shared__ A ls[kTile], dls[kTile];
-  const int64_t b = blockIdx.y;
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x / blocks_per_slice;
+  const int64_t j = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = j < S && (!mask || mask[b * S + (j < S ? j : 0)]);
   A kr[DM], vr[DM], dk[DM], dv[DM];
 #pragma unroll
@@ -197,19 +198,29 @@ void dispatch_dims(DType t, int64_t D, int64_t E, const char* op, F&& f) {
   });
 }
 
+// The plain kernels' grid: one block of kRowsPerBlock rows per (slice, row block), in x.
+unsigned row_blocks(int64_t slices, int64_t rows, const char* op) {
+  const int64_t n = slices * ceil_div(rows, kRowsPerBlock);
+  NN_CHECK(n <= 0x7fffffff, op, ": ", slices, " slices of ", rows, " rows exceed the grid");
+  return unsigned(n);
+}
+
 }  // namespace
 
 void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
                               const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
                               int64_t E, double scale, void* out, void* lse, cudaStream_t s) {
   if (B * T == 0) return;
+  if (launch_attention_forward_tc(t, q, k, v, mask, B, T, S, D, E, scale, out, lse, s)) return;
   dispatch_dims(t, D, E, "attention", [&]<typename Ty, int DM>() {
     using A = acc_t<Ty>;
     const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
-    dim3 grid(unsigned(ceil_div(T, kRowsPerBlock)), unsigned(B));
-    attention_fwd<Ty, DM><<<grid, kRowsPerBlock, smem, s>>>(
+    auto kernel = attention_fwd<Ty, DM>;
+    allow_dynamic_smem(kernel, smem, "attention");  // f64, head dims over 96
+    kernel<<<row_blocks(B, T, "attention"), kRowsPerBlock, smem, s>>>(
         static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T, S,
-        int(D), int(E), A(scale), static_cast<Ty*>(out), static_cast<A*>(lse));
+        int(D), int(E), A(scale), ceil_div(T, kRowsPerBlock), static_cast<Ty*>(out),
+        static_cast<A*>(lse));
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -228,17 +239,26 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       attention_delta<Ty><<<grid_for(B * T), kThreads, 0, s>>>(g, static_cast<const Ty*>(out), B * T,
                                                               int(E), dl);
       NN_CUDA_CHECK_LAUNCH();
-      const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
-      attention_bwd_q<Ty, DM><<<dim3(unsigned(ceil_div(T, kRowsPerBlock)), unsigned(B)), kRowsPerBlock, smem, s>>>(
+    }
+    if (launch_attention_backward_tc(t, grad_out, q, k, v, mask, lse, delta, B, T, S, D, E, scale,
+                                     grad_q, grad_k, grad_v, s))
+      return;
+    const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
+    if (B * T > 0) {
+      auto kernel = attention_bwd_q<Ty, DM>;
+      allow_dynamic_smem(kernel, smem, "attention_backward");
+      kernel<<<row_blocks(B, T, "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
-          T, S, int(D), int(E), A(scale), static_cast<Ty*>(grad_q));
+          T, S, int(D), int(E), A(scale), ceil_div(T, kRowsPerBlock), static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
     if (B * S > 0) {
-      const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
-      attention_bwd_kv<Ty, DM><<<dim3(unsigned(ceil_div(S, kRowsPerBlock)), unsigned(B)), kRowsPerBlock, smem, s>>>(
+      auto kernel = attention_bwd_kv<Ty, DM>;
+      allow_dynamic_smem(kernel, smem, "attention_backward");
+      kernel<<<row_blocks(B, S, "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
-          T, S, int(D), int(E), A(scale), static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));
+          T, S, int(D), int(E), A(scale), ceil_div(S, kRowsPerBlock), static_cast<Ty*>(grad_k),
+          static_cast<Ty*>(grad_v));
       NN_CUDA_CHECK_LAUNCH();
     }
   });

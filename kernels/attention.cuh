@@ -1,7 +1,10 @@
-// Fused attention (the flash-attention idea): each thread owns one query row, streams the
-// keys and values through shared memory in tiles, and keeps a running max and sum (online
-// softmax), so no (T x S) score matrix is ever stored. Backward recomputes probabilities
-// from the saved log-sum-exp. Plain FMA arithmetic; head dims up to 128.
+// Fused attention (the flash-attention idea): keys and values stream through shared memory
+// in tiles while each query row keeps a running max and sum (online softmax), so no (T x S)
+// score matrix is ever stored; the backward recomputes probabilities from the saved
+// log-sum-exp. f16/bf16 with head dims that are multiples of 16 run on tensor cores
+// (attention_tc.cu: WMMA tiles, f32 accumulation); everything else, or any dtype when the
+// environment sets LIBNN_CUDA_ATTENTION=simt, runs the plain kernel of attention.cu (one
+// thread per row, FMA arithmetic). Head dims up to 128.
 #pragma once
 #include <cuda_runtime.h>
 #include <nn/dtype.h>
@@ -21,5 +24,16 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
                                const void* lse, int64_t B, int64_t T, int64_t S, int64_t D,
                                int64_t E, double scale, void* grad_q, void* grad_k, void* grad_v,
                                void* delta, cudaStream_t s);
+
+// The tensor-core path (attention_tc.cu); false, with nothing launched, where it does not
+// apply. The backward expects `delta` already computed.
+bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
+                                 const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
+                                 int64_t E, double scale, void* out, void* lse, cudaStream_t s);
+bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, const void* k,
+                                  const void* v, const uint8_t* mask, const void* lse,
+                                  const void* delta, int64_t B, int64_t T, int64_t S, int64_t D,
+                                  int64_t E, double scale, void* grad_q, void* grad_k,
+                                  void* grad_v, cudaStream_t s);
 
 }  // namespace nn::kernels

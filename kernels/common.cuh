@@ -35,6 +35,19 @@ inline unsigned grid_for(int64_t n, int per_thread = 1, int threads = kThreads) 
   return unsigned(blocks > 0x7fffffff ? 0x7fffffff : blocks);
 }
 
+// A kernel may use more than the default 48 KB of dynamic shared memory only after opting
+// in; fails with a clear message when the device allows less than `bytes` per block.
+template <typename K>
+void allow_dynamic_smem(K kernel, size_t bytes, const char* op) {
+  if (bytes <= 48 * 1024) return;
+  int dev = 0, optin = 0;
+  NN_CUDA_CHECK(cudaGetDevice(&dev));
+  NN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  NN_CHECK(bytes <= size_t(optin), op, ": needs ", bytes,
+           " bytes of shared memory per block, the device allows ", optin);
+  NN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 // Device element types for each dtype.
 template <DType D> struct DevType;
 template <> struct DevType<DType::f32> { using T = float; };

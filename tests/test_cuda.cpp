@@ -1,6 +1,8 @@
 // The cross-backend test: every primitive run on the CPU and on CUDA from the same random
 // inputs (odd sizes, non-contiguous views, broadcasting, empty tensors), outputs and input
 // gradients compared with a tolerance per dtype. Skips, saying so, when no GPU is present.
+#include <cstdlib>
+
 #include "test_util.h"
 
 using namespace nn;
@@ -84,6 +86,39 @@ Pool2dParams pool(int64_t k, int64_t s = 0, int64_t p = 0) {
   q.stride = {s, s};
   q.padding = {p, p};
   return q;
+}
+
+// 16-bit attention: head dims that are multiples of 16 run on tensor cores (WMMA), others on
+// the plain kernel; lengths cross the 64-row tiles, with and without a padding mask (one
+// sequence fully masked in the second call), outputs and gradients against the CPU.
+std::vector<Case> attention16_cases() {
+  auto masked = [](int64_t N, int64_t S, const Tensor& like) {
+    Tensor keep = ones({N, S}, TensorOptions(kU8).device(like.device()));
+    NoGradGuard ng;
+    keep.select(0, 0).slice(0, S / 3, S).zero_();
+    if (N > 1) keep.select(0, N - 1).zero_();
+    return keep;
+  };
+  std::vector<Case> v;
+  v.push_back({"f16 attention", {{2, 2, 70, 64}, {2, 2, 45, 64}, {2, 2, 45, 64}}, [=](auto& x) {
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32),
+                     scaled_dot_product_attention(x[0], x[1], x[2], masked(2, 45, x[0])).to(kF32)};
+               }, 5e-2, true, kF16});
+  v.push_back({"bf16 attention, head dims 32 and 48", {{3, 1, 129, 32}, {3, 1, 66, 32}, {3, 1, 66, 48}},
+               [=](auto& x) {
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention(x[0], x[1], x[2], masked(3, 66, x[0])).to(kF32)};
+               }, 6e-2, true, kBF16});
+  v.push_back({"f16 attention, head dim 128", {{1, 2, 20, 128}, {1, 2, 77, 128}, {1, 2, 77, 128}},
+               [](auto& x) {
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
+               }, 5e-2, true, kF16});
+  v.push_back({"f16 attention, head dim 40 (plain kernel)", {{1, 2, 19, 40}, {1, 2, 23, 40}, {1, 2, 23, 40}},
+               [](auto& x) {
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
+               }, 5e-2, true, kF16});
+  return v;
 }
 
 std::vector<Case> cases() {
@@ -316,10 +351,7 @@ std::vector<Case> cases() {
             return std::vector<Tensor>{(x[0] * x[1] + x[0]).to(kF32), relu(x[0]).to(kF32)};
           }, 3e-2, false, kBF16};
   v.push_back(bf);
-  Case ha{"f16 attention", {{2, 2, 33, 64}, {2, 2, 33, 64}, {2, 2, 33, 64}}, [](auto& x) {
-            return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
-          }, 3e-2, false, kF16};
-  v.push_back(ha);
+  for (const Case& c : attention16_cases()) v.push_back(c);
   // mixed precision: 16-bit data with f32 parameters (kernels templated on the parameter
   // type; cuDNN's batch norm reads f32 parameters), and 16-bit parameters (a model cast with
   // .to(kF16)), which cuDNN gets as f32 copies
@@ -363,6 +395,42 @@ std::vector<Case> cases() {
 TEST_CASE("every primitive agrees between CPU and CUDA", "[cuda]") {
   if (!have_gpu()) return;
   for (const Case& c : cases()) check(c);
+}
+
+TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too", "[cuda]") {
+  if (!have_gpu()) return;
+  ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("LIBNN_CUDA_ATTENTION"); }
+  } unset;
+  for (const Case& c : attention16_cases()) check(c);
+}
+
+// 4096 gradients of 0.1 into one row: added one at a time in f16 the sum stalls at 256 (an
+// addend below half the spacing rounds away), in bf16 at 32; summed in f32 and rounded once
+// it is 409.5 (410 in bf16). Both backends, both ops.
+TEST_CASE("16-bit embedding gradients are summed in f32 and rounded once", "[cuda][embedding]") {
+  std::vector<Device> devices{kCPU};
+  if (cuda_available()) devices.push_back(kCUDA);
+  else WARN("no CUDA device present: only the CPU half runs");
+  for (Device d : devices) {
+    for (DType t : {kF16, kBF16}) {
+      INFO(d.str() << " " << dtype_name(t));
+      const TensorOptions o = TensorOptions(t).device(d);
+      const float tenth = full({1}, 0.1, TensorOptions(t)).to(kF32).item<float>();
+      const float want = full({1}, 4096.0 * double(tenth), TensorOptions(t)).to(kF32).item<float>();
+      Tensor ids = full({4096, 1}, 1, TensorOptions(kI64).device(d));
+      Tensor w = zeros({4, 8}, o).requires_grad_();
+      Tensor y = embedding(w, ids.reshape({4096}));
+      y.backward(full(y.shape(), 0.1, o));
+      CHECK(w.grad().cpu().to(kF32).select(0, 1).select(0, 3).item<float>() == want);
+      Tensor wb = zeros({4, 8}, o).requires_grad_();
+      Tensor yb = embedding_bag(wb, ids);  // 4096 bags of one token each
+      yb.backward(full(yb.shape(), 0.1, o));
+      CHECK(wb.grad().cpu().to(kF32).select(0, 1).select(0, 5).item<float>() == want);
+      CHECK(wb.grad().cpu().to(kF32).select(0, 2).select(0, 5).item<float>() == 0.f);
+    }
+  }
 }
 
 TEST_CASE("CUDA random draws equal the CPU's (same Philox stream)", "[cuda]") {

@@ -2,14 +2,17 @@
 // elementwise ops, reductions, softmax, layer norm and the fused AdamW step, next to a plain
 // copy through libnn. bench/peers/kernels_torch.py measures the same ops (and a
 // device-to-device cudaMemcpy through torch) on the same GPU; bench/gpu_suite.sh runs both.
-// Prints one JSON object per op.
+// Prints one JSON object per op. --attention times the fused attention instead (TFLOP/s at
+// BERT-base head shapes, forward and forward + backward, each kernel path).
 #include <nn/nn.h>
 
 #include <cxxopts.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <tuple>
 
 namespace {
 double time_per_call(const nn::Device& d, int iters, const std::function<void()>& f) {
@@ -20,6 +23,45 @@ double time_per_call(const nn::Device& d, int iters, const std::function<void()>
   nn::synchronize(d);
   return w.seconds() / iters;
 }
+
+// Fused attention at BERT-like shapes: (batch, heads, T = S, head dim 64), a padding mask
+// keeping every key. FLOPs as usual for attention: 4 N H T S D for the forward (Q K^T and
+// P V), 2.5 times that for the backward. Paths: the default (tensor cores for f16/bf16) and
+// the plain kernel (LIBNN_CUDA_ATTENTION=simt).
+void bench_attention(const nn::Device& d, nn::DType t, int iters) {
+  struct Shape {
+    int64_t n, h, len;
+  };
+  const std::string dev = d.str();
+  for (const char* path : {"default", "simt"}) {
+    if (std::string(path) == "simt") ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
+    for (Shape sh : {Shape{32, 12, 128}, Shape{8, 12, 512}}) {
+      const nn::TensorOptions o = nn::TensorOptions(nn::kF32).device(d);
+      nn::Tensor q = nn::randn({sh.n, sh.h, sh.len, 64}, o).to(t).requires_grad_();
+      nn::Tensor k = nn::randn({sh.n, sh.h, sh.len, 64}, o).to(t).requires_grad_();
+      nn::Tensor v = nn::randn({sh.n, sh.h, sh.len, 64}, o).to(t).requires_grad_();
+      nn::Tensor keep = nn::ones({sh.n, sh.len}, nn::TensorOptions(nn::kU8).device(d));
+      nn::Tensor g = nn::randn({sh.n, sh.h, sh.len, 64}, o).to(t);
+      const double fwd_flops = 4.0 * sh.n * sh.h * sh.len * sh.len * 64;
+      const double fwd = time_per_call(d, iters, [&] {
+        nn::NoGradGuard ng;
+        nn::scaled_dot_product_attention(q, k, v, keep);
+      });
+      const double both = time_per_call(d, iters, [&] {
+        nn::scaled_dot_product_attention(q, k, v, keep).backward(g);
+      });
+      for (auto [phase, sec, flops] : {std::tuple{"forward", fwd, fwd_flops},
+                                       std::tuple{"forward+backward", both, 3.5 * fwd_flops}})
+        std::printf("{\"impl\": \"libnn-%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+                    "\"op\": \"attention %s\", \"shape\": \"%lldx%lldx%lldx64\", \"us\": %.1f, "
+                    "\"tflops\": %.2f}\n",
+                    path, dev.c_str(), nn::dtype_name(t), phase, (long long)sh.n, (long long)sh.h,
+                    (long long)sh.len, sec * 1e6, flops / sec / 1e12);
+      std::fflush(stdout);
+    }
+  }
+  ::unsetenv("LIBNN_CUDA_ATTENTION");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -28,6 +70,7 @@ int main(int argc, char** argv) {
       "n", "elements per tensor (default 64M on CUDA, 4M on CPU)", cxxopts::value<int64_t>())(
       "iters", "timed iterations", cxxopts::value<int>()->default_value("50"))(
       "dtype", "f32, f16 or bf16", cxxopts::value<std::string>()->default_value("f32"))(
+      "attention", "time the fused attention (TFLOP/s) instead of the memory-bound kernels")(
       "h,help", "show this help");
   try {
     auto a = opts.parse(argc, argv);
@@ -40,6 +83,10 @@ int main(int argc, char** argv) {
     const nn::DType t = nn::dtype_from_name(a["dtype"].as<std::string>());
     const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
     const int iters = a["iters"].as<int>();
+    if (a.count("attention")) {
+      bench_attention(d, t, iters);
+      return 0;
+    }
     const double es = double(nn::element_size(t));
     nn::NoGradGuard ng;
     nn::Tensor x = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);

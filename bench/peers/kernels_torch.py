@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench/kernels/kernels_bench: the same ops and sizes, timed the same way
 (warm-up, then a synchronised loop), plus torch's device-to-device copy as the bandwidth
-yardstick. One JSON object per op."""
+yardstick. One JSON object per op. --attention times scaled_dot_product_attention at the
+shapes kernels_bench --attention uses (forward, and forward + backward)."""
 import argparse
 import json
 import time
@@ -22,15 +23,44 @@ def per_call(dev, iters, f):
     return (time.perf_counter() - t0) / iters
 
 
+def attention(dev, dt, a):
+    """Same shapes, mask and FLOP count as kernels_bench --attention."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for n, h, t in [(32, 12, 128), (8, 12, 512)]:
+        q, k, v, g = (torch.randn(n, h, t, 64, device=dev).to(dt) for _ in range(4))
+        for x in (q, k, v):
+            x.requires_grad_()
+        keep = torch.ones(n, 1, 1, t, dtype=torch.bool, device=dev)
+        fwd_flops = 4.0 * n * h * t * t * 64
+
+        def forward():
+            with torch.no_grad():
+                sdpa(q, k, v, attn_mask=keep)
+
+        def both():
+            sdpa(q, k, v, attn_mask=keep).backward(g)
+
+        for phase, f, flops in [("forward", forward, fwd_flops),
+                                ("forward+backward", both, 3.5 * fwd_flops)]:
+            s = per_call(dev, a.iters, f)
+            print(json.dumps({"impl": "pytorch", "device": str(dev), "dtype": a.dtype,
+                              "op": f"attention {phase}", "shape": f"{n}x{h}x{t}x64",
+                              "us": round(s * 1e6, 1), "tflops": round(flops / s / 1e12, 2)}),
+                  flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--n", type=int, default=0)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--attention", action="store_true")
     a = ap.parse_args()
     dev = torch.device(a.device)
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    if a.attention:
+        return attention(dev, dt, a)
     n = a.n or ((64 << 20) if dev.type == "cuda" else (4 << 20))
     es = torch.tensor([], dtype=dt).element_size()
     x = torch.randn(n, device=dev).to(dt)

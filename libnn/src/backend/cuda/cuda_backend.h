@@ -173,6 +173,11 @@ kernels::Geom<N> geom(const Tensor& out, std::initializer_list<const Tensor*> in
 bool all_contiguous(const Tensor& out, std::initializer_list<const Tensor*> ins);
 // An i64 copy of an index tensor (i32 indices are widened), contiguous.
 Tensor as_i64(CudaBackend& be, const Tensor& idx);
+// t itself when undefined or already of dtype `to`, else a copy converted to `to` (in t's
+// memory format).
+Tensor as_dtype(Backend& be, const Tensor& t, DType to);
+// Writes `result` back into `dst` when as_dtype made a copy.
+void write_back(Backend& be, const Tensor& result, Tensor& dst);
 template <typename T = void>
 T* ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 }  // namespace cuda

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/allocator.h"
 #include "core/geometry.h"
+#include "core/util.h"
 #include "kernels/elementwise.cuh"
 
 namespace nn::backend {
@@ -167,6 +168,17 @@ Tensor as_i64(CudaBackend& be, const Tensor& idx) {
   Tensor out = empty(idx.shape(), TensorOptions(kI64).device(be.device()));
   be.copy(idx, out);
   return out;
+}
+
+Tensor as_dtype(Backend& be, const Tensor& t, DType to) {
+  if (!t.defined() || t.dtype() == to) return t;
+  Tensor c = empty(t.shape(), t.options().dtype(to), format_of(t));
+  be.copy(t, c);
+  return c;
+}
+
+void write_back(Backend& be, const Tensor& result, Tensor& dst) {
+  if (dst.defined() && !result.is_same(dst)) be.copy(result, dst);
 }
 
 }  // namespace cuda

@@ -80,13 +80,22 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& ou
   kernels::launch_gather_rows(src.data_ptr(), V, row, ptr<int64_t>(idx), idx.numel(),
                               out.data_ptr(), flag(kBadIndex), stream_);
 }
+// Gradients of 16-bit tables are summed in f32 copies and rounded once, as on the CPU
+// (16-bit atomics would round after every addition).
+namespace {
+DType sum_dtype(DType t) { return (t == kF16 || t == kBF16) ? kF32 : t; }
+}  // namespace
+
 void CudaBackend::scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                                    Tensor& out) {
   activate();
   const int64_t V = out.shape()[0], D = V ? out.numel() / V : 0;
   Tensor idx = as_i64(*this, index);
-  kernels::launch_scatter_add_rows(grad.dtype(), grad.data_ptr(), ptr<int64_t>(idx), idx.numel(),
-                                   D, V, skip_index, out.data_ptr(), flag(kBadIndex), stream_);
+  const DType st = sum_dtype(out.dtype());
+  Tensor g = as_dtype(*this, grad, st), acc = as_dtype(*this, out, st);
+  kernels::launch_scatter_add_rows(st, g.data_ptr(), ptr<int64_t>(idx), idx.numel(), D, V,
+                                   skip_index, acc.data_ptr(), flag(kBadIndex), stream_);
+  write_back(*this, acc, out);
 }
 void CudaBackend::embedding_bag_forward(const Tensor& table, const Tensor& index,
                                         const Tensor& weights, Tensor& out) {
@@ -101,10 +110,13 @@ void CudaBackend::embedding_bag_backward(const Tensor& grad, const Tensor& index
                                          const Tensor& weights, Tensor& grad_table) {
   activate();
   Tensor idx = as_i64(*this, index);
-  kernels::launch_embedding_bag_backward(grad.dtype(), grad.data_ptr(), ptr<int64_t>(idx),
-                                         weights.data_ptr(), index.shape()[0], index.shape()[1],
+  const DType st = sum_dtype(grad_table.dtype());
+  Tensor g = as_dtype(*this, grad, st), acc = as_dtype(*this, grad_table, st);
+  kernels::launch_embedding_bag_backward(st, g.data_ptr(), ptr<int64_t>(idx), weights.data_ptr(),
+                                         index.shape()[0], index.shape()[1],
                                          grad_table.shape()[1], grad_table.shape()[0],
-                                         grad_table.data_ptr(), flag(kBadIndex), stream_);
+                                         acc.data_ptr(), flag(kBadIndex), stream_);
+  write_back(*this, acc, grad_table);
 }
 
 // ---- optim: one multi-tensor launch per call ------------------------------------------------

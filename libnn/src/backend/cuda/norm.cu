@@ -37,18 +37,6 @@ struct BnDescs {
 // cuDNN's per-channel tensors are f32 for 16-bit data, else the data type.
 DType param_dtype(DType x) { return (x == kF16 || x == kBF16) ? kF32 : x; }
 
-// t itself when undefined or already of dtype `to`, else a copy converted to `to` (16-bit
-// parameters of a model cast with .to(kF16) go to cuDNN as the f32 it reads and writes).
-Tensor as_dtype(Backend& be, const Tensor& t, DType to) {
-  if (!t.defined() || t.dtype() == to) return t;
-  Tensor c = empty(t.shape(), t.options().dtype(to), format_of(t));
-  be.copy(t, c);
-  return c;
-}
-// Writes `result` back into `dst` when as_dtype made a copy.
-void write_back(Backend& be, const Tensor& result, Tensor& dst) {
-  if (dst.defined() && !result.is_same(dst)) be.copy(result, dst);
-}
 }  // namespace
 
 void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -1,0 +1,453 @@
+// Tensor-core attention for f16 and bf16: the same algorithm as attention.cu (online softmax
+// over streamed key tiles, probabilities recomputed from the saved log-sum-exp in the
+// backward), with the two products of each step on tensor cores through WMMA 16 x 16 x 16
+// tiles accumulating in f32. A block of four warps owns 64 rows (queries in the forward and
+// dQ, keys in dK/dV), 16 per warp, and streams the other side through shared memory 64 rows at
+// a time. Scores, softmax statistics and accumulators stay f32; probabilities and their
+// gradients meet the second product rounded to the data type, as in other flash-attention
+// kernels. Used for head dims that are multiples of 16 up to 128 (attention.cu falls back to
+// its plain kernel otherwise, and for f32/f64).
+#include <mma.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "kernels/attention.cuh"
+#include "kernels/common.cuh"
+
+namespace nn::kernels {
+namespace {
+using namespace nvcuda;
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // rows a block owns
+constexpr int kCols = 64;           // rows of the other side per streamed tile
+constexpr int kPadH = 8;            // padding of 16-bit rows (ldm stays a multiple of 8)
+constexpr int kPadF = 4;            // padding of f32 rows (ldm stays a multiple of 4)
+
+template <typename T> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// bf16 WMMA needs sm_80; an sm_70 build keeps the bf16 kernels as traps (the host never
+// launches them there).
+template <typename T>
+__device__ constexpr bool tc_built() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  return !std::is_same_v<T, __nv_bfloat16>;
+#else
+  return true;
+#endif
+}
+
+// Hands out 128-byte aligned slices of a block's shared memory (WMMA wants 32-byte aligned
+// tile pointers; every tile offset inside a slice is a multiple of 32 bytes).
+struct Carve {
+  size_t used = 0;
+  __host__ __device__ size_t take(size_t bytes) {
+    const size_t at = used;
+    used += (bytes + 127) / 128 * 128;
+    return at;
+  }
+};
+
+// Shared memory of the three kernels: the block's own 64 rows (a, b: D and E wide), the
+// streamed tile (c, d: D and E wide), 64 per-row values of the tile, and per warp two f32
+// score tiles (s, t), two 16-bit tiles (p, u) and an f32 tile for the results (o). The
+// forward leaves b, t and u out.
+struct Smem {
+  int ldd, lde, lds, ldp, ldo;
+  size_t a, b, c, d, rows, warp, s, t, p, u, o, per_warp, total;
+  __host__ __device__ Smem(int D, int E, int elem, bool backward) {
+    const size_t bw = backward ? 1 : 0;
+    ldd = D + kPadH;
+    lde = E + kPadH;
+    lds = kCols + kPadF;
+    ldp = kCols + kPadH;
+    ldo = (D > E ? D : E) + kPadF;
+    Carve blk;
+    a = blk.take(size_t(kRows) * ldd * elem);
+    b = blk.take(bw * kRows * lde * elem);
+    c = blk.take(size_t(kCols) * ldd * elem);
+    d = blk.take(size_t(kCols) * lde * elem);
+    rows = blk.take(size_t(kCols) * 3 * sizeof(float));
+    Carve w;
+    s = w.take(size_t(16) * lds * sizeof(float));
+    t = w.take(bw * 16 * lds * sizeof(float));
+    p = w.take(size_t(16) * ldp * elem);
+    u = w.take(bw * 16 * ldp * elem);
+    o = w.take(size_t(16) * ldo * sizeof(float));
+    per_warp = w.used;
+    warp = blk.take(per_warp * kWarps);
+    total = blk.used;
+  }
+};
+
+// Rows [r0, r0 + n) of a row-major (rows x cols) matrix into shared memory (row stride ld),
+// 16 bytes at a time; rows past the end are zeros.
+template <typename T>
+__device__ __forceinline__ void load_rows(const T* g, int64_t r0, int64_t rows, int cols, T* s, int ld, int n) {
+  const int chunks = cols / 8;
+  for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r0 + r < rows) val = *reinterpret_cast<const uint4*>(g + (r0 + r) * int64_t(cols) + c);
+    *reinterpret_cast<uint4*>(s + r * ld + c) = val;
+  }
+}
+
+// acc (16 x 64, row-major at out, ld lds) = A (16 x K rows of `a`) times the transpose of the
+// 64 rows of `bt` (K wide): scores Q K^T, or dO V^T.
+template <typename T>
+__device__ __forceinline__ void rows_times_tile_t(const T* a, int lda, const T* bt, int ldb, int K, float* out,
+                                  int lds) {
+  for (int n = 0; n < kCols / 16; ++n) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.f);
+    for (int k = 0; k < K; k += 16) {
+      FragA<T> fa;
+      FragBt<T> fb;
+      wmma::load_matrix_sync(fa, a + k, lda);
+      wmma::load_matrix_sync(fb, bt + n * 16 * ldb + k, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * 16, acc, lds, wmma::mem_row_major);
+  }
+}
+
+// acc[n] += P (16 x 64 at p, ld ldp) times columns [16n, 16n + 16) of the 64-row tile b,
+// for the first `width` / 16 accumulators.
+template <typename T, int DM>
+__device__ __forceinline__ void tile_times_rows(const T* p, int ldp, const T* b, int ldb, int width,
+                                FragC (&acc)[DM / 16]) {
+#pragma unroll
+  for (int k = 0; k < kCols; k += 16) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, p + k, ldp);
+#pragma unroll
+    for (int n = 0; n < DM / 16; ++n) {
+      if (n * 16 < width) {
+        FragB<T> fb;
+        wmma::load_matrix_sync(fb, b + k * ldb + n * 16, ldb);
+        wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      }
+    }
+  }
+}
+
+// Writes `acc` (16 rows x width, times `mul`) to rows [r0, r0 + 16) of out (row stride
+// width), rows at or past `rows` skipped, staging through the warp's f32 tile.
+template <typename T, int DM>
+__device__ __forceinline__ void write_rows(FragC (&acc)[DM / 16], float mul, int width, float* stage, int ldo,
+                           T* out, int64_t r0, int64_t rows, int lane) {
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < DM / 16; ++n) {
+    if (n * 16 < width) {
+      for (int e = 0; e < acc[n].num_elements; ++e) acc[n].x[e] *= mul;
+      wmma::store_matrix_sync(stage + n * 16, acc[n], ldo, wmma::mem_row_major);
+    }
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * width; i += 32) {
+    const int r = i / width, c = i % width;
+    if (r0 + r < rows) out[(r0 + r) * width + c] = convert<T>(stage[r * ldo + c]);
+  }
+}
+
+// Forward: block = 64 query rows of slice b; each warp keeps its 16 rows' output in its f32
+// tile o (rows rescaled there when the running maximum grows), two lanes per row.
+template <typename T, int DM>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_fwd_tc(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
+                     int64_t S, int D, int E, float scale, int64_t blocks_per_slice, T* out,
+                     float* lse) {
+  if constexpr (!tc_built<T>()) {
+    __trap();
+  } else {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const Smem L(D, E, sizeof(T), false);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = lane / 2, half = lane % 2;  // this lane's row of the warp's 16, column parity
+    unsigned char* wm = smem + L.warp + warp * L.per_warp;
+    T* qs = reinterpret_cast<T*>(smem + L.a);
+    T* ks = reinterpret_cast<T*>(smem + L.c);
+    T* vs = reinterpret_cast<T*>(smem + L.d);
+    float* live = reinterpret_cast<float*>(smem + L.rows);
+    float* sf = reinterpret_cast<float*>(wm + L.s);
+    T* ps = reinterpret_cast<T*>(wm + L.p);
+    float* of = reinterpret_cast<float*>(wm + L.o);
+    const int64_t b = blockIdx.x / blocks_per_slice;
+    const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
+    load_rows(q + b * T_ * D, t0, T_, D, qs, L.ldd, kRows);
+    for (int c = half; c < E; c += 2) of[r * L.ldo + c] = 0.f;
+    float m = -INFINITY, l = 0.f;
+    const T* qw = qs + warp * 16 * L.ldd;
+    for (int64_t j0 = 0; j0 < S; j0 += kCols) {
+      __syncthreads();  // the previous tile is no longer read
+      load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kCols);
+      load_rows(v + b * S * E, j0, S, E, vs, L.lde, kCols);
+      for (int i = threadIdx.x; i < kCols; i += blockDim.x)
+        live[i] = (j0 + i < S && (!mask || mask[b * S + j0 + i])) ? 1.f : 0.f;
+      __syncthreads();
+      rows_times_tile_t(qw, L.ldd, ks, L.ldd, D, sf, L.lds);
+      __syncwarp();
+      float* srow = sf + r * L.lds;
+      float mx = -INFINITY;
+      for (int c = half; c < kCols; c += 2) {
+        const float s = live[c] != 0.f ? srow[c] * scale : -INFINITY;
+        srow[c] = s;
+        mx = fmaxf(mx, s);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      const float mnew = fmaxf(m, mx);
+      const float corr = mnew == -INFINITY ? 1.f : expf(m - mnew);
+      float sum = 0.f;
+      T* prow = ps + r * L.ldp;
+      for (int c = half; c < kCols; c += 2) {
+        const float p = mnew == -INFINITY ? 0.f : expf(srow[c] - mnew);
+        sum += p;
+        prow[c] = convert<T>(p);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      l = l * corr + sum;
+      m = mnew;
+      for (int c = half; c < E; c += 2) of[r * L.ldo + c] *= corr;
+      __syncwarp();
+      for (int n = 0; n < E / 16; ++n) {  // O += P V, through the f32 tile
+        FragC acc;
+        wmma::load_matrix_sync(acc, of + n * 16, L.ldo, wmma::mem_row_major);
+        for (int kk = 0; kk < kCols; kk += 16) {
+          FragA<T> fa;
+          FragB<T> fb;
+          wmma::load_matrix_sync(fa, ps + kk, L.ldp);
+          wmma::load_matrix_sync(fb, vs + kk * L.lde + n * 16, L.lde);
+          wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(of + n * 16, acc, L.ldo, wmma::mem_row_major);
+      }
+      __syncwarp();
+    }
+    const int64_t t = t0 + warp * 16 + r;
+    if (t < T_) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // all keys masked: zeros
+      for (int c = half; c < E; c += 2) out[(b * T_ + t) * E + c] = convert<T>(of[r * L.ldo + c] * inv);
+      if (half == 0) lse[b * T_ + t] = l > 0.f ? m + logf(l) : -INFINITY;
+    }
+  }
+}
+
+// dK and dV: block = 64 key rows of slice b, streaming 64 queries (q, dO, lse, delta) at a
+// time; P^T and dS^T are formed per warp, dV += P^T dO and dK += dS^T Q stay in fragments.
+template <typename T, int DM>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_bwd_kv_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
+                        const float* lse, const float* delta, int64_t T_, int64_t S, int D, int E,
+                        float scale, int64_t blocks_per_slice, T* gk, T* gv) {
+  if constexpr (!tc_built<T>()) {
+    __trap();
+  } else {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const Smem L(D, E, sizeof(T), true);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = lane / 2, half = lane % 2;
+    unsigned char* wm = smem + L.warp + warp * L.per_warp;
+    T* ks = reinterpret_cast<T*>(smem + L.a);
+    T* vs = reinterpret_cast<T*>(smem + L.b);
+    T* qs = reinterpret_cast<T*>(smem + L.c);
+    T* gs = reinterpret_cast<T*>(smem + L.d);
+    float* ls = reinterpret_cast<float*>(smem + L.rows);
+    float* dls = ls + kCols;
+    float* sf = reinterpret_cast<float*>(wm + L.s);
+    float* dpf = reinterpret_cast<float*>(wm + L.t);
+    T* pt = reinterpret_cast<T*>(wm + L.p);
+    T* dst = reinterpret_cast<T*>(wm + L.u);
+    float* stage = reinterpret_cast<float*>(wm + L.o);
+    const int64_t b = blockIdx.x / blocks_per_slice;
+    const int64_t j0 = (blockIdx.x % blocks_per_slice) * kRows;
+    load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kRows);
+    load_rows(v + b * S * E, j0, S, E, vs, L.lde, kRows);
+    const int64_t j = j0 + warp * 16 + r;  // this lane's key
+    const bool live = j < S && (!mask || mask[b * S + j]);
+    FragC dk[DM / 16], dv[DM / 16];
+#pragma unroll
+    for (int n = 0; n < DM / 16; ++n) {
+      wmma::fill_fragment(dk[n], 0.f);
+      wmma::fill_fragment(dv[n], 0.f);
+    }
+    const T* kw = ks + warp * 16 * L.ldd;
+    const T* vw = vs + warp * 16 * L.lde;
+    for (int64_t i0 = 0; i0 < T_; i0 += kCols) {
+      __syncthreads();
+      load_rows(q + b * T_ * D, i0, T_, D, qs, L.ldd, kCols);
+      load_rows(g + b * T_ * E, i0, T_, E, gs, L.lde, kCols);
+      for (int i = threadIdx.x; i < kCols; i += blockDim.x) {
+        ls[i] = i0 + i < T_ ? lse[b * T_ + i0 + i] : -INFINITY;
+        dls[i] = i0 + i < T_ ? delta[b * T_ + i0 + i] : 0.f;
+      }
+      __syncthreads();
+      rows_times_tile_t(kw, L.ldd, qs, L.ldd, D, sf, L.lds);   // S^T = K Q^T
+      rows_times_tile_t(vw, L.lde, gs, L.lde, E, dpf, L.lds);  // dP^T = V dO^T
+      __syncwarp();
+      for (int c = half; c < kCols; c += 2) {
+        const float li = ls[c];
+        const float p = (live && li != -INFINITY) ? expf(sf[r * L.lds + c] * scale - li) : 0.f;
+        pt[r * L.ldp + c] = convert<T>(p);
+        dst[r * L.ldp + c] = convert<T>(p * (dpf[r * L.lds + c] - dls[c]));
+      }
+      __syncwarp();
+      tile_times_rows<T, DM>(pt, L.ldp, gs, L.lde, E, dv);   // dV += P^T dO
+      tile_times_rows<T, DM>(dst, L.ldp, qs, L.ldd, D, dk);  // dK += dS^T Q
+    }
+    write_rows<T, DM>(dk, scale, D, stage, L.ldo, gk + b * S * D, j0 + warp * 16, S, lane);
+    write_rows<T, DM>(dv, 1.f, E, stage, L.ldo, gv + b * S * E, j0 + warp * 16, S, lane);
+  }
+}
+
+// dQ: block = 64 query rows of slice b, streaming keys and values; dQ += dS K in fragments.
+template <typename T, int DM>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_bwd_q_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
+                       const float* lse, const float* delta, int64_t T_, int64_t S, int D, int E,
+                       float scale, int64_t blocks_per_slice, T* gq) {
+  if constexpr (!tc_built<T>()) {
+    __trap();
+  } else {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const Smem L(D, E, sizeof(T), true);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = lane / 2, half = lane % 2;
+    unsigned char* wm = smem + L.warp + warp * L.per_warp;
+    T* qs = reinterpret_cast<T*>(smem + L.a);
+    T* gs = reinterpret_cast<T*>(smem + L.b);
+    T* ks = reinterpret_cast<T*>(smem + L.c);
+    T* vs = reinterpret_cast<T*>(smem + L.d);
+    float* live = reinterpret_cast<float*>(smem + L.rows);
+    float* sf = reinterpret_cast<float*>(wm + L.s);
+    float* dpf = reinterpret_cast<float*>(wm + L.t);
+    T* dst = reinterpret_cast<T*>(wm + L.u);
+    float* stage = reinterpret_cast<float*>(wm + L.o);
+    const int64_t b = blockIdx.x / blocks_per_slice;
+    const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
+    load_rows(q + b * T_ * D, t0, T_, D, qs, L.ldd, kRows);
+    load_rows(g + b * T_ * E, t0, T_, E, gs, L.lde, kRows);
+    const int64_t t = t0 + warp * 16 + r;
+    const float li = t < T_ ? lse[b * T_ + t] : -INFINITY;
+    const float dli = t < T_ ? delta[b * T_ + t] : 0.f;
+    FragC dq[DM / 16];
+#pragma unroll
+    for (int n = 0; n < DM / 16; ++n) wmma::fill_fragment(dq[n], 0.f);
+    const T* qw = qs + warp * 16 * L.ldd;
+    const T* gw = gs + warp * 16 * L.lde;
+    for (int64_t j0 = 0; j0 < S; j0 += kCols) {
+      __syncthreads();
+      load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kCols);
+      load_rows(v + b * S * E, j0, S, E, vs, L.lde, kCols);
+      for (int i = threadIdx.x; i < kCols; i += blockDim.x)
+        live[i] = (j0 + i < S && (!mask || mask[b * S + j0 + i])) ? 1.f : 0.f;
+      __syncthreads();
+      rows_times_tile_t(qw, L.ldd, ks, L.ldd, D, sf, L.lds);   // S = Q K^T
+      rows_times_tile_t(gw, L.lde, vs, L.lde, E, dpf, L.lds);  // dP = dO V^T
+      __syncwarp();
+      for (int c = half; c < kCols; c += 2) {
+        const float p =
+            (live[c] != 0.f && li != -INFINITY) ? expf(sf[r * L.lds + c] * scale - li) : 0.f;
+        dst[r * L.ldp + c] = convert<T>(p * (dpf[r * L.lds + c] - dli));
+      }
+      __syncwarp();
+      tile_times_rows<T, DM>(dst, L.ldp, ks, L.ldd, D, dq);  // dQ += dS K
+    }
+    write_rows<T, DM>(dq, scale, D, stage, L.ldo, gq + b * T_ * D, t0 + warp * 16, T_, lane);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Shared memory the kernels need for these head dims, or 0 when the tensor-core path does not
+// apply (dtype, head dims, alignment, the device, or LIBNN_CUDA_ATTENTION=simt).
+size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
+               std::initializer_list<const void*> ptrs) {
+  if (t != DType::f16 && t != DType::bf16) return 0;
+  if (D <= 0 || E <= 0 || D % 16 || E % 16 || D > kAttentionMaxDim || E > kAttentionMaxDim)
+    return 0;
+  if (const char* env = std::getenv("LIBNN_CUDA_ATTENTION"); env && std::strcmp(env, "simt") == 0)
+    return 0;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return 0;
+  int dev = 0, major = 0, optin = 0;
+  NN_CUDA_CHECK(cudaGetDevice(&dev));
+  NN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  NN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (major < 7 || (t == DType::bf16 && major < 8)) return 0;
+  const size_t need = Smem(int(D), int(E), 2, backward).total;
+  return need <= size_t(optin) ? need : 0;
+}
+
+template <typename F>
+void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
+  const bool narrow = D <= 64 && E <= 64;
+  if (t == DType::f16) narrow ? f.template operator()<__half, 64>() : f.template operator()<__half, 128>();
+  else narrow ? f.template operator()<__nv_bfloat16, 64>() : f.template operator()<__nv_bfloat16, 128>();
+}
+
+unsigned blocks(int64_t slices, int64_t rows, const char* op) {
+  const int64_t n = slices * ceil_div(rows, kRows);
+  NN_CHECK(n <= 0x7fffffff, op, ": ", slices, " slices of ", rows, " rows exceed the grid");
+  return unsigned(n);
+}
+
+}  // namespace
+
+bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
+                                 const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
+                                 int64_t E, double scale, void* out, void* lse, cudaStream_t s) {
+  const size_t smem = tc_smem(t, D, E, false, {q, k, v, out});
+  if (smem == 0) return false;
+  dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
+    auto kernel = attention_fwd_tc<Ty, DM>;
+    allow_dynamic_smem(kernel, smem, "attention");
+    const int64_t per = ceil_div(T, kRows);
+    kernel<<<blocks(B, T, "attention"), kWarps * 32, smem, s>>>(
+        static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T,
+        S, int(D), int(E), float(scale), per, static_cast<Ty*>(out), static_cast<float*>(lse));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+  return true;
+}
+
+bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, const void* k,
+                                  const void* v, const uint8_t* mask, const void* lse,
+                                  const void* delta, int64_t B, int64_t T, int64_t S, int64_t D,
+                                  int64_t E, double scale, void* grad_q, void* grad_k,
+                                  void* grad_v, cudaStream_t s) {
+  const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v});
+  if (smem == 0) return false;
+  dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
+    const Ty* g = static_cast<const Ty*>(grad_out);
+    const float* l = static_cast<const float*>(lse);
+    const float* dl = static_cast<const float*>(delta);
+    if (B * T > 0) {
+      auto kernel = attention_bwd_q_tc<Ty, DM>;
+      allow_dynamic_smem(kernel, smem, "attention_backward");
+      kernel<<<blocks(B, T, "attention_backward"), kWarps * 32, smem, s>>>(
+          g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
+          mask, l, dl, T, S, int(D), int(E), float(scale), ceil_div(T, kRows),
+          static_cast<Ty*>(grad_q));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+    if (B * S > 0) {
+      auto kernel = attention_bwd_kv_tc<Ty, DM>;
+      allow_dynamic_smem(kernel, smem, "attention_backward");
+      kernel<<<blocks(B, S, "attention_backward"), kWarps * 32, smem, s>>>(
+          g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
+          mask, l, dl, T, S, int(D), int(E), float(scale), ceil_div(S, kRows),
+          static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+  });
+  return true;
+}
+
+}  // namespace nn::kernels
