@@ -198,13 +198,6 @@ void dispatch_dims(DType t, int64_t D, int64_t E, const char* op, F&& f) {
   });
 }
 
-// The plain kernels' grid: one block of kRowsPerBlock rows per (slice, row block), in x.
-unsigned row_blocks(int64_t slices, int64_t rows, const char* op) {
-  const int64_t n = slices * ceil_div(rows, kRowsPerBlock);
-  NN_CHECK(n <= 0x7fffffff, op, ": ", slices, " slices of ", rows, " rows exceed the grid");
-  return unsigned(n);
-}
-
 }  // namespace
 
 void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
@@ -217,7 +210,7 @@ void launch_attention_forward(DType t, const void* q, const void* k, const void*
     const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
     auto kernel = attention_fwd<Ty, DM>;
     allow_dynamic_smem(kernel, smem, "attention");  // f64, head dims over 96
-    kernel<<<row_blocks(B, T, "attention"), kRowsPerBlock, smem, s>>>(
+    kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention"), kRowsPerBlock, smem, s>>>(
         static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T, S,
         int(D), int(E), A(scale), ceil_div(T, kRowsPerBlock), static_cast<Ty*>(out),
         static_cast<A*>(lse));
@@ -247,7 +240,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
     if (B * T > 0) {
       auto kernel = attention_bwd_q<Ty, DM>;
       allow_dynamic_smem(kernel, smem, "attention_backward");
-      kernel<<<row_blocks(B, T, "attention_backward"), kRowsPerBlock, smem, s>>>(
+      kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
           T, S, int(D), int(E), A(scale), ceil_div(T, kRowsPerBlock), static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
@@ -255,7 +248,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
     if (B * S > 0) {
       auto kernel = attention_bwd_kv<Ty, DM>;
       allow_dynamic_smem(kernel, smem, "attention_backward");
-      kernel<<<row_blocks(B, S, "attention_backward"), kRowsPerBlock, smem, s>>>(
+      kernel<<<blocks_exact(B * ceil_div(S, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
           T, S, int(D), int(E), A(scale), ceil_div(S, kRowsPerBlock), static_cast<Ty*>(grad_k),
           static_cast<Ty*>(grad_v));

@@ -392,12 +392,6 @@ void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
   else narrow ? f.template operator()<__nv_bfloat16, 64>() : f.template operator()<__nv_bfloat16, 128>();
 }
 
-unsigned blocks(int64_t slices, int64_t rows, const char* op) {
-  const int64_t n = slices * ceil_div(rows, kRows);
-  NN_CHECK(n <= 0x7fffffff, op, ": ", slices, " slices of ", rows, " rows exceed the grid");
-  return unsigned(n);
-}
-
 }  // namespace
 
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
@@ -409,7 +403,7 @@ bool launch_attention_forward_tc(DType t, const void* q, const void* k, const vo
     auto kernel = attention_fwd_tc<Ty, DM>;
     allow_dynamic_smem(kernel, smem, "attention");
     const int64_t per = ceil_div(T, kRows);
-    kernel<<<blocks(B, T, "attention"), kWarps * 32, smem, s>>>(
+    kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention"), kWarps * 32, smem, s>>>(
         static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T,
         S, int(D), int(E), float(scale), per, static_cast<Ty*>(out), static_cast<float*>(lse));
     NN_CUDA_CHECK_LAUNCH();
@@ -431,7 +425,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
     if (B * T > 0) {
       auto kernel = attention_bwd_q_tc<Ty, DM>;
       allow_dynamic_smem(kernel, smem, "attention_backward");
-      kernel<<<blocks(B, T, "attention_backward"), kWarps * 32, smem, s>>>(
+      kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
           mask, l, dl, T, S, int(D), int(E), float(scale), ceil_div(T, kRows),
           static_cast<Ty*>(grad_q));
@@ -440,7 +434,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
     if (B * S > 0) {
       auto kernel = attention_bwd_kv_tc<Ty, DM>;
       allow_dynamic_smem(kernel, smem, "attention_backward");
-      kernel<<<blocks(B, S, "attention_backward"), kWarps * 32, smem, s>>>(
+      kernel<<<blocks_exact(B * ceil_div(S, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
           mask, l, dl, T, S, int(D), int(E), float(scale), ceil_div(S, kRows),
           static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));

@@ -35,6 +35,13 @@ inline unsigned grid_for(int64_t n, int per_thread = 1, int threads = kThreads) 
   return unsigned(blocks > 0x7fffffff ? 0x7fffffff : blocks);
 }
 
+// A grid of exactly n blocks in x (one per row, bag, ...), failing clearly beyond the
+// 2^31 - 1 blocks grid.x allows rather than launching a truncated grid.
+inline unsigned blocks_exact(int64_t n, const char* op) {
+  NN_CHECK(n <= 0x7fffffff, op, ": ", n, " blocks exceed the 2^31 - 1 a grid allows");
+  return unsigned(n);
+}
+
 // A kernel may use more than the default 48 KB of dynamic shared memory only after opting
 // in; fails with a clear message when the device allows less than `bytes` per block.
 template <typename K>

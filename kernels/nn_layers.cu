@@ -533,7 +533,7 @@ void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const vo
                        cudaStream_t s) {
   if (R == 0) return;
   dispatch_with_params(t, wt, "layer_norm", [&]<typename T, typename W>() {
-    layer_norm_kernel<T, W><<<unsigned(R), kThreads, 0, s>>>(
+    layer_norm_kernel<T, W><<<blocks_exact(R, "layer_norm"), kThreads, 0, s>>>(
         static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
         float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
@@ -554,7 +554,7 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
     const T* pm = static_cast<const T*>(mean);
     const T* pr = static_cast<const T*>(rstd);
     if (grad_x && R > 0) {
-      layer_norm_backward_rows<T, W><<<unsigned(R), kThreads, 0, s>>>(
+      layer_norm_backward_rows<T, W><<<blocks_exact(R, "layer_norm_backward"), kThreads, 0, s>>>(
           g, px, static_cast<const W*>(w), pm, pr, D, static_cast<T*>(grad_x));
       NN_CUDA_CHECK_LAUNCH();
     }
@@ -641,7 +641,7 @@ void launch_embedding_bag(DType t, const void* table, int64_t V, int64_t D, cons
   if (N * D == 0) return;
   const int threads = int(std::min<int64_t>(kThreads, (D + 31) / 32 * 32));
   dispatch_float(t, "embedding_bag", [&]<typename T>() {
-    embedding_bag_kernel<T><<<unsigned(N), threads, 0, s>>>(
+    embedding_bag_kernel<T><<<blocks_exact(N, "embedding_bag"), threads, 0, s>>>(
         static_cast<const T*>(table), V, D, idx, static_cast<const acc_t<T>*>(w), L,
         static_cast<T*>(out), bad);
     NN_CUDA_CHECK_LAUNCH();

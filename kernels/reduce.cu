@@ -153,7 +153,7 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
           px, A, K, S, c, ws);
     } else {
       S = splits(K, A * B, 4096);
-      reduce_rows<T, Ac><<<dim3(unsigned(K), unsigned(S)), kThreads, 0, s>>>(px, A, K, B, S, c, ws);
+      reduce_rows<T, Ac><<<dim3(blocks_exact(K, "reduce"), unsigned(S)), kThreads, 0, s>>>(px, A, K, B, S, c, ws);
     }
     NN_CUDA_CHECK_LAUNCH();
     reduce_finish<T, Ac><<<grid_for(K), kThreads, 0, s>>>(ws, K, S, c, double(A) * double(B),
@@ -165,7 +165,7 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
 void launch_argmax(DType t, const void* x, int64_t rows, int64_t D, int64_t* out, cudaStream_t s) {
   if (rows == 0) return;
   dispatch_all(t, [&]<typename T>() {
-    argmax_rows<T><<<unsigned(rows), kThreads, 0, s>>>(static_cast<const T*>(x), D, out);
+    argmax_rows<T><<<blocks_exact(rows, "argmax"), kThreads, 0, s>>>(static_cast<const T*>(x), D, out);
     NN_CUDA_CHECK_LAUNCH();
   });
 }
