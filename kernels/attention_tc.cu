@@ -101,20 +101,24 @@ __device__ __forceinline__ void load_rows(const T* g, int64_t r0, int64_t rows, 
 // acc (16 x 64, row-major at out, ld lds) = A (16 x K rows of `a`) times the transpose of the
 // 64 rows of `bt` (K wide): scores Q K^T, or dO V^T.
 template <typename T>
-__device__ __forceinline__ void rows_times_tile_t(const T* a, int lda, const T* bt, int ldb, int K, float* out,
-                                  int lds) {
-  for (int n = 0; n < kCols / 16; ++n) {
-    FragC acc;
-    wmma::fill_fragment(acc, 0.f);
-    for (int k = 0; k < K; k += 16) {
-      FragA<T> fa;
+__device__ __forceinline__ void rows_times_tile_t(const T* a, int lda, const T* bt, int ldb,
+                                                  int K, float* out, int lds) {
+  FragC acc[kCols / 16];
+#pragma unroll
+  for (int n = 0; n < kCols / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
+  for (int k = 0; k < K; k += 16) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, a + k, lda);
+#pragma unroll
+    for (int n = 0; n < kCols / 16; ++n) {
       FragBt<T> fb;
-      wmma::load_matrix_sync(fa, a + k, lda);
       wmma::load_matrix_sync(fb, bt + n * 16 * ldb + k, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
     }
-    wmma::store_matrix_sync(out + n * 16, acc, lds, wmma::mem_row_major);
   }
+#pragma unroll
+  for (int n = 0; n < kCols / 16; ++n)
+    wmma::store_matrix_sync(out + n * 16, acc[n], lds, wmma::mem_row_major);
 }
 
 // acc[n] += P (16 x 64 at p, ld ldp) times columns [16n, 16n + 16) of the 64-row tile b,
@@ -230,11 +234,17 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       __syncwarp();
     }
-    const int64_t t = t0 + warp * 16 + r;
-    if (t < T_) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // all keys masked: zeros
-      for (int c = half; c < E; c += 2) out[(b * T_ + t) * E + c] = convert<T>(of[r * L.ldo + c] * inv);
-      if (half == 0) lse[b * T_ + t] = l > 0.f ? m + logf(l) : -INFINITY;
+    // Rows' 1/l through the (now free) score tile, then the warp's 16 rows written out whole
+    // rows at a time (coalesced).
+    const int64_t tw = t0 + warp * 16;
+    if (half == 0) {
+      sf[r] = l > 0.f ? 1.f / l : 0.f;  // all keys masked: zeros
+      if (tw + r < T_) lse[b * T_ + tw + r] = l > 0.f ? m + logf(l) : -INFINITY;
+    }
+    __syncwarp();
+    for (int i = lane; i < 16 * E; i += 32) {
+      const int rr = i / E, c = i % E;
+      if (tw + rr < T_) out[(b * T_ + tw + rr) * E + c] = convert<T>(of[rr * L.ldo + c] * sf[rr]);
     }
   }
 }
@@ -380,7 +390,14 @@ size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
   NN_CUDA_CHECK(cudaGetDevice(&dev));
   NN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   NN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major < 7 || (t == DType::bf16 && major < 8)) return 0;
+  if (major < 7) return 0;
+  if (t == DType::bf16) {
+    // The code that runs decides, not the GPU: an sm_70 build on an sm_90 GPU runs its
+    // compute_70 PTX, where the bf16 kernels are traps.
+    cudaFuncAttributes fa{};
+    NN_CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_tc<__nv_bfloat16, 64>));
+    if (fa.ptxVersion < 80) return 0;
+  }
   const size_t need = Smem(int(D), int(E), 2, backward).total;
   return need <= size_t(optin) ? need : 0;
 }
