@@ -473,6 +473,24 @@ __global__ void adamw_kernel(TensorList<AdamWTensor> list, float beta1, float be
   }
 }
 
+template <typename T>
+__global__ void unscale_kernel(TensorList<UnscaleTensor> list, acc_t<T> inv, float* found) {
+  using A = acc_t<T>;
+  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
+  const UnscaleTensor& st = list.t[ti];
+  T* p = static_cast<T*>(st.data);
+  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
+  bool bad = false;
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
+    if (i >= st.n) break;
+    const T r = convert<T>(A(load(p[i])) * inv);
+    p[i] = r;
+    bad |= !isfinite(load(r));
+  }
+  if (bad) *found = 1.f;  // every writer stores the same value
+}
+
 // Launches `kernel` over the tensors in groups of kMaxTensors.
 template <typename S, typename Launch>
 void multi_tensor(const S* tensors, int count, Launch launch) {
@@ -675,6 +693,16 @@ void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, f
   dispatch_float(t, "adamw_step", [&]<typename T>() {
     multi_tensor(tensors, count, [&](const TensorList<AdamWTensor>& list, unsigned blocks) {
       adamw_kernel<T><<<blocks, kThreads, 0, s>>>(list, beta1, beta2, eps);
+      NN_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_unscale(DType t, const UnscaleTensor* tensors, int count, double inv_scale,
+                    float* found_inf, cudaStream_t s) {
+  dispatch_float(t, "unscale_grads", [&]<typename T>() {
+    multi_tensor(tensors, count, [&](const TensorList<UnscaleTensor>& list, unsigned blocks) {
+      unscale_kernel<T><<<blocks, kThreads, 0, s>>>(list, acc_t<T>(inv_scale), found_inf);
       NN_CUDA_CHECK_LAUNCH();
     });
   });

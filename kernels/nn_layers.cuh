@@ -84,5 +84,13 @@ void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float mo
                 float dampening, bool nesterov, cudaStream_t s);
 void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
                   float eps, cudaStream_t s);
+// Mixed precision's unscaling: each tensor times inv_scale in place; *found_inf = 1 when a
+// rounded result is inf or NaN.
+struct UnscaleTensor {
+  void* data;
+  int64_t n;
+};
+void launch_unscale(DType t, const UnscaleTensor* tensors, int count, double inv_scale,
+                    float* found_inf, cudaStream_t s);
 
 }  // namespace nn::kernels

@@ -63,6 +63,61 @@ TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]
   REQUIRE(scaler.scale(tensor({2.0})).item() == 131072.0);
 }
 
+// Gradients of every floating dtype, one of them a non-contiguous view, unscaled in one call
+// per dtype: values divided by the scale and rounded to their dtype, and an overflow noticed
+// in any of them, including one that only appears on rounding to f16. On the CPU and, when
+// present, on CUDA.
+TEST_CASE("GradScaler unscales gradients of every dtype and finds any overflow", "[amp]") {
+  std::vector<Device> devices{kCPU};
+  if (cuda_available()) devices.push_back(kCUDA);
+  for (Device d : devices) {
+    INFO(d.str());
+    auto make = [&](std::vector<double> v, DType t) {
+      Tensor p = tensor(v, {int64_t(v.size())}).to(t).to(d).requires_grad_();
+      return p;
+    };
+    Tensor a = make({0, 0, 0}, kF32), b = make({0, 0}, kF16), c = make({0, 0}, kBF16),
+           e = make({0, 0}, kF64), m = make({0, 0, 0, 0}, kF32);
+    m = m.reshape({2, 2}).detach().requires_grad_();
+    optim::SGD opt({a, b, c, e, m}, optim::SGDOptions(0.0));
+    amp::GradScalerOptions o;
+    o.init_scale = 1024;
+    amp::GradScaler scaler(o);
+    auto grads = [&](double bad) {
+      a.set_grad(tensor({1024.0, -512.0, 3.0}).to(d));
+      b.set_grad(tensor({2048.0, bad}).to(kF16).to(d));
+      c.set_grad(tensor({-4096.0, 1.0}).to(kBF16).to(d));
+      e.set_grad(tensor({1.0, 1e300}, TensorOptions(kF64)).to(d));
+      Tensor mt = tensor({1.0, 2.0, 3.0, 4.0}).reshape({2, 2}).to(d) * 1024.0;
+      m.set_grad(mt.transpose(0, 1));  // a non-contiguous gradient
+    };
+    grads(1024.0);
+    scaler.unscale_(opt);
+    REQUIRE_FALSE(scaler.found_inf());
+    test::require_values(a.grad().cpu(), {1.0, -0.5, 3.0 / 1024.0});
+    test::require_values(b.grad().cpu().to(kF32), {2.0, 1.0});
+    test::require_values(c.grad().cpu().to(kF32), {-4.0, 1.0 / 1024.0});
+    test::require_values(e.grad().cpu(), {1.0 / 1024.0, 1e300 / 1024.0});
+    test::require_values(m.grad().contiguous().cpu().reshape({4}), {1.0, 3.0, 2.0, 4.0});
+    scaler.update();
+    // 65504 (f16's largest) times 1/scale stays finite; with a scale of 1/4 it overflows f16
+    // only when rounded back (262016 in f32)
+    for (double bad : {double(INFINITY), double(NAN)}) {
+      grads(bad);
+      scaler.unscale_(opt);
+      REQUIRE(scaler.found_inf());
+      scaler.update();
+    }
+    amp::GradScalerOptions q;
+    q.init_scale = 0.25;
+    amp::GradScaler small(q);
+    grads(65504.0);
+    small.unscale_(opt);
+    REQUIRE(small.found_inf());
+    REQUIRE(std::isinf(b.grad().cpu().to(kF32).select(0, 1).item()));
+  }
+}
+
 TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", "[amp]") {
   Linear fc(8, 4);
   Tensor x = randn({3, 8});

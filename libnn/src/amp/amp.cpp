@@ -3,6 +3,12 @@
 #include <nn/ops.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
 
 namespace nn::amp {
 
@@ -49,16 +55,29 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!opts_.enabled || unscaled_) return;
   NoGradGuard ng;
-  Tensor worst;  // largest |g| over all gradients; NaN and inf propagate through amax
+  // One fused backend call per (device, dtype) batch of gradients, each raising its device's
+  // flag, then one host read per device. Non-contiguous gradients go through copies.
+  std::map<std::pair<std::string, DType>, std::vector<Tensor>> batches;
+  std::vector<std::pair<Tensor, Tensor>> copied;  // (gradient, contiguous copy)
   for (auto& group : opt.groups())
     for (auto& p : group.params) {
       if (!p.grad().defined()) continue;
       Tensor g = p.grad();
-      g.mul_(1.0 / scale_);
-      Tensor m = amax(abs(g)).to(kF32);
-      worst = worst.defined() ? maximum(worst, m.to(worst.device())) : m;
+      if (!g.is_contiguous()) {
+        copied.emplace_back(g, g.contiguous());
+        g = copied.back().second;
+      }
+      batches[{g.device().str(), g.dtype()}].push_back(g);
     }
-  found_inf_ = worst.defined() && !std::isfinite(worst.item());
+  std::map<std::string, Tensor> flags;
+  for (auto& [key, grads] : batches) {
+    Tensor& flag = flags[key.first];
+    if (!flag.defined()) flag = zeros({}, TensorOptions(kF32).device(grads[0].device()));
+    backend::of(grads[0]).unscale_grads(grads, 1.0 / scale_, flag);
+  }
+  for (auto& [g, c] : copied) g.copy_(c);
+  found_inf_ = false;
+  for (auto& [device, flag] : flags) found_inf_ = found_inf_ || flag.item() != 0;
   unscaled_ = true;
 }
 

@@ -175,6 +175,10 @@ class Backend {
   };
   virtual void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
                           double eps) = 0;
+  // Mixed precision's unscaling, fused: every tensor of `grads` (contiguous, one dtype, this
+  // device) times inv_scale in place, rounded to its dtype; found_inf (an f32 scalar on this
+  // device) is set to 1 when any rounded result is inf or NaN, and left as it was otherwise.
+  virtual void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) = 0;
 };
 
 // The backend for a device; throws nn::Error when the device cannot be used.

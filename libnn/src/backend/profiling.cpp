@@ -235,6 +235,10 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "adamw_step", "optim");
     inner_.adamw_step(slots, lr, beta1, beta2, eps);
   }
+  void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) override {
+    Timer t(*this, "unscale_grads", "optim");
+    inner_.unscale_grads(grads, inv_scale, found_inf);
+  }
 
  private:
   Backend& inner_;

@@ -105,6 +105,7 @@ class CpuBackend final : public Backend {
                 bool nesterov) override;
   void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
                   double eps) override;
+  void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) override;
 
  private:
   std::unique_ptr<CachingAllocator> alloc_;

@@ -1,4 +1,6 @@
-// CPU optim family: SGD and AdamW update steps, in place, as PyTorch defines them.
+// CPU optim family: SGD and AdamW update steps, in place, as PyTorch defines them, and mixed
+// precision's gradient unscaling.
+#include <atomic>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -52,6 +54,40 @@ void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double bet
       });
     });
   }
+}
+
+namespace {
+// p[b, e) times inv, rounded to T; true when a result is inf or NaN.
+template <typename T, typename A>
+bool unscale_span(T* p, int64_t b, int64_t e, A inv) {
+  bool bad = false;
+  for (int64_t i = b; i < e; ++i) {
+    const T r = T(A(p[i]) * inv);
+    p[i] = r;
+    bad |= !std::isfinite(A(r));
+  }
+  return bad;
+}
+}  // namespace
+
+void CpuBackend::unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) {
+  std::atomic<bool> bad{false};
+  for (auto& g : grads) {
+    auto run = [&]<typename T, typename A>() {
+      T* p = g.data<T>();
+      parallel_for(0, g.numel(), kGrain, [&](int64_t b, int64_t e) {
+        if (unscale_span<T, A>(p, b, e, A(inv_scale))) bad = true;
+      });
+    };
+    switch (g.dtype()) {
+      case DType::f32: run.template operator()<float, float>(); break;
+      case DType::f64: run.template operator()<double, double>(); break;
+      case DType::f16: run.template operator()<Half, float>(); break;
+      case DType::bf16: run.template operator()<BFloat16, float>(); break;
+      default: NN_ERROR("unscale_grads: gradients must be floating point, got ", dtype_name(g.dtype()));
+    }
+  }
+  if (bad) found_inf.data<float>()[0] = 1.f;
 }
 
 }  // namespace nn::backend

@@ -321,6 +321,10 @@ class Upcast16Backend final : public Backend {
                   double eps) override {
     inner_.adamw_step(slots, lr, beta1, beta2, eps);
   }
+  // Handles 16-bit gradients itself (the check is on the rounded values).
+  void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) override {
+    inner_.unscale_grads(grads, inv_scale, found_inf);
+  }
 
  private:
   // An f32 copy of a 16-bit tensor (other tensors pass through).

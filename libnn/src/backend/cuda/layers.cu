@@ -146,5 +146,13 @@ void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double be
   kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), float(beta1),
                         float(beta2), float(eps), stream_);
 }
+void CudaBackend::unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) {
+  if (grads.empty()) return;
+  activate();
+  std::vector<kernels::UnscaleTensor> ts;
+  for (auto& g : grads) ts.push_back({g.data_ptr(), g.numel()});
+  kernels::launch_unscale(grads[0].dtype(), ts.data(), int(ts.size()), inv_scale,
+                          ptr<float>(found_inf), stream_);
+}
 
 }  // namespace nn::backend
