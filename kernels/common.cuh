@@ -142,4 +142,17 @@ __device__ __forceinline__ void offsets(const Geom<N>& g, int64_t i, int64_t (&o
   }
 }
 
+// Offsets of row r (the dims before the innermost) in every operand.
+template <int N>
+__device__ __forceinline__ void row_offsets(const Geom<N>& g, int64_t r, int64_t (&off)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.ndim - 2; d >= 0; --d) {
+    int64_t idx = r % g.shape[d];
+    r /= g.shape[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += idx * g.stride[k][d];
+  }
+}
+
 }  // namespace nn::kernels

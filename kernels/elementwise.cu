@@ -48,6 +48,30 @@ __global__ void map_strided(TO* out, int64_t n, Geom<N> g, F f, const TI*... in)
   }
 }
 
+// The same when the innermost dim is long (a bias broadcast over rows, a permute that keeps
+// the last dim): one warp per row, row offsets computed once per row, lanes along the row (no
+// division per element, accesses along the row coalesced when its strides are 0 or 1).
+template <int N, typename TO, typename F, typename... TI>
+__global__ void map_rows(TO* out, int64_t rows, Geom<N> g, F f, const TI*... in) {
+  const int64_t W = g.shape[g.ndim - 1];
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    int64_t base[N];
+    row_offsets(g, r, base);
+    for (int64_t c = lane; c < W; c += 32) {
+      int k = 1;
+      auto at = [&](const auto* p) {
+        const int64_t o = base[k] + c * g.stride[k][g.ndim - 1];
+        ++k;
+        return p[o];
+      };
+      std::tuple<TI...> vals{at(in)...};
+      out[base[0] + c * g.stride[0][g.ndim - 1]] = std::apply(f, vals);
+    }
+  }
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <typename TO, int N, typename F, typename... TI>
@@ -62,6 +86,9 @@ void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStrea
     } else {
       map_contiguous<1><<<grid_for(n), kThreads, 0, s>>>(out, n, f, in...);
     }
+  } else if (g.ndim >= 1 && g.shape[g.ndim - 1] >= 32) {
+    const int64_t rows = n / g.shape[g.ndim - 1];
+    map_rows<N><<<grid_for(rows, 1, kThreads / 32), kThreads, 0, s>>>(out, rows, g, f, in...);
   } else {
     map_strided<N><<<grid_for(n), kThreads, 0, s>>>(out, n, g, f, in...);
   }

@@ -141,6 +141,18 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{x[0] + x[1], x[0] - x[1], x[0] * x[1],
                                             maximum(x[0], x[1]), minimum(x[0], x[1])};
                }});
+  // rows of 32 or more run one warp per row (map_rows): bias broadcasts, permutes that keep
+  // the last dim, a transposed last dim, rows of 70 (not a multiple of 32)
+  v.push_back({"broadcast and permute over long rows", {{33, 70}, {70}, {3, 40, 50}}, [](auto& x) {
+                 return std::vector<Tensor>{add(x[0], x[1]), mul(x[1], x[0]),
+                                            x[2].permute({1, 0, 2}).contiguous(),
+                                            add(x[2].transpose(0, 1), 1.0),
+                                            x[2].transpose(1, 2).contiguous()};
+               }});
+  Case rows16{"f16 bias broadcast over long rows", {{9, 130}, {130}}, [](auto& x) {
+                return std::vector<Tensor>{add(x[0], x[1]).to(kF32)};
+              }, 1e-2, true, kF16};
+  v.push_back(rows16);
   v.push_back({"div and pow", {{9, 11}, {11}}, [](auto& x) {
                  Tensor b = add(abs(x[1]), 0.5);
                  return std::vector<Tensor>{x[0] / b, pow(add(abs(x[0]), 0.1), b)};
