@@ -43,6 +43,25 @@ __device__ A block_combine(A v, const Combine<A>& c) {
   return v;
 }
 
+// v combined with p[i * stride] for i = first, first + step, ... below n, four loads in
+// flight per thread (one accumulator each).
+template <typename T, typename A>
+__device__ __forceinline__ A combine_strided(const T* p, int64_t first, int64_t step, int64_t n,
+                                             int64_t stride, A v, const Combine<A>& c) {
+  A v1 = c.identity(), v2 = c.identity(), v3 = c.identity();
+  int64_t i = first;
+  for (; i + 3 * step < n; i += 4 * step) {
+    const A x0 = A(load(p[i * stride])), x1 = A(load(p[(i + step) * stride]));
+    const A x2 = A(load(p[(i + 2 * step) * stride])), x3 = A(load(p[(i + 3 * step) * stride]));
+    v = c(v, x0);
+    v1 = c(v1, x1);
+    v2 = c(v2, x2);
+    v3 = c(v3, x3);
+  }
+  for (; i < n; i += step) v = c(v, A(load(p[i * stride])));
+  return c(c(v, v1), c(v2, v3));
+}
+
 // B > 1: block (k, s) combines rows a in its share of A (or, when A is small, its share of
 // B) for output k into ws[k * S + s].
 template <typename T, typename A>
@@ -52,16 +71,12 @@ __global__ void reduce_rows(const T* x, int64_t Adim, int64_t K, int64_t B, int 
   const int s = blockIdx.y;
   A v = c.identity();
   if (Adim >= S) {
-    for (int64_t a = s; a < Adim; a += S) {
-      const T* row = x + (a * K + k) * B;
-      for (int64_t b = threadIdx.x; b < B; b += blockDim.x) v = c(v, A(load(row[b])));
-    }
+    for (int64_t a = s; a < Adim; a += S)
+      v = combine_strided(x + (a * K + k) * B, int64_t(threadIdx.x), int64_t(blockDim.x), B, 1, v, c);
   } else {
-    for (int64_t a = 0; a < Adim; ++a) {
-      const T* row = x + (a * K + k) * B;
-      for (int64_t b = int64_t(s) * blockDim.x + threadIdx.x; b < B; b += int64_t(S) * blockDim.x)
-        v = c(v, A(load(row[b])));
-    }
+    for (int64_t a = 0; a < Adim; ++a)
+      v = combine_strided(x + (a * K + k) * B, int64_t(s) * blockDim.x + threadIdx.x,
+                          int64_t(S) * blockDim.x, B, 1, v, c);
   }
   v = block_combine(v, c);
   if (threadIdx.x == 0) ws[k * S + s] = v;
@@ -74,8 +89,7 @@ __global__ void reduce_columns(const T* x, int64_t Adim, int64_t K, int S, Combi
   const int64_t k = int64_t(blockIdx.x) * 32 + threadIdx.x;
   A v = c.identity();
   if (k < K)
-    for (int64_t a = int64_t(blockIdx.y) * 8 + threadIdx.y; a < Adim; a += int64_t(S) * 8)
-      v = c(v, A(load(x[a * K + k])));
+    v = combine_strided(x + k, int64_t(blockIdx.y) * 8 + threadIdx.y, int64_t(S) * 8, Adim, K, v, c);
   part[threadIdx.y][threadIdx.x] = v;
   __syncthreads();
   if (threadIdx.y == 0 && k < K) {
@@ -84,19 +98,24 @@ __global__ void reduce_columns(const T* x, int64_t Adim, int64_t K, int S, Combi
   }
 }
 
+// One warp per output combines its S partials.
 template <typename T, typename A>
 __global__ void reduce_finish(const A* ws, int64_t K, int S, Combine<A> c, double count, T* out) {
-  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= K) return;
-  A v = ws[k * S];
-  for (int s = 1; s < S; ++s) v = c(v, ws[k * S + s]);
+  const int64_t k = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (k >= K) return;  // the whole warp: k is the same for its lanes
+  A v = c.identity();
+  for (int s = lane; s < S; s += 32) v = c(v, ws[k * S + s]);
+  for (int o = 16; o > 0; o /= 2) v = c(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (lane != 0) return;
   if (c.op == ReduceOp::mean) v = A(double(v) / count);
   out[k] = convert<T>(v);
 }
 
-// Splits per output so that about 4 blocks per SM are busy.
+// Splits per output so that about 8 blocks of 256 threads per SM (an H100's 2048 threads)
+// are busy.
 int splits(int64_t K, int64_t work_per_k, int64_t min_work) {
-  int64_t want = ceil_div(132 * 4, std::max<int64_t>(K, 1));
+  int64_t want = ceil_div(132 * 8, std::max<int64_t>(K, 1));
   int64_t most = std::max<int64_t>(1, work_per_k / min_work);
   return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
 }
@@ -156,7 +175,7 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
       reduce_rows<T, Ac><<<dim3(blocks_exact(K, "reduce"), unsigned(S)), kThreads, 0, s>>>(px, A, K, B, S, c, ws);
     }
     NN_CUDA_CHECK_LAUNCH();
-    reduce_finish<T, Ac><<<grid_for(K), kThreads, 0, s>>>(ws, K, S, c, double(A) * double(B),
+    reduce_finish<T, Ac><<<grid_for(K * 32), kThreads, 0, s>>>(ws, K, S, c, double(A) * double(B),
                                                            static_cast<T*>(out));
     NN_CUDA_CHECK_LAUNCH();
   });

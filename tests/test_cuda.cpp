@@ -184,6 +184,17 @@ std::vector<Case> cases() {
   v.push_back({"large reduction", {{3, 100000}}, [](auto& x) {
                  return std::vector<Tensor>{sum(x[0]), sum(x[0], {1}), sum(x[0], {0})};
                }, 1e-3});
+  // many splits per output, columns over long rows, NaN through the split combine
+  v.push_back({"large reductions: splits, columns, max with NaN", {{4100, 67}, {1 << 20}}, [](auto& x) {
+                 Tensor withnan = x[1].clone();
+                 {
+                   NoGradGuard ng;
+                   withnan.slice(0, 777777, 777778).fill_(NAN);
+                 }
+                 Tensor m = amax(withnan);
+                 return std::vector<Tensor>{sum(x[0], {0}), mean(x[0], {0}), amax(x[0], {0}),
+                                            sum(x[1]), amin(x[1]), ne(m, m).to(kF32)};
+               }, 1e-3, false});
   v.push_back({"argmax", {{17, 23}}, [](auto& x) {
                  return std::vector<Tensor>{argmax(x[0], 1), argmax(x[0], 0)};
                }, 0, false});
