@@ -319,8 +319,15 @@ std::vector<Case> cases() {
   // dropout: the same Philox stream on both devices
   v.push_back({"dropout", {{33, 31}}, [](auto& x) {
                  Generator g(5);
-                 return std::vector<Tensor>{dropout(x[0], 0.3, true, &g)};
+                 // quads as vectors, a tail of 3, and a view starting one element in (unaligned)
+                 return std::vector<Tensor>{dropout(x[0], 0.3, true, &g),
+                                            dropout(x[0].reshape({-1}).slice(0, 1, 1000), 0.5, true, &g)};
                }});
+  Case drop16{"f16 dropout", {{5, 129}}, [](auto& x) {
+                Generator g(6);
+                return std::vector<Tensor>{dropout(x[0], 0.2, true, &g).to(kF32)};
+              }, 1e-2, true, kF16};
+  v.push_back(drop16);
   // norms
   v.push_back({"batch norm train", {{8, 3, 5, 4}, {3}, {3}}, [](auto& x) {
                  Tensor rm = zeros({3}, x[0].device()), rv = ones({3}, x[0].device());
