@@ -511,21 +511,48 @@ __global__ void adamw_kernel(TensorList<AdamWTensor> list, float beta1, float be
 }
 
 template <typename T>
-__global__ void unscale_kernel(TensorList<UnscaleTensor> list, acc_t<T> inv, float* found) {
+__global__ void scale_kernel(TensorList<FlatTensor> list, acc_t<T> factor, float* found) {
   using A = acc_t<T>;
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
-  const UnscaleTensor& st = list.t[ti];
+  const FlatTensor& st = list.t[ti];
   T* p = static_cast<T*>(st.data);
   const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
   bool bad = false;
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
     if (i >= st.n) break;
-    const T r = convert<T>(A(load(p[i])) * inv);
+    const T r = convert<T>(A(load(p[i])) * factor);
     p[i] = r;
     bad |= !isfinite(load(r));
   }
   if (bad) *found = 1.f;  // every writer stores the same value
+}
+
+// One partial sum of squares per block, in block order; sum_partials adds them in a fixed
+// order (deterministic, no atomics).
+template <typename T>
+__global__ void sum_squares_kernel(TensorList<FlatTensor> list, acc_t<T>* partials) {
+  using A = acc_t<T>;
+  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
+  const FlatTensor& st = list.t[ti];
+  const T* p = static_cast<const T*>(st.data);
+  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
+  A v = 0;
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
+    if (i >= st.n) break;
+    const A x = A(load(p[i]));
+    v += x * x;
+  }
+  v = block_sum(v);
+  if (threadIdx.x == 0) partials[blockIdx.x] = v;
+}
+template <typename A>
+__global__ void sum_partials(const A* partials, int64_t n, A* out) {
+  A v = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) v += partials[i];
+  v = block_sum(v);
+  if (threadIdx.x == 0) *out = v;
 }
 
 // Launches `kernel` over the tensors in groups of kMaxTensors.
@@ -741,13 +768,35 @@ void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, f
   });
 }
 
-void launch_unscale(DType t, const UnscaleTensor* tensors, int count, double inv_scale,
-                    float* found_inf, cudaStream_t s) {
-  dispatch_float(t, "unscale_grads", [&]<typename T>() {
-    multi_tensor(tensors, count, [&](const TensorList<UnscaleTensor>& list, unsigned blocks) {
-      unscale_kernel<T><<<blocks, kThreads, 0, s>>>(list, acc_t<T>(inv_scale), found_inf);
+void launch_scale(DType t, const FlatTensor* tensors, int count, double factor,
+                  float* found_inf, cudaStream_t s) {
+  dispatch_float(t, "scale_grads", [&]<typename T>() {
+    multi_tensor(tensors, count, [&](const TensorList<FlatTensor>& list, unsigned blocks) {
+      scale_kernel<T><<<blocks, kThreads, 0, s>>>(list, acc_t<T>(factor), found_inf);
       NN_CUDA_CHECK_LAUNCH();
     });
+  });
+}
+
+int64_t sum_squares_partials(const FlatTensor* tensors, int count) {
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) blocks += ceil_div(tensors[i].n, int64_t(kThreads) * kPerThread);
+  return blocks;
+}
+
+void launch_sum_squares(DType t, const FlatTensor* tensors, int count, void* partials, void* out,
+                        cudaStream_t s) {
+  dispatch_float(t, "sum_squares", [&]<typename T>() {
+    using A = acc_t<T>;
+    A* part = static_cast<A*>(partials);
+    int64_t at = 0;  // each group's blocks write after the previous group's
+    multi_tensor(tensors, count, [&](const TensorList<FlatTensor>& list, unsigned blocks) {
+      sum_squares_kernel<T><<<blocks, kThreads, 0, s>>>(list, part + at);
+      NN_CUDA_CHECK_LAUNCH();
+      at += blocks;
+    });
+    sum_partials<A><<<1, 1024, 0, s>>>(part, at, static_cast<A*>(out));
+    NN_CUDA_CHECK_LAUNCH();
   });
 }
 

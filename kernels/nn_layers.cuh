@@ -84,13 +84,18 @@ void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float mo
                 float dampening, bool nesterov, cudaStream_t s);
 void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
                   float eps, cudaStream_t s);
-// Mixed precision's unscaling: each tensor times inv_scale in place; *found_inf = 1 when a
-// rounded result is inf or NaN.
-struct UnscaleTensor {
+// Over lists of tensors of one dtype (mixed precision's unscaling, gradient clipping).
+struct FlatTensor {
   void* data;
   int64_t n;
 };
-void launch_unscale(DType t, const UnscaleTensor* tensors, int count, double inv_scale,
-                    float* found_inf, cudaStream_t s);
+// Each tensor times `factor` in place; *found_inf = 1 when a rounded result is inf or NaN.
+void launch_scale(DType t, const FlatTensor* tensors, int count, double factor,
+                  float* found_inf, cudaStream_t s);
+// *out = the sum of x^2 over all elements, in the accumulation type (double for f64, else
+// float); `partials` is scratch of sum_squares_partials() accumulation-type elements.
+int64_t sum_squares_partials(const FlatTensor* tensors, int count);
+void launch_sum_squares(DType t, const FlatTensor* tensors, int count, void* partials, void* out,
+                        cudaStream_t s);
 
 }  // namespace nn::kernels

@@ -112,3 +112,40 @@ TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {
   require_values(b.grad(), {0.8}, 1e-6);
   REQUIRE(optim::clip_grad_norm({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));
 }
+
+// The fused path: gradients of four dtypes (one a transposed view, one large enough for many
+// blocks on CUDA) in one call per dtype; the norm against a sum in double, every gradient
+// scaled in place. On the CPU and, when present, on CUDA.
+TEST_CASE("clip_grad_norm over mixed dtypes and views", "[optim]") {
+  std::vector<Device> devices{kCPU};
+  if (cuda_available()) devices.push_back(kCUDA);
+  for (Device d : devices) {
+    INFO(d.str());
+    Generator g(3);
+    std::vector<Tensor> grads{randn({70001}, kF32, &g), randn({33}, kF32, &g).to(kF16),
+                              randn({5}, kF32, &g).to(kBF16), randn({4, 6}, kF64, &g)};
+    double want = 0;
+    for (auto& t : grads) want += sum(square(t.to(kF64))).item();
+    want = std::sqrt(want);
+    std::vector<Tensor> params;
+    for (auto& t : grads) {
+      Tensor p = zeros(t.shape(), TensorOptions(t.dtype()).device(d)).requires_grad_();
+      p.set_grad(t.to(d).clone());  // clipping works in place
+      params.push_back(p);
+    }
+    Tensor w = zeros({6, 4}, TensorOptions(kF64).device(d)).requires_grad_();
+    w.set_grad(grads[3].to(d).clone().transpose(0, 1));  // the same values, a non-contiguous view
+    params.push_back(w);
+    want = std::sqrt(want * want + sum(square(grads[3])).item());
+    const double n = optim::clip_grad_norm(params, 1.0);
+    REQUIRE(n == Approx(want).epsilon(1e-5));
+    const double f = 1.0 / (want + 1e-6);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      INFO("gradient " << i);
+      const double rtol = grads[i].dtype() == kF32 || grads[i].dtype() == kF64 ? 1e-6 : 1e-2;
+      test::require_close(params[i].grad().cpu().to(kF64), grads[i].to(kF64) * f, rtol, 1e-7);
+    }
+    test::require_close(w.grad().contiguous().cpu(), grads[3].transpose(0, 1).contiguous() * f,
+                        1e-9, 1e-9);
+  }
+}

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "optim/grad_batches.h"
 
 namespace nn::amp {
 
@@ -56,26 +57,18 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!opts_.enabled || unscaled_) return;
   NoGradGuard ng;
   // One fused backend call per (device, dtype) batch of gradients, each raising its device's
-  // flag, then one host read per device. Non-contiguous gradients go through copies.
-  std::map<std::pair<std::string, DType>, std::vector<Tensor>> batches;
-  std::vector<std::pair<Tensor, Tensor>> copied;  // (gradient, contiguous copy)
+  // flag, then one host read per device.
+  optim::GradBatches gb;
   for (auto& group : opt.groups())
-    for (auto& p : group.params) {
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
-      if (!g.is_contiguous()) {
-        copied.emplace_back(g, g.contiguous());
-        g = copied.back().second;
-      }
-      batches[{g.device().str(), g.dtype()}].push_back(g);
-    }
+    for (auto& p : group.params)
+      if (p.grad().defined()) gb.add(p.grad());
   std::map<std::string, Tensor> flags;
-  for (auto& [key, grads] : batches) {
+  for (auto& [key, grads] : gb.batches) {
     Tensor& flag = flags[key.first];
     if (!flag.defined()) flag = zeros({}, TensorOptions(kF32).device(grads[0].device()));
-    backend::of(grads[0]).unscale_grads(grads, 1.0 / scale_, flag);
+    backend::of(grads[0]).scale_grads(grads, 1.0 / scale_, flag);
   }
-  for (auto& [g, c] : copied) g.copy_(c);
+  gb.write_back();
   found_inf_ = false;
   for (auto& [device, flag] : flags) found_inf_ = found_inf_ || flag.item() != 0;
   unscaled_ = true;

@@ -175,10 +175,13 @@ class Backend {
   };
   virtual void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
                           double eps) = 0;
-  // Mixed precision's unscaling, fused: every tensor of `grads` (contiguous, one dtype, this
-  // device) times inv_scale in place, rounded to its dtype; found_inf (an f32 scalar on this
-  // device) is set to 1 when any rounded result is inf or NaN, and left as it was otherwise.
-  virtual void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) = 0;
+  // Fused over a list of gradients (contiguous, one dtype, this device), for mixed precision's
+  // unscaling and gradient clipping. scale_grads: every tensor times `factor` in place,
+  // rounded to its dtype; found_inf (an f32 scalar on this device) is set to 1 when any
+  // rounded result is inf or NaN, and left as it was otherwise. sum_squares: the sum of x^2
+  // over every element into `out`, a scalar on this device in f64 for f64 tensors, else f32.
+  virtual void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) = 0;
+  virtual void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) = 0;
 };
 
 // The backend for a device; throws nn::Error when the device cannot be used.

@@ -235,9 +235,13 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "adamw_step", "optim");
     inner_.adamw_step(slots, lr, beta1, beta2, eps);
   }
-  void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) override {
-    Timer t(*this, "unscale_grads", "optim");
-    inner_.unscale_grads(grads, inv_scale, found_inf);
+  void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override {
+    Timer t(*this, "scale_grads", "optim");
+    inner_.scale_grads(grads, factor, found_inf);
+  }
+  void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override {
+    Timer t(*this, "sum_squares", "optim");
+    inner_.sum_squares(tensors, out);
   }
 
  private:

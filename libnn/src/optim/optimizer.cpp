@@ -7,6 +7,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "optim/grad_batches.h"
 
 namespace nn::optim {
 
@@ -207,22 +208,26 @@ double LinearLR::lr_at(int64_t step) const {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard ng;
-  Tensor total;
-  for (auto& p : params) {
-    if (!p.grad().defined()) continue;
-    Tensor s = sum(square(p.grad().to(kF32)));
-    if (!total.defined()) total = s;
-    else total = add(total, s.to(total.device()));
+  // One fused sum of squares per (device, dtype) batch, one host read each, then one fused
+  // scaling per batch.
+  GradBatches gb;
+  for (auto& p : params)
+    if (p.grad().defined()) gb.add(p.grad());
+  if (gb.batches.empty()) return 0.0;
+  double total = 0;
+  for (auto& [key, grads] : gb.batches) {
+    Tensor s = empty({}, TensorOptions(key.second == kF64 ? kF64 : kF32).device(grads[0].device()));
+    backend::of(grads[0]).sum_squares(grads, s);
+    total += s.item();
   }
-  if (!total.defined()) return 0.0;
-  double norm = std::sqrt(total.item());
+  const double norm = std::sqrt(total);
   if (norm > max_norm && std::isfinite(norm)) {
-    double scale = max_norm / (norm + 1e-6);
-    for (auto& p : params)
-      if (p.grad().defined()) {
-        Tensor g = p.grad();
-        g.mul_(scale);
-      }
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& [key, grads] : gb.batches) {
+      Tensor unused = zeros({}, TensorOptions(kF32).device(grads[0].device()));
+      backend::of(grads[0]).scale_grads(grads, scale, unused);
+    }
+    gb.write_back();
   }
   return norm;
 }

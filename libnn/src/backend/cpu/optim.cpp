@@ -1,7 +1,9 @@
 // CPU optim family: SGD and AdamW update steps, in place, as PyTorch defines them, and mixed
 // precision's gradient unscaling.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
@@ -57,37 +59,65 @@ void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double bet
 }
 
 namespace {
-// p[b, e) times inv, rounded to T; true when a result is inf or NaN.
+// p[b, e) times f, rounded to T; true when a result is inf or NaN.
 template <typename T, typename A>
-bool unscale_span(T* p, int64_t b, int64_t e, A inv) {
+bool scale_span(T* p, int64_t b, int64_t e, A f) {
   bool bad = false;
   for (int64_t i = b; i < e; ++i) {
-    const T r = T(A(p[i]) * inv);
+    const T r = T(A(p[i]) * f);
     p[i] = r;
     bad |= !std::isfinite(A(r));
   }
   return bad;
 }
+
+// Calls f.template operator()<T, A>() for a floating tensor: T its element type, A the type
+// its arithmetic runs in (f32 for 16-bit).
+template <typename F>
+void dispatch_with_acc(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float, float>(); return;
+    case DType::f64: f.template operator()<double, double>(); return;
+    case DType::f16: f.template operator()<Half, float>(); return;
+    case DType::bf16: f.template operator()<BFloat16, float>(); return;
+    default: NN_ERROR(op, ": tensors must be floating point, got ", dtype_name(t));
+  }
+}
 }  // namespace
 
-void CpuBackend::unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) {
+void CpuBackend::scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) {
   std::atomic<bool> bad{false};
-  for (auto& g : grads) {
-    auto run = [&]<typename T, typename A>() {
+  for (auto& g : grads)
+    dispatch_with_acc(g.dtype(), "scale_grads", [&]<typename T, typename A>() {
       T* p = g.data<T>();
       parallel_for(0, g.numel(), kGrain, [&](int64_t b, int64_t e) {
-        if (unscale_span<T, A>(p, b, e, A(inv_scale))) bad = true;
+        if (scale_span<T, A>(p, b, e, A(factor))) bad = true;
       });
-    };
-    switch (g.dtype()) {
-      case DType::f32: run.template operator()<float, float>(); break;
-      case DType::f64: run.template operator()<double, double>(); break;
-      case DType::f16: run.template operator()<Half, float>(); break;
-      case DType::bf16: run.template operator()<BFloat16, float>(); break;
-      default: NN_ERROR("unscale_grads: gradients must be floating point, got ", dtype_name(g.dtype()));
-    }
-  }
+    });
   if (bad) found_inf.data<float>()[0] = 1.f;
+}
+
+void CpuBackend::sum_squares(const std::vector<Tensor>& tensors, Tensor& out) {
+  double total = 0;  // each tensor summed in double, in a fixed order of chunks
+  for (const auto& t : tensors)
+    dispatch_with_acc(t.dtype(), "sum_squares", [&]<typename T, typename A>() {
+      const T* p = t.data<T>();
+      const int64_t n = t.numel(), chunk = 1 << 16, chunks = (n + chunk - 1) / chunk;
+      std::vector<double> part(size_t(chunks), 0.0);
+      parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+        for (int64_t c = b; c < e; ++c) {
+          double s = 0;
+          for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+            const double v = double(A(p[i]));
+            s += v * v;
+          }
+          part[size_t(c)] = s;
+        }
+      });
+      for (double s : part) total += s;
+    });
+  if (out.dtype() == DType::f64) out.data<double>()[0] = total;
+  else out.data<float>()[0] = float(total);
 }
 
 }  // namespace nn::backend

@@ -321,9 +321,12 @@ class Upcast16Backend final : public Backend {
                   double eps) override {
     inner_.adamw_step(slots, lr, beta1, beta2, eps);
   }
-  // Handles 16-bit gradients itself (the check is on the rounded values).
-  void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) override {
-    inner_.unscale_grads(grads, inv_scale, found_inf);
+  // These two handle 16-bit tensors themselves (scale_grads checks the rounded values).
+  void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override {
+    inner_.scale_grads(grads, factor, found_inf);
+  }
+  void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override {
+    inner_.sum_squares(tensors, out);
   }
 
  private:

@@ -130,7 +130,8 @@ class CudaBackend final : public Backend {
                 bool nesterov) override;
   void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
                   double eps) override;
-  void unscale_grads(std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf) override;
+  void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override;
+  void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
 
   // ---- helpers for the family files ----------------------------------------------------
   cudaStream_t stream() const { return stream_; }
