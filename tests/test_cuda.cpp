@@ -209,6 +209,16 @@ std::vector<Case> cases() {
                [](auto& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; }});
   v.push_back({"linear", {{6, 4, 12}, {10, 12}, {10}},
                [](auto& x) { return std::vector<Tensor>{linear(x[0], x[1], x[2])}; }});
+  // the bias in cuBLASLt's epilogue: rows read with a stride (a column slice), odd sizes, an
+  // unaligned bias (a slice one element in), and the same again in f16
+  v.push_back({"linear with bias epilogue", {{37, 50}, {29, 40}, {30}}, [](auto& x) {
+                 return std::vector<Tensor>{linear(x[0].slice(1, 3, 43), x[1], x[2].slice(0, 1, 30)),
+                                            linear(x[0].slice(1, 0, 40), x[1], x[2].slice(0, 0, 29))};
+               }});
+  Case lin16{"f16 linear with bias epilogue", {{64, 96}, {72, 96}, {72}}, [](auto& x) {
+               return std::vector<Tensor>{linear(x[0], x[1], x[2]).to(kF32)};
+             }, 3e-2, true, kF16};
+  v.push_back(lin16);
   // conv
   auto convc = [&](const char* n, Shape xs, Shape ws, Conv2dParams p) {
     v.push_back({n, {xs, ws, {ws[0]}}, [p](auto& x) {

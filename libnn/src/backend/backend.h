@@ -59,6 +59,10 @@ class Backend {
   // out (B, M, N) = alpha * a (B, M, K) @ b (B, K, N) + beta * out. a and b may be transposed
   // views or broadcast over B (stride 0); out is contiguous.
   virtual void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) = 0;
+  // out (1, M, N) = a (1, M, K) @ b (1, K, N) + bias (N), broadcast over the rows: Linear's
+  // forward. The default copies the bias into every row and runs gemm with beta = 1; CUDA
+  // adds it in cuBLASLt's epilogue instead.
+  virtual void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out);
 
   // ---- conv, pool, batch norm: layouts ------------------------------------------------------
   // 4-d (N, C, H, W) arguments are all row-major, or, on a backend that is

@@ -123,6 +123,10 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "gemm", "matmul");
     inner_.gemm(a, b, out, alpha, beta);
   }
+  void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) override {
+    Timer t(*this, "gemm_bias", "matmul");
+    inner_.gemm_bias(a, b, bias, out);
+  }
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, const Conv2dParams& p) override {
     Timer t(*this, "conv2d_forward", "conv");
     inner_.conv2d_forward(x, w, bias, out, p);

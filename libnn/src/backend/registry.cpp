@@ -10,8 +10,15 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/upcast16.h"
 #include "backend/profiling.h"
+#include "core/util.h"
 
 namespace nn::backend {
+
+void Backend::gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
+  copy(make_view(bias, out.shape(), {0, 0, bias.strides()[0]}, bias.offset()), out);
+  gemm(a, b, out, 1.0, 1.0);
+}
+
 namespace {
 struct CudaRegistry {
 #ifdef LIBNN_HAVE_CUDA

@@ -95,13 +95,13 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   }
   Tensor x2 = x.reshape({-1, in});
   const int64_t R = x2.shape()[0];
-  // out = bias (broadcast) + x2 @ W^T, the bias folded into the GEMM as beta = 1.
+  // out = x2 @ W^T + bias (broadcast over the rows)
   Tensor out = empty({1, R, outf}, x.options());
-  if (bias.defined()) backend::of(x).copy(raw_expand(bias, {1, R, outf}), out);
   Tensor wt = make_view(weight, {1, in, outf}, {0, weight.strides()[1], weight.strides()[0]},
                         weight.offset());
   Tensor x3 = make_view(x2, {1, R, in}, {0, x2.strides()[0], x2.strides()[1]}, x2.offset());
-  backend::of(x).gemm(x3, wt, out, 1.0, bias.defined() ? 1.0 : 0.0);
+  if (bias.defined()) backend::of(x).gemm_bias(x3, wt, bias, out);
+  else backend::of(x).gemm(x3, wt, out, 1.0, 0.0);
   out = make_view(out, {R, outf}, {outf, 1}, 0);
   record("linear", {x2, weight, bias}, out,
          [xs = x2.detach(), ws = weight.detach()](const Tensor& g, auto& need) {

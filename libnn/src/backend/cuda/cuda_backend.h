@@ -2,6 +2,7 @@
 // caching allocator. Methods are defined in one .cu file per family; the kernels they launch
 // live in kernels/.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -63,6 +64,7 @@ class CudaBackend final : public Backend {
   void argmax(const Tensor& x, int64_t dim, Tensor& out) override;
 
   void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override;
+  void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) override;
 
   // cuDNN's NHWC convolution and batch norm take no f64: those run on row-major copies.
   bool channels_last_native(DType t) const override { return t != kF64; }
@@ -136,6 +138,7 @@ class CudaBackend final : public Backend {
   // ---- helpers for the family files ----------------------------------------------------
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
+  cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   // A scratch buffer from the caching allocator; freed (back to the cache) with the tensor.
   Tensor scratch(size_t bytes);
@@ -151,6 +154,7 @@ class CudaBackend final : public Backend {
   int index_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   int* flags_ = nullptr;          // device
   int* host_flags_ = nullptr;     // pinned

@@ -28,6 +28,7 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   NN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   NN_CUBLAS_CHECK(cublasCreate(&cublas_));
   NN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  NN_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
   NN_CUDNN_CHECK(cudnnCreate(&cudnn_));
   NN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   NN_CUDA_CHECK(cudaMalloc(&flags_, sizeof(int) * kNumFlags));

@@ -1,6 +1,16 @@
-// CUDA matmul family: batched GEMM on cuBLAS. Row-major C = A B is computed as the
-// column-major C^T = B^T A^T, so transposed operands are read in place.
+// CUDA matmul family: batched GEMM on cuBLAS, and Linear's GEMM with the bias added in
+// cuBLASLt's epilogue. Row-major C = A B is computed as the column-major C^T = B^T A^T, so
+// transposed operands are read in place.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include "backend/cuda/cuda_backend.h"
+#include "core/util.h"
 
 namespace nn::backend {
 using namespace cuda;
@@ -67,6 +77,134 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
       cublas_, opb, opa, int(N), int(M), int(K), pa, b.data_ptr(), type, int(lb.ld),
       lb.batch_stride, a.data_ptr(), type, int(la.ld), la.batch_stride, pb, out.data_ptr(), type,
       int(N), M * N, int(Bn), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+namespace {
+// The largest power of two up to 256 dividing an address (cuBLASLt picks kernels for the
+// alignments it is told).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t k = 256;
+  while (k > 1 && a % k != 0) k /= 2;
+  return k;
+}
+
+// One problem's cuBLASLt descriptors and the algorithm its heuristic chose, kept for the
+// next call of the same shape; the bias pointer is set per call.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulHeuristicResult_t heur{};
+  bool ok = false;
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+std::mutex g_lt_mu;
+std::map<std::string, std::unique_ptr<LtPlan>> g_lt_plans;
+constexpr size_t kLtWorkspace = size_t(32) << 20;
+
+bool lt_enabled() {
+  const char* e = std::getenv("LIBNN_CUBLASLT");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
+// Builds the plan: C (N x M, col-major) = op(b) (N x K) op(a) (K x M) + bias (N per column).
+void make_plan(LtPlan& p, cublasLtHandle_t lt, cudaDataType_t type, cublasOperation_t opb,
+               cublasOperation_t opa, int64_t M, int64_t N, int64_t K, int64_t ldb, int64_t lda,
+               uint32_t align_b, uint32_t align_a, uint32_t align_c) {
+  auto ok = [](cublasStatus_t st) { return st == CUBLAS_STATUS_SUCCESS; };
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtMatmulPreference_t pref = nullptr;
+  const uint64_t ws = kLtWorkspace;
+  int returned = 0;
+  p.ok = ok(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
+         ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof(opb))) &&
+         ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof(opa))) &&
+         ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi))) &&
+         ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                           sizeof(type))) &&
+         ok(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(opb == CUBLAS_OP_N ? N : K),
+                                       uint64_t(opb == CUBLAS_OP_N ? K : N), ldb)) &&
+         ok(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(opa == CUBLAS_OP_N ? K : M),
+                                       uint64_t(opa == CUBLAS_OP_N ? M : K), lda)) &&
+         ok(cublasLtMatrixLayoutCreate(&p.c, type, uint64_t(N), uint64_t(M), N)) &&
+         ok(cublasLtMatmulPreferenceCreate(&pref)) &&
+         ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws))) &&
+         ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &align_b, sizeof(align_b))) &&
+         ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &align_a, sizeof(align_a))) &&
+         ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &align_c, sizeof(align_c))) &&
+         ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &align_c, sizeof(align_c))) &&
+         ok(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &p.heur,
+                                           &returned)) &&
+         returned > 0;
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+}
+
+void warn_lt_once(const char* why) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr, "libnn: cuBLASLt bias epilogue unavailable (%s); Linear adds its bias "
+                 "by a copy before the GEMM where that happens\n", why);
+  });
+}
+}  // namespace
+
+void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
+                            Tensor& out) {
+  activate();
+  const int64_t M = out.shape()[1], N = out.shape()[2], K = a_in.shape()[2];
+  const DType dt = out.dtype();
+  // f64, batches, empty products and sizes past int range take the plain path
+  if (!lt_enabled() || dt == kF64 || out.shape()[0] != 1 || M * N == 0 || K == 0 ||
+      M >= INT32_MAX || N >= INT32_MAX || K >= INT32_MAX)
+    return Backend::gemm_bias(a_in, b_in, bias_in, out);
+  Tensor a = a_in, b = b_in;
+  Layout la, lb;
+  if (!describe(a, la)) { a = a.contiguous(); describe(a, la); }
+  if (!describe(b, lb)) { b = b.contiguous(); describe(b, lb); }
+  Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), dt);
+  const cublasOperation_t opb = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const uint32_t align_b = alignment_of(b.data_ptr()), align_a = alignment_of(a.data_ptr()),
+                 align_c = alignment_of(out.data_ptr());
+  const std::string key = detail::cat(index_, dtype_name(dt), M, "x", N, "x", K, opb, opa, ",",
+                                      lb.ld, ",", la.ld, "@", align_b, ",", align_a, ",", align_c);
+  std::lock_guard<std::mutex> lock(g_lt_mu);
+  std::unique_ptr<LtPlan>& plan = g_lt_plans[key];
+  if (!plan) {
+    plan = std::make_unique<LtPlan>();
+    make_plan(*plan, cublas_lt_, cuda_type(dt), opb, opa, M, N, K, lb.ld, la.ld, align_b, align_a,
+              align_c);
+  }
+  if (plan->ok) {
+    const void* bp = bias.data_ptr();
+    Tensor ws = scratch(plan->heur.workspaceSize);
+    const float one = 1, zero = 0;
+    cublasStatus_t st = cublasLtMatmulDescSetAttribute(
+        plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp));
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmul(cublas_lt_, plan->op, &one, b.data_ptr(), plan->a, a.data_ptr(), plan->b,
+                          &zero, out.data_ptr(), plan->c, out.data_ptr(), plan->c, &plan->heur.algo,
+                          ws.data_ptr(), plan->heur.workspaceSize, stream_);
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    warn_lt_once(cublasGetStatusString(st));
+    plan->ok = false;
+  } else {
+    warn_lt_once("no algorithm for a shape");
+  }
+  Backend::gemm_bias(a_in, b_in, bias_in, out);
 }
 
 }  // namespace nn::backend
