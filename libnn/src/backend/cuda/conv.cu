@@ -1,9 +1,12 @@
 // CUDA conv family on cuDNN (the long-standing descriptor API, present in cuDNN 8 and 9), in
 // NCHW or, for channels-last tensors, NHWC: the layout whose FP16/BF16 kernels run on tensor
 // cores without transposes.
-// Each shape's algorithms are chosen once by cuDNN's benchmark (Find) and cached; workspaces
-// come from our caching allocator.
+// Each shape's descriptors and algorithms are made once (the algorithm by cuDNN's benchmark,
+// Find) and cached, so a repeated call costs a map lookup; workspaces come from our caching
+// allocator.
+#include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -68,9 +71,6 @@ struct Choice {
   size_t workspace;
   cudnnMathType_t math;
 };
-std::mutex g_cache_mu;
-// (pass, device, layout, shapes, params, dtype, buffer alignments) -> algorithm
-std::map<std::string, Choice> g_cache;
 
 // The largest power of two up to 256 dividing a buffer's address: cuDNN may choose kernels
 // that need aligned buffers, so a choice holds for the alignments it was found on.
@@ -81,16 +81,27 @@ int alignment(const Tensor& t) {
   return k;
 }
 
-std::string cache_key(const char* pass, int dev, const Shape& xs, const Shape& ws,
-                      const Conv2dParams& p, DType t, bool nhwc,
-                      std::initializer_list<const Tensor*> buffers) {
-  std::string align;
-  for (const Tensor* b : buffers) align += detail::cat("@", alignment(*b));
-  return detail::cat(pass, dev, nhwc ? "nhwc" : "nchw", shape_str(xs), shape_str(ws),
-                     p.stride[0], ",", p.stride[1], ",",
-                     p.padding[0], ",", p.padding[1], ",", p.dilation[0], ",", p.dilation[1], ",",
-                     p.groups, dtype_name(t), align);
+// (pass, device, layout, shapes, params, dtype, buffer alignments) as integers.
+enum Pass { kFwd, kBwdData, kBwdFilter };
+using PlanKey = std::array<int64_t, 24>;
+PlanKey plan_key(Pass pass, int dev, const Shape& xs, const Shape& ws, const Conv2dParams& p,
+                 DType t, bool nhwc, std::initializer_list<const Tensor*> buffers) {
+  PlanKey k{pass, dev, nhwc, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3],
+            p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
+            p.groups, int64_t(t)};
+  size_t i = 19;
+  for (const Tensor* b : buffers) k[i++] = alignment(*b);
+  return k;
 }
+
+// One pass of one shape: its descriptors (math type set to the chosen algorithm's) and the
+// algorithm.
+struct Plan {
+  std::unique_ptr<ConvDescs> d;
+  Choice c;
+};
+std::mutex g_plans_mu;
+std::map<PlanKey, Plan> g_plans;
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
 
@@ -122,15 +133,25 @@ Choice find_best(CudaBackend& be, int max_count, Find&& find) {
   NN_ERROR("cuDNN found no working convolution algorithm for this shape");
 }
 
-// The cached choice for `key`, benchmarking on first use.
-template <typename Perf, typename Find>
-Choice choose(CudaBackend& be, const std::string& key, int max_count, Find&& find) {
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  auto it = g_cache.find(key);
-  if (it != g_cache.end()) return it->second;
-  Choice c = find_best<Perf>(be, max_count, find);
-  g_cache[key] = c;
-  return c;
+// The plan for `key`, made on first use: descriptors, then cuDNN's benchmark over the pass's
+// algorithms (find(descs, ...) runs it). Plans are never removed, so the reference stays valid.
+template <typename Perf, typename Count, typename Find>
+const Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const Shape& ws,
+                     const Shape& ys, const Conv2dParams& p, DType t, bool nhwc, Count&& count,
+                     Find&& find) {
+  std::lock_guard<std::mutex> lock(g_plans_mu);
+  auto it = g_plans.find(key);
+  if (it != g_plans.end()) return it->second;
+  Plan plan;
+  plan.d = std::make_unique<ConvDescs>(xs, ws, ys, p, t, nhwc);
+  int n = 0;
+  NN_CUDNN_CHECK(count(&n));
+  const ConvDescs& d = *plan.d;
+  plan.c = find_best<Perf>(be, n, [&](auto* perf, int req, int* ret, void* w, size_t wb) {
+    find(d, perf, req, ret, w, wb);
+  });
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.d->conv, plan.c.math));
+  return g_plans.emplace(key, std::move(plan)).first->second;
 }
 
 // cuDNN's alpha = 1 and beta = 0, as double for f64 data and float otherwise.
@@ -148,18 +169,17 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
                                  const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(x);
-  ConvDescs d(x.shape(), w.shape(), out.shape(), p, x.dtype(), nhwc);
-  const std::string key =
-      cache_key("fwd", index_, x.shape(), w.shape(), p, x.dtype(), nhwc, {&x, &w, &out});
-  int n = 0;
-  NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &n));
-  const Choice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
-      *this, key, n, [&](auto* perf, int req, int* ret, void* ws, size_t wsb) {
+  const Plan& plan = plan_for<cudnnConvolutionFwdAlgoPerf_t>(
+      *this, plan_key(kFwd, index_, x.shape(), w.shape(), p, x.dtype(), nhwc, {&x, &w, &out}),
+      x.shape(), w.shape(), out.shape(), p, x.dtype(), nhwc,
+      [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, n); },
+      [&](const ConvDescs& d, auto* perf, int req, int* ret, void* ws, size_t wsb) {
         NN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
             cudnn_, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y, out.data_ptr(), req, ret,
             perf, ws, wsb));
       });
-  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  const ConvDescs& d = *plan.d;
+  const Choice& c = plan.c;
   Tensor ws = scratch(c.workspace);
   const Scale k(x.dtype());
   NN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, k.one(), d.x, x.data_ptr(), d.w, w.data_ptr(),
@@ -179,19 +199,19 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
                                         const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(grad_x);
-  ConvDescs d(grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype(), nhwc);
-  const std::string key =
-      cache_key("bwd_data", index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc,
-                {&grad_out, &w, &grad_x});
-  int n = 0;
-  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &n));
-  const Choice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-      *this, key, n, [&](auto* perf, int req, int* ret, void* ws, size_t wsb) {
+  const Plan& plan = plan_for<cudnnConvolutionBwdDataAlgoPerf_t>(
+      *this,
+      plan_key(kBwdData, index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc,
+               {&grad_out, &w, &grad_x}),
+      grad_x.shape(), w.shape(), grad_out.shape(), p, w.dtype(), nhwc,
+      [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, n); },
+      [&](const ConvDescs& d, auto* perf, int req, int* ret, void* ws, size_t wsb) {
         NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
             cudnn_, d.w, w.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.x, grad_x.data_ptr(),
             req, ret, perf, ws, wsb));
       });
-  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  const ConvDescs& d = *plan.d;
+  const Choice& c = plan.c;
   Tensor ws = scratch(c.workspace);
   const Scale k(w.dtype());
   NN_CUDNN_CHECK(cudnnConvolutionBackwardData(
@@ -204,19 +224,19 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
                                          const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(x);
-  ConvDescs d(x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype(), nhwc);
-  const std::string key =
-      cache_key("bwd_filter", index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc,
-                {&x, &grad_out, &grad_w});
-  int n = 0;
-  NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &n));
-  const Choice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      *this, key, n, [&](auto* perf, int req, int* ret, void* ws, size_t wsb) {
+  const Plan& plan = plan_for<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      *this,
+      plan_key(kBwdFilter, index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc,
+               {&x, &grad_out, &grad_w}),
+      x.shape(), grad_w.shape(), grad_out.shape(), p, x.dtype(), nhwc,
+      [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, n); },
+      [&](const ConvDescs& d, auto* perf, int req, int* ret, void* ws, size_t wsb) {
         NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
             cudnn_, d.x, x.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.w, grad_w.data_ptr(),
             req, ret, perf, ws, wsb));
       });
-  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  const ConvDescs& d = *plan.d;
+  const Choice& c = plan.c;
   Tensor ws = scratch(c.workspace);
   const Scale k(x.dtype());
   NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
