@@ -137,6 +137,92 @@ __global__ void layer_norm_backward_rows(const T* g, const T* x, const W* w, con
   }
 }
 
+// Rows of up to 32 * VPT elements (BERT's 768, ResNet-free models' usual widths): one warp
+// per row holding it in registers, lane + 32 k coalesced, warp shuffles instead of block
+// barriers. Longer rows use the block-per-row kernels above.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;  // in every lane
+}
+
+template <typename T, typename W, int VPT>
+__global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, int D, float eps,
+                                T* y, T* mean, T* rstd) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;  // the whole warp
+  const T* xr = x + r * D;
+  A v[VPT];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    v[k] = i < D ? A(load(xr[i])) : A(0);
+    s += v[k];
+  }
+  const A mu = warp_sum(s) / A(D);
+  A q = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    if (lane + 32 * k < D) q += (v[k] - mu) * (v[k] - mu);
+  const A inv = m_rsqrt(warp_sum(q) / A(D) + A(eps));
+  if (lane == 0) {
+    mean[r] = convert<T>(mu);
+    rstd[r] = convert<T>(inv);
+  }
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= D) break;
+    A o = (v[k] - mu) * inv;
+    if (w) o *= A(load(w[i]));
+    if (b) o += A(load(b[i]));
+    y[r * D + i] = convert<T>(o);
+  }
+}
+
+template <typename T, typename W, int VPT>
+__global__ void layer_norm_backward_warp(const T* g, const T* x, const W* w, const T* mean,
+                                         const T* rstd, int64_t R, int D, T* gx) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;
+  const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
+  A gw[VPT], xh[VPT];
+  A a = 0, c = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    gw[k] = i < D ? A(load(g[r * D + i])) * (w ? A(load(w[i])) : A(1)) : A(0);
+    xh[k] = i < D ? (A(load(x[r * D + i])) - mu) * inv : A(0);
+    a += gw[k];
+    c += gw[k] * xh[k];
+  }
+  a = warp_sum(a) / A(D);
+  c = warp_sum(c) / A(D);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= D) break;
+    gx[r * D + i] = convert<T>(inv * (gw[k] - a - xh[k] * c));
+  }
+}
+
+// Calls f.template operator()<VPT>() with the register count for rows of D, or returns false
+// when D is past the warp kernels' reach.
+template <typename F>
+bool dispatch_vpt(int64_t D, F&& f) {
+  if (D <= 128) f.template operator()<4>();
+  else if (D <= 256) f.template operator()<8>();
+  else if (D <= 512) f.template operator()<16>();
+  else if (D <= 1024) f.template operator()<32>();
+  else return false;
+  return true;
+}
+
 // Column sums of g * xhat and g over rows, in S slices: ws[0][s][d], ws[1][s][d].
 template <typename T>
 __global__ void layer_norm_backward_columns(const T* g, const T* x, const T* mean, const T* rstd,
@@ -621,9 +707,15 @@ void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const vo
                        cudaStream_t s) {
   if (R == 0) return;
   dispatch_with_params(t, wt, "layer_norm", [&]<typename T, typename W>() {
-    layer_norm_kernel<T, W><<<blocks_exact(R, "layer_norm"), kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
-        float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+    const bool warp = dispatch_vpt(D, [&]<int VPT>() {
+      layer_norm_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+          static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), R, int(D),
+          float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+    });
+    if (!warp)
+      layer_norm_kernel<T, W><<<blocks_exact(R, "layer_norm"), kThreads, 0, s>>>(
+          static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
+          float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -642,8 +734,13 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
     const T* pm = static_cast<const T*>(mean);
     const T* pr = static_cast<const T*>(rstd);
     if (grad_x && R > 0) {
-      layer_norm_backward_rows<T, W><<<blocks_exact(R, "layer_norm_backward"), kThreads, 0, s>>>(
-          g, px, static_cast<const W*>(w), pm, pr, D, static_cast<T*>(grad_x));
+      const bool warp = dispatch_vpt(D, [&]<int VPT>() {
+        layer_norm_backward_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+            g, px, static_cast<const W*>(w), pm, pr, R, int(D), static_cast<T*>(grad_x));
+      });
+      if (!warp)
+        layer_norm_backward_rows<T, W><<<blocks_exact(R, "layer_norm_backward"), kThreads, 0, s>>>(
+            g, px, static_cast<const W*>(w), pm, pr, D, static_cast<T*>(grad_x));
       NN_CUDA_CHECK_LAUNCH();
     }
     if ((grad_w || grad_b) && D > 0) {

@@ -351,6 +351,12 @@ std::vector<Case> cases() {
   v.push_back({"layer norm", {{4, 5, 33}, {33}, {33}}, [](auto& x) {
                  return std::vector<Tensor>{layer_norm(x[0], {33}, x[1], x[2])};
                }, 1e-3});
+  // rows of each width the warp kernels hold in registers (up to 256, 768), and past them
+  // (1100, the block kernels); without affine parameters too
+  v.push_back({"layer norm, wide rows", {{7, 200}, {5, 768}, {3, 1100}, {768}, {768}}, [](auto& x) {
+                 return std::vector<Tensor>{layer_norm(x[0], {200}), layer_norm(x[1], {768}, x[3], x[4]),
+                                            layer_norm(x[2], {1100})};
+               }, 1e-3});
   // embedding and row gathers
   v.push_back({"embedding", {{11, 6}}, [](auto& x) {
                  Tensor idx = from_vector<int64_t>({3, 0, 3, 10, 7}, {5}).to(x[0].device());
