@@ -286,52 +286,84 @@ __device__ __forceinline__ int64_t pool_at(const PoolGeom& g, int64_t pl, int64_
   return g.nhwc ? ((pl / g.C * Hd + h) * Wd + w) * g.C + pl % g.C : (pl * Hd + h) * Wd + w;
 }
 
-template <typename T>
+// Max pooling: the element's position decomposed once, then a plane base and an element
+// stride (C in NHWC, 1 in NCHW) instead of divisions per window tap; index arithmetic in I
+// (int when every count fits, else int64).
+template <typename T, typename I>
 __global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom g) {
-  const int64_t n = g.planes * g.OH * g.OW, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += stride) {
-    int64_t pl, oh, ow;
-    pool_pos(g, o, g.OH, g.OW, pl, oh, ow);
+  const I C = I(g.C), H = I(g.H), W = I(g.W), OH = I(g.OH), OW = I(g.OW);
+  const I n = I(g.planes) * OH * OW, es = g.nhwc ? C : I(1);
+  for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < n;
+       o += I(gridDim.x) * I(blockDim.x)) {
+    I oh, ow, base;
+    if (g.nhwc) {
+      const I c = o % C;
+      I r = o / C;
+      ow = r % OW;
+      r /= OW;
+      oh = r % OH;
+      base = (r / OH) * H * W * C + c;
+    } else {
+      ow = o % OW;
+      const I r = o / OW;
+      oh = r % OH;
+      base = (r / OH) * H * W;
+    }
     acc_t<T> best = 0;
-    int64_t arg = -1;
+    I arg = -1;
     for (int i = 0; i < g.kh; ++i) {
-      int64_t ih = oh * g.sh - g.ph + int64_t(i) * g.dh;
-      if (ih < 0 || ih >= g.H) continue;
+      const I ih = oh * g.sh - g.ph + i * g.dh;
+      if (ih < 0 || ih >= H) continue;
       for (int j = 0; j < g.kw; ++j) {
-        int64_t iw = ow * g.sw - g.pw + int64_t(j) * g.dw;
-        if (iw < 0 || iw >= g.W) continue;
-        acc_t<T> v = load(x[pool_at(g, pl, ih, iw, g.H, g.W)]);
+        const I iw = ow * g.sw - g.pw + j * g.dw;
+        if (iw < 0 || iw >= W) continue;
+        const acc_t<T> v = load(x[base + (ih * W + iw) * es]);
         if (arg < 0 || v > best || v != v) {  // a NaN, once taken, stays
           best = v;
-          arg = ih * g.W + iw;
+          arg = ih * W + iw;
         }
       }
     }
     y[o] = convert<T>(best);
-    idx[o] = arg;
+    idx[o] = int64_t(arg);
   }
 }
 
-// Each input element sums the gradients of the outputs whose window (and argmax) chose it.
-template <typename T>
+// Each input element sums the gradients of the outputs whose window (and argmax) chose it:
+// the outputs covering row ih are oh in [ceil((ih + ph - (kh-1) dh) / sh), (ih + ph) / sh]
+// (those where ih + ph - oh sh is a multiple of dh), and likewise for columns.
+template <typename T, typename I>
 __global__ void max_pool_backward_kernel(const T* grad, const int64_t* idx, T* gx, PoolGeom g) {
-  const int64_t n = g.planes * g.H * g.W, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    int64_t pl, ih, iw;
-    pool_pos(g, e, g.H, g.W, pl, ih, iw);
-    const int64_t self = ih * g.W + iw;
+  const I C = I(g.C), H = I(g.H), W = I(g.W), OH = I(g.OH), OW = I(g.OW);
+  const I n = I(g.planes) * H * W, es = g.nhwc ? C : I(1);
+  for (I e = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); e < n;
+       e += I(gridDim.x) * I(blockDim.x)) {
+    I ih, iw, base;
+    if (g.nhwc) {
+      const I c = e % C;
+      I r = e / C;
+      iw = r % W;
+      r /= W;
+      ih = r % H;
+      base = (r / H) * OH * OW * C + c;
+    } else {
+      iw = e % W;
+      const I r = e / W;
+      ih = r % H;
+      base = (r / H) * OH * OW;
+    }
+    const int64_t self = int64_t(ih) * W + iw;
+    const I top = ih + g.ph, left = iw + g.pw;
+    const I hlo = top - I(g.kh - 1) * g.dh, wlo = left - I(g.kw - 1) * g.dw;
+    const I oh0 = hlo <= 0 ? I(0) : (hlo + g.sh - 1) / g.sh;
+    const I ow0 = wlo <= 0 ? I(0) : (wlo + g.sw - 1) / g.sw;
+    const I oh1 = min(OH - 1, top / g.sh), ow1 = min(OW - 1, left / g.sw);
     acc_t<T> s = 0;
-    for (int i = 0; i < g.kh; ++i) {
-      int64_t t = ih + g.ph - int64_t(i) * g.dh;
-      if (t < 0 || t % g.sh) continue;
-      int64_t oh = t / g.sh;
-      if (oh >= g.OH) continue;
-      for (int j = 0; j < g.kw; ++j) {
-        int64_t u = iw + g.pw - int64_t(j) * g.dw;
-        if (u < 0 || u % g.sw) continue;
-        int64_t ow = u / g.sw;
-        if (ow >= g.OW) continue;
-        int64_t o = pool_at(g, pl, oh, ow, g.OH, g.OW);
+    for (I oh = oh0; oh <= oh1; ++oh) {
+      if (g.dh != 1 && (top - oh * g.sh) % g.dh) continue;
+      for (I ow = ow0; ow <= ow1; ++ow) {
+        if (g.dw != 1 && (left - ow * g.sw) % g.dw) continue;
+        const I o = base + (oh * OW + ow) * es;
         if (idx[o] == self) s += acc_t<T>(load(grad[o]));
       }
     }
@@ -765,15 +797,35 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
     });                                                                      \
   } while (0)
 
+namespace {
+// int index arithmetic when the input, the output and a grid stride's overshoot all fit.
+bool pool_fits_int(const PoolGeom& g) {
+  const int64_t most = std::max(g.planes * g.H * g.W, g.planes * g.OH * g.OW);
+  return most < (int64_t(1) << 30);
+}
+}  // namespace
+
 void launch_max_pool(DType t, const void* x, void* y, int64_t* idx, const PoolGeom& g,
                      cudaStream_t s) {
-  NN_POOL_LAUNCH(max_pool_kernel, g.planes * g.OH * g.OW, static_cast<const T*>(x),
-                 static_cast<T*>(y), idx, g);
+  const int64_t n = g.planes * g.OH * g.OW;
+  if (n == 0) return;
+  dispatch_float(t, "max_pool", [&]<typename T>() {
+    auto kernel = pool_fits_int(g) ? max_pool_kernel<T, int> : max_pool_kernel<T, int64_t>;
+    kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), idx, g);
+    NN_CUDA_CHECK_LAUNCH();
+  });
 }
 void launch_max_pool_backward(DType t, const void* grad, const int64_t* idx, void* grad_x,
                               const PoolGeom& g, cudaStream_t s) {
-  NN_POOL_LAUNCH(max_pool_backward_kernel, g.planes * g.H * g.W, static_cast<const T*>(grad), idx,
-                 static_cast<T*>(grad_x), g);
+  const int64_t n = g.planes * g.H * g.W;
+  if (n == 0) return;
+  dispatch_float(t, "max_pool_backward", [&]<typename T>() {
+    auto kernel = pool_fits_int(g) ? max_pool_backward_kernel<T, int>
+                                   : max_pool_backward_kernel<T, int64_t>;
+    kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(grad), idx,
+                                            static_cast<T*>(grad_x), g);
+    NN_CUDA_CHECK_LAUNCH();
+  });
 }
 void launch_avg_pool(DType t, const void* x, void* y, const PoolGeom& g, cudaStream_t s) {
   NN_POOL_LAUNCH(avg_pool_kernel, g.planes * g.OH * g.OW, static_cast<const T*>(x),

@@ -233,8 +233,11 @@ std::vector<Case> cases() {
   convc("conv 1x1", {3, 8, 5, 5}, {6, 8, 1, 1}, conv(1, 0));
   convc("conv of an empty batch (zero gradients)", {0, 3, 8, 8}, {4, 3, 3, 3}, conv(1, 1));
   // pool
-  v.push_back({"max pool", {{2, 3, 9, 8}}, [](auto& x) {
-                 return std::vector<Tensor>{max_pool2d(x[0], pool(2)), max_pool2d(x[0], pool(3, 2, 1))};
+  v.push_back({"max pool", {{2, 3, 9, 8}, {1, 2, 11, 10}}, [](auto& x) {
+                 Pool2dParams d = pool(3, 2, 1);  // dilated taps with a stride: windows skip rows
+                 d.dilation = {2, 2};
+                 return std::vector<Tensor>{max_pool2d(x[0], pool(2)), max_pool2d(x[0], pool(3, 2, 1)),
+                                            max_pool2d(x[1], d)};
                }});
   v.push_back({"avg pool", {{2, 3, 9, 8}}, [](auto& x) {
                  Pool2dParams q = pool(3, 2, 1);
