@@ -86,7 +86,10 @@ void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStrea
     } else {
       map_contiguous<1><<<grid_for(n), kThreads, 0, s>>>(out, n, f, in...);
     }
-  } else if (g.ndim >= 1 && g.shape[g.ndim - 1] >= 32) {
+  } else if (g.ndim >= 1 && g.shape[g.ndim - 1] >= 32 &&
+             (n / g.shape[g.ndim - 1] >= 1024 || g.shape[g.ndim - 1] <= 256)) {
+    // a warp per row only when there are rows enough to fill the GPU (or rows short enough
+    // that few warps finish them quickly): a broadcast scalar merges into one long row
     const int64_t rows = n / g.shape[g.ndim - 1];
     map_rows<N><<<grid_for(rows, 1, kThreads / 32), kThreads, 0, s>>>(out, rows, g, f, in...);
   } else {

@@ -149,6 +149,11 @@ std::vector<Case> cases() {
                                             add(x[2].transpose(0, 1), 1.0),
                                             x[2].transpose(1, 2).contiguous()};
                }});
+  v.push_back({"few long rows and a broadcast scalar (thread per element)", {{3, 600}, {600}, {1}},
+               [](auto& x) {
+                 return std::vector<Tensor>{add(x[0], x[1]), mul(x[0], x[2]),
+                                            x[0].slice(1, 0, 600, 2).contiguous()};
+               }});
   Case rows16{"f16 bias broadcast over long rows", {{9, 130}, {130}}, [](auto& x) {
                 return std::vector<Tensor>{add(x[0], x[1]).to(kF32)};
               }, 1e-2, true, kF16};

@@ -175,6 +175,11 @@ void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor
   if (!describe(a, la)) { a = a.contiguous(); describe(a, la); }
   if (!describe(b, lb)) { b = b.contiguous(); describe(b, lb); }
   Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), dt);
+  if (alignment_of(bias.data_ptr()) < 16) {  // no preference says the bias' alignment: copy it
+    Tensor aligned = empty(bias.shape(), bias.options());
+    copy(bias, aligned);
+    bias = aligned;
+  }
   const cublasOperation_t opb = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const uint32_t align_b = alignment_of(b.data_ptr()), align_a = alignment_of(a.data_ptr()),
