@@ -54,6 +54,12 @@ if want test; then
   rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
   "$bdir/bin/libnn_tests" "[cuda]" -s > "$OUT/cuda_tests.log" 2>&1
   rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
+  if [[ $rc -ne 0 ]]; then  # triage: the same tests with the paths not yet run before 2026-11-24 off
+    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 "$bdir/bin/libnn_tests" "[cuda]" \
+      > "$OUT/cuda_tests_fallbacks.log" 2>&1
+    log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0: exit $? $(tail -2 \
+      "$OUT/cuda_tests_fallbacks.log" | tr '\n' ' ')"
+  fi
 fi
 
 if want memcheck; then

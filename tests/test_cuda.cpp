@@ -453,10 +453,16 @@ TEST_CASE("every primitive agrees between CPU and CUDA", "[cuda]") {
 
 TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too", "[cuda]") {
   if (!have_gpu()) return;
+  const char* before = std::getenv("LIBNN_CUDA_ATTENTION");
+  struct Restore {
+    std::string value;
+    bool had;
+    ~Restore() {
+      if (had) ::setenv("LIBNN_CUDA_ATTENTION", value.c_str(), 1);
+      else ::unsetenv("LIBNN_CUDA_ATTENTION");
+    }
+  } restore{before ? before : "", before != nullptr};
   ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("LIBNN_CUDA_ATTENTION"); }
-  } unset;
   for (const Case& c : attention16_cases()) check(c);
 }
 

@@ -35,6 +35,7 @@ void bench_attention(const nn::Device& d, nn::DType t, int iters) {
   const std::string dev = d.str();
   for (const char* path : {"default", "simt"}) {
     if (std::string(path) == "simt") ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
+    else ::unsetenv("LIBNN_CUDA_ATTENTION");
     for (Shape sh : {Shape{32, 12, 128}, Shape{8, 12, 512}}) {
       const nn::TensorOptions o = nn::TensorOptions(nn::kF32).device(d);
       nn::Tensor q = nn::randn({sh.n, sh.h, sh.len, 64}, o).to(t).requires_grad_();
