@@ -103,6 +103,10 @@ t_fetch=$SECONDS
 # not at another CUDA the machine has.
 export PATH="$tk/bin:$PATH" LD_LIBRARY_PATH="$tk/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LIBRARY_PATH="$tk/lib64/stubs:$tk/lib64" CUDA_HOME="$tk" CUDA_PATH="$tk"
+# a build dir configured with another toolkit (another cache) starts afresh
+if [[ -f "$build_dir/CMakeCache.txt" ]] && ! grep -q "^CMAKE_CUDA_COMPILER:.*=$tk/bin/nvcc$" "$build_dir/CMakeCache.txt"; then
+  rm -rf "$build_dir"
+fi
 LDFLAGS="-L$tk/lib64" cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLIBNN_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$tk/bin/nvcc" -DCUDAToolkit_ROOT="$tk" \
   -DCMAKE_CUDA_ARCHITECTURES="$archs" > /dev/null
