@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 
 #include "kernels/attention.cuh"
 #include "kernels/common.cuh"
@@ -82,6 +84,26 @@ struct Smem {
     per_warp = w.used;
     warp = blk.take(per_warp * kWarps);
     total = blk.used;
+  }
+};
+
+// Typed pointers to the block's tiles and to this warp's own.
+template <typename T>
+struct Tiles {
+  T *a, *b, *c, *d, *p, *u;
+  float *rows, *s, *t, *o;
+  __device__ Tiles(unsigned char* smem, const Smem& L, int warp) {
+    unsigned char* wm = smem + L.warp + warp * L.per_warp;
+    a = reinterpret_cast<T*>(smem + L.a);
+    b = reinterpret_cast<T*>(smem + L.b);
+    c = reinterpret_cast<T*>(smem + L.c);
+    d = reinterpret_cast<T*>(smem + L.d);
+    rows = reinterpret_cast<float*>(smem + L.rows);
+    s = reinterpret_cast<float*>(wm + L.s);
+    t = reinterpret_cast<float*>(wm + L.t);
+    p = reinterpret_cast<T*>(wm + L.p);
+    u = reinterpret_cast<T*>(wm + L.u);
+    o = reinterpret_cast<float*>(wm + L.o);
   }
 };
 
@@ -175,14 +197,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const Smem L(D, E, sizeof(T), false);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = lane / 2, half = lane % 2;  // this lane's row of the warp's 16, column parity
-    unsigned char* wm = smem + L.warp + warp * L.per_warp;
-    T* qs = reinterpret_cast<T*>(smem + L.a);
-    T* ks = reinterpret_cast<T*>(smem + L.c);
-    T* vs = reinterpret_cast<T*>(smem + L.d);
-    float* live = reinterpret_cast<float*>(smem + L.rows);
-    float* sf = reinterpret_cast<float*>(wm + L.s);
-    T* ps = reinterpret_cast<T*>(wm + L.p);
-    float* of = reinterpret_cast<float*>(wm + L.o);
+    const Tiles<T> tl(smem, L, warp);
+    T *qs = tl.a, *ks = tl.c, *vs = tl.d, *ps = tl.p;
+    float *live = tl.rows, *sf = tl.s, *of = tl.o;
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
     load_rows(q + b * T_ * D, t0, T_, D, qs, L.ldd, kRows);
@@ -263,18 +280,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const Smem L(D, E, sizeof(T), true);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = lane / 2, half = lane % 2;
-    unsigned char* wm = smem + L.warp + warp * L.per_warp;
-    T* ks = reinterpret_cast<T*>(smem + L.a);
-    T* vs = reinterpret_cast<T*>(smem + L.b);
-    T* qs = reinterpret_cast<T*>(smem + L.c);
-    T* gs = reinterpret_cast<T*>(smem + L.d);
-    float* ls = reinterpret_cast<float*>(smem + L.rows);
-    float* dls = ls + kCols;
-    float* sf = reinterpret_cast<float*>(wm + L.s);
-    float* dpf = reinterpret_cast<float*>(wm + L.t);
-    T* pt = reinterpret_cast<T*>(wm + L.p);
-    T* dst = reinterpret_cast<T*>(wm + L.u);
-    float* stage = reinterpret_cast<float*>(wm + L.o);
+    const Tiles<T> tl(smem, L, warp);
+    T *ks = tl.a, *vs = tl.b, *qs = tl.c, *gs = tl.d, *pt = tl.p, *dst = tl.u;
+    float *ls = tl.rows, *dls = tl.rows + kCols, *sf = tl.s, *dpf = tl.t, *stage = tl.o;
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t j0 = (blockIdx.x % blocks_per_slice) * kRows;
     load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kRows);
@@ -329,16 +337,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const Smem L(D, E, sizeof(T), true);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = lane / 2, half = lane % 2;
-    unsigned char* wm = smem + L.warp + warp * L.per_warp;
-    T* qs = reinterpret_cast<T*>(smem + L.a);
-    T* gs = reinterpret_cast<T*>(smem + L.b);
-    T* ks = reinterpret_cast<T*>(smem + L.c);
-    T* vs = reinterpret_cast<T*>(smem + L.d);
-    float* live = reinterpret_cast<float*>(smem + L.rows);
-    float* sf = reinterpret_cast<float*>(wm + L.s);
-    float* dpf = reinterpret_cast<float*>(wm + L.t);
-    T* dst = reinterpret_cast<T*>(wm + L.u);
-    float* stage = reinterpret_cast<float*>(wm + L.o);
+    const Tiles<T> tl(smem, L, warp);
+    T *qs = tl.a, *gs = tl.b, *ks = tl.c, *vs = tl.d, *dst = tl.u;
+    float *live = tl.rows, *sf = tl.s, *dpf = tl.t, *stage = tl.o;
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
     load_rows(q + b * T_ * D, t0, T_, D, qs, L.ldd, kRows);
@@ -373,7 +374,34 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// What the current device offers the tensor-core kernels, looked up once per device.
+struct TcDevice {
+  bool f16 = false, bf16 = false;  // the f16 / bf16 kernels run (sm_70+ / sm_80+ code)
+  size_t optin = 0;                // shared memory a block may opt in to
+};
+const TcDevice& tc_device() {
+  static std::mutex mu;
+  static std::map<int, TcDevice> known;
+  int dev = 0;
+  NN_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  int major = 0, optin = 0;
+  NN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  NN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  TcDevice d;
+  d.optin = size_t(optin);
+  d.f16 = major >= 7;
+  if (d.f16) {
+    // The code that runs decides, not the GPU: an sm_70 build on an sm_90 GPU runs its
+    // compute_70 PTX, where the bf16 kernels are traps.
+    cudaFuncAttributes fa{};
+    NN_CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_tc<__nv_bfloat16, 64>));
+    d.bf16 = fa.ptxVersion >= 80;
+  }
+  return known.emplace(dev, d).first->second;
+}
 
 // Shared memory the kernels need for these head dims, or 0 when the tensor-core path does not
 // apply (dtype, head dims, alignment, the device, or LIBNN_CUDA_ATTENTION=simt).
@@ -385,21 +413,11 @@ size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
   if (const char* env = std::getenv("LIBNN_CUDA_ATTENTION"); env && std::strcmp(env, "simt") == 0)
     return 0;
   for (const void* p : ptrs)
-    if (!aligned16(p)) return 0;
-  int dev = 0, major = 0, optin = 0;
-  NN_CUDA_CHECK(cudaGetDevice(&dev));
-  NN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  NN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major < 7) return 0;
-  if (t == DType::bf16) {
-    // The code that runs decides, not the GPU: an sm_70 build on an sm_90 GPU runs its
-    // compute_70 PTX, where the bf16 kernels are traps.
-    cudaFuncAttributes fa{};
-    NN_CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_tc<__nv_bfloat16, 64>));
-    if (fa.ptxVersion < 80) return 0;
-  }
+    if (!aligned_to(p, 16)) return 0;
+  const TcDevice& dev = tc_device();
+  if (!dev.f16 || (t == DType::bf16 && !dev.bf16)) return 0;
   const size_t need = Smem(int(D), int(E), 2, backward).total;
-  return need <= size_t(optin) ? need : 0;
+  return need <= dev.optin ? need : 0;
 }
 
 template <typename F>

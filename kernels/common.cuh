@@ -35,6 +35,11 @@ inline unsigned grid_for(int64_t n, int per_thread = 1, int threads = kThreads) 
   return unsigned(blocks > 0x7fffffff ? 0x7fffffff : blocks);
 }
 
+// Whether an address is a multiple of `bytes` (vector loads and stores need it).
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // A grid of exactly n blocks in x (one per row, bag, ...), failing clearly beyond the
 // 2^31 - 1 blocks grid.x allows rather than launching a truncated grid.
 inline unsigned blocks_exact(int64_t n, const char* op) {
@@ -129,30 +134,28 @@ struct Geom {
   int64_t stride[N][kMaxDims];
 };
 
-// Offsets of linear output element i in every operand.
+// Offsets in every operand of linear element i over the first `ndim` dims of g.
 template <int N>
-__device__ __forceinline__ void offsets(const Geom<N>& g, int64_t i, int64_t (&off)[N]) {
+__device__ __forceinline__ void dim_offsets(const Geom<N>& g, int ndim, int64_t i,
+                                            int64_t (&off)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) off[k] = 0;
-  for (int d = g.ndim - 1; d >= 0; --d) {
+  for (int d = ndim - 1; d >= 0; --d) {
     int64_t idx = i % g.shape[d];
     i /= g.shape[d];
 #pragma unroll
     for (int k = 0; k < N; ++k) off[k] += idx * g.stride[k][d];
   }
 }
-
+// Offsets of linear output element i in every operand.
+template <int N>
+__device__ __forceinline__ void offsets(const Geom<N>& g, int64_t i, int64_t (&off)[N]) {
+  dim_offsets(g, g.ndim, i, off);
+}
 // Offsets of row r (the dims before the innermost) in every operand.
 template <int N>
 __device__ __forceinline__ void row_offsets(const Geom<N>& g, int64_t r, int64_t (&off)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) off[k] = 0;
-  for (int d = g.ndim - 2; d >= 0; --d) {
-    int64_t idx = r % g.shape[d];
-    r /= g.shape[d];
-#pragma unroll
-    for (int k = 0; k < N; ++k) off[k] += idx * g.stride[k][d];
-  }
+  dim_offsets(g, g.ndim - 1, r, off);
 }
 
 }  // namespace nn::kernels

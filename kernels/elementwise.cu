@@ -72,8 +72,6 @@ __global__ void map_rows(TO* out, int64_t rows, Geom<N> g, F f, const TI*... in)
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 template <typename TO, int N, typename F, typename... TI>
 void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStream_t s, F f,
                 const TI*... in) {
@@ -81,7 +79,7 @@ void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStrea
   if (contiguous) {
     constexpr int bytes = std::max({sizeof(TO), sizeof(TI)...});
     constexpr int V = bytes >= 16 ? 1 : int(16 / bytes);
-    if (aligned16(out) && (aligned16(in) && ...)) {
+    if (aligned_to(out, 16) && (aligned_to(in, 16) && ...)) {
       map_contiguous<V><<<grid_for(n, V), kThreads, 0, s>>>(out, n, f, in...);
     } else {
       map_contiguous<1><<<grid_for(n), kThreads, 0, s>>>(out, n, f, in...);

@@ -85,7 +85,6 @@ __global__ void dropout_backward_kernel(const T* g, const uint8_t* mask, T* gx, 
   }
 }
 
-bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // ---- layer norm ------------------------------------------------------------------------------
 // W: the affine parameters' type, T's or f32 for 16-bit data (mixed precision).
@@ -264,21 +263,28 @@ __global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S,
 int ln_splits(int64_t R) { return int(std::clamp<int64_t>(ceil_div(R, 64), 1, 256)); }
 
 // ---- pooling ---------------------------------------------------------------------------------
-// Element i (in memory order) of a (planes, Hd, Wd) tensor in g's layout: its plane, h and w.
+// Element i (in memory order) of a (planes, Hd, Wd) tensor in g's layout: its row h and
+// column w, and n and c such that its plane starts at n * Hd * Wd * es + c (es, the element
+// stride: C in NHWC, 1 in NCHW): for NHWC the image and the channel, for NCHW the plane and 0.
+template <typename I>
+__device__ __forceinline__ void pool_split(bool nhwc, I C, I i, I Hd, I Wd, I& n, I& c, I& h,
+                                           I& w) {
+  c = 0;
+  if (nhwc) {
+    c = i % C;
+    i /= C;
+  }
+  w = i % Wd;
+  i /= Wd;
+  h = i % Hd;
+  n = i / Hd;
+}
+// The same with the plane index (n * C + c in NHWC).
 __device__ __forceinline__ void pool_pos(const PoolGeom& g, int64_t i, int64_t Hd, int64_t Wd,
                                          int64_t& pl, int64_t& h, int64_t& w) {
-  if (g.nhwc) {
-    const int64_t c = i % g.C;
-    i /= g.C;
-    w = i % Wd;
-    i /= Wd;
-    h = i % Hd;
-    pl = (i / Hd) * g.C + c;
-  } else {
-    w = i % Wd;
-    h = (i / Wd) % Hd;
-    pl = i / (Wd * Hd);
-  }
+  int64_t n, c;
+  pool_split<int64_t>(g.nhwc, g.C, i, Hd, Wd, n, c, h, w);
+  pl = g.nhwc ? n * g.C + c : n;
 }
 // The memory index of (plane, h, w) in a (planes, Hd, Wd) tensor in g's layout.
 __device__ __forceinline__ int64_t pool_at(const PoolGeom& g, int64_t pl, int64_t h, int64_t w,
@@ -295,20 +301,9 @@ __global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom g) {
   const I n = I(g.planes) * OH * OW, es = g.nhwc ? C : I(1);
   for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < n;
        o += I(gridDim.x) * I(blockDim.x)) {
-    I oh, ow, base;
-    if (g.nhwc) {
-      const I c = o % C;
-      I r = o / C;
-      ow = r % OW;
-      r /= OW;
-      oh = r % OH;
-      base = (r / OH) * H * W * C + c;
-    } else {
-      ow = o % OW;
-      const I r = o / OW;
-      oh = r % OH;
-      base = (r / OH) * H * W;
-    }
+    I img, c, oh, ow;
+    pool_split<I>(g.nhwc, C, o, OH, OW, img, c, oh, ow);
+    const I base = img * H * W * es + c;
     acc_t<T> best = 0;
     I arg = -1;
     for (int i = 0; i < g.kh; ++i) {
@@ -338,20 +333,9 @@ __global__ void max_pool_backward_kernel(const T* grad, const int64_t* idx, T* g
   const I n = I(g.planes) * H * W, es = g.nhwc ? C : I(1);
   for (I e = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); e < n;
        e += I(gridDim.x) * I(blockDim.x)) {
-    I ih, iw, base;
-    if (g.nhwc) {
-      const I c = e % C;
-      I r = e / C;
-      iw = r % W;
-      r /= W;
-      ih = r % H;
-      base = (r / H) * OH * OW * C + c;
-    } else {
-      iw = e % W;
-      const I r = e / W;
-      ih = r % H;
-      base = (r / H) * OH * OW;
-    }
+    I img, c, ih, iw;
+    pool_split<I>(g.nhwc, C, e, H, W, img, c, ih, iw);
+    const I base = img * OH * OW * es + c;
     const int64_t self = int64_t(ih) * W + iw;
     const I top = ih + g.ph, left = iw + g.pw;
     const I hlo = top - I(g.kh - 1) * g.dh, wlo = left - I(g.kw - 1) * g.dw;

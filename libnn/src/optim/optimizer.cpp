@@ -208,18 +208,19 @@ double LinearLR::lr_at(int64_t step) const {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard ng;
-  // One fused sum of squares per (device, dtype) batch, one host read each, then one fused
-  // scaling per batch.
+  // One fused sum of squares per (device, dtype) batch, all launched before the host reads
+  // them, then one fused scaling per batch.
   GradBatches gb;
   for (auto& p : params)
     if (p.grad().defined()) gb.add(p.grad());
   if (gb.batches.empty()) return 0.0;
-  double total = 0;
+  std::vector<Tensor> sums;
   for (auto& [key, grads] : gb.batches) {
-    Tensor s = empty({}, TensorOptions(key.second == kF64 ? kF64 : kF32).device(grads[0].device()));
-    backend::of(grads[0]).sum_squares(grads, s);
-    total += s.item();
+    sums.push_back(empty({}, TensorOptions(key.second == kF64 ? kF64 : kF32).device(grads[0].device())));
+    backend::of(grads[0]).sum_squares(grads, sums.back());
   }
+  double total = 0;
+  for (auto& s : sums) total += s.item();
   const double norm = std::sqrt(total);
   if (norm > max_norm && std::isfinite(norm)) {
     const double scale = max_norm / (norm + 1e-6);

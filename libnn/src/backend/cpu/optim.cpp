@@ -1,5 +1,5 @@
-// CPU optim family: SGD and AdamW update steps, in place, as PyTorch defines them, and mixed
-// precision's gradient unscaling.
+// CPU optim family: SGD and AdamW update steps, in place, as PyTorch defines them, and the
+// list primitives for mixed precision's unscaling and gradient clipping.
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -72,16 +72,9 @@ struct Choice {
   cudnnMathType_t math;
 };
 
-// The largest power of two up to 256 dividing a buffer's address: cuDNN may choose kernels
-// that need aligned buffers, so a choice holds for the alignments it was found on.
-int alignment(const Tensor& t) {
-  const auto a = reinterpret_cast<uintptr_t>(t.data_ptr());
-  int k = 256;
-  while (k > 1 && a % uintptr_t(k) != 0) k /= 2;
-  return k;
-}
-
-// (pass, device, layout, shapes, params, dtype, buffer alignments) as integers.
+// (pass, device, layout, shapes, params, dtype, buffer alignments) as integers: cuDNN may
+// choose kernels that need aligned buffers, so a choice holds for the alignments it was
+// found on.
 enum Pass { kFwd, kBwdData, kBwdFilter };
 using PlanKey = std::array<int64_t, 24>;
 PlanKey plan_key(Pass pass, int dev, const Shape& xs, const Shape& ws, const Conv2dParams& p,
@@ -90,7 +83,7 @@ PlanKey plan_key(Pass pass, int dev, const Shape& xs, const Shape& ws, const Con
             p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
             p.groups, int64_t(t)};
   size_t i = 19;
-  for (const Tensor* b : buffers) k[i++] = alignment(*b);
+  for (const Tensor* b : buffers) k[i++] = address_alignment(b->data_ptr());
   return k;
 }
 

@@ -186,6 +186,14 @@ Tensor as_dtype(Backend& be, const Tensor& t, DType to);
 void write_back(Backend& be, const Tensor& result, Tensor& dst);
 template <typename T = void>
 T* ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+// The largest power of two up to 256 dividing an address: cuDNN and cuBLASLt choose kernels
+// for the buffer alignments they are given or find.
+inline uint32_t address_alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t k = 256;
+  while (k > 1 && a % k != 0) k /= 2;
+  return k;
+}
 }  // namespace cuda
 
 }  // namespace nn::backend

@@ -146,19 +146,25 @@ void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double be
   kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), float(beta1),
                         float(beta2), float(eps), stream_);
 }
+namespace {
+std::vector<kernels::FlatTensor> flat(const std::vector<Tensor>& ts) {
+  std::vector<kernels::FlatTensor> out;
+  for (auto& t : ts) out.push_back({t.data_ptr(), t.numel()});
+  return out;
+}
+}  // namespace
+
 void CudaBackend::scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) {
   if (grads.empty()) return;
   activate();
-  std::vector<kernels::FlatTensor> ts;
-  for (auto& g : grads) ts.push_back({g.data_ptr(), g.numel()});
+  const auto ts = flat(grads);
   kernels::launch_scale(grads[0].dtype(), ts.data(), int(ts.size()), factor,
                         ptr<float>(found_inf), stream_);
 }
 void CudaBackend::sum_squares(const std::vector<Tensor>& tensors, Tensor& out) {
   activate();
   if (tensors.empty()) return fill(out, 0);
-  std::vector<kernels::FlatTensor> ts;
-  for (auto& t : tensors) ts.push_back({t.data_ptr(), t.numel()});
+  const auto ts = flat(tensors);
   const int64_t n = kernels::sum_squares_partials(ts.data(), int(ts.size()));
   Tensor partials = empty({std::max<int64_t>(n, 1)}, out.options());
   kernels::launch_sum_squares(tensors[0].dtype(), ts.data(), int(ts.size()), partials.data_ptr(),

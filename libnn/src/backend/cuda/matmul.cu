@@ -5,12 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <array>
 #include <memory>
 #include <mutex>
-#include <string>
 
 #include "backend/cuda/cuda_backend.h"
-#include "core/util.h"
 
 namespace nn::backend {
 using namespace cuda;
@@ -36,6 +35,14 @@ bool describe(const Tensor& t, Layout& o) {
   return false;
 }
 
+// t itself when cuBLAS can read it in place (its layout in `o`), else a contiguous copy.
+Tensor readable(const Tensor& t, Layout& o) {
+  if (describe(t, o)) return t;
+  Tensor c = t.contiguous();
+  describe(c, o);
+  return c;
+}
+
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::f32: return CUDA_R_32F;
@@ -50,10 +57,8 @@ cudaDataType_t cuda_type(DType t) {
 void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha,
                        double beta) {
   activate();
-  Tensor a = a_in, b = b_in;
   Layout la, lb;
-  if (!describe(a, la)) { a = a.contiguous(); describe(a, la); }
-  if (!describe(b, lb)) { b = b.contiguous(); describe(b, lb); }
+  const Tensor a = readable(a_in, la), b = readable(b_in, lb);
   const int64_t Bn = out.shape()[0], M = out.shape()[1], N = out.shape()[2], K = a.shape()[2];
   if (Bn * M * N == 0) return;
   if (K == 0) {  // empty inner dim: out = beta * out
@@ -80,14 +85,8 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
 }
 
 namespace {
-// The largest power of two up to 256 dividing an address (cuBLASLt picks kernels for the
-// alignments it is told).
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t k = 256;
-  while (k > 1 && a % k != 0) k /= 2;
-  return k;
-}
+// (device, dtype, M, N, K, ops, leading dims, A/B/C alignments): what a plan depends on.
+using LtKey = std::array<int64_t, 11>;
 
 // One problem's cuBLASLt descriptors and the algorithm its heuristic chose, kept for the
 // next call of the same shape; the bias pointer is set per call.
@@ -107,7 +106,7 @@ struct LtPlan {
   }
 };
 std::mutex g_lt_mu;
-std::map<std::string, std::unique_ptr<LtPlan>> g_lt_plans;
+std::map<LtKey, std::unique_ptr<LtPlan>> g_lt_plans;
 constexpr size_t kLtWorkspace = size_t(32) << 20;
 
 bool lt_enabled() {
@@ -170,22 +169,20 @@ void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor
   if (!lt_enabled() || dt == kF64 || out.shape()[0] != 1 || M * N == 0 || K == 0 ||
       M >= INT32_MAX || N >= INT32_MAX || K >= INT32_MAX)
     return Backend::gemm_bias(a_in, b_in, bias_in, out);
-  Tensor a = a_in, b = b_in;
   Layout la, lb;
-  if (!describe(a, la)) { a = a.contiguous(); describe(a, la); }
-  if (!describe(b, lb)) { b = b.contiguous(); describe(b, lb); }
+  const Tensor a = readable(a_in, la), b = readable(b_in, lb);
   Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), dt);
-  if (alignment_of(bias.data_ptr()) < 16) {  // no preference says the bias' alignment: copy it
+  if (address_alignment(bias.data_ptr()) < 16) {  // no preference says the bias' alignment: copy it
     Tensor aligned = empty(bias.shape(), bias.options());
     copy(bias, aligned);
     bias = aligned;
   }
   const cublasOperation_t opb = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const uint32_t align_b = alignment_of(b.data_ptr()), align_a = alignment_of(a.data_ptr()),
-                 align_c = alignment_of(out.data_ptr());
-  const std::string key = detail::cat(index_, dtype_name(dt), M, "x", N, "x", K, opb, opa, ",",
-                                      lb.ld, ",", la.ld, "@", align_b, ",", align_a, ",", align_c);
+  const uint32_t align_b = address_alignment(b.data_ptr()), align_a = address_alignment(a.data_ptr()),
+                 align_c = address_alignment(out.data_ptr());
+  const LtKey key{index_, int64_t(dt), M, N, K, opb, opa, lb.ld, la.ld, align_b,
+                  int64_t(align_a) << 16 | align_c};
   std::lock_guard<std::mutex> lock(g_lt_mu);
   std::unique_ptr<LtPlan>& plan = g_lt_plans[key];
   if (!plan) {
