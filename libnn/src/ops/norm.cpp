@@ -74,6 +74,9 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   const int64_t D = numel_of(normalized_shape);
   check_param(x, weight, D, "layer_norm", "weight");
   check_param(x, bias, D, "layer_norm", "bias");
+  NN_CHECK(!weight.defined() || !bias.defined() || weight.dtype() == bias.dtype(),
+           "layer_norm: weight is ", dtype_name(weight.dtype()), ", bias is ",
+           dtype_name(bias.dtype()), "; they must have one dtype");
   const int64_t R = D ? x.numel() / D : 0;
   Tensor xc = raw_contiguous(x);
   Tensor x2 = make_view(xc, {R, D}, {D, 1}, xc.offset());
@@ -85,12 +88,15 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   backend::of(x).layer_norm_forward(x2, w, b, eps, o2, mu, rstd);
   record("layer_norm", {x, weight, bias}, out,
          [x2 = x2.detach(), w = w.defined() ? w.detach() : Tensor(), mu, rstd,
-          xs = x.shape()](const Tensor& g, auto& need) {
+          xs = x.shape(), bs = b.defined() ? b.shape() : Shape{D},
+          bias_options = b.defined() ? b.options() : x2.options()](
+             const Tensor& g, auto& need) {
     const int64_t R = x2.shape()[0], D = x2.shape()[1];
     Tensor gx = need[0] ? empty(xs, x2.options()) : Tensor();
     Tensor gx2 = need[0] ? make_view(gx, {R, D}, {D, 1}, 0) : Tensor();
     Tensor gw = need[1] ? empty(w.shape(), w.options()) : Tensor();
-    Tensor gb = need[2] ? empty(w.defined() ? w.shape() : Shape{D}, x2.options()) : Tensor();
+    // in the bias' dtype (f32 parameters of 16-bit data get f32 gradients)
+    Tensor gb = need[2] ? empty(bs, bias_options) : Tensor();
     Tensor gc = raw_contiguous(g);
     backend::of(g).layer_norm_backward(make_view(gc, {R, D}, {D, 1}, gc.offset()), x2, w, mu,
                                        rstd, gx2, gw, gb);
