@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The CUDA emulator stage of scripts/test.sh (also runs alone): builds build-emu/ with the
+# CUDA backend and kernels/ compiled by the host compiler against the emulator in
+# tests/cuda_emu (-DLIBNN_WITH_CUDA=EMULATOR) and runs the unit tests there, so every CUDA
+# test runs on this CPU: our kernels thread by thread with real __syncthreads, warp-shuffle
+# and WMMA semantics (a missing barrier gives a wrong value, a barrier not all threads reach a
+# reported deadlock, a bad launch configuration a launch error), cuBLAS, cuBLASLt and cuDNN by
+# reference loops. It checks what the kernels compute, not their speed, and is no substitute
+# for the GPU run (bench/gpu_suite.sh): races between blocks, timing and real hardware limits
+# stay untested. Needs the CUDA toolkit's headers (not a GPU, not nvcc's compiler); skips
+# with a message when there are none (CUDA_EMU_REQUIRED=1: fail instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${EMU_BUILD_DIR:-build-emu}
+t0=$SECONDS
+
+if ! command -v nvcc > /dev/null && [[ ! -f /usr/local/cuda/include/cuda_runtime.h ]]; then
+  echo "check_cuda_emu: no CUDA toolkit headers (nvcc, /usr/local/cuda): stage skipped"
+  [[ "${CUDA_EMU_REQUIRED:-0}" == 1 ]] && exit 1
+  exit 0
+fi
+root=()
+if ! command -v nvcc > /dev/null; then root=(-DCUDAToolkit_ROOT=/usr/local/cuda); fi
+launcher=()
+if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=EMULATOR \
+      -DLIBNN_BUILD_APPS=OFF -DLIBNN_BUILD_BENCH=OFF "${root[@]}" "${launcher[@]}" > /dev/null
+cmake --build "$build_dir" -j "$(nproc)" --target libnn_tests
+t_build=$SECONDS
+
+# Every unit test, the CUDA ones on the emulated device; they must run, not skip.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+"$build_dir/bin/libnn_tests" > "$log" 2>&1 || status=$?
+if [[ $status -ne 0 ]]; then tail -150 "$log"; else tail -3 "$log"; fi
+if grep -q "no CUDA device present" "$log"; then
+  echo "check_cuda_emu: the CUDA tests skipped themselves: the emulated device was not seen"
+  status=1
+fi
+echo "check_cuda_emu: build $((t_build - t0)) s, tests $((SECONDS - t_build)) s, exit $status"
+exit $status

@@ -1,0 +1,625 @@
+// The CUDA emulator's cuBLAS, cuBLASLt and cuDNN: the calls the library makes, computed by
+// plain loops on the CPU with the libraries' documented semantics (column-major GEMMs with
+// transposes, alpha/beta, beta = 0 never reading the output; cross-correlation with padding,
+// stride, dilation and groups in NCHW or NHWC; spatial batch norm with cuDNN's saved mean and
+// inverse standard deviation and unbiased running variance). Accumulation is in f32 (f64 for
+// f64 data), as the libraries do.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cuda_emu.h"
+
+namespace {
+
+// ---- elements by runtime type -------------------------------------------------------------
+enum class Ty { f32, f64, f16, bf16, bad };
+
+Ty from_cuda(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_32F: return Ty::f32;
+    case CUDA_R_64F: return Ty::f64;
+    case CUDA_R_16F: return Ty::f16;
+    case CUDA_R_16BF: return Ty::bf16;
+    default: return Ty::bad;
+  }
+}
+Ty from_cudnn(cudnnDataType_t t) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return Ty::f32;
+    case CUDNN_DATA_DOUBLE: return Ty::f64;
+    case CUDNN_DATA_HALF: return Ty::f16;
+    case CUDNN_DATA_BFLOAT16: return Ty::bf16;
+    default: return Ty::bad;
+  }
+}
+double get(Ty t, const void* p, int64_t i) {
+  switch (t) {
+    case Ty::f32: return static_cast<const float*>(p)[i];
+    case Ty::f64: return static_cast<const double*>(p)[i];
+    case Ty::f16: return double(__half2float(static_cast<const __half*>(p)[i]));
+    case Ty::bf16: return double(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    default: return 0;
+  }
+}
+void put(Ty t, void* p, int64_t i, double v) {
+  switch (t) {
+    case Ty::f32: static_cast<float*>(p)[i] = float(v); break;
+    case Ty::f64: static_cast<double*>(p)[i] = v; break;
+    case Ty::f16: static_cast<__half*>(p)[i] = __float2half_rn(float(v)); break;
+    case Ty::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(float(v)); break;
+    default: break;
+  }
+}
+// A sum in the accumulation type: f64 for f64 data, else f32.
+double round_acc(bool f64, double v) { return f64 ? v : double(float(v)); }
+double scalar(bool f64, const void* p) {
+  return f64 ? *static_cast<const double*>(p) : double(*static_cast<const float*>(p));
+}
+
+// C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C [+ bias per row]
+struct Gemm {
+  bool ta, tb;
+  int64_t m, n, k;
+  Ty ty;
+  const void *a, *b;
+  int64_t lda, ldb;
+  void* c;
+  int64_t ldc;
+  double alpha, beta;
+  bool f64;
+  const void* bias = nullptr;
+  Ty bias_ty = Ty::f32;
+};
+void gemm(const Gemm& g) {
+  std::vector<double> col(size_t(g.m));
+  for (int64_t j = 0; j < g.n; ++j) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      double s = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double x = get(g.ty, g.a, g.ta ? p + i * g.lda : i + p * g.lda);
+        const double y = get(g.ty, g.b, g.tb ? j + p * g.ldb : p + j * g.ldb);
+        s = round_acc(g.f64, s + round_acc(g.f64, x * y));
+      }
+      double v = g.alpha * s;
+      if (g.beta != 0) v += g.beta * get(g.ty, g.c, i + j * g.ldc);
+      if (g.bias) v += get(g.bias_ty, g.bias, i);
+      col[size_t(i)] = v;
+    }
+    for (int64_t i = 0; i < g.m; ++i) put(g.ty, g.c, i + j * g.ldc, col[size_t(i)]);
+  }
+}
+
+// ---- cuBLASLt descriptors ------------------------------------------------------------------
+struct LtDesc {
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  cudaDataType_t bias_type = CUDA_R_32F;
+  cublasComputeType_t compute;
+};
+struct LtLayout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+// ---- cuDNN descriptors ----------------------------------------------------------------------
+struct TensorDesc {
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;
+  Ty ty = Ty::f32;
+  int n = 0, c = 0, h = 0, w = 0;
+  int64_t at(int in, int ic, int ih, int iw) const {
+    return format == CUDNN_TENSOR_NHWC ? ((int64_t(in) * h + ih) * w + iw) * c + ic
+                                       : ((int64_t(in) * c + ic) * h + ih) * w + iw;
+  }
+};
+struct ConvDesc {
+  int pad[2] = {}, stride[2] = {1, 1}, dilation[2] = {1, 1}, groups = 1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  bool f64 = false;
+};
+template <typename T>
+T* as(void* d) {
+  return static_cast<T*>(d);
+}
+
+// Visits every (n, k, p, q, c, r, s) tap of a convolution with in-bounds input.
+template <typename F>
+void conv_taps(const TensorDesc& x, const TensorDesc& wd, const TensorDesc& y, const ConvDesc& cv,
+               F&& f) {
+  const int kpg = y.c / cv.groups, cpg = wd.c;
+  for (int n = 0; n < y.n; ++n)
+    for (int k = 0; k < y.c; ++k)
+      for (int p = 0; p < y.h; ++p)
+        for (int q = 0; q < y.w; ++q)
+          for (int c = 0; c < cpg; ++c)
+            for (int r = 0; r < wd.h; ++r)
+              for (int s = 0; s < wd.w; ++s) {
+                const int ih = p * cv.stride[0] - cv.pad[0] + r * cv.dilation[0];
+                const int iw = q * cv.stride[1] - cv.pad[1] + s * cv.dilation[1];
+                if (ih < 0 || ih >= x.h || iw < 0 || iw >= x.w) continue;
+                f(y.at(n, k, p, q), x.at(n, k / kpg * cpg + c, ih, iw), wd.at(k, c, r, s));
+              }
+}
+
+// Element count of a 4-d descriptor.
+int64_t count(const TensorDesc& d) { return int64_t(d.n) * d.c * d.h * d.w; }
+
+// out = alpha * acc + beta * out over every element, acc summed by taps.
+void finish(const TensorDesc& d, void* out, std::vector<double>& acc, double alpha, double beta) {
+  for (int64_t i = 0; i < count(d); ++i)
+    put(d.ty, out, i, alpha * acc[size_t(i)] + (beta != 0 ? beta * get(d.ty, out, i) : 0.0));
+}
+
+bool bad_types(const TensorDesc& a, const TensorDesc& b) { return a.ty == Ty::bad || a.ty != b.ty; }
+
+// Spatial batch norm: per channel over (N, H, W).
+template <typename F>
+void per_channel(const TensorDesc& x, F&& f) {
+  std::vector<int64_t> idx;
+  idx.reserve(size_t(x.n) * x.h * x.w);
+  for (int c = 0; c < x.c; ++c) {
+    idx.clear();
+    for (int n = 0; n < x.n; ++n)
+      for (int h = 0; h < x.h; ++h)
+        for (int w = 0; w < x.w; ++w) idx.push_back(x.at(n, c, h, w));
+    f(c, idx);
+  }
+}
+Ty param_ty(const TensorDesc& x) { return x.ty == Ty::f64 ? Ty::f64 : Ty::f32; }
+
+// One pass of a convolution: its output (y, dx or dw) = alpha * the sum over the taps of the
+// other two operands' products + beta * itself.
+enum class Pass { forward, data, filter };
+cudnnStatus_t conv_pass(Pass pass, const TensorDesc& x, const TensorDesc& wd, const TensorDesc& y,
+                        const ConvDesc& cv, const void* X, const void* W, const void* Y, void* out,
+                        const void* alpha, const void* beta) {
+  const TensorDesc& od = pass == Pass::forward ? y : pass == Pass::data ? x : wd;
+  std::vector<double> acc(size_t(count(od)), 0.0);
+  conv_taps(x, wd, y, cv, [&](int64_t yi, int64_t xi, int64_t wi) {
+    const int64_t o = pass == Pass::forward ? yi : pass == Pass::data ? xi : wi;
+    const double u = pass == Pass::forward ? get(x.ty, X, xi) : get(y.ty, Y, yi);
+    const double v = pass == Pass::filter ? get(x.ty, X, xi) : get(wd.ty, W, wi);
+    acc[size_t(o)] = round_acc(cv.f64, acc[size_t(o)] + u * v);
+  });
+  finish(od, out, acc, scalar(cv.f64, alpha), scalar(cv.f64, beta));
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- cuBLAS ---------------------------------------------------------------------------------
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  *h = reinterpret_cast<cublasHandle_t>(new int(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  delete reinterpret_cast<int*>(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+const char* cublasGetStatusString(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  }
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void* alpha, const void* A, cudaDataType_t at,
+                                          int lda, long long sa, const void* B, cudaDataType_t bt,
+                                          int ldb, long long sb, const void* beta, void* C,
+                                          cudaDataType_t ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+  const Ty ty = from_cuda(at);
+  const bool f64 = compute == CUBLAS_COMPUTE_64F;
+  if (ty == Ty::bad || bt != at || ct != at || (f64 != (ty == Ty::f64)) ||
+      (!f64 && compute != CUBLAS_COMPUTE_32F))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || ldc < std::max(1, m) ||
+      lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const size_t es = ty == Ty::f64 ? 8 : ty == Ty::f32 ? 4 : 2;
+  for (int i = 0; i < batch; ++i)
+    gemm(Gemm{ta, tb, m, n, k, ty, static_cast<const char*>(A) + i * sa * es,
+              static_cast<const char*>(B) + i * sb * es, lda, ldb,
+              static_cast<char*>(C) + i * sc * es, ldc, scalar(f64, alpha), scalar(f64, beta), f64});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- cuBLASLt -------------------------------------------------------------------------------
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = reinterpret_cast<cublasLtHandle_t>(new int(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
+                                        cudaDataType_t) {
+  auto* desc = new LtDesc;
+  desc->compute = compute;
+  *d = reinterpret_cast<cublasLtMatmulDesc_t>(desc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete reinterpret_cast<LtDesc*>(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  LtDesc& desc = *reinterpret_cast<LtDesc*>(d);
+  auto take = [&](auto& field) {
+    if (size != sizeof(field)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&field, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return take(desc.ta);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return take(desc.tb);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return take(desc.epilogue);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return take(desc.bias);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return take(desc.bias_type);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  if (ld < int64_t(rows)) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = reinterpret_cast<cublasLtMatrixLayout_t>(new LtLayout{type, rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete reinterpret_cast<LtLayout*>(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = reinterpret_cast<cublasLtMatmulPreference_t>(new int(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete reinterpret_cast<int*>(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t,
+                                                    const void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results,
+                                              int* returned) {
+  const LtDesc& desc = *reinterpret_cast<const LtDesc*>(op);
+  const LtLayout &la = *reinterpret_cast<const LtLayout*>(a),
+                 &lb = *reinterpret_cast<const LtLayout*>(b),
+                 &lc = *reinterpret_cast<const LtLayout*>(c),
+                 &ld = *reinterpret_cast<const LtLayout*>(d);
+  const uint64_t m = desc.ta == CUBLAS_OP_N ? la.rows : la.cols,
+                 k = desc.ta == CUBLAS_OP_N ? la.cols : la.rows,
+                 kb = desc.tb == CUBLAS_OP_N ? lb.rows : lb.cols,
+                 n = desc.tb == CUBLAS_OP_N ? lb.cols : lb.rows;
+  *returned = 0;
+  if (requested < 1 || k != kb || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  std::memset(&results[0], 0, sizeof(results[0]));
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t a, const void* B,
+                              cublasLtMatrixLayout_t b, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+  const LtDesc& desc = *reinterpret_cast<const LtDesc*>(op);
+  const LtLayout &la = *reinterpret_cast<const LtLayout*>(a),
+                 &lb = *reinterpret_cast<const LtLayout*>(b),
+                 &ld = *reinterpret_cast<const LtLayout*>(d);
+  const Ty ty = from_cuda(la.type);
+  if (ty == Ty::bad || ty == Ty::f64 || desc.compute != CUBLAS_COMPUTE_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (C != D) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, as the library calls it
+  const bool with_bias = desc.epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if (with_bias && !desc.bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool ta = desc.ta != CUBLAS_OP_N, tb = desc.tb != CUBLAS_OP_N;
+  gemm(Gemm{ta, tb, int64_t(ld.rows), int64_t(ld.cols), int64_t(ta ? la.rows : la.cols), ty, A,
+            B, la.ld, lb.ld, D, ld.ld, scalar(false, alpha), scalar(false, beta), false,
+            with_bias ? desc.bias : nullptr, from_cuda(desc.bias_type)});
+  (void)c;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- cuDNN ----------------------------------------------------------------------------------
+const char* cudnnGetErrorString(cudnnStatus_t s) {
+  switch (s) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    default: return "CUDNN_STATUS_INTERNAL_ERROR";
+  }
+}
+cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
+  *h = reinterpret_cast<cudnnHandle_t>(new int(0));
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t, cudaStream_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) {
+  *d = reinterpret_cast<cudnnTensorDescriptor_t>(new TensorDesc);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
+  delete reinterpret_cast<TensorDesc*>(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
+                                         cudnnDataType_t type, int n, int c, int h, int w) {
+  if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || from_cudnn(type) == Ty::bad ||
+      (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC))
+    return CUDNN_STATUS_BAD_PARAM;
+  *reinterpret_cast<TensorDesc*>(d) = TensorDesc{format, from_cudnn(type), n, c, h, w};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) {
+  *d = reinterpret_cast<cudnnFilterDescriptor_t>(new TensorDesc);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
+  delete reinterpret_cast<TensorDesc*>(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w) {
+  return cudnnSetTensor4dDescriptor(reinterpret_cast<cudnnTensorDescriptor_t>(d), format, type, k,
+                                    c, h, w);
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d) {
+  *d = reinterpret_cast<cudnnConvolutionDescriptor_t>(new ConvDesc);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) {
+  delete reinterpret_cast<ConvDesc*>(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw,
+                                              int sh, int sw, int dh, int dw,
+                                              cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t compute) {
+  if (ph < 0 || pw < 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0 ||
+      mode != CUDNN_CROSS_CORRELATION)
+    return CUDNN_STATUS_BAD_PARAM;
+  ConvDesc& c = *reinterpret_cast<ConvDesc*>(d);
+  c.pad[0] = ph, c.pad[1] = pw, c.stride[0] = sh, c.stride[1] = sw;
+  c.dilation[0] = dh, c.dilation[1] = dw;
+  c.f64 = compute == CUDNN_DATA_DOUBLE;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int groups) {
+  if (groups < 1) return CUDNN_STATUS_BAD_PARAM;
+  reinterpret_cast<ConvDesc*>(d)->groups = groups;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m) {
+  reinterpret_cast<ConvDesc*>(d)->math = m;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+#define EMU_CONV_ARGS(X, W, Y)                                                            \
+  const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(X);                          \
+  const TensorDesc& wd = *reinterpret_cast<const TensorDesc*>(W);                         \
+  const TensorDesc& y = *reinterpret_cast<const TensorDesc*>(Y);                          \
+  const ConvDesc& cv = *reinterpret_cast<const ConvDesc*>(conv);                          \
+  if (bad_types(x, wd) || bad_types(x, y) || wd.n != y.c || wd.c * cv.groups != x.c ||    \
+      y.c % cv.groups != 0 || y.n != x.n ||                                               \
+      y.h != (x.h + 2 * cv.pad[0] - cv.dilation[0] * (wd.h - 1) - 1) / cv.stride[0] + 1 || \
+      y.w != (x.w + 2 * cv.pad[1] - cv.dilation[1] * (wd.w - 1) - 1) / cv.stride[1] + 1)   \
+    return CUDNN_STATUS_BAD_PARAM;
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t, int* n) {
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t, int* n) {
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t, int* n) {
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
+                                      cudnnTensorDescriptor_t xd, const void* X,
+                                      cudnnFilterDescriptor_t wdd, const void* W,
+                                      cudnnConvolutionDescriptor_t conv, cudnnConvolutionFwdAlgo_t,
+                                      void*, size_t, const void* beta, cudnnTensorDescriptor_t yd,
+                                      void* Y) {
+  EMU_CONV_ARGS(xd, wdd, yd)
+  return conv_pass(Pass::forward, x, wd, y, cv, X, W, nullptr, Y, alpha, beta);
+}
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
+                                           cudnnFilterDescriptor_t wdd, const void* W,
+                                           cudnnTensorDescriptor_t dyd, const void* dY,
+                                           cudnnConvolutionDescriptor_t conv,
+                                           cudnnConvolutionBwdDataAlgo_t, void*, size_t,
+                                           const void* beta, cudnnTensorDescriptor_t dxd,
+                                           void* dX) {
+  EMU_CONV_ARGS(dxd, wdd, dyd)
+  return conv_pass(Pass::data, x, wd, y, cv, nullptr, W, dY, dX, alpha, beta);
+}
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
+                                             cudnnTensorDescriptor_t xd, const void* X,
+                                             cudnnTensorDescriptor_t dyd, const void* dY,
+                                             cudnnConvolutionDescriptor_t conv,
+                                             cudnnConvolutionBwdFilterAlgo_t, void*, size_t,
+                                             const void* beta, cudnnFilterDescriptor_t dwd,
+                                             void* dW) {
+  EMU_CONV_ARGS(xd, dwd, dyd)
+  return conv_pass(Pass::filter, x, wd, y, cv, X, nullptr, dY, dW, alpha, beta);
+}
+
+// Find: one algorithm, measured as taking no time, run once on the real buffers (as cuDNN's
+// Find does) with alpha = 1 and beta = 0.
+}  // extern "C"
+namespace {
+template <typename Perf, typename Algo, typename Run>
+cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, int* ret,
+                       Perf* perf, Run&& run) {
+  const ConvDesc& cv = *reinterpret_cast<const ConvDesc*>(conv);
+  const float one = 1, zero = 0;
+  const double one_d = 1, zero_d = 0;
+  const cudnnStatus_t st = run(cv.f64 ? static_cast<const void*>(&one_d) : &one,
+                               cv.f64 ? static_cast<const void*>(&zero_d) : &zero, algo);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  *ret = req > 0 ? 1 : 0;
+  if (req > 0) {
+    std::memset(&perf[0], 0, sizeof(perf[0]));
+    perf[0].algo = algo;
+    perf[0].status = CUDNN_STATUS_SUCCESS;
+    perf[0].mathType = cv.math;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+}  // namespace
+extern "C" {
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    cudnnHandle_t h, cudnnTensorDescriptor_t xd, const void* x, cudnnFilterDescriptor_t wd,
+    const void* w, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t yd, void* y, int req,
+    int* ret, cudnnConvolutionFwdAlgoPerf_t* perf, void* ws, size_t wsb) {
+  return find_one(conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, req, ret, perf,
+                  [&](const void* one, const void* zero, auto algo) {
+                    return cudnnConvolutionForward(h, one, xd, x, wd, w, conv, algo, ws, wsb,
+                                                   zero, yd, y);
+                  });
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t h, cudnnFilterDescriptor_t wd, const void* w, cudnnTensorDescriptor_t dyd,
+    const void* dy, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dxd, void* dx,
+    int req, int* ret, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws, size_t wsb) {
+  return find_one(conv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, req, ret, perf,
+                  [&](const void* one, const void* zero, auto algo) {
+                    return cudnnConvolutionBackwardData(h, one, wd, w, dyd, dy, conv, algo, ws,
+                                                        wsb, zero, dxd, dx);
+                  });
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t h, cudnnTensorDescriptor_t xd, const void* x, cudnnTensorDescriptor_t dyd,
+    const void* dy, cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dwd, void* dw,
+    int req, int* ret, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t wsb) {
+  return find_one(conv, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, req, ret, perf,
+                  [&](const void* one, const void* zero, auto algo) {
+                    return cudnnConvolutionBackwardFilter(h, one, xd, x, dyd, dy, conv, algo, ws,
+                                                          wsb, zero, dwd, dw);
+                  });
+}
+
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t param,
+                                            cudnnTensorDescriptor_t xd, cudnnBatchNormMode_t mode) {
+  if (mode != CUDNN_BATCHNORM_SPATIAL) return CUDNN_STATUS_NOT_SUPPORTED;
+  const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(xd);
+  *reinterpret_cast<TensorDesc*>(param) = TensorDesc{CUDNN_TENSOR_NCHW, param_ty(x), 1, x.c, 1, 1};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    cudnnTensorDescriptor_t xd, const void* X, cudnnTensorDescriptor_t yd, void* Y,
+    cudnnTensorDescriptor_t pd, const void* scale, const void* bias, double factor,
+    void* running_mean, void* running_var, double eps, void* save_mean, void* save_invstd) {
+  const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(xd);
+  const TensorDesc& y = *reinterpret_cast<const TensorDesc*>(yd);
+  const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
+  if (mode != CUDNN_BATCHNORM_SPATIAL || bad_types(x, y) || eps < CUDNN_BN_MIN_EPSILON)
+    return CUDNN_STATUS_BAD_PARAM;
+  const bool f64 = x.ty == Ty::f64;
+  const double a = scalar(f64, alpha), b = scalar(f64, beta);
+  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
+    const double m = double(idx.size());
+    double mean = 0, var = 0;
+    for (int64_t i : idx) mean += get(x.ty, X, i);
+    mean /= m;
+    for (int64_t i : idx) var += (get(x.ty, X, i) - mean) * (get(x.ty, X, i) - mean);
+    var /= m;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    const double w = get(pt, scale, c), bi = get(pt, bias, c);
+    for (int64_t i : idx)
+      put(y.ty, Y, i, a * ((get(x.ty, X, i) - mean) * invstd * w + bi) +
+                          (b != 0 ? b * get(y.ty, Y, i) : 0.0));
+    if (running_mean)
+      put(pt, running_mean, c, (1 - factor) * get(pt, running_mean, c) + factor * mean);
+    if (running_var)
+      put(pt, running_var, c,
+          (1 - factor) * get(pt, running_var, c) + factor * var * m / std::max(1.0, m - 1));
+    if (save_mean) put(pt, save_mean, c, mean);
+    if (save_invstd) put(pt, save_invstd, c, invstd);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    cudnnTensorDescriptor_t xd, const void* X, cudnnTensorDescriptor_t yd, void* Y,
+    cudnnTensorDescriptor_t pd, const void* scale, const void* bias, const void* mean,
+    const void* var, double eps) {
+  const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(xd);
+  const TensorDesc& y = *reinterpret_cast<const TensorDesc*>(yd);
+  const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
+  if (mode != CUDNN_BATCHNORM_SPATIAL || bad_types(x, y) || eps < CUDNN_BN_MIN_EPSILON)
+    return CUDNN_STATUS_BAD_PARAM;
+  const bool f64 = x.ty == Ty::f64;
+  const double a = scalar(f64, alpha), b = scalar(f64, beta);
+  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
+    const double invstd = 1.0 / std::sqrt(get(pt, var, c) + eps), mu = get(pt, mean, c);
+    const double w = get(pt, scale, c), bi = get(pt, bias, c);
+    for (int64_t i : idx)
+      put(y.ty, Y, i, a * ((get(x.ty, X, i) - mu) * invstd * w + bi) +
+                          (b != 0 ? b * get(y.ty, Y, i) : 0.0));
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha_d, const void* beta_d,
+    const void* alpha_p, const void* beta_p, cudnnTensorDescriptor_t xd, const void* X,
+    cudnnTensorDescriptor_t dyd, const void* dY, cudnnTensorDescriptor_t dxd, void* dX,
+    cudnnTensorDescriptor_t pd, const void* scale, void* dscale, void* dbias, double eps,
+    const void* save_mean, const void* save_invstd) {
+  const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(xd);
+  const TensorDesc& dy = *reinterpret_cast<const TensorDesc*>(dyd);
+  const TensorDesc& dx = *reinterpret_cast<const TensorDesc*>(dxd);
+  const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
+  if (mode != CUDNN_BATCHNORM_SPATIAL || bad_types(x, dy) || bad_types(x, dx) ||
+      eps < CUDNN_BN_MIN_EPSILON || !save_mean || !save_invstd)
+    return CUDNN_STATUS_NOT_SUPPORTED;  // the library always passes the saved statistics
+  const bool f64 = x.ty == Ty::f64;
+  const double ad = scalar(f64, alpha_d), bd = scalar(f64, beta_d), ap = scalar(f64, alpha_p),
+               bp = scalar(f64, beta_p);
+  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
+    const double m = double(idx.size()), mean = get(pt, save_mean, c),
+                 invstd = get(pt, save_invstd, c), w = get(pt, scale, c);
+    double sg = 0, sgx = 0;
+    for (int64_t i : idx) {
+      const double g = get(dy.ty, dY, i), xh = (get(x.ty, X, i) - mean) * invstd;
+      sg += g;
+      sgx += g * xh;
+    }
+    for (int64_t i : idx) {
+      const double xh = (get(x.ty, X, i) - mean) * invstd;
+      const double g = w * invstd * (get(dy.ty, dY, i) - sg / m - xh * sgx / m);
+      put(dx.ty, dX, i, ad * g + (bd != 0 ? bd * get(dx.ty, dX, i) : 0.0));
+    }
+    put(pt, dscale, c, ap * sgx + (bp != 0 ? bp * get(pt, dscale, c) : 0.0));
+    put(pt, dbias, c, ap * sg + (bp != 0 ? bp * get(pt, dbias, c) : 0.0));
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Turns a .cu file into C++ the CUDA emulator (cuda_emu.h) compiles with the host compiler.
+
+Two rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
+`::emu::launch(grid, block, smem, stream, [&] { NAME(args); });`, and a dynamic shared-memory
+declaration `extern __shared__ [__align__(N)] T name[];` becomes a pointer to the launch's
+dynamic shared memory. `#include <mma.h>` is dropped (the emulator supplies nvcuda::wmma).
+
+    rewrite.py IN.cu OUT.cpp
+"""
+import re
+import sys
+
+
+def kernel_name_start(src, end):
+    """Start of the kernel expression ending at `end` (just before '<<<'): an identifier,
+    possibly qualified, with template arguments (balanced <...>)."""
+    i = end
+    while True:
+        if i > 0 and src[i - 1] == '>':  # template arguments: walk back to the matching '<'
+            depth, i = 0, i - 1
+            while i >= 0:
+                if src[i] == '>':
+                    depth += 1
+                elif src[i] == '<':
+                    depth -= 1
+                    if depth == 0:
+                        break
+                i -= 1
+        j = i
+        while j > 0 and (src[j - 1].isalnum() or src[j - 1] in '_:'):
+            j -= 1
+        if j == i:
+            raise SystemExit(f"rewrite.py: no kernel name before <<< at offset {end}")
+        return j
+
+
+def matching(src, i, open_ch, close_ch):
+    """Index just past the bracket matching the one at src[i]."""
+    depth = 0
+    while i < len(src):
+        if src[i] == open_ch:
+            depth += 1
+        elif src[i] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise SystemExit("rewrite.py: unbalanced brackets")
+
+
+def rewrite_launches(src):
+    out, pos = [], 0
+    while True:
+        at = src.find('<<<', pos)
+        if at < 0:
+            out.append(src[pos:])
+            return ''.join(out)
+        start = kernel_name_start(src, at)
+        cfg_end = src.find('>>>', at)
+        config = src[at + 3:cfg_end]
+        args_open = cfg_end + 3
+        while src[args_open].isspace():
+            args_open += 1
+        if src[args_open] != '(':
+            raise SystemExit(f"rewrite.py: no argument list after >>> at offset {cfg_end}")
+        args_close = matching(src, args_open, '(', ')')
+        name = src[start:at]
+        args = src[args_open:args_close]
+        parts = split_top_level(config)
+        while len(parts) < 4:
+            parts.append('0')
+        out.append(src[pos:start])
+        # a kernel pointer variable (`auto kernel = ...;`) also names the kernel, so the
+        # emulator can check the shared memory it was allowed to use
+        is_var = re.fullmatch(r'\w+', name) and re.search(r'\bauto\s+' + name + r'\s*=', src[:at])
+        kid = f"(const void*)({name})" if is_var else 'nullptr'
+        out.append(f"::emu::launch({', '.join(parts)}, {kid}, [&] {{ {name}{args}; }})")
+        out.append('\n' * (src[start:args_open].count('\n')))  # keep line numbers
+        pos = args_close
+
+
+def split_top_level(s):
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        if ch in '([{<':
+            depth += 1
+        elif ch in ')]}>':
+            depth -= 1
+        if ch == ',' and depth == 0:
+            parts.append(''.join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if ''.join(cur).strip():
+        parts.append(''.join(cur).strip())
+    return parts
+
+
+SHARED = re.compile(r'extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w:\s]+?)\s+(\w+)\s*\[\s*\]\s*;')
+
+
+def main():
+    src = open(sys.argv[1]).read()
+    src = re.sub(r'#include\s*<mma\.h>', '// <mma.h>: nvcuda::wmma comes from cuda_emu.h', src)
+    src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = "
+                     f"reinterpret_cast<{m.group(1)}*>(::emu::dynamic_smem());", src)
+    src = rewrite_launches(src)
+    with open(sys.argv[2], 'w') as f:
+        f.write(f'#line 1 "{sys.argv[1]}"\n')
+        f.write(src)
+
+
+if __name__ == '__main__':
+    main()

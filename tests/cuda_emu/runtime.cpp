@@ -1,0 +1,427 @@
+// The CUDA emulator's runtime: the fiber scheduler behind ::emu::launch, and the CUDA runtime
+// API calls the library makes (memory is host memory; streams and events are synchronous).
+// One emulated device shaped like an H100 (compute capability 9.0, 227 KB of opt-in shared
+// memory per block); LIBNN_CUDA_EMU_MEMORY (bytes, default 4 GiB) sets its memory size.
+#include <ucontext.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_emu.h"
+
+namespace emu {
+
+Coords coords;
+
+namespace {
+
+enum class State { ready, block_wait, warp_wait, done, trapped };
+enum class Collective { exchange, ballot };
+
+struct Fiber {
+  ucontext_t ctx;
+  uint3 tid;
+  State state = State::ready;
+  Collective kind = Collective::exchange;
+  unsigned mask = 0;
+  uint64_t value = 0, result = 0;
+  int src = -1;
+};
+
+constexpr size_t kStack = 256 * 1024;
+constexpr size_t kMaxSharedOptin = 232448;  // an H100's, per block
+constexpr size_t kDefaultShared = 48 * 1024;
+
+struct Grid {
+  std::vector<Fiber> fibers;
+  std::vector<std::vector<char>> stacks;
+  ucontext_t scheduler;
+  const std::function<void()>* body = nullptr;
+  int current = 0;
+  std::string error;
+  std::vector<unsigned char> smem;
+};
+Grid grid_state;
+std::mutex launch_mutex;
+cudaError_t last_error = cudaSuccess;
+std::map<const void*, int> smem_optin;  // kernel -> bytes allowed by cudaFuncSetAttribute
+
+void fail(Grid& g, std::string what) {
+  if (g.error.empty()) g.error = std::move(what);
+}
+
+Fiber& self() { return grid_state.fibers[grid_state.current]; }
+
+void switch_out() {
+  Fiber& f = self();
+  swapcontext(&f.ctx, &grid_state.scheduler);
+}
+
+// Releases the block barrier when every live thread waits at it.
+void try_release_block() {
+  Grid& g = grid_state;
+  size_t live = 0, waiting = 0;
+  for (auto& f : g.fibers) {
+    if (f.state != State::done) ++live;
+    if (f.state == State::block_wait) ++waiting;
+  }
+  if (waiting > 0 && waiting == live)
+    for (auto& f : g.fibers)
+      if (f.state == State::block_wait) f.state = State::ready;
+}
+
+// Completes the warp collective lane `lane` of warp `w` waits at, if all its lanes arrived.
+void try_release_warp(int w, unsigned mask) {
+  Grid& g = grid_state;
+  const int n = int(g.fibers.size()), first = w * 32;
+  for (int l = 0; l < 32; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    if (first + l >= n) {
+      fail(g, "a warp collective's mask names lane " + std::to_string(l) + " of warp " +
+                  std::to_string(w) + ", which the block does not have");
+      return;
+    }
+    const Fiber& f = g.fibers[first + l];
+    if (f.state != State::warp_wait) return;  // not arrived yet (a deadlock shows later)
+    if (f.mask != mask) {
+      fail(g, "lanes of warp " + std::to_string(w) + " reach a warp collective with different masks");
+      return;
+    }
+  }
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; ++l)
+    if (mask >> l & 1u && g.fibers[first + l].value) ballot |= 1u << l;
+  for (int l = 0; l < 32; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    Fiber& f = g.fibers[first + l];
+    if (f.kind == Collective::ballot) {
+      f.result = ballot;
+    } else if (f.src < 0) {
+      f.result = f.value;
+    } else if (f.src < first || f.src >= first + 32 || !(mask >> (f.src - first) & 1u)) {
+      fail(g, "lane " + std::to_string(l) + " of warp " + std::to_string(w) +
+                  " reads lane " + std::to_string(f.src - first) + ", which is not in the mask");
+      return;
+    } else {
+      f.result = g.fibers[f.src].value;
+    }
+    f.state = State::ready;
+  }
+}
+
+uint64_t collective(unsigned mask, uint64_t value, int src, Collective kind) {
+  Fiber& f = self();
+  const int index = grid_state.current, lane = index % 32;
+  if (!(mask >> lane & 1u)) {
+    fail(grid_state, "a lane calls a warp collective whose mask leaves it out");
+    trap("bad warp mask");
+  }
+  f.state = State::warp_wait;
+  f.kind = kind;
+  f.mask = mask;
+  f.value = value;
+  f.src = src < 0 ? -1 : index - lane + src;
+  try_release_warp(index / 32, mask);
+  if (f.state == State::warp_wait) switch_out();
+  if (!grid_state.error.empty()) trap("");
+  return f.result;
+}
+
+void fiber_main() {
+  Grid& g = grid_state;
+  (*g.body)();
+  g.fibers[g.current].state = State::done;
+  try_release_block();
+  // returning resumes uc_link: the scheduler
+}
+
+std::string describe_states(const Grid& g) {
+  size_t counts[5] = {};
+  for (auto& f : g.fibers) ++counts[int(f.state)];
+  return std::to_string(counts[1]) + " threads at __syncthreads, " + std::to_string(counts[2]) +
+         " at a warp collective, " + std::to_string(counts[3]) + " finished";
+}
+
+void run_block(dim3 block) {
+  Grid& g = grid_state;
+  const int n = int(block.x * block.y * block.z);
+  g.fibers.assign(n, Fiber{});
+  if (g.stacks.size() < size_t(n)) g.stacks.resize(n);
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = g.fibers[i];
+    f.tid = uint3{unsigned(i) % block.x, unsigned(i) / block.x % block.y,
+                  unsigned(i) / (block.x * block.y)};
+    if (g.stacks[i].empty()) g.stacks[i].resize(kStack);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = g.stacks[i].data();
+    f.ctx.uc_stack.ss_size = kStack;
+    f.ctx.uc_link = &g.scheduler;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  std::memset(g.smem.data(), 0xff, g.smem.size());  // uninitialised shared memory reads NaN
+  for (;;) {
+    bool ran = false, live = false;
+    for (int i = 0; i < n; ++i) {
+      Fiber& f = g.fibers[i];
+      if (f.state != State::done && f.state != State::trapped) live = true;
+      if (f.state != State::ready) continue;
+      g.current = i;
+      coords.thread = f.tid;
+      swapcontext(&g.scheduler, &f.ctx);
+      ran = true;
+      if (!g.error.empty()) return;
+    }
+    if (!live) return;
+    if (!ran) {
+      fail(g, "deadlock in block (" + std::to_string(coords.block.x) + ", " +
+                  std::to_string(coords.block.y) + ", " + std::to_string(coords.block.z) +
+                  "): " + describe_states(g) + " (a barrier some threads never reach)");
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+unsigned char* dynamic_smem() { return grid_state.smem.data(); }
+
+void syncthreads() {
+  Fiber& f = self();
+  f.state = State::block_wait;
+  try_release_block();
+  if (f.state == State::block_wait) switch_out();
+  if (!grid_state.error.empty()) trap("");
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
+  return collective(mask, value, src, Collective::exchange);
+}
+
+unsigned warp_ballot(unsigned mask, bool pred) {
+  return unsigned(collective(mask, pred ? 1 : 0, -1, Collective::ballot));
+}
+
+void trap(const char* what) {
+  Grid& g = grid_state;
+  if (what && *what) fail(g, what);
+  g.fibers[g.current].state = State::trapped;
+  setcontext(&g.scheduler);
+  std::abort();  // not reached
+}
+
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel,
+            const std::function<void()>& body) {
+  std::lock_guard<std::mutex> lock(launch_mutex);
+  auto bad = [](const std::string& why) {
+    std::fprintf(stderr, "[cuda-emu] launch failed: %s\n", why.c_str());
+    last_error = cudaErrorInvalidConfiguration;
+  };
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64)
+    return bad("block of " + std::to_string(block.x) + " x " + std::to_string(block.y) + " x " +
+               std::to_string(block.z) + " threads");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+      grid.z > 65535)
+    return bad("grid of " + std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " +
+               std::to_string(grid.z) + " blocks");
+  if (smem > kDefaultShared) {
+    auto it = kernel ? smem_optin.find(kernel) : smem_optin.end();
+    if (smem > kMaxSharedOptin || it == smem_optin.end() || size_t(it->second) < smem) {
+      last_error = cudaErrorInvalidValue;
+      std::fprintf(stderr, "[cuda-emu] launch failed: %zu bytes of dynamic shared memory "
+                           "without the opt-in (cudaFuncSetAttribute) for that much\n", smem);
+      return;
+    }
+  }
+  Grid& g = grid_state;
+  g.body = &body;
+  g.error.clear();
+  g.smem.assign(smem, 0);
+  coords.block_dim = block;
+  coords.grid_dim = grid;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        coords.block = uint3{x, y, z};
+        run_block(block);
+        if (!g.error.empty()) {
+          std::fprintf(stderr, "[cuda-emu] kernel failed in block (%u, %u, %u): %s\n", x, y, z,
+                       g.error.c_str());
+          last_error = cudaErrorLaunchFailure;
+          return;
+        }
+      }
+}
+
+}  // namespace emu
+
+// ---- the runtime API the library calls ----------------------------------------------------
+namespace {
+
+size_t device_memory() {
+  static const size_t bytes = [] {
+    const char* e = std::getenv("LIBNN_CUDA_EMU_MEMORY");
+    return e ? size_t(std::strtoull(e, nullptr, 10)) : size_t(4) << 30;
+  }();
+  return bytes;
+}
+std::mutex memory_mutex;
+std::map<void*, size_t> allocations;
+size_t in_use = 0;
+int current_device = 0;
+
+cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) emu::last_error = e;
+  return e;
+}
+
+struct EmuEvent {
+  std::chrono::steady_clock::time_point at;
+};
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  current_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = current_device;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(emu::kMaxSharedOptin); break;
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    default: return record(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || size_t(value) > emu::kMaxSharedOptin) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(emu::launch_mutex);
+  emu::smem_optin[func] = value;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void*) {
+  std::memset(attr, 0, sizeof(*attr));
+  attr->ptxVersion = 90;
+  attr->binaryVersion = 90;
+  attr->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() {
+  cudaError_t e = emu::last_error;
+  emu::last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return emu::last_error; }
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return "unknown error (emulated)";
+  }
+}
+
+cudaError_t cudaMalloc(void** p, size_t n) {
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  if (in_use + n > device_memory()) {
+    *p = nullptr;
+    return record(cudaErrorMemoryAllocation);
+  }
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+  if (!*p) return record(cudaErrorMemoryAllocation);
+  std::memset(*p, 0xff, n);  // fresh device memory holds garbage, not zeros: NaN here
+  allocations[*p] = n;
+  in_use += n;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  auto it = allocations.find(p);
+  if (it == allocations.end()) return record(cudaErrorInvalidValue);
+  in_use -= it->second;
+  allocations.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  *total = device_memory();
+  *free_bytes = device_memory() - in_use;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMallocHost(p, n); }
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
+  if (n) std::memset(p, value, n);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  static int dummy;
+  *s = reinterpret_cast<cudaStream_t>(&dummy);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = reinterpret_cast<cudaEvent_t>(new EmuEvent{});
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<EmuEvent*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  reinterpret_cast<EmuEvent*>(e)->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmuEvent*>(b)->at -
+                                                 reinterpret_cast<EmuEvent*>(a)->at)
+            .count();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+
+}  // extern "C"
