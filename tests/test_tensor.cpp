@@ -210,3 +210,44 @@ TEST_CASE("out of memory: the allocator returns its cache, retries, then names t
   a.deallocate(y, six);
   REQUIRE(a.stats().allocated == 0);
 }
+
+TEST_CASE("LIBNN_NO_MEMORY_CACHING=1: exact sizes from the system, given back when freed",
+          "[tensor][memory]") {
+  std::vector<size_t> asked;
+  int frees = 0;
+  auto make = [&] {
+    return CachingAllocator(
+        "test:0",
+        [&](size_t n) {
+          asked.push_back(n);
+          return std::malloc(n);
+        },
+        [&](void* p) {
+          ++frees;
+          std::free(p);
+        });
+  };
+  const char* before = std::getenv("LIBNN_NO_MEMORY_CACHING");
+  const std::string saved = before ? before : "";
+  setenv("LIBNN_NO_MEMORY_CACHING", "1", 1);
+  {
+    CachingAllocator a = make();
+    void* p = a.allocate(100);
+    REQUIRE(asked == std::vector<size_t>{100});
+    REQUIRE(a.stats().reserved == 100);
+    a.deallocate(p, 100);
+    REQUIRE(frees == 1);
+    REQUIRE(a.stats().reserved == 0);
+    REQUIRE(a.stats().allocated == 0);
+  }
+  setenv("LIBNN_NO_MEMORY_CACHING", "0", 1);  // anything but 1: the cache as usual
+  {
+    CachingAllocator a = make();
+    void* p = a.allocate(100);
+    REQUIRE(asked.back() == 512);
+    a.deallocate(p, 100);
+    REQUIRE(frees == 1);  // kept
+  }
+  if (before) setenv("LIBNN_NO_MEMORY_CACHING", saved.c_str(), 1);
+  else unsetenv("LIBNN_NO_MEMORY_CACHING");
+}

@@ -4,6 +4,7 @@
 // memory per block); LIBNN_CUDA_EMU_MEMORY (bytes, default 4 GiB) sets its memory size.
 #include <ucontext.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -188,6 +189,8 @@ void run_block(dim3 block) {
 
 }  // namespace
 
+bool check_guards();  // below: false when a kernel wrote outside an allocation
+
 unsigned char* dynamic_smem() { return grid_state.smem.data(); }
 
 void syncthreads() {
@@ -256,6 +259,7 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
           return;
         }
       }
+  if (!check_guards()) last_error = cudaErrorLaunchFailure;
 }
 
 }  // namespace emu
@@ -271,7 +275,12 @@ size_t device_memory() {
   return bytes;
 }
 std::mutex memory_mutex;
-std::map<void*, size_t> allocations;
+// Each allocation sits between two guard zones of kGuard bytes of kGuardByte, checked after
+// every launch and at cudaFree: a kernel writing past either end of a buffer is a launch
+// failure naming the allocation (with LIBNN_NO_MEMORY_CACHING=1, every tensor is one).
+constexpr size_t kGuard = 256;
+constexpr unsigned char kGuardByte = 0xa5;
+std::map<void*, size_t> allocations;  // user pointer -> bytes
 size_t in_use = 0;
 int current_device = 0;
 
@@ -280,11 +289,36 @@ cudaError_t record(cudaError_t e) {
   return e;
 }
 
+// Whether both guard zones of the allocation at p are untouched (reports and re-arms them
+// when not).
+bool guard_intact(void* p, size_t n) {
+  unsigned char* front = static_cast<unsigned char*>(p) - kGuard;
+  unsigned char* back = static_cast<unsigned char*>(p) + n;
+  size_t before = 0, after = 0;
+  for (size_t i = 0; i < kGuard; ++i) {
+    if (front[i] != kGuardByte) before = std::max(before, kGuard - i);
+    if (back[i] != kGuardByte) after = std::max(after, i + 1);
+  }
+  if (before == 0 && after == 0) return true;
+  std::fprintf(stderr, "[cuda-emu] a kernel wrote outside a %zu-byte device allocation (%zu bytes "
+               "before its start, %zu past its end)\n", n, before, after);
+  std::memset(front, kGuardByte, kGuard);
+  std::memset(back, kGuardByte, kGuard);
+  return false;
+}
+
 struct EmuEvent {
   std::chrono::steady_clock::time_point at;
 };
 
 }  // namespace
+
+bool emu::check_guards() {
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  bool ok = true;
+  for (auto& [p, n] : allocations) ok = guard_intact(p, n) && ok;
+  return ok;
+}
 
 extern "C" {
 
@@ -350,9 +384,14 @@ cudaError_t cudaMalloc(void** p, size_t n) {
     *p = nullptr;
     return record(cudaErrorMemoryAllocation);
   }
-  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-  if (!*p) return record(cudaErrorMemoryAllocation);
-  std::memset(*p, 0xff, n);  // fresh device memory holds garbage, not zeros: NaN here
+  unsigned char* base = static_cast<unsigned char*>(
+      std::aligned_alloc(kGuard, (kGuard + n + kGuard + kGuard - 1) / kGuard * kGuard));
+  if (!base) return record(cudaErrorMemoryAllocation);
+  std::memset(base, kGuardByte, kGuard);
+  std::memset(base + kGuard + n, kGuardByte, kGuard);
+  *p = base + kGuard;
+  // fresh device memory holds garbage, not zeros: NaN bytes here (the first 64 MiB)
+  std::memset(*p, 0xff, std::min(n, size_t(64) << 20));
   allocations[*p] = n;
   in_use += n;
   return cudaSuccess;
@@ -362,9 +401,11 @@ cudaError_t cudaFree(void* p) {
   std::lock_guard<std::mutex> lock(memory_mutex);
   auto it = allocations.find(p);
   if (it == allocations.end()) return record(cudaErrorInvalidValue);
+  const bool intact = guard_intact(p, it->second);
   in_use -= it->second;
   allocations.erase(it);
-  std::free(p);
+  std::free(static_cast<unsigned char*>(p) - kGuard);
+  if (!intact) return record(cudaErrorLaunchFailure);
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {

@@ -1,13 +1,18 @@
 #include "core/allocator.h"
 
 #include <bit>
+#include <cstdlib>
+#include <cstring>
 
 namespace nn {
 
 CachingAllocator::CachingAllocator(std::string device_name, std::function<void*(size_t)> raw_alloc,
                                    std::function<void(void*)> raw_free)
     : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)),
-      raw_free_(std::move(raw_free)) {}
+      raw_free_(std::move(raw_free)) {
+  const char* e = std::getenv("LIBNN_NO_MEMORY_CACHING");
+  caching_ = !(e && std::strcmp(e, "1") == 0);
+}
 
 CachingAllocator::~CachingAllocator() { empty_cache(); }
 
@@ -22,7 +27,7 @@ size_t CachingAllocator::round_size(size_t n) {
 static std::string mib(size_t b) { return detail::cat(double(b) / (1 << 20), " MiB"); }
 
 void* CachingAllocator::allocate(size_t nbytes) {
-  size_t size = round_size(nbytes);
+  size_t size = caching_ ? round_size(nbytes) : nbytes;
   std::lock_guard<std::mutex> lock(mu_);
   stats_.num_allocs++;
   void* p = nullptr;
@@ -50,10 +55,15 @@ void* CachingAllocator::allocate(size_t nbytes) {
 }
 
 void CachingAllocator::deallocate(void* p, size_t nbytes) {
-  size_t size = round_size(nbytes);
+  size_t size = caching_ ? round_size(nbytes) : nbytes;
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated -= size;
-  free_[size].push_back(p);
+  if (caching_) {
+    free_[size].push_back(p);
+  } else {
+    raw_free_(p);
+    stats_.reserved -= size;
+  }
 }
 
 backend::MemoryStats CachingAllocator::stats() const {

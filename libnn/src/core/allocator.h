@@ -1,5 +1,8 @@
 // A caching allocator shared by every device: freed blocks are kept in size-class bins and
 // reused, so a training step allocates from the system only during its first iteration.
+// LIBNN_NO_MEMORY_CACHING=1 turns the cache off for debugging: every tensor gets exactly its
+// size from the system and gives it back when freed, so memory checkers (compute-sanitizer,
+// the CUDA emulator's guards, AddressSanitizer) see each buffer's real bounds.
 #pragma once
 #include "backend/backend.h"
 
@@ -32,6 +35,7 @@ class CachingAllocator {
   std::string device_name_;
   std::function<void*(size_t)> raw_alloc_;
   std::function<void(void*)> raw_free_;
+  bool caching_ = true;  // off with LIBNN_NO_MEMORY_CACHING=1
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   backend::MemoryStats stats_;
