@@ -321,7 +321,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t a, const void* B,
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
-                              cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
+                              cublasLtMatrixLayout_t /* c: C == D, checked below */, void* D,
+                              cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
   const LtDesc& desc = *reinterpret_cast<const LtDesc*>(op);
   const LtLayout &la = *reinterpret_cast<const LtLayout*>(a),
@@ -337,7 +338,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   gemm(Gemm{ta, tb, int64_t(ld.rows), int64_t(ld.cols), int64_t(ta ? la.rows : la.cols), ty, A,
             B, la.ld, lb.ld, D, ld.ld, scalar(false, alpha), scalar(false, beta), false,
             with_bias ? desc.bias : nullptr, from_cuda(desc.bias_type)});
-  (void)c;
   return CUBLAS_STATUS_SUCCESS;
 }
 

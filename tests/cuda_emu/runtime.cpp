@@ -22,13 +22,11 @@ Coords coords;
 namespace {
 
 enum class State { ready, block_wait, warp_wait, done, trapped };
-enum class Collective { exchange, ballot };
 
 struct Fiber {
   ucontext_t ctx;
   uint3 tid;
   State state = State::ready;
-  Collective kind = Collective::exchange;
   unsigned mask = 0;
   uint64_t value = 0, result = 0;
   int src = -1;
@@ -94,15 +92,10 @@ void try_release_warp(int w, unsigned mask) {
       return;
     }
   }
-  unsigned ballot = 0;
-  for (int l = 0; l < 32; ++l)
-    if (mask >> l & 1u && g.fibers[first + l].value) ballot |= 1u << l;
   for (int l = 0; l < 32; ++l) {
     if (!(mask >> l & 1u)) continue;
     Fiber& f = g.fibers[first + l];
-    if (f.kind == Collective::ballot) {
-      f.result = ballot;
-    } else if (f.src < 0) {
+    if (f.src < 0) {
       f.result = f.value;
     } else if (f.src < first || f.src >= first + 32 || !(mask >> (f.src - first) & 1u)) {
       fail(g, "lane " + std::to_string(l) + " of warp " + std::to_string(w) +
@@ -113,24 +106,6 @@ void try_release_warp(int w, unsigned mask) {
     }
     f.state = State::ready;
   }
-}
-
-uint64_t collective(unsigned mask, uint64_t value, int src, Collective kind) {
-  Fiber& f = self();
-  const int index = grid_state.current, lane = index % 32;
-  if (!(mask >> lane & 1u)) {
-    fail(grid_state, "a lane calls a warp collective whose mask leaves it out");
-    trap("bad warp mask");
-  }
-  f.state = State::warp_wait;
-  f.kind = kind;
-  f.mask = mask;
-  f.value = value;
-  f.src = src < 0 ? -1 : index - lane + src;
-  try_release_warp(index / 32, mask);
-  if (f.state == State::warp_wait) switch_out();
-  if (!grid_state.error.empty()) trap("");
-  return f.result;
 }
 
 void fiber_main() {
@@ -202,11 +177,20 @@ void syncthreads() {
 }
 
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
-  return collective(mask, value, src, Collective::exchange);
-}
-
-unsigned warp_ballot(unsigned mask, bool pred) {
-  return unsigned(collective(mask, pred ? 1 : 0, -1, Collective::ballot));
+  Fiber& f = self();
+  const int index = grid_state.current, lane = index % 32;
+  if (!(mask >> lane & 1u)) {
+    fail(grid_state, "a lane calls a warp collective whose mask leaves it out");
+    trap("bad warp mask");
+  }
+  f.state = State::warp_wait;
+  f.mask = mask;
+  f.value = value;
+  f.src = src < 0 ? -1 : index - lane + src;
+  try_release_warp(index / 32, mask);
+  if (f.state == State::warp_wait) switch_out();
+  if (!grid_state.error.empty()) trap("");
+  return f.result;
 }
 
 void trap(const char* what) {
