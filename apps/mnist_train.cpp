@@ -42,6 +42,8 @@ int run(int argc, char** argv) {
        cxxopts::value<bool>()->default_value("true"))
       ("train-samples", "use only the first N training samples (0: all)",
        cxxopts::value<int64_t>()->default_value("0"))
+      ("test-samples", "validate on only the first N test samples (0: all)",
+       cxxopts::value<int64_t>()->default_value("0"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
       ("seed", "random seed (weights, dropout, shuffling)",
        cxxopts::value<uint64_t>()->default_value("0"))
@@ -68,6 +70,8 @@ int run(int argc, char** argv) {
   if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
+  const int64_t train_samples = apps::check_non_negative("train-samples", a["train-samples"].as<int64_t>());
+  const int64_t test_samples = apps::check_non_negative("test-samples", a["test-samples"].as<int64_t>());
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
 
@@ -82,10 +86,13 @@ int run(int argc, char** argv) {
   }
   auto train_set = nn::data::load_mnist(dir, true);
   auto test_set = nn::data::load_mnist(dir, false);
-  if (int64_t n = a["train-samples"].as<int64_t>(); n > 0 && n < train_set->size()) {
-    train_set = std::make_shared<nn::data::TensorDataset>(train_set->data().slice(0, 0, n),
-                                                          train_set->target().slice(0, 0, n));
-  }
+  auto first = [](std::shared_ptr<nn::data::TensorDataset>& set, int64_t n) {
+    if (n > 0 && n < set->size())
+      set = std::make_shared<nn::data::TensorDataset>(set->data().slice(0, 0, n),
+                                                      set->target().slice(0, 0, n));
+  };
+  first(train_set, train_samples);
+  first(test_set, test_samples);
   nn::Tensor train_x = train_set->data(), test_x = test_set->data();
   if (a["normalize"].as<bool>()) {
     nn::NoGradGuard ng;

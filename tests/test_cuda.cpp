@@ -1,7 +1,10 @@
 // The cross-backend test: every primitive run on the CPU and on CUDA from the same random
 // inputs (odd sizes, non-contiguous views, broadcasting, empty tensors), outputs and input
 // gradients compared with a tolerance per dtype. Skips, saying so, when no GPU is present.
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 
 #include "test_util.h"
 
@@ -599,6 +602,76 @@ TEST_CASE("channels-last tensors keep their format and values across devices", "
   REQUIRE(back.is_contiguous(MemoryFormat::channels_last));
   test::require_close(d.cpu(), x, 0, 0);
   test::require_close(back.to(kF32), x.to(kF16).to(kF32), 0, 0);
+}
+
+TEST_CASE("checkpoints move between CPU and CUDA bit for bit", "[cuda][checkpoint]") {
+  if (!have_gpu()) return;
+  // A net with buffers (batch norm's running stats and i64 count) and AdamW state.
+  auto make = [] {
+    manual_seed(7);
+    return std::make_shared<Sequential>(std::initializer_list<std::shared_ptr<Module>>{
+        // no conv bias: batch norm cancels its gradient, leaving AdamW to amplify rounding
+        std::make_shared<Conv2d>(Conv2dOptions(2, 4, 3).padding({1, 1}).bias(false)),
+        std::make_shared<BatchNorm2d>(4), std::make_shared<ReLU>(), std::make_shared<Flatten>(),
+        std::make_shared<Linear>(LinearOptions(36, 3))});
+  };
+  Generator g(8);
+  Tensor x = randn({16, 2, 3, 3}, kF32, &g), y = randint(0, 3, {16}, kI64, &g);
+  auto train = [&](Module& net, optim::Optimizer& opt, Device d, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      opt.zero_grad();
+      cross_entropy(net.forward(x.to(d)), y.to(d)).backward();
+      opt.step();
+    }
+  };
+  auto require_same = [](const NamedTensors& a, const NamedTensors& b) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(a[i].first);
+      REQUIRE(a[i].first == b[i].first);
+      REQUIRE(b[i].second.device() == kCPU);  // loaded state lives where the module does
+      REQUIRE(b[i].second.dtype() == a[i].second.dtype());
+      test::require_close(b[i].second, a[i].second.cpu(), 0, 0);
+    }
+  };
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("libnn_xdev_" + std::to_string(getpid()) + ".safetensors")).string();
+  for (Device from : {kCPU, kCUDA}) {
+    const Device to = from.is_cpu() ? kCUDA : kCPU;
+    INFO("from " << from.str() << " to " << to.str());
+    auto a = make();
+    a->to(from);
+    optim::AdamW opt_a(a->parameters(), optim::AdamWOptions(1e-2));
+    train(*a, opt_a, from, 3);
+    io::Checkpoint c;
+    c.step = 3;
+    c.model = a->state_dict();
+    c.optimizer = opt_a.state();
+    io::save_checkpoint(path, c);
+
+    auto b = make();
+    b->to(to);
+    optim::AdamW opt_b(b->parameters(), optim::AdamWOptions(1e-2));
+    io::Checkpoint r = io::load_checkpoint(path);
+    b->load_state_dict(r.model);
+    opt_b.load_state(r.optimizer);
+    for (auto& p : b->parameters()) REQUIRE(p.device() == to);
+    NamedTensors sa = a->state_dict(), sb = b->state_dict(), oa = opt_a.state(), ob = opt_b.state();
+    for (auto* s : {&sb, &ob})
+      for (auto& [name, t] : *s) t = t.cpu();
+    require_same(sa, sb);
+    require_same(oa, ob);
+    // and both take the same next steps, each on its own device
+    train(*a, opt_a, from, 2);
+    train(*b, opt_b, to, 2);
+    sa = a->state_dict();
+    sb = b->state_dict();
+    for (size_t i = 0; i < sa.size(); ++i) {
+      INFO(sa[i].first);
+      test::require_close(sb[i].second.cpu(), sa[i].second.cpu(), 1e-4, 1e-5);
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][errors]") {

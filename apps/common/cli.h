@@ -52,6 +52,12 @@ T check_positive(const std::string& flag, T value) {
   return value;
 }
 
+template <typename T>
+T check_non_negative(const std::string& flag, T value) {
+  if (value < 0) throw UsageError("--" + flag + " must be 0 or more, got " + std::to_string(value));
+  return value;
+}
+
 // --device value: a usage error when it does not name a device.
 inline nn::Device parse_device(const std::string& spec) {
   try {

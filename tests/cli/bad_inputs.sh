@@ -5,13 +5,9 @@ set -uo pipefail
 app=$1; data=$2; case=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-expect() {  # expect CODE REGEX -- COMMAND...
+expect() {  # expect CODE REGEX -- COMMAND... (tests/cli/expect.sh, with a time limit)
   local code=$1 regex=$2; shift 3
-  local out rc
-  out=$(timeout 300 "$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]]; then echo "expected exit $code, got $rc:"; echo "$out"; exit 1; fi
-  grep -Eq -- "$regex" <<<"$out" || { echo "output does not match /$regex/:"; echo "$out"; exit 1; }
-  echo "ok ($case): exit $rc, /$regex/"
+  "$(dirname "$0")/expect.sh" "$code" "$regex" -- timeout 300 "$@" || exit 1
 }
 fake_data() {  # a copy of Fashion-MNIST whose FILE is replaced by BYTES (printf format)
   mkdir -p "$work/d"

@@ -306,9 +306,12 @@ bool emu::check_guards() {
 
 extern "C" {
 
+// CUDA_VISIBLE_DEVICES hides the device as the real runtime does when it is set to nothing
+// or to an index other than 0 (so the no-GPU paths can be tested here too).
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
-  return cudaSuccess;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  *count = visible && visible[0] != '0' ? 0 : 1;
+  return *count ? cudaSuccess : record(cudaErrorNoDevice);
 }
 cudaError_t cudaSetDevice(int device) {
   if (device != 0) return record(cudaErrorInvalidDevice);
@@ -358,6 +361,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     default: return "unknown error (emulated)";
   }
 }
