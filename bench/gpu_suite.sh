@@ -43,7 +43,7 @@ if want build; then
   [[ -d "$deps" ]] && extra+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps" -DZLIB_USE_STATIC_LIBS=ON)
   arch=${CUDA_ARCHS:-native}
   cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="$arch" "${extra[@]}" > "$OUT/configure.log" 2>&1 \
+        -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" "${extra[@]}" > "$OUT/configure.log" 2>&1 \
     && cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
   rc=$?; log "build exit $rc"; [[ $rc -ne 0 ]] && { tail -40 "$OUT/build.log"; exit $rc; }
 fi
