@@ -125,6 +125,15 @@ void dispatch_float(DType t, const char* op, F&& f) {
     default: NN_ERROR(op, ": not implemented for dtype ", dtype_name(t), " on CUDA");
   }
 }
+// For kernels that sum with atomics: f32 or f64 only (callers sum 16-bit data in f32).
+template <typename F>
+void dispatch_sum(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::f64: f.template operator()<double>(); return;
+    default: NN_ERROR(op, ": sums in f32 or f64 on CUDA, got ", dtype_name(t));
+  }
+}
 
 // Shape and per-operand element strides of an elementwise launch; operand 0 is the output.
 template <int N>

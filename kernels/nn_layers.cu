@@ -473,30 +473,7 @@ __global__ void gather_rows_kernel(const W* src, int64_t V, int64_t words, const
   }
 }
 
-// atomicAdd for every element type; 16-bit types through a compare-and-swap on their word.
-__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
-template <typename H>
-__device__ void atomic_add_16(H* p, float v) {
-  auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
-  const bool high = (reinterpret_cast<uintptr_t>(p) & 2) != 0;
-  unsigned int old = *word, assumed;
-  do {
-    assumed = old;
-    unsigned short bits = high ? (assumed >> 16) : (assumed & 0xffff);
-    H h;
-    memcpy(&h, &bits, 2);
-    H sum = convert<H>(load(h) + v);
-    unsigned short nb;
-    memcpy(&nb, &sum, 2);
-    unsigned int next = high ? ((assumed & 0xffffu) | (unsigned(nb) << 16))
-                             : ((assumed & 0xffff0000u) | nb);
-    old = atomicCAS(word, assumed, next);
-  } while (old != assumed);
-}
-__device__ __forceinline__ void atomic_add(__half* p, float v) { atomic_add_16(p, v); }
-__device__ __forceinline__ void atomic_add(__nv_bfloat16* p, float v) { atomic_add_16(p, v); }
-
+// T is f32 or f64 (dispatch_sum): the sums are atomic adds.
 template <typename T>
 __global__ void scatter_add_rows_kernel(const T* grad, const int64_t* idx, int64_t M, int64_t D,
                                         int64_t V, int64_t skip, T* out, int* bad) {
@@ -508,7 +485,7 @@ __global__ void scatter_add_rows_kernel(const T* grad, const int64_t* idx, int64
       *bad = 1;
       continue;
     }
-    atomic_add(out + r * D + d, load(grad[e]));
+    atomicAdd(out + r * D + d, grad[e]);
   }
 }
 
@@ -533,9 +510,10 @@ __global__ void embedding_bag_kernel(const T* table, int64_t V, int64_t D, const
   }
 }
 
+// T is f32 or f64 (dispatch_sum): the sums are atomic adds.
 template <typename T>
 __global__ void embedding_bag_backward_kernel(const T* grad, const int64_t* idx,
-                                              const acc_t<T>* w, int64_t N, int64_t L, int64_t D,
+                                              const T* w, int64_t N, int64_t L, int64_t D,
                                               int64_t V, T* grad_table, int* bad) {
   const int64_t total = N * L * D, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
@@ -544,8 +522,8 @@ __global__ void embedding_bag_backward_kernel(const T* grad, const int64_t* idx,
       *bad = 1;
       continue;
     }
-    const acc_t<T> wl = w[nl];
-    if (wl != acc_t<T>(0)) atomic_add(grad_table + r * D + d, wl * load(grad[(nl / L) * D + d]));
+    const T wl = w[nl];
+    if (wl != T(0)) atomicAdd(grad_table + r * D + d, wl * grad[(nl / L) * D + d]);
   }
 }
 
@@ -850,7 +828,7 @@ void launch_gather_rows(const void* src, int64_t V, size_t row_bytes, const int6
 void launch_scatter_add_rows(DType t, const void* grad, const int64_t* idx, int64_t M, int64_t D,
                              int64_t V, int64_t skip, void* out, int* bad, cudaStream_t s) {
   if (M * D == 0) return;
-  dispatch_float(t, "scatter_add_rows", [&]<typename T>() {
+  dispatch_sum(t, "scatter_add_rows", [&]<typename T>() {
     scatter_add_rows_kernel<T><<<grid_for(M * D), kThreads, 0, s>>>(
         static_cast<const T*>(grad), idx, M, D, V, skip, static_cast<T*>(out), bad);
     NN_CUDA_CHECK_LAUNCH();
@@ -873,9 +851,9 @@ void launch_embedding_bag_backward(DType t, const void* grad, const int64_t* idx
                                    int64_t N, int64_t L, int64_t D, int64_t V, void* grad_table,
                                    int* bad, cudaStream_t s) {
   if (N * L * D == 0) return;
-  dispatch_float(t, "embedding_bag_backward", [&]<typename T>() {
+  dispatch_sum(t, "embedding_bag_backward", [&]<typename T>() {
     embedding_bag_backward_kernel<T><<<grid_for(N * L * D), kThreads, 0, s>>>(
-        static_cast<const T*>(grad), idx, static_cast<const acc_t<T>*>(w), N, L, D, V,
+        static_cast<const T*>(grad), idx, static_cast<const T*>(w), N, L, D, V,
         static_cast<T*>(grad_table), bad);
     NN_CUDA_CHECK_LAUNCH();
   });

@@ -50,6 +50,8 @@ void launch_adaptive_avg_pool_backward(DType t, const void* grad, void* grad_x, 
 // An index outside [0, V) sets *bad to 1 (checked by the host) and leaves its row unwritten.
 void launch_gather_rows(const void* src, int64_t V, size_t row_bytes, const int64_t* idx,
                         int64_t M, void* out, int* bad, cudaStream_t s);
+// The scatter-adds (and embedding_bag_backward) sum in t = f32 or f64 with atomics: 16-bit
+// data is summed in an f32 copy by the caller.
 void launch_scatter_add_rows(DType t, const void* grad, const int64_t* idx, int64_t M, int64_t D,
                              int64_t V, int64_t skip, void* out, int* bad, cudaStream_t s);
 // Weighted bags (embedding_bag): out (N, D) row n = sum over l of w[n, l] * table[idx[n, l]],

@@ -408,6 +408,31 @@ std::vector<Case> cases() {
             return std::vector<Tensor>{(x[0] * x[1] + x[0]).to(kF32), relu(x[0]).to(kF32)};
           }, 3e-2, false, kBF16};
   v.push_back(bf);
+  Case bfm{"bf16 matmul, batched and transposed", {{2, 40, 24}, {24, 33}}, [](auto& x) {
+             return std::vector<Tensor>{matmul(x[0], x[1]), matmul(T(x[1]), x[0].transpose(1, 2))};
+           }, 3e-2, true, kBF16};
+  v.push_back(bfm);
+  // f64 on CUDA: the double overloads of the device math, softmax's double warp reductions,
+  // cuBLAS's f64 GEMM
+  Case f64{"f64 elementwise, softmax, matmul", {{9, 37}, {37, 5}}, [](auto& x) {
+             Tensor p = add(abs(x[0]), 0.5);
+             return std::vector<Tensor>{exp(x[0]), tanh(x[0]), gelu(x[0]), log(p), sqrt(p),
+                                        rsqrt(p), pow(p, 1.7), abs(x[0]), log_softmax(x[0], 1),
+                                        softmax(x[0], 0), matmul(x[0], x[1])};
+           }, 1e-9, true, kF64};
+  v.push_back(f64);
+  v.push_back({"matmul: an empty inner dim, a view cuBLAS cannot read", {{5, 0}, {0, 4}, {34, 18}, {18, 7}},
+               [](auto& x) {
+                 // every other row and column: neither row- nor column-major, so copied
+                 Tensor a = x[2].slice(0, 0, 34, 2).slice(1, 0, 18, 2);
+                 return std::vector<Tensor>{matmul(x[0], x[1]), matmul(a, x[3].slice(0, 0, 9))};
+               }});
+  Case i64r{"i64 reductions", {{6, 35}}, [](auto& x) {
+              Tensor y = x[0] * 1000;  // integers of both signs, several in a row equal
+              return std::vector<Tensor>{amax(y, {1}), amin(y, {0}), sum(y, {1}), amax(y),
+                                         argmax(y, 1)};
+            }, 0, false, kI64};
+  v.push_back(i64r);
   for (const Case& c : attention16_cases()) v.push_back(c);
   // mixed precision: 16-bit data with f32 parameters (kernels templated on the parameter
   // type; cuDNN's batch norm reads f32 parameters), and 16-bit parameters (a model cast with

@@ -40,6 +40,8 @@ TEST_CASE("cross_entropy over extra dims and its errors", "[loss]") {
               .find("target of shape") != std::string::npos);
   REQUIRE(test::error_of([&] { cross_entropy(rnd({2, 3}, 2, false), ones({2})); })
               .find("class indices") != std::string::npos);
+  REQUIRE(test::error_of([&] { cross_entropy(zeros({2, 0}), from_vector<int64_t>({0, 0}, {2})); })
+              .find("have no classes") != std::string::npos);
 }
 
 TEST_CASE("gradcheck: cross_entropy and mse", "[loss][gradcheck]") {

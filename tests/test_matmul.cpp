@@ -55,6 +55,22 @@ TEST_CASE("matmul batching and vector cases", "[matmul]") {
   REQUIRE(test::error_of([&] { matmul(a, m); }).find("cannot be multiplied") != std::string::npos);
 }
 
+// An inner dim of 0 is a sum of nothing: zeros (plus the bias), and empty gradients.
+TEST_CASE("matmul and linear with an empty inner dim", "[matmul]") {
+  Tensor a = rnd({5, 0}, 1), b = rnd({0, 4}, 2), w = rnd({4, 0}, 3), bias = rnd({4}, 4);
+  Tensor x = rnd({2, 3, 0}, 5);
+  Tensor c = matmul(a, b), l = linear(x, w, bias);
+  test::require_close(c, zeros({5, 4}, kF64), 0, 0);
+  test::require_close(l, bias.detach().expand({2, 3, 4}), 0, 0);
+  sum(c).backward();
+  sum(l).backward();
+  REQUIRE(a.grad().shape() == Shape{5, 0});
+  REQUIRE(b.grad().shape() == Shape{0, 4});
+  REQUIRE(x.grad().shape() == Shape{2, 3, 0});
+  REQUIRE(w.grad().shape() == Shape{4, 0});
+  test::require_close(bias.grad(), full({4}, 6.0, TensorOptions(kF64)), 0, 0);
+}
+
 TEST_CASE("linear is x W^T + b", "[matmul]") {
   Tensor x = rnd({4, 3}, 12, false), w = rnd({2, 3}, 13, false), b = rnd({2}, 14, false);
   test::require_close(linear(x, w, b), matmul(x, w.t()) + b, 1e-12, 1e-12);

@@ -123,6 +123,18 @@ std::string describe_states(const Grid& g) {
          " at a warp collective, " + std::to_string(counts[3]) + " finished";
 }
 
+// LIBNN_CUDA_EMU_ORDER=reverse runs the blocks of a grid, and the threads of a block between
+// barriers, last to first. The hardware promises no order, so a kernel whose result depends
+// on it (a block reading another block's output, a thread reading another thread's shared
+// memory without a barrier between) gives different results in the two orders.
+bool reverse_order() {
+  static const bool r = [] {
+    const char* e = std::getenv("LIBNN_CUDA_EMU_ORDER");
+    return e && std::string(e) == "reverse";
+  }();
+  return r;
+}
+
 void run_block(dim3 block) {
   Grid& g = grid_state;
   const int n = int(block.x * block.y * block.z);
@@ -140,17 +152,30 @@ void run_block(dim3 block) {
     makecontext(&f.ctx, fiber_main, 0);
   }
   std::memset(g.smem.data(), 0xff, g.smem.size());  // uninitialised shared memory reads NaN
+  // Warp by warp: a warp runs as far as it can (through its own collectives) before the next
+  // one starts, as if it were far ahead of the others, so a warp that overwrites shared
+  // memory another warp has yet to read, with no barrier between, is caught.
+  const bool reverse = reverse_order();
+  const int warps = (n + 31) / 32;
   for (;;) {
     bool ran = false, live = false;
-    for (int i = 0; i < n; ++i) {
-      Fiber& f = g.fibers[i];
-      if (f.state != State::done && f.state != State::trapped) live = true;
-      if (f.state != State::ready) continue;
-      g.current = i;
-      coords.thread = f.tid;
-      swapcontext(&g.scheduler, &f.ctx);
-      ran = true;
-      if (!g.error.empty()) return;
+    for (int wk = 0; wk < warps; ++wk) {
+      const int w = reverse ? warps - 1 - wk : wk;
+      const int lanes = std::min(32, n - w * 32);
+      for (bool progress = true; progress;) {
+        progress = false;
+        for (int lk = 0; lk < lanes; ++lk) {
+          const int i = w * 32 + (reverse ? lanes - 1 - lk : lk);
+          Fiber& f = g.fibers[i];
+          if (f.state != State::done && f.state != State::trapped) live = true;
+          if (f.state != State::ready) continue;
+          g.current = i;
+          coords.thread = f.tid;
+          swapcontext(&g.scheduler, &f.ctx);
+          ran = progress = true;
+          if (!g.error.empty()) return;
+        }
+      }
     }
     if (!live) return;
     if (!ran) {
@@ -231,18 +256,20 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
   g.smem.assign(smem, 0);
   coords.block_dim = block;
   coords.grid_dim = grid;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        coords.block = uint3{x, y, z};
-        run_block(block);
-        if (!g.error.empty()) {
-          std::fprintf(stderr, "[cuda-emu] kernel failed in block (%u, %u, %u): %s\n", x, y, z,
-                       g.error.c_str());
-          last_error = cudaErrorLaunchFailure;
-          return;
-        }
-      }
+  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+  for (uint64_t k = 0; k < blocks; ++k) {
+    const uint64_t b = reverse_order() ? blocks - 1 - k : k;
+    const unsigned x = unsigned(b % grid.x), y = unsigned(b / grid.x % grid.y),
+                   z = unsigned(b / (uint64_t(grid.x) * grid.y));
+    coords.block = uint3{x, y, z};
+    run_block(block);
+    if (!g.error.empty()) {
+      std::fprintf(stderr, "[cuda-emu] kernel failed in block (%u, %u, %u): %s\n", x, y, z,
+                   g.error.c_str());
+      last_error = cudaErrorLaunchFailure;
+      return;
+    }
+  }
   if (!check_guards()) last_error = cudaErrorLaunchFailure;
 }
 

@@ -44,6 +44,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossE
   NN_CHECK(target.shape() == expect, "cross_entropy: target of shape ", shape_str(target.shape()),
            " for logits of shape ", shape_str(logits.shape()), " (expected ", shape_str(expect), ")");
   const int64_t C = logits.shape()[1];
+  NN_CHECK(C > 0, "cross_entropy: logits of shape ", shape_str(logits.shape()), " have no classes");
   Tensor rows = logits;
   if (logits.dim() > 2) {  // (N, C, d...) -> (N*d..., C)
     Shape perm{0};

@@ -55,7 +55,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (b2.dim() == 2) {
     // (..., M, K) @ (K, N): fold the batch into M for one large GEMM.
     Shape lead(a2.shape().begin(), a2.shape().end() - 1);
-    out = bmm(a2.reshape({-1, K}), b2);
+    out = bmm(a2.reshape({numel_of(lead), K}), b2);  // not -1: K may be 0
     lead.push_back(b2.shape()[1]);
     out = out.reshape(lead);
   } else {
@@ -93,7 +93,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     NN_CHECK(bias.dim() == 1 && bias.shape()[0] == outf, "linear: bias of shape ",
              shape_str(bias.shape()), ", expected [", outf, "]");
   }
-  Tensor x2 = x.reshape({-1, in});
+  Tensor x2 = x.reshape({numel_of(Shape(x.shape().begin(), x.shape().end() - 1)), in});
   const int64_t R = x2.shape()[0];
   // out = x2 @ W^T + bias (broadcast over the rows)
   Tensor out = empty({1, R, outf}, x.options());
