@@ -40,6 +40,26 @@ TEST_CASE("gradcheck: batch_norm", "[norm][gradcheck]") {
   }, {rnd({5, 2}, 6)});
 }
 
+TEST_CASE("norms take a bias alone and one dtype for weight and bias", "[norm]") {
+  // gradcheck: a bias alone, with and without running statistics
+  Tensor rm = zeros({3}, kF64), rv = ones({3}, kF64);
+  require_gradcheck([&](const std::vector<Tensor>& in) {
+    Tensor m = rm.clone(), v = rv.clone();
+    return batch_norm(in[0], m, v, {}, in[1], true, 0.1, 1e-5);
+  }, {rnd({4, 3, 2}, 20), rnd({3}, 21)});
+  require_gradcheck([](const std::vector<Tensor>& in) { return layer_norm(in[0], {4}, {}, in[1]); },
+                    {rnd({3, 4}, 22), rnd({4}, 23)});
+  // 16-bit data may take f32 parameters, but weight and bias must agree
+  Tensor x = rnd({4, 3}, 24, false).to(kF16);
+  Tensor w16 = ones({3}, kF16), b32 = zeros({3}, kF32);
+  REQUIRE(test::error_of([&] { batch_norm(x, {}, {}, w16, b32, true, 0.1, 1e-5); })
+              .find("batch_norm: weight is f16, bias is f32; they must have one dtype") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] { layer_norm(x, {3}, w16, b32); })
+              .find("layer_norm: weight is f16, bias is f32; they must have one dtype") !=
+          std::string::npos);
+}
+
 TEST_CASE("layer_norm matches the definition", "[norm]") {
   Tensor x = rnd({2, 3, 4}, 7, false);
   Tensor w = rnd({4}, 8, false), b = rnd({4}, 9, false);

@@ -21,6 +21,12 @@ void check_param(const Tensor& x, const Tensor& t, int64_t n, const char* op, co
   }
   NN_CHECK(t.numel() == n, op, ": ", what, " has ", t.numel(), " elements, expected ", n);
 }
+// The fused backwards write both parameter gradients in one dtype.
+void check_same_dtype(const Tensor& weight, const Tensor& bias, const char* op) {
+  NN_CHECK(!weight.defined() || !bias.defined() || weight.dtype() == bias.dtype(), op,
+           ": weight is ", dtype_name(weight.dtype()), ", bias is ", dtype_name(bias.dtype()),
+           "; they must have one dtype");
+}
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -34,6 +40,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_param(x, bias, C, "batch_norm", "bias");
   check_param(x, running_mean, C, "batch_norm", "running_mean");
   check_param(x, running_var, C, "batch_norm", "running_var");
+  check_same_dtype(weight, bias, "batch_norm");
   NN_CHECK(training || (running_mean.defined() && running_var.defined()),
            "batch_norm: eval mode needs running_mean and running_var");
   NN_CHECK(!training || x.numel() / C > 1, "batch_norm: training needs more than one value per "
@@ -49,11 +56,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                     save_mean, save_invstd);
   out = raw_format(out, f);
   record("batch_norm", {x, weight, bias}, out,
-         [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(), save_mean,
-          save_invstd, training, f, cf](const Tensor& g, auto& need) {
+         [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(),
+          bs = bias.defined() ? bias.detach() : Tensor(), save_mean, save_invstd, training, f,
+          cf](const Tensor& g, auto& need) {
     Tensor gx = need[0] ? empty(xs.shape(), xs.options(), cf) : Tensor();
     Tensor gw = need[1] ? empty(ws.shape(), ws.options()) : Tensor();
-    Tensor gb = need[2] ? empty(ws.shape(), ws.options()) : Tensor();
+    Tensor gb = need[2] ? empty(bs.shape(), bs.options()) : Tensor();
     backend::of(g).batch_norm_backward(raw_format(g, cf), xs, ws, save_mean, save_invstd,
                                        training, gx, gw, gb);
     return std::vector<Tensor>{gx.defined() ? raw_format(gx, f) : gx, gw, gb};
@@ -74,9 +82,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   const int64_t D = numel_of(normalized_shape);
   check_param(x, weight, D, "layer_norm", "weight");
   check_param(x, bias, D, "layer_norm", "bias");
-  NN_CHECK(!weight.defined() || !bias.defined() || weight.dtype() == bias.dtype(),
-           "layer_norm: weight is ", dtype_name(weight.dtype()), ", bias is ",
-           dtype_name(bias.dtype()), "; they must have one dtype");
+  check_same_dtype(weight, bias, "layer_norm");
   const int64_t R = D ? x.numel() / D : 0;
   Tensor xc = raw_contiguous(x);
   Tensor x2 = make_view(xc, {R, D}, {D, 1}, xc.offset());
@@ -88,15 +94,13 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   backend::of(x).layer_norm_forward(x2, w, b, eps, o2, mu, rstd);
   record("layer_norm", {x, weight, bias}, out,
          [x2 = x2.detach(), w = w.defined() ? w.detach() : Tensor(), mu, rstd,
-          xs = x.shape(), bs = b.defined() ? b.shape() : Shape{D},
-          bias_options = b.defined() ? b.options() : x2.options()](
-             const Tensor& g, auto& need) {
+          b = b.defined() ? b.detach() : Tensor(), xs = x.shape()](const Tensor& g, auto& need) {
     const int64_t R = x2.shape()[0], D = x2.shape()[1];
     Tensor gx = need[0] ? empty(xs, x2.options()) : Tensor();
     Tensor gx2 = need[0] ? make_view(gx, {R, D}, {D, 1}, 0) : Tensor();
     Tensor gw = need[1] ? empty(w.shape(), w.options()) : Tensor();
     // in the bias' dtype (f32 parameters of 16-bit data get f32 gradients)
-    Tensor gb = need[2] ? empty(bs, bias_options) : Tensor();
+    Tensor gb = need[2] ? empty(b.shape(), b.options()) : Tensor();
     Tensor gc = raw_contiguous(g);
     backend::of(g).layer_norm_backward(make_view(gc, {R, D}, {D, 1}, gc.offset()), x2, w, mu,
                                        rstd, gx2, gw, gb);
