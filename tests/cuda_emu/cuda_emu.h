@@ -20,10 +20,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <type_traits>
 
 // Host-compiler builds leave __shared__ empty: here a block's shared variables are statics
-// (one block runs at a time, so one copy is the block's copy).
+// (one block runs at a time, so one copy is the block's copy). rewrite.py follows each
+// declaration with ::emu::fresh_shared, so that every block finds them filled with NaN
+// bytes, as it would find garbage on the hardware, not the previous block's values.
 #undef __shared__
 #define __shared__ static
 #ifndef __launch_bounds__
@@ -40,12 +43,22 @@ struct Coords {
 extern Coords coords;
 
 unsigned char* dynamic_smem();
+// Fills the static shared variable at p with 0xff bytes the first time a thread of the
+// running block reaches its declaration.
+void fresh_shared(void* p, size_t bytes);
 // Runs body once per thread of the grid; `kernel` (may be null) names the kernel for the
 // shared-memory opt-in check.
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const void* kernel,
             const std::function<void()>& body);
 
-void syncthreads();
+// Stops the program with a message naming `where` when something wrote outside a device
+// allocation (runtime.cpp's guard zones).
+void check_guards(const char* where);
+
+// __syncthreads at file:line: every thread of the block must wait at the same one (threads
+// that have exited excepted); the hardware counts arrivals at any barrier, but the CUDA
+// programming guide leaves a barrier in divergent code undefined, so the emulator reports it.
+void syncthreads(const char* file, int line);
 // A warp collective over the lanes in `mask`: every lane deposits `value` and reads back
 // the value of lane `src` (its own if src < 0); returns after all lanes in mask arrived.
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src);
@@ -77,7 +90,7 @@ inline int lane_id() {
 #define blockDim (::emu::coords.block_dim)
 #define gridDim (::emu::coords.grid_dim)
 
-inline void __syncthreads() { ::emu::syncthreads(); }
+#define __syncthreads() ::emu::syncthreads(__FILE__, __LINE__)
 inline void __syncwarp(unsigned mask = 0xffffffffu) { ::emu::warp_exchange(mask, 0, -1); }
 [[noreturn]] inline void __trap() { ::emu::trap("__trap() called"); }
 
@@ -87,10 +100,12 @@ T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   const int src = seg + int(delta) < width ? lane + int(delta) : -1;
   return ::emu::from_bits<T>(::emu::warp_exchange(mask, ::emu::to_bits(v), src));
 }
+// A lane may read a lane of its own or an earlier group of `width` lanes; asking a later
+// group gives its own value (the CUDA programming guide's rule).
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   const int lane = ::emu::lane_id();
-  const int src = (lane ^ lane_mask) / width == lane / width ? lane ^ lane_mask : -1;
+  const int src = (lane ^ lane_mask) / width <= lane / width ? lane ^ lane_mask : -1;
   return ::emu::from_bits<T>(::emu::warp_exchange(mask, ::emu::to_bits(v), src));
 }
 // The runtime's kernel-pointer overloads (cuda_runtime.h has them for nvcc only).
@@ -129,10 +144,12 @@ inline int max(int a, int b) { return a > b ? a : b; }
 
 // nvcuda::wmma over 16x16x16 tiles. Every lane keeps the whole tile (the hardware spreads
 // it over the lanes in an unspecified layout, which code may only touch uniformly, as ours
-// does) but owns, as on the hardware, only some of the accumulator's elements (e % 32 ==
-// lane): a store writes those alone, so a load-multiply-store of an accumulator in shared
-// memory by one lane never feeds another lane's load, and reading elements other lanes
-// stored without a __syncwarp between shows up as a wrong value.
+// does) but owns, as on the hardware, only some of the accumulator's elements: a store
+// writes those alone. Ownership follows the sm_80/sm_90 accumulator layout (lane l holds
+// rows l/4 and l/4 + 8, columns 2(l%4), 2(l%4) + 1 and the same + 8), not the row-major
+// order in which code reads a stored tile back lane by lane, so reading elements other lanes
+// stored without a __syncwarp between shows up as a wrong value. Pointers must be 32-byte
+// aligned and leading dimensions multiples of 16 bytes, as the hardware requires.
 namespace nvcuda::wmma {
 struct matrix_a {};
 struct matrix_b {};
@@ -157,9 +174,18 @@ void fill_fragment(fragment<Use, M, N, K, T, L>& f, float v)
 {
   for (auto& e : f.x) e = T(v);
 }
+template <typename T>
+void check_tile(const T* p, unsigned ld) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "WMMA tiles of 16- or 32-bit elements");
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0) ::emu::trap("a WMMA tile pointer is not 32-byte aligned");
+  if (ld * sizeof(T) % 16 != 0) ::emu::trap("a WMMA leading dimension is not a multiple of 16 bytes");
+}
+inline int owner_lane(int r, int c) { return (r % 8) * 4 + (c % 8) / 2; }
 // a row-major or column-major source: element (r, c) at p[r * ld + c] or p[c * ld + r]
 template <typename Use, int M, int N, int K, typename T, typename L>
 void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ld) {
+  static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16x16x16 tiles only");
+  check_tile(p, ld);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
       f.x[r * 16 + c] = std::is_same_v<L, col_major> ? p[c * ld + r] : p[r * ld + c];
@@ -167,6 +193,8 @@ void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ld) 
 template <int M, int N, int K, typename T>
 void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const T* p, unsigned ld,
                       layout_t layout) {
+  static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16x16x16 tiles only");
+  check_tile(p, ld);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
       f.x[r * 16 + c] = layout == mem_col_major ? p[c * ld + r] : p[r * ld + c];
@@ -174,10 +202,12 @@ void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const T* p, un
 template <int M, int N, int K, typename T>
 void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ld,
                        layout_t layout) {
+  static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16x16x16 tiles only");
+  check_tile(p, ld);
   const int lane = ::emu::lane_id();
-  for (int e = lane; e < 256; e += 32) {  // each lane stores the elements it owns
+  for (int e = 0; e < 256; ++e) {  // each lane stores the elements it owns
     const int r = e / 16, c = e % 16;
-    (layout == mem_col_major ? p[c * ld + r] : p[r * ld + c]) = f.x[e];
+    if (owner_lane(r, c) == lane) (layout == mem_col_major ? p[c * ld + r] : p[r * ld + c]) = f.x[e];
   }
 }
 // d = a b + c with products and sums in f32 (the tensor cores' accumulation type here)

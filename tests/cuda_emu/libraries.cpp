@@ -158,6 +158,18 @@ void finish(const TensorDesc& d, void* out, std::vector<double>& acc, double alp
 }
 
 bool bad_types(const TensorDesc& a, const TensorDesc& b) { return a.ty == Ty::bad || a.ty != b.ty; }
+// Batch norm indexes x, y, dy and dx alike: they must share dtype, dims and format.
+bool unlike(const TensorDesc& a, const TensorDesc& b) {
+  return bad_types(a, b) || a.format != b.format || a.n != b.n || a.c != b.c || a.h != b.h ||
+         a.w != b.w;
+}
+
+// A computation's status, after checking that it wrote nothing outside a device allocation.
+template <typename S>
+S guarded(S status, const char* what) {
+  ::emu::check_guards(what);
+  return status;
+}
 
 // Spatial batch norm: per channel over (N, H, W).
 template <typename F>
@@ -189,7 +201,7 @@ cudnnStatus_t conv_pass(Pass pass, const TensorDesc& x, const TensorDesc& wd, co
     acc[size_t(o)] = round_acc(cv.f64, acc[size_t(o)] + u * v);
   });
   finish(od, out, acc, scalar(cv.f64, alpha), scalar(cv.f64, beta));
-  return CUDNN_STATUS_SUCCESS;
+  return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN convolution");
 }
 
 }  // namespace
@@ -235,7 +247,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t tran
     gemm(Gemm{ta, tb, m, n, k, ty, static_cast<const char*>(A) + i * sa * es,
               static_cast<const char*>(B) + i * sb * es, lda, ldb,
               static_cast<char*>(C) + i * sc * es, ldc, scalar(f64, alpha), scalar(f64, beta), f64});
-  return CUBLAS_STATUS_SUCCESS;
+  return guarded(CUBLAS_STATUS_SUCCESS, "cublasGemmStridedBatchedEx");
 }
 
 // ---- cuBLASLt -------------------------------------------------------------------------------
@@ -332,13 +344,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   if (ty == Ty::bad || ty == Ty::f64 || desc.compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (C != D) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, as the library calls it
+  if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc.epilogue != CUBLASLT_EPILOGUE_BIAS)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator computes these two epilogues only
   const bool with_bias = desc.epilogue == CUBLASLT_EPILOGUE_BIAS;
   if (with_bias && !desc.bias) return CUBLAS_STATUS_INVALID_VALUE;
   const bool ta = desc.ta != CUBLAS_OP_N, tb = desc.tb != CUBLAS_OP_N;
   gemm(Gemm{ta, tb, int64_t(ld.rows), int64_t(ld.cols), int64_t(ta ? la.rows : la.cols), ty, A,
             B, la.ld, lb.ld, D, ld.ld, scalar(false, alpha), scalar(false, beta), false,
             with_bias ? desc.bias : nullptr, from_cuda(desc.bias_type)});
-  return CUBLAS_STATUS_SUCCESS;
+  return guarded(CUBLAS_STATUS_SUCCESS, "cublasLtMatmul");
 }
 
 // ---- cuDNN ----------------------------------------------------------------------------------
@@ -475,13 +489,16 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
 namespace {
 template <typename Perf, typename Algo, typename Run>
 cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, int* ret,
-                       Perf* perf, Run&& run) {
+                       Perf* perf, const void* out_desc, void* out, Run&& run) {
   const ConvDesc& cv = *reinterpret_cast<const ConvDesc*>(conv);
   const float one = 1, zero = 0;
   const double one_d = 1, zero_d = 0;
   const cudnnStatus_t st = run(cv.f64 ? static_cast<const void*>(&one_d) : &one,
                                cv.f64 ? static_cast<const void*>(&zero_d) : &zero, algo);
   if (st != CUDNN_STATUS_SUCCESS) return st;
+  // cuDNN leaves Find's output undefined: NaN bytes, so a caller that skips the real call fails
+  const TensorDesc& od = *static_cast<const TensorDesc*>(out_desc);
+  std::memset(out, 0xff, size_t(count(od)) * (od.ty == Ty::f64 ? 8 : od.ty == Ty::f32 ? 4 : 2));
   *ret = req > 0 ? 1 : 0;
   if (req > 0) {
     std::memset(&perf[0], 0, sizeof(perf[0]));
@@ -497,7 +514,7 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
     cudnnHandle_t h, cudnnTensorDescriptor_t xd, const void* x, cudnnFilterDescriptor_t wd,
     const void* w, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t yd, void* y, int req,
     int* ret, cudnnConvolutionFwdAlgoPerf_t* perf, void* ws, size_t wsb) {
-  return find_one(conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, req, ret, perf,
+  return find_one(conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, req, ret, perf, yd, y,
                   [&](const void* one, const void* zero, auto algo) {
                     return cudnnConvolutionForward(h, one, xd, x, wd, w, conv, algo, ws, wsb,
                                                    zero, yd, y);
@@ -507,7 +524,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
     cudnnHandle_t h, cudnnFilterDescriptor_t wd, const void* w, cudnnTensorDescriptor_t dyd,
     const void* dy, cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dxd, void* dx,
     int req, int* ret, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws, size_t wsb) {
-  return find_one(conv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, req, ret, perf,
+  return find_one(conv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, req, ret, perf, dxd, dx,
                   [&](const void* one, const void* zero, auto algo) {
                     return cudnnConvolutionBackwardData(h, one, wd, w, dyd, dy, conv, algo, ws,
                                                         wsb, zero, dxd, dx);
@@ -517,7 +534,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
     cudnnHandle_t h, cudnnTensorDescriptor_t xd, const void* x, cudnnTensorDescriptor_t dyd,
     const void* dy, cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dwd, void* dw,
     int req, int* ret, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t wsb) {
-  return find_one(conv, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, req, ret, perf,
+  return find_one(conv, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, req, ret, perf, dwd, dw,
                   [&](const void* one, const void* zero, auto algo) {
                     return cudnnConvolutionBackwardFilter(h, one, xd, x, dyd, dy, conv, algo, ws,
                                                           wsb, zero, dwd, dw);
@@ -539,7 +556,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
   const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(xd);
   const TensorDesc& y = *reinterpret_cast<const TensorDesc*>(yd);
   const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
-  if (mode != CUDNN_BATCHNORM_SPATIAL || bad_types(x, y) || eps < CUDNN_BN_MIN_EPSILON)
+  if (mode != CUDNN_BATCHNORM_SPATIAL || unlike(x, y) || eps < CUDNN_BN_MIN_EPSILON)
     return CUDNN_STATUS_BAD_PARAM;
   const bool f64 = x.ty == Ty::f64;
   const double a = scalar(f64, alpha), b = scalar(f64, beta);
@@ -563,7 +580,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     if (save_mean) put(pt, save_mean, c, mean);
     if (save_invstd) put(pt, save_invstd, c, invstd);
   });
-  return CUDNN_STATUS_SUCCESS;
+  return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN batch norm");
 }
 cudnnStatus_t cudnnBatchNormalizationForwardInference(
     cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
@@ -573,7 +590,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
   const TensorDesc& x = *reinterpret_cast<const TensorDesc*>(xd);
   const TensorDesc& y = *reinterpret_cast<const TensorDesc*>(yd);
   const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
-  if (mode != CUDNN_BATCHNORM_SPATIAL || bad_types(x, y) || eps < CUDNN_BN_MIN_EPSILON)
+  if (mode != CUDNN_BATCHNORM_SPATIAL || unlike(x, y) || eps < CUDNN_BN_MIN_EPSILON)
     return CUDNN_STATUS_BAD_PARAM;
   const bool f64 = x.ty == Ty::f64;
   const double a = scalar(f64, alpha), b = scalar(f64, beta);
@@ -584,7 +601,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
       put(y.ty, Y, i, a * ((get(x.ty, X, i) - mu) * invstd * w + bi) +
                           (b != 0 ? b * get(y.ty, Y, i) : 0.0));
   });
-  return CUDNN_STATUS_SUCCESS;
+  return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN batch norm");
 }
 cudnnStatus_t cudnnBatchNormalizationBackward(
     cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha_d, const void* beta_d,
@@ -596,7 +613,7 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
   const TensorDesc& dy = *reinterpret_cast<const TensorDesc*>(dyd);
   const TensorDesc& dx = *reinterpret_cast<const TensorDesc*>(dxd);
   const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
-  if (mode != CUDNN_BATCHNORM_SPATIAL || bad_types(x, dy) || bad_types(x, dx) ||
+  if (mode != CUDNN_BATCHNORM_SPATIAL || unlike(x, dy) || unlike(x, dx) ||
       eps < CUDNN_BN_MIN_EPSILON || !save_mean || !save_invstd)
     return CUDNN_STATUS_NOT_SUPPORTED;  // the library always passes the saved statistics
   const bool f64 = x.ty == Ty::f64;
@@ -619,7 +636,7 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     put(pt, dscale, c, ap * sgx + (bp != 0 ? bp * get(pt, dscale, c) : 0.0));
     put(pt, dbias, c, ap * sg + (bp != 0 ? bp * get(pt, dbias, c) : 0.0));
   });
-  return CUDNN_STATUS_SUCCESS;
+  return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN batch norm");
 }
 
 }  // extern "C"

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Turns a .cu file into C++ the CUDA emulator (cuda_emu.h) compiles with the host compiler.
 
-Two rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
-`::emu::launch(grid, block, smem, stream, [&] { NAME(args); });`, and a dynamic shared-memory
-declaration `extern __shared__ [__align__(N)] T name[];` becomes a pointer to the launch's
-dynamic shared memory. `#include <mma.h>` is dropped (the emulator supplies nvcuda::wmma).
+Three rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
+`::emu::launch(grid, block, smem, stream, ID, BODY)`, BODY calling NAME in every thread with
+the arguments evaluated once, at the launch, as the hardware's launch does; a dynamic
+shared-memory declaration `extern __shared__ [__align__(N)] T name[];` becomes a pointer to
+the launch's dynamic shared memory; and a static one, `__shared__ T a[N], b[M];`, is followed
+by `::emu::fresh_shared` calls that give each block NaN bytes in it. `#include <mma.h>` is
+dropped (the emulator supplies nvcuda::wmma).
 
     rewrite.py IN.cu OUT.cpp
 """
@@ -16,23 +19,22 @@ def kernel_name_start(src, end):
     """Start of the kernel expression ending at `end` (just before '<<<'): an identifier,
     possibly qualified, with template arguments (balanced <...>)."""
     i = end
-    while True:
-        if i > 0 and src[i - 1] == '>':  # template arguments: walk back to the matching '<'
-            depth, i = 0, i - 1
-            while i >= 0:
-                if src[i] == '>':
-                    depth += 1
-                elif src[i] == '<':
-                    depth -= 1
-                    if depth == 0:
-                        break
-                i -= 1
-        j = i
-        while j > 0 and (src[j - 1].isalnum() or src[j - 1] in '_:'):
-            j -= 1
-        if j == i:
-            raise SystemExit(f"rewrite.py: no kernel name before <<< at offset {end}")
-        return j
+    if i > 0 and src[i - 1] == '>':  # template arguments: walk back to the matching '<'
+        depth, i = 0, i - 1
+        while i >= 0:
+            if src[i] == '>':
+                depth += 1
+            elif src[i] == '<':
+                depth -= 1
+                if depth == 0:
+                    break
+            i -= 1
+    j = i
+    while j > 0 and (src[j - 1].isalnum() or src[j - 1] in '_:'):
+        j -= 1
+    if j == i:
+        raise SystemExit(f"rewrite.py: no kernel name before <<< at offset {end}")
+    return j
 
 
 def matching(src, i, open_ch, close_ch):
@@ -75,7 +77,8 @@ def rewrite_launches(src):
         # emulator can check the shared memory it was allowed to use
         is_var = re.fullmatch(r'\w+', name) and re.search(r'\bauto\s+' + name + r'\s*=', src[:at])
         kid = f"(const void*)({name})" if is_var else 'nullptr'
-        out.append(f"::emu::launch({', '.join(parts)}, {kid}, [&] {{ {name}{args}; }})")
+        out.append(f"::emu::launch({', '.join(parts)}, {kid}, [&, emu_args = std::make_tuple{args}] "
+                   f"{{ std::apply([&](const auto&... emu_a) {{ {name}(emu_a...); }}, emu_args); }})")
         out.append('\n' * (src[start:args_open].count('\n')))  # keep line numbers
         pos = args_close
 
@@ -97,12 +100,22 @@ def split_top_level(s):
     return parts
 
 
+STATIC_SHARED = re.compile(r'(?<!extern )__shared__\s+([\w:<>]+)\s+([^;=]+);')
+
+
+def fresh_static_shared(m):
+    names = [re.match(r'\s*(\w+)', d).group(1) for d in split_top_level(m.group(2))]
+    fills = ' '.join(f'::emu::fresh_shared(&{n}, sizeof {n});' for n in names)
+    return f'{m.group(0)} {fills}'
+
+
 SHARED = re.compile(r'extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w:\s]+?)\s+(\w+)\s*\[\s*\]\s*;')
 
 
 def main():
     src = open(sys.argv[1]).read()
     src = re.sub(r'#include\s*<mma\.h>', '// <mma.h>: nvcuda::wmma comes from cuda_emu.h', src)
+    src = STATIC_SHARED.sub(fresh_static_shared, src)
     src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = "
                      f"reinterpret_cast<{m.group(1)}*>(::emu::dynamic_smem());", src)
     src = rewrite_launches(src)

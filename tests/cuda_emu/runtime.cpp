@@ -30,6 +30,8 @@ struct Fiber {
   unsigned mask = 0;
   uint64_t value = 0, result = 0;
   int src = -1;
+  const char* barrier_file = nullptr;  // the __syncthreads it waits at
+  int barrier_line = 0;
 };
 
 constexpr size_t kStack = 256 * 1024;
@@ -43,9 +45,18 @@ struct Grid {
   const std::function<void()>* body = nullptr;
   int current = 0;
   std::string error;
+  // the launch's dynamic shared memory: smem_bytes from a 128-byte boundary inside smem (the
+  // hardware aligns it at least that well; WMMA tiles need 32)
   std::vector<unsigned char> smem;
+  size_t smem_bytes = 0;
+  unsigned char* smem_base() {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(smem.data());
+    return smem.data() + ((128 - p % 128) % 128);
+  }
 };
 Grid grid_state;
+uint64_t block_serial = 0;                  // counts the blocks run, so each is told apart
+std::map<void*, uint64_t> shared_filled;    // static shared variable -> block that filled it
 std::mutex launch_mutex;
 cudaError_t last_error = cudaSuccess;
 std::map<const void*, int> smem_optin;  // kernel -> bytes allowed by cudaFuncSetAttribute
@@ -69,9 +80,20 @@ void try_release_block() {
     if (f.state != State::done) ++live;
     if (f.state == State::block_wait) ++waiting;
   }
-  if (waiting > 0 && waiting == live)
-    for (auto& f : g.fibers)
-      if (f.state == State::block_wait) f.state = State::ready;
+  if (waiting == 0 || waiting != live) return;
+  const Fiber* first = nullptr;
+  for (auto& f : g.fibers) {
+    if (f.state != State::block_wait) continue;
+    if (!first) first = &f;
+    if (f.barrier_line != first->barrier_line || std::strcmp(f.barrier_file, first->barrier_file)) {
+      fail(g, std::string("threads of a block wait at different __syncthreads: ") +
+                  first->barrier_file + ":" + std::to_string(first->barrier_line) + " and " +
+                  f.barrier_file + ":" + std::to_string(f.barrier_line));
+      return;
+    }
+  }
+  for (auto& f : g.fibers)
+    if (f.state == State::block_wait) f.state = State::ready;
 }
 
 // Completes the warp collective lane `lane` of warp `w` waits at, if all its lanes arrived.
@@ -151,7 +173,8 @@ void run_block(dim3 block) {
     f.ctx.uc_link = &g.scheduler;
     makecontext(&f.ctx, fiber_main, 0);
   }
-  std::memset(g.smem.data(), 0xff, g.smem.size());  // uninitialised shared memory reads NaN
+  std::memset(g.smem_base(), 0xff, g.smem_bytes);  // uninitialised shared memory reads NaN
+  ++block_serial;  // and so do static shared variables (fresh_shared)
   // Warp by warp: a warp runs as far as it can (through its own collectives) before the next
   // one starts, as if it were far ahead of the others, so a warp that overwrites shared
   // memory another warp has yet to read, with no barrier between, is caught.
@@ -189,13 +212,22 @@ void run_block(dim3 block) {
 
 }  // namespace
 
-bool check_guards();  // below: false when a kernel wrote outside an allocation
 
-unsigned char* dynamic_smem() { return grid_state.smem.data(); }
 
-void syncthreads() {
+unsigned char* dynamic_smem() { return grid_state.smem_base(); }
+
+void fresh_shared(void* p, size_t bytes) {
+  uint64_t& filled = shared_filled[p];
+  if (filled == block_serial) return;
+  std::memset(p, 0xff, bytes);
+  filled = block_serial;
+}
+
+void syncthreads(const char* file, int line) {
   Fiber& f = self();
   f.state = State::block_wait;
+  f.barrier_file = file;
+  f.barrier_line = line;
   try_release_block();
   if (f.state == State::block_wait) switch_out();
   if (!grid_state.error.empty()) trap("");
@@ -253,7 +285,8 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
   Grid& g = grid_state;
   g.body = &body;
   g.error.clear();
-  g.smem.assign(smem, 0);
+  g.smem.assign(smem + 128, 0);
+  g.smem_bytes = smem;
   coords.block_dim = block;
   coords.grid_dim = grid;
   const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
@@ -270,7 +303,7 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
       return;
     }
   }
-  if (!check_guards()) last_error = cudaErrorLaunchFailure;
+  check_guards("a kernel");
 }
 
 }  // namespace emu
@@ -287,10 +320,13 @@ size_t device_memory() {
 }
 std::mutex memory_mutex;
 // Each allocation sits between two guard zones of kGuard bytes of kGuardByte, checked after
-// every launch and at cudaFree: a kernel writing past either end of a buffer is a launch
-// failure naming the allocation (with LIBNN_NO_MEMORY_CACHING=1, every tensor is one).
+// every launch, every cuBLAS/cuDNN computation and at cudaFree: a write past either end of a
+// buffer stops the program with a message naming the allocation and the call after which it
+// was found (with LIBNN_NO_MEMORY_CACHING=1, every tensor is one). An error code could be
+// cleared by the caller's next cudaGetLastError. The guard bytes read as NaN in every float
+// type and as -1 in every integer one, so a read past the end shows too.
 constexpr size_t kGuard = 256;
-constexpr unsigned char kGuardByte = 0xa5;
+constexpr unsigned char kGuardByte = 0xff;
 std::map<void*, size_t> allocations;  // user pointer -> bytes
 size_t in_use = 0;
 int current_device = 0;
@@ -300,9 +336,8 @@ cudaError_t record(cudaError_t e) {
   return e;
 }
 
-// Whether both guard zones of the allocation at p are untouched (reports and re-arms them
-// when not).
-bool guard_intact(void* p, size_t n) {
+// Stops the program when a guard zone of the allocation at p was written.
+void check_guard(void* p, size_t n, const char* where) {
   unsigned char* front = static_cast<unsigned char*>(p) - kGuard;
   unsigned char* back = static_cast<unsigned char*>(p) + n;
   size_t before = 0, after = 0;
@@ -310,12 +345,10 @@ bool guard_intact(void* p, size_t n) {
     if (front[i] != kGuardByte) before = std::max(before, kGuard - i);
     if (back[i] != kGuardByte) after = std::max(after, i + 1);
   }
-  if (before == 0 && after == 0) return true;
-  std::fprintf(stderr, "[cuda-emu] a kernel wrote outside a %zu-byte device allocation (%zu bytes "
-               "before its start, %zu past its end)\n", n, before, after);
-  std::memset(front, kGuardByte, kGuard);
-  std::memset(back, kGuardByte, kGuard);
-  return false;
+  if (before == 0 && after == 0) return;
+  std::fprintf(stderr, "[cuda-emu] %s wrote outside a %zu-byte device allocation (%zu bytes "
+               "before its start, %zu past its end)\n", where, n, before, after);
+  std::abort();
 }
 
 struct EmuEvent {
@@ -324,11 +357,9 @@ struct EmuEvent {
 
 }  // namespace
 
-bool emu::check_guards() {
+void emu::check_guards(const char* where) {
   std::lock_guard<std::mutex> lock(memory_mutex);
-  bool ok = true;
-  for (auto& [p, n] : allocations) ok = guard_intact(p, n) && ok;
-  return ok;
+  for (auto& [p, n] : allocations) check_guard(p, n, where);
 }
 
 extern "C" {
@@ -358,6 +389,19 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMultiProcessorCount: *value = 132; break;
     default: return record(cudaErrorInvalidValue);
   }
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  std::memset(p, 0, sizeof(*p));
+  std::snprintf(p->name, sizeof p->name, "libnn CUDA emulator, H100-shaped");
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 132;
+  p->sharedMemPerBlockOptin = emu::kMaxSharedOptin;
+  p->totalGlobalMem = device_memory();
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
   return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
@@ -416,11 +460,10 @@ cudaError_t cudaFree(void* p) {
   std::lock_guard<std::mutex> lock(memory_mutex);
   auto it = allocations.find(p);
   if (it == allocations.end()) return record(cudaErrorInvalidValue);
-  const bool intact = guard_intact(p, it->second);
+  check_guard(p, it->second, "a kernel or library call (found at cudaFree)");
   in_use -= it->second;
   allocations.erase(it);
   std::free(static_cast<unsigned char*>(p) - kGuard);
-  if (!intact) return record(cudaErrorLaunchFailure);
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
