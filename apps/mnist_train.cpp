@@ -140,7 +140,7 @@ int run(int argc, char** argv) {
   apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), nullptr});
   std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
               "batch %lld, %s, %d threads\n",
-              dataset.c_str(), model_name.c_str(), device.str().c_str(),
+              dataset.c_str(), model_name.c_str(), apps::describe_device(device).c_str(),
               (long long)train_set->size(), (long long)test_set->size(),
               (long long)model->num_parameters(), (long long)batch, optim_name.c_str(),
               nn::num_threads());

@@ -90,14 +90,6 @@ std::string today() {
   return buf;
 }
 
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
-
 int body(int argc, char** argv) {
   cxxopts::Options opts("fp16_vs_fp32",
                         "Training throughput in FP32 and mixed precision (FP16, BF16), back to back.");
@@ -175,7 +167,7 @@ int body(int argc, char** argv) {
     std::string machine = a.count("machine") ? a["machine"].as<std::string>()
                                              : (dev.is_cpu() ? "cpu-" + std::to_string(nn::num_threads()) + "core" : "gpu");
     os << "{\"schema\": \"libnn-bench-1\", \"date\": \"" << today() << "\", \"machine\": \"" << machine
-       << "\", \"host\": \"" << (dev.is_cpu() ? cpu_name() : dev.str()) << "\", \"command\": \"";
+       << "\", \"host\": \"" << nn::device_name(dev) << "\", \"command\": \"";
     for (int i = 0; i < argc; ++i) os << (i ? " " : "") << argv[i];
     os << "\", \"records\": [";
     for (size_t i = 0; i < results.size(); ++i) {

@@ -196,7 +196,7 @@ int body(int argc, char** argv) {
   for (auto& p : precisions)
     NN_CHECK(p == "fp32" || p == "fp16" || p == "bf16", "--precisions: unknown precision '", p, "'");
   for (auto& p : phases) NN_CHECK(p == "train" || p == "infer", "--phases: unknown phase '", p, "'");
-  const std::string device = dev.is_cpu() ? "cpu" : "cuda";
+  const std::string device = dev.is_cpu() ? "cpu" : "cuda", device_name = nn::device_name(dev);
   const bool profile = a.count("profile") > 0;
 
   if (const int64_t n = a["gemm"].as<int64_t>(); n > 0)
@@ -204,7 +204,7 @@ int body(int argc, char** argv) {
       const double tf = gemm_tflops(p, dev, n);
       std::fprintf(stderr, "matmul %lld^3 %s: %.1f GFLOP/s\n", (long long)n, p.c_str(), tf * 1e3);
       std::printf("%s\n", nn::train::JsonLine().add("impl", std::string("libnn")).add("kind", std::string("gemm"))
-                              .add("device", device).add("precision", p).add("n", n).add("tflops", tf).str().c_str());
+                              .add("device", device).add("device_name", device_name).add("precision", p).add("n", n).add("tflops", tf).str().c_str());
     }
   std::fprintf(stderr, "%-5s %7s %-5s %-6s %6s %4s %12s %10s %9s\n", "model", "classes", "prec", "phase",
                "batch", "T", "samples/s", "tokens/s", "peak MiB");
@@ -235,6 +235,7 @@ int body(int argc, char** argv) {
                                   .add("shape", model == "bert" ? preset : std::string("default"))
                                   .add("classes", s.classes)
                                   .add("device", device)
+                                  .add("device_name", device_name)
                                   .add("precision", p)
                                   .add("phase", phase)
                                   .add("batch", s.batch)

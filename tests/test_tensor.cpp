@@ -158,6 +158,20 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
   }
 }
 
+TEST_CASE("device_name names the CPU and each CUDA device", "[tensor]") {
+  REQUIRE_FALSE(device_name(kCPU).empty());
+  if (cuda_available()) {
+    const std::string name = device_name(kCUDA);
+    INFO(name);
+    REQUIRE_FALSE(name.empty());
+    REQUIRE(name != "cuda:0");
+    REQUIRE(test::error_of([] { device_name(Device("cuda:99")); }).find("only") !=
+            std::string::npos);
+  } else {
+    REQUIRE(test::error_of([] { device_name(kCUDA); }).find("CUDA") != std::string::npos);
+  }
+}
+
 TEST_CASE("the caching allocator reuses freed blocks", "[tensor][memory]") {
   empty_cache();
   { Tensor warm = empty({1 << 20}); }

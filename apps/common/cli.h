@@ -67,6 +67,11 @@ inline nn::Device parse_device(const std::string& spec) {
   }
 }
 
+// How a banner names a device: "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3)".
+inline std::string describe_device(const nn::Device& d) {
+  return d.is_cpu() ? d.str() : d.str() + " (" + nn::device_name(d) + ")";
+}
+
 // Runs `body`, turning errors into one line on stderr and an exit code: 2 for usage errors,
 // 1 for everything else.
 inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int, char**)) {

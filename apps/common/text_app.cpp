@@ -193,7 +193,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   }
   model->to(dev);
   std::printf("%s: %lld parameters on %s, %s\n", app.name.c_str(), (long long)model->num_parameters(),
-              dev.str().c_str(), precision.c_str());
+              apps::describe_device(dev).c_str(), precision.c_str());
   nn::data::DataLoaderOptions lo;
   lo.batch_size = batch;
   lo.seed = seed;

@@ -32,7 +32,7 @@ void bench_attention(const nn::Device& d, nn::DType t, int iters) {
   struct Shape {
     int64_t n, h, len;
   };
-  const std::string dev = d.str();
+  const std::string dev = d.str(), name = nn::device_name(d);
   for (const char* path : {"default", "simt"}) {
     if (std::string(path) == "simt") ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
     else ::unsetenv("LIBNN_CUDA_ATTENTION");
@@ -53,10 +53,10 @@ void bench_attention(const nn::Device& d, nn::DType t, int iters) {
       });
       for (auto [phase, sec, flops] : {std::tuple{"forward", fwd, fwd_flops},
                                        std::tuple{"forward+backward", both, 3.5 * fwd_flops}})
-        std::printf("{\"impl\": \"libnn-%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
-                    "\"op\": \"attention %s\", \"shape\": \"%lldx%lldx%lldx64\", \"us\": %.1f, "
-                    "\"tflops\": %.2f}\n",
-                    path, dev.c_str(), nn::dtype_name(t), phase, (long long)sh.n, (long long)sh.h,
+        std::printf("{\"impl\": \"libnn-%s\", \"device\": \"%s\", \"device_name\": \"%s\", "
+                    "\"dtype\": \"%s\", \"op\": \"attention %s\", \"shape\": \"%lldx%lldx%lldx64\", "
+                    "\"us\": %.1f, \"tflops\": %.2f}\n",
+                    path, dev.c_str(), name.c_str(), nn::dtype_name(t), phase, (long long)sh.n, (long long)sh.h,
                     (long long)sh.len, sec * 1e6, flops / sec / 1e12);
       std::fflush(stdout);
     }
@@ -122,12 +122,13 @@ int main(int argc, char** argv) {
       // reads p, g, m, v and writes p, m, v
       ops.push_back({"adamw_step", 7 * es * n, [&] { opt->step(); }});
     }
-    const std::string dev = d.str();
+    const std::string dev = d.str(), name = nn::device_name(d);
     for (auto& op : ops) {
       double s = time_per_call(d, iters, op.f);
-      std::printf("{\"impl\": \"libnn\", \"device\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", "
-                  "\"n\": %lld, \"us\": %.2f, \"gb_per_s\": %.1f}\n",
-                  dev.c_str(), nn::dtype_name(t), op.name, (long long)n, s * 1e6,
+      std::printf("{\"impl\": \"libnn\", \"device\": \"%s\", \"device_name\": \"%s\", "
+                  "\"dtype\": \"%s\", \"op\": \"%s\", \"n\": %lld, \"us\": %.2f, "
+                  "\"gb_per_s\": %.1f}\n",
+                  dev.c_str(), name.c_str(), nn::dtype_name(t), op.name, (long long)n, s * 1e6,
                   op.bytes / s / 1e9);
       std::fflush(stdout);
     }

@@ -31,6 +31,10 @@ inline const Device kCUDA{DeviceType::cuda, 0};
 // True when libnn was built with CUDA and a device is present.
 bool cuda_available();
 int cuda_device_count();
+// The device's model name, as torch.cuda.get_device_name gives it: the GPU's as its driver
+// reports it ("NVIDIA H100 80GB HBM3"), the CPU's from /proc/cpuinfo ("cpu" where that
+// cannot be read). Throws nn::Error, as check_device does, when `d` cannot be used.
+std::string device_name(const Device& d);
 // Throws nn::Error naming the reason when `d` cannot be used (no CUDA build, no device,
 // index out of range).
 void check_device(const Device& d);

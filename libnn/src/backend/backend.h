@@ -198,6 +198,7 @@ using CudaCount = int (*)();
 // Defined by backend/cuda/ when libnn is built with CUDA.
 Backend* create_cuda_backend(int index);
 int cuda_device_count_impl();  // 0 when no driver or device is present
+std::string cuda_device_name_impl(int index);
 #endif
 
 }  // namespace nn::backend

@@ -2,8 +2,10 @@
 // when libnn was built with CUDA and the device is present.
 #include <nn/device.h>
 
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -31,6 +33,15 @@ struct CudaRegistry {
   std::mutex mu;
   std::vector<Backend*> devices;  // leaked on purpose: tensors may outlive static destructors
 };
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find_first_not_of(" \t", line.find(':') + 1));
+  return "cpu";
+}
 CudaRegistry& cuda_registry() {
   static auto* r = new CudaRegistry;
   return *r;
@@ -70,4 +81,17 @@ int cuda_device_count() {
   return r.count ? r.count() : 0;
 }
 bool cuda_available() { return cuda_device_count() > 0; }
+
+std::string device_name(const Device& d) {
+  if (d.is_cpu()) {
+    static const std::string cpu = backend::cpu_model_name();
+    return cpu;
+  }
+  check_device(d);
+#ifdef LIBNN_HAVE_CUDA
+  return backend::cuda_device_name_impl(d.index);
+#else
+  return d.str();  // not reached: check_device throws without CUDA
+#endif
+}
 }  // namespace nn

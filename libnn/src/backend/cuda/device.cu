@@ -19,6 +19,12 @@ int cuda_device_count_impl() {
   return n;
 }
 
+std::string cuda_device_name_impl(int index) {
+  cudaDeviceProp p;
+  NN_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+  return p.name;
+}
+
 Backend* create_cuda_backend(int index) { return new CudaBackend(index); }
 
 void CudaBackend::activate() const { NN_CUDA_CHECK(cudaSetDevice(index_)); }
