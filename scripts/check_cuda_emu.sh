@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The CUDA emulator stage of scripts/test.sh (also runs alone): builds build-emu/ with the
 # CUDA backend and kernels/ compiled by the host compiler against the emulator in
-# tests/cuda_emu (-DLIBNN_WITH_CUDA=EMULATOR) and runs the unit tests and mnist_train's CUDA
-# command-line checks (tests/cli/cuda_cli.sh) there, so every CUDA test runs on this CPU: our kernels thread by thread with real __syncthreads, warp-shuffle
-# and WMMA semantics (a missing barrier gives a wrong value, a barrier not all threads reach a
-# reported deadlock, a bad launch configuration a launch error, a write past a buffer's end a
-# launch failure), cuBLAS, cuBLASLt and cuDNN by reference loops. It checks what the kernels compute, not their speed, and is no substitute
-# for the GPU run (bench/gpu_suite.sh): races between blocks, timing and real hardware limits
-# stay untested. Needs the CUDA toolkit's headers (not a GPU, not nvcc's compiler); skips
-# with a message when there are none (CUDA_EMU_REQUIRED=1: fail instead).
+# tests/cuda_emu (-DLIBNN_WITH_CUDA=EMULATOR) and runs there the unit tests, mnist_train's
+# CUDA command-line checks (tests/cli/cuda_cli.sh) and the GPU suite's benchmark programs at
+# tiny sizes (tests/cli/cuda_bench_smoke.sh), so every CUDA test runs on this CPU: our
+# kernels thread by thread with real __syncthreads, warp-shuffle and WMMA semantics (a
+# missing barrier gives a wrong value, a barrier not all threads reach a reported deadlock, a
+# bad launch configuration a launch error, a write past a buffer's end a launch failure),
+# cuBLAS, cuBLASLt and cuDNN by reference loops. It checks what the kernels compute, not
+# their speed, and is no substitute for the GPU run (bench/gpu_suite.sh): races between
+# blocks, timing and real hardware limits stay untested. Needs the CUDA toolkit's headers
+# (not a GPU, not nvcc's compiler); skips with a message when there are none
+# (CUDA_EMU_REQUIRED=1: fail instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${EMU_BUILD_DIR:-build-emu}
@@ -24,8 +27,9 @@ if ! command -v nvcc > /dev/null; then root=(-DCUDAToolkit_ROOT=/usr/local/cuda)
 launcher=()
 if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=EMULATOR \
-      -DLIBNN_BUILD_APPS=ON -DLIBNN_BUILD_BENCH=OFF "${root[@]}" "${launcher[@]}" > /dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target libnn_tests mnist_train
+      -DLIBNN_BUILD_APPS=ON -DLIBNN_BUILD_BENCH=ON "${root[@]}" "${launcher[@]}" > /dev/null
+cmake --build "$build_dir" -j "$(nproc)" --target libnn_tests mnist_train fp16_vs_fp32 \
+      text_bench kernels_bench
 t_build=$SECONDS
 
 # Every unit test, the CUDA ones on the emulated device (they must run, not skip), with the
@@ -50,15 +54,18 @@ LIBNN_NO_MEMORY_CACHING=1 run "$build_dir/bin/libnn_tests" "~[memory]"
 # (which the hardware does not promise) shows as a difference between the two runs' checks
 LIBNN_CUDA_EMU_ORDER=reverse LIBNN_NO_MEMORY_CACHING=1 run "$build_dir/bin/libnn_tests" "~[memory]"
 run "$build_dir/bin/libnn_tests" "[memory]"
-# mnist_train's CUDA paths from the command line (tests/cli/cuda_cli.sh): no GPU, out of
-# memory, checkpoints moving between CPU and the device. They need Fashion-MNIST.
+# The command-line checks of CUDA paths: mnist_train's (tests/cli/cuda_cli.sh: no GPU, out
+# of memory, checkpoints moving between CPU and the device; they need Fashion-MNIST) and the
+# GPU suite's benchmark programs at tiny sizes (tests/cli/cuda_bench_smoke.sh).
+cli_tests='^cli_cuda_bench_smoke$'
 if [[ -d /usr/share/datasets/fashion-mnist ]]; then
-  run ctest --test-dir "$build_dir" -R '^cli_cuda_' --output-on-failure
-  if grep -q "Skipped\|No tests were found" "$log"; then
-    echo "check_cuda_emu: a cli_cuda test was skipped or missing"; cat "$log"; status=1
-  fi
+  cli_tests='^cli_cuda_'
 else
-  echo "check_cuda_emu: no /usr/share/datasets/fashion-mnist: the cli_cuda tests skipped"
+  echo "check_cuda_emu: no /usr/share/datasets/fashion-mnist: mnist_train's cli_cuda tests skipped"
+fi
+run ctest --test-dir "$build_dir" -R "$cli_tests" --output-on-failure
+if grep -q "Skipped\|No tests were found" "$log"; then
+  echo "check_cuda_emu: a cli_cuda test was skipped or missing"; cat "$log"; status=1
 fi
 echo "check_cuda_emu: build $((t_build - t0)) s, tests $((SECONDS - t_build)) s, exit $status"
 exit $status
