@@ -91,6 +91,15 @@ inline int lane_id() {
 #define gridDim (::emu::coords.grid_dim)
 
 #define __syncthreads() ::emu::syncthreads(__FILE__, __LINE__)
+namespace emu {
+// A kernel declared with __launch_bounds__(max_threads) runs in blocks of at most that many
+// threads (rewrite.py puts this call first in its body).
+inline void check_launch_bounds(unsigned max_threads) {
+  if (coords.block_dim.x * coords.block_dim.y * coords.block_dim.z > max_threads)
+    trap("a block larger than the kernel's __launch_bounds__");
+}
+}  // namespace emu
+
 inline void __syncwarp(unsigned mask = 0xffffffffu) { ::emu::warp_exchange(mask, 0, -1); }
 [[noreturn]] inline void __trap() { ::emu::trap("__trap() called"); }
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Turns a .cu file into C++ the CUDA emulator (cuda_emu.h) compiles with the host compiler.
 
-Three rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
+Four rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
 `::emu::launch(grid, block, smem, stream, ID, BODY)`, BODY calling NAME in every thread with
 the arguments evaluated once, at the launch, as the hardware's launch does; a dynamic
 shared-memory declaration `extern __shared__ [__align__(N)] T name[];` becomes a pointer to
 the launch's dynamic shared memory; and a static one, `__shared__ T a[N], b[M];`, is followed
-by `::emu::fresh_shared` calls that give each block NaN bytes in it. `#include <mma.h>` is
-dropped (the emulator supplies nvcuda::wmma).
+by `::emu::fresh_shared` calls that give each block NaN bytes in it; and a kernel declared
+with `__launch_bounds__(N)` starts by checking that its block has at most N threads (a launch
+the hardware refuses). `#include <mma.h>` is dropped (the emulator supplies nvcuda::wmma).
 
     rewrite.py IN.cu OUT.cpp
 """
@@ -109,12 +110,31 @@ def fresh_static_shared(m):
     return f'{m.group(0)} {fills}'
 
 
+def check_launch_bounds(src):
+    """Inserts ::emu::check_launch_bounds(N) at the start of each kernel body declared with
+    __launch_bounds__(N[, ...])."""
+    out, pos = [], 0
+    while True:
+        at = src.find('__launch_bounds__(', pos)
+        if at < 0:
+            out.append(src[pos:])
+            return ''.join(out)
+        close = matching(src, at + len('__launch_bounds__'), '(', ')')
+        bound = split_top_level(src[at + len('__launch_bounds__') + 1:close - 1])[0]
+        params = src.index('(', close)
+        body = src.index('{', matching(src, params, '(', ')'))
+        out.append(src[pos:body + 1])
+        out.append(f' ::emu::check_launch_bounds({bound});')
+        pos = body + 1
+
+
 SHARED = re.compile(r'extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w:\s]+?)\s+(\w+)\s*\[\s*\]\s*;')
 
 
 def main():
     src = open(sys.argv[1]).read()
     src = re.sub(r'#include\s*<mma\.h>', '// <mma.h>: nvcuda::wmma comes from cuda_emu.h', src)
+    src = check_launch_bounds(src)
     src = STATIC_SHARED.sub(fresh_static_shared, src)
     src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = "
                      f"reinterpret_cast<{m.group(1)}*>(::emu::dynamic_smem());", src)
