@@ -5,8 +5,7 @@
 # "emulator" (tests/cuda_emu's device, always present).
 #   fp16_vs_fp32 (MNIST CNN): FP32, FP16 and BF16 train; the first step's loss (same weights,
 #                same batch) agrees across precisions within 16-bit rounding
-#   text_bench:  MLP and BERT, training and inference, FP32 and FP16: one well-formed JSON
-#                line each, finite training losses, and the matmul rate of each precision
+#   text_bench:  tests/cli/text_bench_smoke.sh on the device, FP32 and FP16
 #   kernels_bench: one JSON line per memory-bound kernel, f32 and f16
 set -euo pipefail
 bin=$1; device=$2
@@ -34,22 +33,7 @@ for p, t in tol.items():
 print("ok: fp16_vs_fp32 first-step losses", first)
 PY
 
-"$bin/text_bench" --device cuda --preset tiny --classes 5 --precisions fp32,fp16 \
-    --num-batches 1 --num-warmup-batches 1 --mlp-batch 4 --mlp-seq-len 16 --bert-batch 2 \
-    --bert-seq-len 16 --vocab-size 100 --gemm 64 > "$out/t.log"
-python3 - "$out/t.log" <<'PY'
-import json, math, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-gemm = [r for r in rows if r["kind"] == "gemm"]
-model = [r for r in rows if r["kind"] == "model"]
-assert len(gemm) == 2 and all(r["tflops"] > 0 for r in gemm), gemm
-assert len(model) == 2 * 2 * 2, model  # models x precisions x phases
-for r in model:
-    assert r["device"] == "cuda" and r["samples_per_second"] > 0, r
-    if r["phase"] == "train":
-        assert math.isfinite(r["loss"]), r
-print(f"ok: text_bench, {len(model)} measurements")
-PY
+"$(dirname "$0")/text_bench_smoke.sh" "$bin/text_bench" --device cuda --precisions fp32,fp16
 
 for dt in f32 f16; do
   "$bin/kernels_bench" --device cuda --dtype $dt -n 4096 --iters 1

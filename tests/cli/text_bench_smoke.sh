@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# text_bench_smoke.sh TEXT_BENCH: the text benchmark runs at tiny sizes and prints one
-# well-formed JSON line per (model, classes, precision, phase) plus the matmul rate.
+# text_bench_smoke.sh TEXT_BENCH [ARGS...]: the text benchmark runs at tiny sizes and prints
+# one well-formed JSON line per (model, classes, precision, phase) plus the matmul rate of
+# each precision. ARGS go last, so they may replace the defaults (--device cuda, two other
+# --precisions).
 set -euo pipefail
-out=$("$1" --preset tiny --classes 3,7 --precisions fp32,bf16 --num-batches 1 --num-warmup-batches 1 \
-          --mlp-batch 4 --mlp-seq-len 16 --bert-batch 2 --bert-seq-len 16 --vocab-size 100 --gemm 64)
+bench=$1; shift
+out=$("$bench" --preset tiny --classes 3,7 --precisions fp32,bf16 --num-batches 1 --num-warmup-batches 1 \
+          --mlp-batch 4 --mlp-seq-len 16 --bert-batch 2 --bert-seq-len 16 --vocab-size 100 --gemm 64 "$@")
 python3 - <<PY
 import json, math
 rows = [json.loads(l) for l in """$out""".splitlines() if l.startswith("{")]
@@ -15,6 +18,8 @@ for r in model:
     assert r["samples_per_second"] > 0 and r["seconds"] > 0, r
     if r["phase"] == "train":
         assert math.isfinite(r["loss"]), r
-print(f"ok: {len(model)} measurements")
+devices = {r["device"] for r in rows}
+assert len(devices) == 1, devices
+print(f"ok: {len(model)} measurements on {devices.pop()}")
 PY
-"$(dirname "$0")/expect.sh" 1 "unknown precision 'fp8'" -- "$1" --precisions fp8
+"$(dirname "$0")/expect.sh" 1 "unknown precision 'fp8'" -- "$bench" --precisions fp8
