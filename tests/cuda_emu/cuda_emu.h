@@ -51,6 +51,9 @@ void fresh_shared(void* p, size_t bytes);
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const void* kernel,
             const std::function<void()>& body);
 
+// Runs the stream's queued copies and memsets (runtime.cpp): kernels and library calls come
+// after them on the stream.
+void run_queued();
 // Stops the program with a message naming `where` when something wrote outside a device
 // allocation (runtime.cpp's guard zones).
 void check_guards(const char* where);

@@ -77,6 +77,7 @@ struct Gemm {
   Ty bias_ty = Ty::f32;
 };
 void gemm(const Gemm& g) {
+  ::emu::run_queued();  // the stream's earlier copies come first
   std::vector<double> col(size_t(g.m));
   for (int64_t j = 0; j < g.n; ++j) {
     for (int64_t i = 0; i < g.m; ++i) {
@@ -174,6 +175,7 @@ S guarded(S status, const char* what) {
 // Spatial batch norm: per channel over (N, H, W).
 template <typename F>
 void per_channel(const TensorDesc& x, F&& f) {
+  ::emu::run_queued();
   std::vector<int64_t> idx;
   idx.reserve(size_t(x.n) * x.h * x.w);
   for (int c = 0; c < x.c; ++c) {
@@ -192,6 +194,7 @@ enum class Pass { forward, data, filter };
 cudnnStatus_t conv_pass(Pass pass, const TensorDesc& x, const TensorDesc& wd, const TensorDesc& y,
                         const ConvDesc& cv, const void* X, const void* W, const void* Y, void* out,
                         const void* alpha, const void* beta) {
+  ::emu::run_queued();
   const TensorDesc& od = pass == Pass::forward ? y : pass == Pass::data ? x : wd;
   std::vector<double> acc(size_t(count(od)), 0.0);
   conv_taps(x, wd, y, cv, [&](int64_t yi, int64_t xi, int64_t wi) {

@@ -1,5 +1,9 @@
 // The CUDA emulator's runtime: the fiber scheduler behind ::emu::launch, and the CUDA runtime
-// API calls the library makes (memory is host memory; streams and events are synchronous).
+// API calls the library makes (memory is host memory). One stream's order is kept lazily:
+// asynchronous copies and memsets wait in a queue until the stream's next kernel or library
+// call, or a synchronising call, runs them, so the host reading a copy's destination before
+// synchronising, or rewriting a pinned source before the copy ran, sees what it would see on
+// a GPU that had not got there yet.
 // One emulated device shaped like an H100 (compute capability 9.0, 227 KB of opt-in shared
 // memory per block); LIBNN_CUDA_EMU_MEMORY (bytes, default 4 GiB) sets its memory size.
 #include <ucontext.h>
@@ -9,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -260,6 +265,7 @@ void trap(const char* what) {
 
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel,
             const std::function<void()>& body) {
+  run_queued();  // the stream's earlier copies come first
   std::lock_guard<std::mutex> lock(launch_mutex);
   auto bad = [](const std::string& why) {
     std::fprintf(stderr, "[cuda-emu] launch failed: %s\n", why.c_str());
@@ -353,9 +359,36 @@ void check_guard(void* p, size_t n, const char* where) {
 
 struct EmuEvent {
   std::chrono::steady_clock::time_point at;
+  uint64_t seq = 0;  // the stream operations queued before it
 };
 
+// The stream's queued operations, oldest first.
+std::mutex stream_mutex;
+std::vector<std::function<void()>> pending;
+uint64_t queued = 0, done = 0;
+void enqueue(std::function<void()> op) {
+  std::lock_guard<std::mutex> lock(stream_mutex);
+  pending.push_back(std::move(op));
+  ++queued;
+}
+
+std::map<void*, size_t> pinned;  // cudaMallocHost blocks (under memory_mutex)
+// Whether p lies in one of the blocks of `m` (base -> bytes).
+bool inside(const std::map<void*, size_t>& m, const void* p) {
+  auto it = m.upper_bound(const_cast<void*>(p));
+  if (it == m.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second;
+}
+
 }  // namespace
+
+void emu::run_queued() {
+  std::lock_guard<std::mutex> lock(stream_mutex);
+  for (auto& op : pending) op();
+  pending.clear();
+  done = queued;
+}
 
 void emu::check_guards(const char* where) {
   std::lock_guard<std::mutex> lock(memory_mutex);
@@ -457,6 +490,7 @@ cudaError_t cudaMalloc(void** p, size_t n) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  emu::run_queued();  // cudaFree synchronises the device
   std::lock_guard<std::mutex> lock(memory_mutex);
   auto it = allocations.find(p);
   if (it == allocations.end()) return record(cudaErrorInvalidValue);
@@ -474,23 +508,51 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 }
 cudaError_t cudaMallocHost(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
-  return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+  if (!*p) return record(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  pinned[*p] = n ? n : 1;
+  return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMallocHost(p, n); }
 cudaError_t cudaFreeHost(void* p) {
+  emu::run_queued();  // as cudaFreeHost synchronises
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    pinned.erase(p);
+  }
   std::free(p);
   return cudaSuccess;
 }
+// As the runtime documents: a copy to pageable host memory returns once it is done, one from
+// pageable host memory once the source has been read (staged); any other waits in the
+// stream's queue.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
-  if (n) std::memmove(dst, src, n);
+  if (!n) return cudaSuccess;
+  bool dst_pageable, src_pageable;
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    dst_pageable = !inside(allocations, dst) && !inside(pinned, dst);
+    src_pageable = !inside(allocations, src) && !inside(pinned, src);
+  }
+  if (dst_pageable) {
+    emu::run_queued();
+    std::memmove(dst, src, n);
+  } else if (src_pageable) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + n);
+    enqueue([dst, staged] { std::memmove(dst, staged->data(), staged->size()); });
+  } else {
+    enqueue([dst, src, n] { std::memmove(dst, src, n); });
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  emu::run_queued();
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
-  if (n) std::memset(p, value, n);
+  if (n) enqueue([p, value, n] { std::memset(p, value, n); });
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
@@ -498,8 +560,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   *s = reinterpret_cast<cudaStream_t>(&dummy);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  emu::run_queued();
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() {
+  emu::run_queued();
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
   *e = reinterpret_cast<cudaEvent_t>(new EmuEvent{});
   return cudaSuccess;
@@ -510,11 +578,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  std::lock_guard<std::mutex> lock(stream_mutex);
   reinterpret_cast<EmuEvent*>(e)->at = std::chrono::steady_clock::now();
+  reinterpret_cast<EmuEvent*>(e)->seq = queued;
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+// Not ready while operations queued before the event wait (not an error: not recorded).
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(stream_mutex);
+  return done >= reinterpret_cast<EmuEvent*>(e)->seq ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  emu::run_queued();
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmuEvent*>(b)->at -
                                                  reinterpret_cast<EmuEvent*>(a)->at)
