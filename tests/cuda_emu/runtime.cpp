@@ -217,8 +217,6 @@ void run_block(dim3 block) {
 
 }  // namespace
 
-
-
 unsigned char* dynamic_smem() { return grid_state.smem_base(); }
 
 void fresh_shared(void* p, size_t bytes) {
