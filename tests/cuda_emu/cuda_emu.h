@@ -43,6 +43,27 @@ struct Coords {
 extern Coords coords;
 
 unsigned char* dynamic_smem();
+// Whether a kernel may dereference p: it points into (or just past) a device allocation, or
+// into pinned host memory.
+bool is_device_pointer(const void* p);
+// Notes a kernel argument that points to host memory; the next launch fails naming it (the
+// hardware would fault where the kernel dereferences it).
+void note_host_pointer_arg(int index);
+// The launch's arguments, after checking that every pointer among them is null or a device
+// pointer (rewrite.py wraps each launch's arguments in it).
+template <typename Tuple>
+Tuple checked_args(Tuple args) {
+  std::apply([](const auto&... a) {
+    int i = 0;
+    auto check = [&i](const auto& v) {
+      if constexpr (std::is_pointer_v<std::decay_t<decltype(v)>>)
+        if (v != nullptr && !is_device_pointer(v)) note_host_pointer_arg(i);
+      ++i;
+    };
+    (check(a), ...);
+  }, args);
+  return args;
+}
 // Fills the static shared variable at p with 0xff bytes the first time a thread of the
 // running block reaches its declaration.
 void fresh_shared(void* p, size_t bytes);

@@ -78,7 +78,7 @@ def rewrite_launches(src):
         # emulator can check the shared memory it was allowed to use
         is_var = re.fullmatch(r'\w+', name) and re.search(r'\bauto\s+' + name + r'\s*=', src[:at])
         kid = f"(const void*)({name})" if is_var else 'nullptr'
-        out.append(f"::emu::launch({', '.join(parts)}, {kid}, [&, emu_args = std::make_tuple{args}] "
+        out.append(f"::emu::launch({', '.join(parts)}, {kid}, [&, emu_args = ::emu::checked_args(std::make_tuple{args})] "
                    f"{{ std::apply([&](const auto&... emu_a) {{ {name}(emu_a...); }}, emu_args); }})")
         out.append('\n' * (src[start:args_open].count('\n')))  # keep line numbers
         pos = args_close

@@ -219,6 +219,11 @@ void run_block(dim3 block) {
 
 unsigned char* dynamic_smem() { return grid_state.smem_base(); }
 
+thread_local int host_pointer_arg = -1;
+void note_host_pointer_arg(int index) {
+  if (host_pointer_arg < 0) host_pointer_arg = index;
+}
+
 void fresh_shared(void* p, size_t bytes) {
   uint64_t& filled = shared_filled[p];
   if (filled == block_serial) return;
@@ -269,6 +274,13 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
     std::fprintf(stderr, "[cuda-emu] launch failed: %s\n", why.c_str());
     last_error = cudaErrorInvalidConfiguration;
   };
+  if (host_pointer_arg >= 0) {
+    const int i = host_pointer_arg;
+    host_pointer_arg = -1;
+    bad("kernel argument " + std::to_string(i) + " points to host memory");
+    last_error = cudaErrorIllegalAddress;
+    return;
+  }
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64)
     return bad("block of " + std::to_string(block.x) + " x " + std::to_string(block.y) + " x " +
@@ -380,6 +392,16 @@ bool inside(const std::map<void*, size_t>& m, const void* p) {
 }
 
 }  // namespace
+
+// Pinned host memory counts: kernels may read it (mapped through unified addressing).
+bool emu::is_device_pointer(const void* p) {
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  auto it = allocations.upper_bound(const_cast<void*>(p));
+  if (it != allocations.begin() &&
+      static_cast<const char*>(p) <= static_cast<const char*>(std::prev(it)->first) + std::prev(it)->second)
+    return true;
+  return inside(pinned, p);
+}
 
 void emu::run_queued() {
   std::lock_guard<std::mutex> lock(stream_mutex);
