@@ -3,7 +3,8 @@
 
 Four rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
 `::emu::launch(grid, block, smem, stream, ID, BODY)`, BODY calling NAME in every thread with
-the arguments evaluated once, at the launch, as the hardware's launch does; a dynamic
+the arguments evaluated once, at the launch, as the hardware's launch does (their pointers
+checked by ::emu::checked_args); a dynamic
 shared-memory declaration `extern __shared__ [__align__(N)] T name[];` becomes a pointer to
 the launch's dynamic shared memory; and a static one, `__shared__ T a[N], b[M];`, is followed
 by `::emu::fresh_shared` calls that give each block NaN bytes in it; and a kernel declared
