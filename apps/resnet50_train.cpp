@@ -128,8 +128,8 @@ int run(int argc, char** argv) {
   apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler});
   std::printf("resnet50_train: %s data, %lld classes, batch %lld, %s %s on %s, %lld steps per "
               "epoch\n", data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
-              (long long)batch, precision.c_str(), nhwc ? "nhwc" : "nchw", apps::describe_device(device).c_str(),
-              (long long)per_epoch);
+              (long long)batch, precision.c_str(), nhwc ? "nhwc" : "nchw",
+              apps::describe_device(device).c_str(), (long long)per_epoch);
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
     apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");

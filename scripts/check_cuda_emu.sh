@@ -6,8 +6,8 @@
 # tiny sizes (tests/cli/cuda_bench_smoke.sh), so every CUDA test runs on this CPU: our
 # kernels thread by thread with real __syncthreads, warp-shuffle and WMMA semantics (a
 # missing barrier gives a wrong value, a barrier not all threads reach a reported deadlock, a
-# bad launch configuration a launch error, a write past a buffer's end a launch failure),
-# cuBLAS, cuBLASLt and cuDNN by reference loops. It checks what the kernels compute, not
+# bad launch configuration a launch error, a write past a buffer's end a stop with a message
+# naming the buffer), cuBLAS, cuBLASLt and cuDNN by reference loops (docs/architecture.md). It checks what the kernels compute, not
 # their speed, and is no substitute for the GPU run (bench/gpu_suite.sh): races between
 # blocks, timing and real hardware limits stay untested. Needs the CUDA toolkit's headers
 # (not a GPU, not nvcc's compiler); skips with a message when there are none

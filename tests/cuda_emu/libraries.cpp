@@ -56,6 +56,7 @@ void put(Ty t, void* p, int64_t i, double v) {
     default: break;
   }
 }
+size_t bytes_of(Ty t) { return t == Ty::f64 ? 8 : t == Ty::f32 ? 4 : 2; }
 // A sum in the accumulation type: f64 for f64 data, else f32.
 double round_acc(bool f64, double v) { return f64 ? v : double(float(v)); }
 double scalar(bool f64, const void* p) {
@@ -245,7 +246,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t tran
   if (m < 0 || n < 0 || k < 0 || batch < 0 || ldc < std::max(1, m) ||
       lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k))
     return CUBLAS_STATUS_INVALID_VALUE;
-  const size_t es = ty == Ty::f64 ? 8 : ty == Ty::f32 ? 4 : 2;
+  const size_t es = bytes_of(ty);
   for (int i = 0; i < batch; ++i)
     gemm(Gemm{ta, tb, m, n, k, ty, static_cast<const char*>(A) + i * sa * es,
               static_cast<const char*>(B) + i * sb * es, lda, ldb,
@@ -501,7 +502,7 @@ cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, in
   if (st != CUDNN_STATUS_SUCCESS) return st;
   // cuDNN leaves Find's output undefined: NaN bytes, so a caller that skips the real call fails
   const TensorDesc& od = *static_cast<const TensorDesc*>(out_desc);
-  std::memset(out, 0xff, size_t(count(od)) * (od.ty == Ty::f64 ? 8 : od.ty == Ty::f32 ? 4 : 2));
+  std::memset(out, 0xff, size_t(count(od)) * bytes_of(od.ty));
   *ret = req > 0 ? 1 : 0;
   if (req > 0) {
     std::memset(&perf[0], 0, sizeof(perf[0]));

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Turns a .cu file into C++ the CUDA emulator (cuda_emu.h) compiles with the host compiler.
 
-Four rewrites, nothing else: a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
-`::emu::launch(grid, block, smem, stream, ID, BODY)`, BODY calling NAME in every thread with
-the arguments evaluated once, at the launch, as the hardware's launch does (their pointers
-checked by ::emu::checked_args); a dynamic
-shared-memory declaration `extern __shared__ [__align__(N)] T name[];` becomes a pointer to
-the launch's dynamic shared memory; and a static one, `__shared__ T a[N], b[M];`, is followed
-by `::emu::fresh_shared` calls that give each block NaN bytes in it; and a kernel declared
-with `__launch_bounds__(N)` starts by checking that its block has at most N threads (a launch
-the hardware refuses). `#include <mma.h>` is dropped (the emulator supplies nvcuda::wmma).
+Four rewrites, nothing else:
+- a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
+  `::emu::launch(grid, block, smem, stream, ID, BODY)`, BODY calling NAME in every thread with
+  the arguments evaluated once, at the launch, as the hardware's launch does (their pointers
+  checked by ::emu::checked_args);
+- a dynamic shared-memory declaration `extern __shared__ [__align__(N)] T name[];` becomes a
+  pointer to the launch's dynamic shared memory;
+- a static one, `__shared__ T a[N], b[M];`, is followed by `::emu::fresh_shared` calls that
+  give each block NaN bytes in it;
+- a kernel declared with `__launch_bounds__(N)` starts by checking that its block has at most
+  N threads (a launch the hardware refuses).
+`#include <mma.h>` is dropped (the emulator supplies nvcuda::wmma).
 
     rewrite.py IN.cu OUT.cpp
 """

@@ -194,6 +194,7 @@ inline Backend& of(const Tensor& t) { return get(t.device()); }
 
 using CudaFactory = Backend* (*)(int index);
 using CudaCount = int (*)();
+using CudaName = std::string (*)(int index);
 #ifdef LIBNN_HAVE_CUDA
 // Defined by backend/cuda/ when libnn is built with CUDA.
 Backend* create_cuda_backend(int index);

@@ -26,9 +26,11 @@ struct CudaRegistry {
 #ifdef LIBNN_HAVE_CUDA
   CudaFactory factory = &create_cuda_backend;
   CudaCount count = &cuda_device_count_impl;
+  CudaName name = &cuda_device_name_impl;
 #else
   CudaFactory factory = nullptr;
   CudaCount count = nullptr;
+  CudaName name = nullptr;
 #endif
   std::mutex mu;
   std::vector<Backend*> devices;  // leaked on purpose: tensors may outlive static destructors
@@ -87,11 +89,7 @@ std::string device_name(const Device& d) {
     static const std::string cpu = backend::cpu_model_name();
     return cpu;
   }
-  check_device(d);
-#ifdef LIBNN_HAVE_CUDA
-  return backend::cuda_device_name_impl(d.index);
-#else
-  return d.str();  // not reached: check_device throws without CUDA
-#endif
+  check_device(d);  // throws without CUDA, a device or a valid index
+  return backend::cuda_registry().name(d.index);
 }
 }  // namespace nn
