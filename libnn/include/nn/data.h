@@ -88,6 +88,14 @@ struct DataLoaderOptions {
   bool drop_last = false;  // drop a last batch smaller than batch_size
   uint64_t seed = 0;       // the order of epoch e depends only on (seed, e)
   bool prefetch = true;    // prepare the next batch on a background thread
+  // Data parallel: this loader yields shard `shard` of `shards`, the epoch's samples at
+  // positions shard, shard + shards, ... of the shared order (every rank uses the same seed),
+  // so one step of all ranks together sees what one batch of shards * batch_size would.
+  int64_t shards = 1, shard = 0;
+  // Drop the epoch's last (size % shards) samples so every shard has the same number of
+  // batches (ranks that step together need that); off for evaluation, where the shards'
+  // sums are simply added.
+  bool even_shards = true;
 };
 
 // Iterating yields the batches of one epoch; each new iteration starts the next epoch.
@@ -104,8 +112,10 @@ class DataLoader {
   // mid-epoch: the order is the same, the first `start_batch` batches are skipped).
   void set_epoch(int64_t epoch, int64_t start_batch = 0);
   int64_t epoch() const { return epoch_; }
-  // The sample order of an epoch.
+  // The sample order of an epoch (this shard's part of it).
   std::vector<int64_t> order(int64_t epoch) const;
+  // Samples per epoch in this shard.
+  int64_t size() const;
 
   class Iterator {
    public:

@@ -5,6 +5,7 @@
 #include <nn/checkpoint.h>
 #include <nn/data.h>
 #include <nn/device.h>
+#include <nn/dist.h>
 #include <nn/dtype.h>
 #include <nn/error.h>
 #include <nn/init.h>

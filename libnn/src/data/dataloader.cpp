@@ -15,12 +15,21 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts)
   NN_CHECK(dataset_, "DataLoader: dataset is null");
   NN_CHECK(opts_.batch_size > 0, "DataLoader: batch_size must be positive, got ", opts_.batch_size);
   NN_CHECK(dataset_->size() > 0, "DataLoader: the data set is empty");
+  NN_CHECK(opts_.shards >= 1 && opts_.shard >= 0 && opts_.shard < opts_.shards, "DataLoader: shard ",
+           opts_.shard, " of ", opts_.shards, " is out of range");
+  NN_CHECK(size() > 0, "DataLoader: ", dataset_->size(), " samples cannot be split into ", opts_.shards,
+           " shards");
+}
+
+int64_t DataLoader::size() const {
+  const int64_t n = dataset_->size(), k = opts_.shards, s = opts_.shard;
+  return opts_.even_shards ? n / k : (n - s + k - 1) / k;
 }
 
 DataLoader::~DataLoader() { stop_worker(); }
 
 int64_t DataLoader::num_batches() const {
-  int64_t n = dataset_->size(), b = opts_.batch_size;
+  int64_t n = size(), b = opts_.batch_size;
   return opts_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -34,12 +43,18 @@ void DataLoader::set_epoch(int64_t epoch, int64_t start_batch) {
 std::vector<int64_t> DataLoader::order(int64_t epoch) const {
   std::vector<int64_t> idx(size_t(dataset_->size()));
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = int64_t(i);
-  if (!opts_.shuffle) return idx;
+  auto shard_of = [&](const std::vector<int64_t>& all) {
+    if (opts_.shards == 1) return all;
+    std::vector<int64_t> mine(static_cast<size_t>(size()));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = all[size_t(opts_.shard + int64_t(i) * opts_.shards)];
+    return mine;
+  };
+  if (!opts_.shuffle) return shard_of(idx);
   // Fisher-Yates with mt19937_64 (fully specified by the standard, unlike std::shuffle), so
   // the order is the same with every compiler and library.
   std::mt19937_64 rng(opts_.seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch) + 1);
   for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[rng() % i]);
-  return idx;
+  return shard_of(idx);
 }
 
 Batch DataLoader::make_batch(int64_t b) const {

@@ -1,0 +1,291 @@
+// The process group: rendezvous through rank 0, then a ring (each rank talks to rank+1 and
+// rank-1 only). All-reduce is the bandwidth-optimal ring: a reduce-scatter then an
+// all-gather, each n-1 steps of one chunk, so every rank sends 2(n-1)/n of the data
+// whatever n is. Each reduced chunk is summed once and then copied, so all ranks end with
+// identical bits.
+#include <nn/autograd.h>
+#include <nn/dist.h>
+#include <nn/error.h>
+#include <nn/module.h>
+#include <nn/ops.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "dist/net.h"
+
+namespace nn::dist {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x4c4e4e31;  // "LNN1"
+
+struct Hello {
+  uint32_t magic;
+  int32_t world_size, rank, port;
+};
+struct Entry {
+  uint32_t ip;  // 0: the master's address, as the peer reached it
+  int32_t port;
+};
+
+std::string rank_name(int r) { return "rank " + std::to_string(r); }
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  NN_CHECK(end && *end == 0 && x >= lo && x <= hi, "environment variable ", name, "='", v,
+           "' is not a whole number from ", lo, " to ", hi);
+  return int(x);
+}
+
+}  // namespace
+
+Options options_from_env() {
+  Options o;
+  o.world_size = env_int("WORLD_SIZE", o.world_size, 1, 1 << 20);
+  o.rank = env_int("RANK", o.rank, 0, (1 << 20) - 1);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) o.master_addr = a;
+  o.master_port = env_int("MASTER_PORT", o.master_port, 1, 65535);
+  return o;
+}
+
+struct ProcessGroup::Impl {
+  double timeout = 0;
+  int rank = 0, size = 1;
+  net::Socket next, prev;  // to rank+1, from rank-1
+
+  // One ring step: send [s, s+sn) to the next rank while receiving rn elements from the
+  // previous one.
+  template <typename T>
+  void step(const T* s, size_t sn, T* r, size_t rn) {
+    net::exchange(next, s, sn * sizeof(T), rank_name((rank + 1) % size), prev, r, rn * sizeof(T),
+                  rank_name((rank + size - 1) % size), timeout);
+  }
+
+  template <typename T>
+  void ring_all_reduce(T* data, size_t n, ReduceOp op) {
+    const int p = size;
+    auto lo = [&](int c) { return n * size_t(c) / size_t(p); };
+    auto len = [&](int c) { return lo(c + 1) - lo(c); };
+    std::vector<T> tmp(len(p - 1) + 1);
+    auto mod = [&](int x) { return ((x % p) + p) % p; };
+    // Reduce-scatter: after step s, chunk (rank - s - 1) holds the reduction of s + 2 ranks.
+    for (int s = 0; s < p - 1; ++s) {
+      const int sc = mod(rank - s), rc = mod(rank - s - 1);
+      step(data + lo(sc), len(sc), tmp.data(), len(rc));
+      T* d = data + lo(rc);
+      if (op == ReduceOp::sum)
+        for (size_t i = 0; i < len(rc); ++i) d[i] += tmp[i];
+      else
+        for (size_t i = 0; i < len(rc); ++i) d[i] = std::max(d[i], tmp[i]);
+    }
+    // All-gather: rank r now owns chunk r + 1 complete; pass the complete chunks round.
+    for (int s = 0; s < p - 1; ++s) {
+      const int sc = mod(rank + 1 - s), rc = mod(rank - s);
+      step(data + lo(sc), len(sc), data + lo(rc), len(rc));
+    }
+  }
+
+  // Every rank must call a collective with the same shape of data; compared by a tiny
+  // all-reduce of (x, -x), so a mismatch is an error on every rank at once.
+  void agree(const std::string& what, std::vector<double> key) {
+    const size_t k = key.size();
+    std::vector<double> v(2 * k);
+    for (size_t i = 0; i < k; ++i) v[i] = key[i], v[k + i] = -key[i];
+    ring_all_reduce(v.data(), v.size(), ReduceOp::max);
+    for (size_t i = 0; i < k; ++i)
+      NN_CHECK(v[i] == -v[k + i], what, ": the ranks disagree (rank ", rank, " has ", key[i],
+               ", another rank between ", -v[k + i], " and ", v[i],
+               "); every rank must make the same calls with the same tensors");
+  }
+};
+
+ProcessGroup::ProcessGroup(const Options& o) : rank_(o.rank), size_(o.world_size) {
+  NN_CHECK(o.world_size >= 1, "world size must be at least 1, got ", o.world_size);
+  NN_CHECK(o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank, " is out of range for world size ",
+           o.world_size, " (ranks are 0 to ", o.world_size - 1, ")");
+  NN_CHECK(o.master_port >= 1 && o.master_port <= 65535, "master port ", o.master_port,
+           " is out of range (1 to 65535)");
+  NN_CHECK(o.timeout_seconds > 0, "the timeout must be positive, got ", o.timeout_seconds);
+  impl_ = std::make_unique<Impl>();
+  impl_->timeout = o.timeout_seconds;
+  impl_->rank = rank_;
+  impl_->size = size_;
+  if (size_ == 1) return;
+  const double t = o.timeout_seconds;
+  net::Socket ring = net::listen_on(0);
+  const int ring_port = net::local_port(ring);
+  std::vector<Entry> table(static_cast<size_t>(size_));
+  const uint32_t master_ip = net::resolve(o.master_addr);
+  const std::string master = "rank 0 (the master, " + o.master_addr + ":" + std::to_string(o.master_port) + ")";
+  if (rank_ == 0) {
+    net::Socket listener = net::listen_on(o.master_port);
+    std::vector<net::Socket> peers(static_cast<size_t>(size_));
+    table[0] = {0, ring_port};
+    std::string problem;
+    for (int joined = 1; joined < size_; ++joined) {
+      uint32_t ip = 0;
+      net::Socket s = net::accept_one(listener, t,
+                                      std::to_string(size_ - joined) + " more rank(s) to join on port " +
+                                          std::to_string(o.master_port), &ip);
+      Hello h{};
+      net::recv_all(s, &h, sizeof h, t, "a joining rank");
+      if (h.magic != kMagic) {  // not one of ours (a port scan, another program): ignore it
+        --joined;
+        continue;
+      }
+      if (problem.empty()) {
+        if (h.world_size != size_)
+          problem = detail::cat("rank ", h.rank, " was started with world size ", h.world_size,
+                                ", rank 0 with ", size_);
+        else if (h.rank <= 0 || h.rank >= size_ || peers[size_t(h.rank)].valid())
+          problem = detail::cat("two processes claim rank ", h.rank);
+      }
+      table[size_t(std::clamp(h.rank, 0, size_ - 1))] = {ip, h.port};
+      peers[size_t(std::clamp(h.rank, 0, size_ - 1))] = std::move(s);
+      if (!problem.empty()) {  // tell everyone who joined so far, then stop
+        int32_t len = int32_t(problem.size());
+        for (auto& p : peers)
+          if (p.valid()) {
+            try {
+              net::send_all(p, &len, sizeof len, 5, "a joining rank");
+              net::send_all(p, problem.data(), problem.size(), 5, "a joining rank");
+            } catch (const Error&) {
+            }
+          }
+        NN_ERROR("cannot form the process group: ", problem);
+      }
+    }
+    for (int r = 1; r < size_; ++r) {
+      int32_t ok = 0;
+      net::send_all(peers[size_t(r)], &ok, sizeof ok, t, rank_name(r));
+      net::send_all(peers[size_t(r)], table.data(), table.size() * sizeof(Entry), t, rank_name(r));
+    }
+  } else {
+    net::Socket s = net::connect_to(master_ip, o.master_port, t, master);
+    Hello h{kMagic, size_, rank_, ring_port};
+    net::send_all(s, &h, sizeof h, t, master);
+    int32_t status = 0;
+    net::recv_all(s, &status, sizeof status, t, master);
+    if (status != 0) {
+      std::string why(size_t(std::clamp(status, 0, 4096)), '\0');
+      net::recv_all(s, why.data(), why.size(), t, master);
+      NN_ERROR("cannot form the process group: ", why);
+    }
+    net::recv_all(s, table.data(), table.size() * sizeof(Entry), t, master);
+    for (auto& e : table)
+      if (e.ip == 0) e.ip = master_ip;
+  }
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  const Entry& n = table[size_t(next)];
+  impl_->next = net::connect_to(n.ip, n.port, t, rank_name(next));
+  int32_t me = rank_;
+  net::send_all(impl_->next, &me, sizeof me, t, rank_name(next));
+  impl_->prev = net::accept_one(ring, t, rank_name(prev) + " to connect");
+  int32_t who = -1;
+  net::recv_all(impl_->prev, &who, sizeof who, t, rank_name(prev));
+  NN_CHECK(who == prev, "expected rank ", prev, " on the ring, got rank ", who);
+  barrier();
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::all_reduce(std::vector<double>& values, ReduceOp op) {
+  if (size_ == 1) return;
+  impl_->agree("all_reduce of values", {double(values.size()), double(op)});
+  impl_->ring_all_reduce(values.data(), values.size(), op);
+}
+
+void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
+  bool wide = false;
+  int64_t total = 0;
+  for (const Tensor& t : tensors) {
+    NN_CHECK(t.defined(), "all_reduce: an undefined tensor");
+    NN_CHECK(is_floating(t.dtype()), "all_reduce takes floating tensors, got ", dtype_name(t.dtype()));
+    wide = wide || t.dtype() == DType::f64;
+    total += t.numel();
+  }
+  if (size_ == 1) return;
+  impl_->agree("all_reduce of tensors", {double(total), double(op), double(wide)});
+  NoGradGuard ng;
+  const DType carrier = wide ? DType::f64 : DType::f32;
+  // One host buffer for all tensors: one ring pass, however many gradients there are.
+  std::vector<char> buf(size_t(total) * element_size(carrier));
+  size_t off = 0;
+  for (const Tensor& t : tensors) {
+    Tensor h = t.to(kCPU).to(carrier).contiguous();
+    std::memcpy(buf.data() + off, h.data_ptr(), h.nbytes());
+    off += h.nbytes();
+  }
+  if (wide) impl_->ring_all_reduce(reinterpret_cast<double*>(buf.data()), size_t(total), op);
+  else impl_->ring_all_reduce(reinterpret_cast<float*>(buf.data()), size_t(total), op);
+  off = 0;
+  for (const Tensor& t : tensors) {
+    Tensor view = from_blob(buf.data() + off, t.shape(), carrier);
+    const_cast<Tensor&>(t).copy_(view);
+    off += size_t(t.numel()) * element_size(carrier);
+  }
+}
+
+void ProcessGroup::broadcast(const std::vector<Tensor>& tensors, int root) {
+  NN_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is out of range for world size ", size_);
+  if (size_ == 1) return;
+  int64_t bytes = 0;
+  for (const Tensor& t : tensors) {
+    NN_CHECK(t.defined(), "broadcast: an undefined tensor");
+    bytes += int64_t(t.nbytes());
+  }
+  impl_->agree("broadcast", {double(bytes), double(root), double(tensors.size())});
+  NoGradGuard ng;
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  const bool forward = next != root;
+  for (const Tensor& t : tensors) {
+    // A contiguous CPU tensor is received in place; others through a host copy.
+    Tensor h = t.to(kCPU).contiguous();
+    if (rank_ != root) net::recv_all(impl_->prev, h.data_ptr(), h.nbytes(), impl_->timeout, rank_name(prev));
+    if (forward) net::send_all(impl_->next, h.data_ptr(), h.nbytes(), impl_->timeout, rank_name(next));
+    if (rank_ != root && h.data_ptr() != t.data_ptr()) const_cast<Tensor&>(t).copy_(h);
+  }
+}
+
+void ProcessGroup::barrier() {
+  std::vector<double> v{0};
+  all_reduce(v);
+}
+
+void broadcast_module(ProcessGroup& pg, Module& module) {
+  std::vector<Tensor> ts;
+  for (auto& [name, t] : module.state_dict()) ts.push_back(t);
+  pg.broadcast(ts, 0);
+}
+
+void average_buffers(ProcessGroup& pg, Module& module) {
+  if (pg.size() == 1) return;
+  std::vector<Tensor> bufs;
+  for (auto& [name, b] : module.named_buffers())
+    if (is_floating(b.dtype())) bufs.push_back(b);
+  pg.all_reduce(bufs);
+  NoGradGuard ng;
+  for (Tensor& b : bufs) b.copy_(mul(b, 1.0 / pg.size()));
+}
+
+bool average_gradients(ProcessGroup& pg, const std::vector<Tensor>& params, bool flag) {
+  if (pg.size() == 1) return flag;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const size_t n = grads.size();
+  grads.push_back(full({1}, flag ? 1.0 : 0.0));
+  pg.all_reduce(grads);
+  NoGradGuard ng;
+  const double inv = 1.0 / pg.size();
+  for (size_t i = 0; i < n; ++i) grads[i].copy_(mul(grads[i], inv));
+  return grads[n].item() > 0;
+}
+
+}  // namespace nn::dist

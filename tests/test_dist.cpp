@@ -1,0 +1,306 @@
+// The process group, with ranks as threads of this process talking over localhost TCP:
+// all-reduce and broadcast against sums computed here, averaged gradients against the
+// gradient of the whole batch, the data loader's shards, and the errors a user can cause.
+#include <nn/dist.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace nn;
+using test::require_close;
+
+namespace {
+
+// A port nothing listens on now (bound to 0, read back, released).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs body(pg) on `n` ranks, one thread each; returns each rank's error ("" when none).
+// Catch2's REQUIREs are not thread-safe, so bodies record and the caller asserts.
+std::vector<std::string> run_ranks(int n, const std::function<void(dist::ProcessGroup&)>& body,
+                                   double timeout = 20,
+                                   const std::function<dist::Options(int)>& tweak = {}) {
+  const int port = free_port();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        dist::Options o;
+        o.world_size = n;
+        o.rank = r;
+        o.master_port = port;
+        o.timeout_seconds = timeout;
+        if (tweak) o = tweak(r), o.master_port = port;
+        dist::ProcessGroup pg(o);
+        body(pg);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+        if (errors[size_t(r)].empty()) errors[size_t(r)] = "(empty message)";
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void require_contains(const std::string& text, const std::string& part) {
+  INFO("message: " << text);
+  REQUIRE(text.find(part) != std::string::npos);
+}
+
+void require_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("all_reduce sums tensors across ranks and leaves identical bits on each") {
+  for (int n : {1, 2, 3, 4}) {
+    for (int64_t len : {0, 1, 3, 1001}) {
+      INFO("world " << n << ", " << len << " elements");
+      Generator g(7 + uint64_t(n) * 100 + uint64_t(len));
+      std::vector<Tensor> a, b;  // per rank: an f32 tensor and an f16 one
+      for (int r = 0; r < n; ++r) {
+        a.push_back(randn({len}, {}, &g));
+        b.push_back(randn({2, 3}, {}, &g).to(kF16));
+      }
+      Tensor want_a = zeros({len}), want_b = zeros({2, 3});
+      for (int r = 0; r < n; ++r) want_a = add(want_a, a[size_t(r)]), want_b = add(want_b, b[size_t(r)].to(kF32));
+      std::vector<Tensor> got_a(static_cast<size_t>(n)), got_b(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) got_a[size_t(r)] = a[size_t(r)].clone(), got_b[size_t(r)] = b[size_t(r)].clone();
+      require_no_errors(run_ranks(n, [&](dist::ProcessGroup& pg) {
+        pg.all_reduce({got_a[size_t(pg.rank())], got_b[size_t(pg.rank())]});
+      }));
+      for (int r = 0; r < n; ++r) {
+        require_close(got_a[size_t(r)], want_a, 1e-5, 1e-5);
+        require_close(got_b[size_t(r)].to(kF32), want_b, 1e-2, 1e-2);
+        REQUIRE(got_b[size_t(r)].dtype() == kF16);
+        REQUIRE(got_a[size_t(r)].to_vector<float>() == got_a[0].to_vector<float>());
+      }
+      if (n > 1 && len > 0) REQUIRE(got_a[0].to_vector<float>() != a[0].to_vector<float>());
+    }
+  }
+}
+
+TEST_CASE("all_reduce of host values: sum and max in double") {
+  std::vector<std::vector<double>> v = {{1, -5, 0.25}, {2, 7, 0.5}, {4, 3, 1e-17}};
+  std::vector<std::vector<double>> m = v;
+  require_no_errors(run_ranks(3, [&](dist::ProcessGroup& pg) {
+    pg.all_reduce(v[size_t(pg.rank())]);
+    pg.all_reduce(m[size_t(pg.rank())], dist::ReduceOp::max);
+  }));
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(v[size_t(r)] == std::vector<double>{7, 5, 0.75 + 1e-17});
+    REQUIRE(m[size_t(r)] == std::vector<double>{4, 7, 0.5});
+  }
+}
+
+TEST_CASE("broadcast copies the root's tensors of any dtype, views included") {
+  const int n = 3, root = 2;
+  std::vector<Tensor> x(n), y(n), view(n);
+  for (int r = 0; r < n; ++r) {
+    x[size_t(r)] = full({4, 5}, double(r));
+    y[size_t(r)] = full({3}, double(10 * r), kI64);
+    view[size_t(r)] = x[size_t(r)].transpose(0, 1);  // non-contiguous: written through
+  }
+  Tensor w = full({2, 2}, 5.0);
+  require_no_errors(run_ranks(n, [&](dist::ProcessGroup& pg) {
+    const size_t r = size_t(pg.rank());
+    pg.broadcast({view[r], y[r]}, root);
+  }));
+  for (int r = 0; r < n; ++r) {
+    require_close(x[size_t(r)], full({4, 5}, 2.0));
+    REQUIRE(y[size_t(r)].to_vector<int64_t>() == std::vector<int64_t>{20, 20, 20});
+  }
+}
+
+TEST_CASE("averaged gradients of two half batches equal the gradient of the whole batch") {
+  // Two replicas of one model; each rank's gradient comes from its half of an 8-sample
+  // batch. The mean loss over 8 = the mean of the two halves' mean losses, so the average of
+  // the gradients must be the whole batch's gradient.
+  manual_seed(3);
+  auto make = [] {
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<Linear>(LinearOptions(6, 5)));
+    m->push_back(std::make_shared<ReLU>());
+    m->push_back(std::make_shared<Linear>(LinearOptions(5, 3)));
+    return m;
+  };
+  auto whole = make(), r0 = make(), r1 = make();
+  r0->load_state_dict(whole->state_dict());
+  r1->load_state_dict(whole->state_dict());
+  Tensor x = randn({8, 6}), y = tensor({0, 1, 2, 0, 1, 2, 2, 1}, kI64);
+  cross_entropy(whole->forward(x), y).backward();
+  cross_entropy(r0->forward(x.slice(0, 0, 4)), y.slice(0, 0, 4)).backward();
+  cross_entropy(r1->forward(x.slice(0, 4, 8)), y.slice(0, 4, 8)).backward();
+  std::vector<std::shared_ptr<nn::Sequential>> replicas{r0, r1};
+  std::vector<int> flags(2, -1);
+  require_no_errors(run_ranks(2, [&](dist::ProcessGroup& pg) {
+    // the flag rides along: one rank's true is every rank's answer
+    flags[size_t(pg.rank())] = dist::average_gradients(pg, replicas[size_t(pg.rank())]->parameters(), pg.rank() == 1);
+  }));
+  REQUIRE(flags == std::vector<int>{1, 1});
+  auto want = whole->parameters();
+  for (auto& m : replicas) {
+    auto got = m->parameters();
+    for (size_t i = 0; i < want.size(); ++i) require_close(got[i].grad(), want[i].grad(), 1e-5, 1e-6);
+  }
+  REQUIRE(r0->parameters()[0].grad().to_vector<float>() == r1->parameters()[0].grad().to_vector<float>());
+  require_no_errors(run_ranks(2, [&](dist::ProcessGroup& pg) {
+    flags[size_t(pg.rank())] = dist::average_gradients(pg, replicas[size_t(pg.rank())]->parameters(), false);
+  }));
+  REQUIRE(flags == std::vector<int>{0, 0});
+}
+
+TEST_CASE("broadcast_module gives every rank rank 0's weights and buffers") {
+  manual_seed(1);
+  std::vector<std::shared_ptr<BatchNorm2d>> m;
+  for (int r = 0; r < 3; ++r) {
+    m.push_back(std::make_shared<BatchNorm2d>(4));
+    m.back()->forward(add(randn({2, 4, 3, 3}), double(r)));  // running stats differ per rank
+    for (auto& p : m.back()->parameters()) {
+      NoGradGuard ng;
+      p.copy_(randn(p.shape()));
+    }
+  }
+  require_no_errors(run_ranks(3, [&](dist::ProcessGroup& pg) {
+    dist::broadcast_module(pg, *m[size_t(pg.rank())]);
+  }));
+  auto want = m[0]->state_dict();
+  for (int r = 1; r < 3; ++r) {
+    auto got = m[size_t(r)]->state_dict();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) require_close(got[i].second.to(kF64), want[i].second.to(kF64), 0, 0);
+  }
+}
+
+TEST_CASE("average_buffers: every rank ends with the mean of the running statistics") {
+  std::vector<std::shared_ptr<BatchNorm2d>> m;
+  Tensor want = zeros({4});
+  for (int r = 0; r < 3; ++r) {
+    m.push_back(std::make_shared<BatchNorm2d>(4));
+    m.back()->forward(add(randn({2, 4, 3, 3}), double(3 * r)));
+    want = add(want, mul(m.back()->running_mean, 1.0 / 3));
+  }
+  require_no_errors(run_ranks(3, [&](dist::ProcessGroup& pg) {
+    dist::average_buffers(pg, *m[size_t(pg.rank())]);
+  }));
+  for (int r = 0; r < 3; ++r) {
+    require_close(m[size_t(r)]->running_mean, want, 1e-6, 1e-6);
+    REQUIRE(m[size_t(r)]->num_batches_tracked.to_vector<int64_t>() == std::vector<int64_t>{1});
+  }
+}
+
+TEST_CASE("process group errors: bad rank, disagreeing world sizes, mismatched calls, a rank gone") {
+  dist::Options bad;
+  bad.world_size = 2;
+  bad.rank = 2;
+  require_contains(test::error_of([&] { dist::ProcessGroup pg(bad); }), "rank 2 is out of range for world size 2");
+
+  auto sizes = run_ranks(2, [](dist::ProcessGroup&) {}, 3, [](int r) {
+    dist::Options o;
+    o.rank = r;
+    o.world_size = r == 0 ? 2 : 3;
+    o.timeout_seconds = 3;
+    return o;
+  });
+  require_contains(sizes[0], "rank 1 was started with world size 3, rank 0 with 2");
+  require_contains(sizes[1], "rank 1 was started with world size 3, rank 0 with 2");
+
+  auto mismatch = run_ranks(3, [](dist::ProcessGroup& pg) {
+    pg.all_reduce({zeros({pg.rank() == 1 ? 5 : 4})});
+  });
+  for (auto& e : mismatch) require_contains(e, "the ranks disagree");
+
+  auto gone = run_ranks(2, [](dist::ProcessGroup& pg) {
+    if (pg.rank() == 0) pg.all_reduce({zeros({10})});
+  });
+  require_contains(gone[0], "the connection to rank 1 closed");
+  REQUIRE(gone[1].empty());
+
+  dist::Options alone;
+  alone.world_size = 2;
+  alone.master_port = free_port();
+  alone.timeout_seconds = 0.5;
+  require_contains(test::error_of([&] { dist::ProcessGroup pg(alone); }), "timed out after 0.5 s waiting for 1 more rank(s)");
+}
+
+TEST_CASE("process group options come from torchrun's environment variables") {
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("RANK", "3", 1);
+  ::setenv("MASTER_ADDR", "10.1.2.3", 1);
+  ::setenv("MASTER_PORT", "1234", 1);
+  dist::Options o = dist::options_from_env();
+  CHECK(o.world_size == 4);
+  CHECK(o.rank == 3);
+  CHECK(o.master_addr == "10.1.2.3");
+  CHECK(o.master_port == 1234);
+  ::setenv("MASTER_PORT", "http", 1);
+  require_contains(test::error_of([&] { dist::options_from_env(); }), "MASTER_PORT='http' is not a whole number");
+  for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+  o = dist::options_from_env();
+  CHECK(o.world_size == 1);
+  CHECK(o.rank == 0);
+}
+
+TEST_CASE("data loader shards: one step of all shards covers one batch of the whole") {
+  auto ds = std::make_shared<data::TensorDataset>(arange(103, kF32).reshape({103, 1}), arange(103, kI64));
+  data::DataLoaderOptions whole;
+  whole.batch_size = 12;
+  whole.seed = 5;
+  auto order = data::DataLoader(ds, whole).order(2);
+  data::DataLoaderOptions o = whole;
+  o.batch_size = 4;
+  o.shards = 3;
+  std::vector<std::vector<int64_t>> batches0;  // step -> samples of all shards
+  for (int64_t s = 0; s < 3; ++s) {
+    o.shard = s;
+    data::DataLoader dl(ds, o);
+    REQUIRE(dl.size() == 34);  // 103 // 3: the last sample is dropped
+    REQUIRE(dl.num_batches() == 9);
+    dl.set_epoch(2);
+    int64_t b = 0;
+    for (auto& batch : dl) {
+      if (size_t(b) >= batches0.size()) batches0.emplace_back();
+      for (auto t : batch.target.to_vector<int64_t>()) batches0[size_t(b)].push_back(t);
+      ++b;
+    }
+  }
+  for (size_t b = 0; b + 1 < batches0.size(); ++b) {
+    auto got = batches0[b];
+    std::vector<int64_t> want(order.begin() + int64_t(b) * 12, order.begin() + int64_t(b + 1) * 12);
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    REQUIRE(got == want);
+  }
+  o.even_shards = false;  // evaluation: every sample once, shards may differ by one
+  int64_t total = 0;
+  for (int64_t s = 0; s < 3; ++s) {
+    o.shard = s;
+    total += data::DataLoader(ds, o).size();
+  }
+  REQUIRE(total == 103);
+  o.shard = 3;
+  require_contains(test::error_of([&] { data::DataLoader dl(ds, o); }), "shard 3 of 3 is out of range");
+}
