@@ -74,6 +74,7 @@ int run(int argc, char** argv) {
   const int64_t test_samples = apps::check_non_negative("test-samples", a["test-samples"].as<int64_t>());
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
+  apps::Parallel par("mnist_train", a);
 
   const std::string dir =
       a.count("data-dir") ? a["data-dir"].as<std::string>() : default_data_dir(dataset);
@@ -126,23 +127,25 @@ int run(int argc, char** argv) {
   nn::data::DataLoaderOptions lo;
   lo.batch_size = batch;
   lo.seed = seed;
+  par.shard(lo, true);
   nn::data::DataLoader train_loader(train_set, lo);
   nn::data::DataLoaderOptions vo = lo;
   vo.shuffle = false;
   vo.batch_size = 1000;
+  par.shard(vo, false);
   nn::data::DataLoader val_loader(test_set, vo);
   std::unique_ptr<nn::optim::LRScheduler> scheduler;
   if (schedule == "cosine")
     scheduler = std::make_unique<nn::optim::CosineLR>(*optimizer, 0,
                                                       epochs * train_loader.num_batches());
 
-  apps::Run run("mnist_train", a, argc, argv);
+  apps::Run run("mnist_train", a, argc, argv, par);
   apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), nullptr});
   std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
-              "batch %lld, %s, %d threads\n",
+              "batch %s, %s, %d threads\n",
               dataset.c_str(), model_name.c_str(), apps::describe_device(device).c_str(),
               (long long)train_set->size(), (long long)test_set->size(),
-              (long long)model->num_parameters(), (long long)batch, optim_name.c_str(),
+              (long long)model->num_parameters(), par.batch_note(batch).c_str(), optim_name.c_str(),
               nn::num_threads());
   const bool profile = a.count("profile") > 0;
   double train_wall = 0;
@@ -156,6 +159,7 @@ int run(int argc, char** argv) {
       nn::Tensor loss = nn::cross_entropy(model->forward(b.data), b.target);
       optimizer->zero_grad();
       loss.backward();
+      run.sync_gradients();
       optimizer->step();
       if (scheduler) scheduler->step();
       meter.step(loss, b.data.shape()[0]);
@@ -163,7 +167,7 @@ int run(int argc, char** argv) {
     apps::EpochSummary s = meter.finish();
     nn::profiler::enable(false);
     train_wall += meter.session_seconds();
-    std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader);
+    std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader, std::nullopt, &par);
     s.lr = optimizer->lr();
     pos = apps::Position{epoch + 1, 0, pos.step, 0, 0, 0};
     run.end_epoch(s, pos);

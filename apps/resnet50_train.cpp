@@ -74,6 +74,7 @@ int run(int argc, char** argv) {
   const std::string layout = a["layout"].as<std::string>();
   apps::check_choice("layout", layout, {"auto", "nhwc", "nchw"});
   const bool nhwc = layout == "nhwc" || (layout == "auto" && device.is_cuda());
+  apps::Parallel par("resnet50_train", a);
 
   const std::string data = a["data"].as<std::string>();
   std::shared_ptr<nn::data::Dataset> train_set, val_set;
@@ -82,8 +83,9 @@ int run(int argc, char** argv) {
   if (data == "synthetic") {
     apps::check_positive("num-classes", classes);
     if (steps == 0) steps = 100;
-    // Four distinct batches cycled through: enough to see the loss move.
-    train_set = std::make_shared<SyntheticImages>(batch * 4, size, classes, device, seed + 1);
+    // Four distinct batches cycled through: enough to see the loss move. Data parallel: each
+    // rank makes its own four (not a shard of one pool, which would shrink with more ranks).
+    train_set = std::make_shared<SyntheticImages>(batch * 4, size, classes, device, seed + 1 + uint64_t(par.rank()));
   } else {
     namespace fs = std::filesystem;
     const std::string train_dir = fs::is_directory(fs::path(data) / "train") ? (fs::path(data) / "train").string() : data;
@@ -102,6 +104,7 @@ int run(int argc, char** argv) {
   lo.batch_size = batch;
   lo.seed = seed;
   lo.drop_last = true;
+  if (data != "synthetic") par.shard(lo, true);
   nn::data::DataLoader loader(train_set, lo);
   const int64_t per_epoch = steps > 0 ? std::min<int64_t>(steps, data == "synthetic" ? steps : loader.num_batches())
                                       : loader.num_batches();
@@ -124,11 +127,11 @@ int run(int argc, char** argv) {
   nn::CrossEntropyOptions ce;
   ce.label_smoothing = a["label-smoothing"].as<double>();
 
-  apps::Run run("resnet50_train", a, argc, argv);
+  apps::Run run("resnet50_train", a, argc, argv, par);
   apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler});
-  std::printf("resnet50_train: %s data, %lld classes, batch %lld, %s %s on %s, %lld steps per "
+  std::printf("resnet50_train: %s data, %lld classes, batch %s, %s %s on %s, %lld steps per "
               "epoch\n", data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
-              (long long)batch, precision.c_str(), nhwc ? "nhwc" : "nchw",
+              par.batch_note(batch).c_str(), precision.c_str(), nhwc ? "nhwc" : "nchw",
               apps::describe_device(device).c_str(), (long long)per_epoch);
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
@@ -145,6 +148,7 @@ int run(int argc, char** argv) {
         }
         opt.zero_grad();
         scaler.scale(loss).backward();
+        run.sync_gradients();
         scaler.step(opt);
         scaler.update();
         schedule.step();
@@ -156,9 +160,10 @@ int run(int argc, char** argv) {
       nn::data::DataLoaderOptions vo;
       vo.batch_size = batch;
       vo.shuffle = false;
+      par.shard(vo, false);
       nn::data::DataLoader val(val_set, vo);
       nn::amp::AutocastGuard ac(half, precision != "fp32");
-      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device);
+      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device, &par);
     } else {
       s.val_loss = std::nan("");
       s.val_accuracy = std::nan("");

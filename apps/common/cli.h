@@ -5,6 +5,7 @@
 #include <cxxopts.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -58,9 +59,13 @@ T check_non_negative(const std::string& flag, T value) {
   return value;
 }
 
-// --device value: a usage error when it does not name a device.
+// --device value: a usage error when it does not name a device. A bare "cuda" in a process
+// started by a launcher (LOCAL_RANK set, as scripts/dist_launch.sh and torchrun do) means
+// cuda:LOCAL_RANK, one GPU per process.
 inline nn::Device parse_device(const std::string& spec) {
   try {
+    const char* local = std::getenv("LOCAL_RANK");
+    if (spec == "cuda" && local && *local) return nn::Device(spec + ":" + local);
     return nn::Device(spec);
   } catch (const nn::Error& e) {
     throw UsageError(std::string("--device: ") + e.what());
@@ -93,9 +98,11 @@ inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int
 }
 
 // Mean cross-entropy loss and accuracy of a classifier over a loader, in eval mode. Batches
-// are moved to `device` first when given (loaders that produce them on the CPU).
+// are moved to `device` first when given (loaders that produce them on the CPU). With `par`,
+// each rank's loader holds its shard and the sums are added over the ranks.
 inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoader& loader,
-                                          std::optional<nn::Device> device = std::nullopt) {
+                                          std::optional<nn::Device> device = std::nullopt,
+                                          const Parallel* par = nullptr) {
   nn::NoGradGuard ng;
   model.eval();
   nn::Tensor loss_sum, correct;
@@ -113,8 +120,10 @@ inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoade
     n += b.data.shape()[0];
   }
   model.train();
-  if (n == 0) return {0.0, 0.0};
-  return {loss_sum.item() / double(n), correct.item() / double(n)};
+  std::vector<double> v{n ? loss_sum.item() : 0.0, n ? correct.item() : 0.0, double(n)};
+  if (par) par->sum(v);
+  if (v[2] == 0) return {0.0, 0.0};
+  return {v[0] / v[2], v[1] / v[2]};
 }
 
 }  // namespace apps

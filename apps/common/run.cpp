@@ -1,5 +1,6 @@
 #include "common/run.h"
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,10 +36,11 @@ void add_run_options(cxxopts::Options& opts) {
        cxxopts::value<std::string>())
       ("save-model", "write the trained model's tensors to FILE (safetensors)",
        cxxopts::value<std::string>());
+  add_parallel_options(opts);
 }
 
-Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv)
-    : app_(std::move(app)), tty_(nn::train::stdout_is_terminal()) {
+Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, Parallel& par)
+    : app_(std::move(app)), par_(par), tty_(nn::train::stdout_is_terminal()) {
   for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + std::string(argv[i]);
   if (a.count("checkpoint-dir")) {
     int keep = a["keep-last"].as<int>();
@@ -50,6 +52,8 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv)
   if (every_ < 0 || log_every_ < 1) throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
   resume_ = a.count("resume") > 0;
   if (resume_ && !ckpt_) throw UsageError("--resume needs --checkpoint-dir");
+  nn::train::StopSignal::install();
+  if (!par_.leader()) return;  // rank 0 writes the run's files
   // Output files are written after training; a folder that is not there fails now, not then.
   auto output_file = [&](const char* flag) {
     const std::string path = a[flag].as<std::string>();
@@ -63,15 +67,30 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv)
   if (a.count("save-model")) save_model_ = output_file("save-model");
   if (a.count("tensorboard"))
     tb_ = std::make_unique<nn::train::TensorBoardWriter>(a["tensorboard"].as<std::string>());
-  nn::train::StopSignal::install();
 }
 
 double Run::elapsed() const { return elapsed_before_ + clock_.seconds(); }
 
 Position Run::start(State s) {
   state_ = s;
+  Position pos = resume_ ? load() : Position{};
+  if (!par_.group()) return pos;
+  // Every rank must continue from the same step (a rank that cannot see the checkpoint
+  // folder would start over), with rank 0's weights, and its own dropout stream.
+  std::vector<double> step{double(pos.step), -double(pos.step)};
+  par_.max(step);
+  NN_CHECK(step[0] == -step[1], "the ranks would continue from different steps (", -step[1], " to ",
+           step[0], "; this rank: ", pos.step, "): with --resume every rank must see the same "
+           "--checkpoint-dir (a shared file system)");
+  nn::dist::broadcast_module(*par_.group(), *state_.model);
+  nn::Generator& g = nn::default_generator();
+  if (par_.rank() > 0) g.set_state(g.seed() ^ (0x9E3779B97F4A7C15ull * uint64_t(par_.rank())), g.offset());
+  return pos;
+}
+
+Position Run::load() {
+  const State& s = state_;
   Position pos;
-  if (!resume_) return pos;
   std::vector<std::string> warnings;
   auto c = ckpt_->load_latest(&warnings);
   for (auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", app_.c_str(), w.c_str());
@@ -99,6 +118,19 @@ Position Run::start(State s) {
   pos.loss_sum = to_double(c->meta, "loss_sum");
   pos.epoch_seconds = to_double(c->meta, "epoch_seconds");
   elapsed_before_ = to_double(c->meta, "elapsed");
+  // Stopped mid-epoch with another number of processes: the batch index counts this many
+  // processes' batches, so keep the samples done (to within one step) instead.
+  const int64_t was = c->meta.count("world_size") ? int64_t(to_double(c->meta, "world_size")) : 1;
+  if (was != par_.size() && pos.batch > 0) {
+    const int64_t b = pos.batch * was / par_.size();
+    std::printf("%s: the checkpoint was written by %lld process(es), this run has %d: epoch %lld "
+                "continues at batch %lld instead of %lld\n",
+                app_.c_str(), (long long)was, par_.size(), (long long)pos.epoch, (long long)b,
+                (long long)pos.batch);
+    pos.loss_sum = pos.loss_sum * double(b) / double(pos.batch);
+    pos.seen = pos.seen * b / pos.batch;
+    pos.batch = b;
+  }
   if (s.scheduler) s.scheduler->set_step(pos.step);
   std::printf("%s: resumed from step %lld (epoch %lld, batch %lld)\n", app_.c_str(),
               (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
@@ -106,6 +138,7 @@ Position Run::start(State s) {
 }
 
 void Run::save(const Position& pos) {
+  if (!par_.leader()) return;
   nn::io::Checkpoint c;
   c.model = state_.model->state_dict();
   c.optimizer = state_.optimizer->state();
@@ -118,14 +151,15 @@ void Run::save(const Position& pos) {
             {"seen", std::to_string(pos.seen)},
             {"loss_sum", num(pos.loss_sum)},
             {"epoch_seconds", num(pos.epoch_seconds)},
-            {"elapsed", num(elapsed())}};
+            {"elapsed", num(elapsed())},
+            {"world_size", std::to_string(par_.size())}};
   nn::io::save_generator(c.meta, "rng", nn::default_generator());
   ckpt_->save(c);
 }
 
 void Run::after_step(const Position& pos, int64_t batches, const std::function<double()>& loss_sum) {
   const bool log = pos.batch % log_every_ == 0 || pos.batch == batches;
-  const bool stop = nn::train::StopSignal::requested();
+  const bool stop = par_.group() ? stop_agreed_ : nn::train::StopSignal::requested();
   const bool checkpoint = ckpt_ && ((every_ > 0 && pos.step % every_ == 0) || stop);
   if (!log && !checkpoint) return;
   const double sum = loss_sum();
@@ -146,9 +180,13 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
     save(p);
   }
   if (stop) {
-    const int sig = nn::train::StopSignal::signal_number();
+    // A rank that got no signal itself stops because another one did (SIGTERM's status).
+    const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
     std::fflush(stdout);
-    if (ckpt_)
+    if (!par_.leader())
+      std::fprintf(stderr, "%s: rank %d stops with the others after step %lld\n", app_.c_str(),
+                   par_.rank(), (long long)pos.step);
+    else if (ckpt_)
       std::fprintf(stderr, "%s: stopped by signal %d after step %lld (epoch %lld, batch %lld); "
                            "checkpoint saved in '%s': run again with --resume to continue\n",
                    app_.c_str(), sig, (long long)pos.step, (long long)pos.epoch,
@@ -161,7 +199,18 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
   }
 }
 
+void Run::sync_gradients() {
+  if (par_.group())
+    stop_agreed_ = nn::dist::average_gradients(*par_.group(), state_.model->parameters(),
+                                               nn::train::StopSignal::requested());
+}
+
+void Run::sync_buffers() {
+  if (par_.group()) nn::dist::average_buffers(*par_.group(), *state_.model);
+}
+
 void Run::end_epoch(const EpochSummary& s, Position next) {
+  par_.check_replicas(*state_.model, nn::detail::cat("after epoch ", s.epoch));
   // Without a validation set (synthetic data) the val fields are NaN: left out of the line,
   // null in the metrics, not written to TensorBoard.
   const bool has_val = !std::isnan(s.val_loss);
@@ -208,6 +257,7 @@ Run::~Run() {
 }
 
 void Run::finish() {
+  par_.check_replicas(*state_.model, "at the end of training");
   if (save_model_.empty()) return;
   nn::io::save_safetensors(save_model_, state_.model->state_dict(), {{"app", app_}, {"command", command_}});
   std::printf("%s: model saved to '%s'\n", app_.c_str(), save_model_.c_str());
@@ -237,7 +287,8 @@ void EpochMeter::step(const nn::Tensor& loss, int64_t samples) {
   // Reading the loss is the only host sync of a step, and only when it is shown.
   progress_.update(pos_.batch, [&] {
     return nn::detail::cat("loss ", loss_sum_.item() / double(pos_.batch), "  ",
-                           int64_t(double(pos_.seen) / pos_.epoch_seconds), " ", unit_);
+                           int64_t(double(pos_.seen) * run_.parallel().size() / pos_.epoch_seconds), " ",
+                           unit_);
   });
 }
 
@@ -247,9 +298,13 @@ EpochSummary EpochMeter::finish() {
   s.epoch = pos_.epoch;
   s.epochs = epochs_;
   s.batches = batches_;
-  s.train_loss = loss_sum_.item() / double(std::max<int64_t>(pos_.batch, 1));
+  run_.sync_buffers();
+  // Data parallel: the mean over every rank's batches, and all ranks' samples.
+  std::vector<double> v{loss_sum_.item(), double(pos_.batch), double(pos_.seen)};
+  run_.parallel().sum(v);
+  s.train_loss = v[0] / std::max(v[1], 1.0);
   s.seconds = before_ + clock_.seconds();
-  s.samples_per_second = double(pos_.seen) / s.seconds;
+  s.samples_per_second = v[2] / s.seconds;
   return s;
 }
 

@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "common/parallel.h"
+
 namespace apps {
 
 void add_run_options(cxxopts::Options& opts);
@@ -39,9 +41,12 @@ struct Stopped {
   int signal = 0;
 };
 
+// In a data-parallel run (see parallel.h) every rank has a Run: all of them load a checkpoint
+// on --resume (the folder must be on a file system they all see), rank 0 alone writes
+// checkpoints, metrics, TensorBoard, notifications and --save-model.
 class Run {
  public:
-  Run(std::string app, const cxxopts::ParseResult& args, int argc, char** argv);
+  Run(std::string app, const cxxopts::ParseResult& args, int argc, char** argv, Parallel& par);
   // Gives running --notify-cmd commands up to 30 s to finish (the last epoch's message).
   ~Run();
 
@@ -53,8 +58,16 @@ class Run {
     nn::amp::GradScaler* scaler = nullptr;
   };
   // Restores the newest valid checkpoint when --resume was given (warning about corrupt ones
-  // it skips) and returns where to continue; a fresh start otherwise.
+  // it skips) and returns where to continue; a fresh start otherwise. Data parallel: every
+  // rank then holds rank 0's weights, and the ranks have checked they resume at one step.
   Position start(State s);
+
+  // Between backward and the optimizer step: averages the gradients over the ranks (a no-op
+  // alone) and agrees on a stop request, so that every rank stops after the same step.
+  void sync_gradients();
+  // At the end of an epoch's training, before evaluation: averages batch norm's running
+  // statistics over the ranks (each saw only its shard). Called by EpochMeter::finish.
+  void sync_buffers();
 
   // After every optimizer step (pos already counts it). `loss_sum` reads the epoch's running
   // loss sum: called only every --log-every steps and when a checkpoint is written, since on
@@ -70,10 +83,14 @@ class Run {
 
   double elapsed() const;  // seconds across resumes
   int64_t log_every() const { return log_every_; }
+  const Parallel& parallel() const { return par_; }
 
  private:
+  Position load();  // the newest valid checkpoint's position (--resume)
   void save(const Position& pos);
   std::string app_, command_;
+  Parallel& par_;
+  bool stop_agreed_ = false;
   State state_;
   std::unique_ptr<nn::io::Checkpointer> ckpt_;
   int64_t every_ = 0, log_every_ = 50;

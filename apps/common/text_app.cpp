@@ -45,8 +45,10 @@ nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExam
 struct Eval {
   double loss = 0, accuracy = 0, seconds = 0, samples_per_second = 0;
 };
+// Data parallel: each rank's loader holds its shard; the sums are added over the ranks, and
+// the time is the slowest rank's.
 Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loader,
-              const nn::Device& dev, int64_t pad, const std::string& precision) {
+              const nn::Device& dev, int64_t pad, const std::string& precision, const Parallel& par) {
   nn::NoGradGuard ng;
   model.eval();
   nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
@@ -62,11 +64,14 @@ Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loade
     correct = nn::add(correct, nn::sum(nn::eq(nn::argmax(logits, 1), y)));
     n += ids.shape()[0];
   }
+  std::vector<double> sums{loss_sum.item(), correct.item(), double(n)}, seconds{clock.seconds()};
+  par.sum(sums);
+  par.max(seconds);
   Eval e;
-  e.loss = loss_sum.item() / double(std::max<int64_t>(n, 1));
-  e.accuracy = correct.item() / double(std::max<int64_t>(n, 1));
-  e.seconds = clock.seconds();
-  e.samples_per_second = double(n) / e.seconds;
+  e.loss = sums[0] / std::max(sums[2], 1.0);
+  e.accuracy = sums[1] / std::max(sums[2], 1.0);
+  e.seconds = seconds[0];
+  e.samples_per_second = sums[2] / e.seconds;
   model.train();
   return e;
 }
@@ -126,6 +131,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   if (eval_only && !a.count("load-model")) throw UsageError("--eval-only needs --load-model");
   if (a.count("data-dir") == a.count("data"))
     throw UsageError("give either --data-dir DIR or --data synthetic");
+  Parallel par(app.name, a);
 
   // ---- data ---------------------------------------------------------------------------------
   // From here a SIGTERM/SIGINT only raises a flag: reading and tokenising can take minutes,
@@ -197,19 +203,21 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   nn::data::DataLoaderOptions lo;
   lo.batch_size = batch;
   lo.seed = seed;
+  par.shard(lo, true);
   nn::data::DataLoader loader(train_set, lo);
   nn::data::DataLoaderOptions vo;
   vo.batch_size = std::max<int64_t>(batch, 256);
   vo.shuffle = false;
+  par.shard(vo, false);
   nn::data::DataLoader val_loader(test_set, vo);
   const int64_t pad = d.pad_id();
 
   if (eval_only) {
-    Eval e = evaluate(app, *model, val_loader, dev, pad, precision);
+    Eval e = evaluate(app, *model, val_loader, dev, pad, precision, par);
     std::printf("%s: eval on %lld reviews: loss %.4f  accuracy %.2f%%  %.2fs  %.0f samples/s (inference)\n",
                 app.name.c_str(), (long long)test_set->size(), e.loss, 100 * e.accuracy, e.seconds,
                 e.samples_per_second);
-    if (a.count("metrics"))
+    if (a.count("metrics") && par.leader())
       nn::train::append_line(a["metrics"].as<std::string>(),
                              nn::train::JsonLine().add("phase", std::string("infer")).add("val_loss", e.loss)
                                  .add("val_accuracy", e.accuracy).add("seconds", e.seconds)
@@ -228,7 +236,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
   const double clip = a["clip"].as<double>();
 
-  Run run(app.name, a, argc, argv);
+  Run run(app.name, a, argc, argv, par);
   Position pos = run.start({model.get(), &opt, &schedule, &scaler});
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
@@ -243,6 +251,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       }
       opt.zero_grad();
       scaler.scale(loss).backward();
+      run.sync_gradients();
       if (clip > 0) {
         scaler.unscale_(opt);
         nn::optim::clip_grad_norm(model->parameters(), clip);
@@ -253,7 +262,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       meter.step(loss, ids.shape()[0]);
     }
     EpochSummary s = meter.finish();
-    Eval e = evaluate(app, *model, val_loader, dev, pad, precision);
+    Eval e = evaluate(app, *model, val_loader, dev, pad, precision, par);
     s.val_loss = e.loss;
     s.val_accuracy = e.accuracy;
     s.lr = opt.lr();
@@ -264,7 +273,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     run.end_epoch(s, pos);
   }
   run.finish();
-  if (a.count("save-model") && d.vocab) {
+  if (a.count("save-model") && d.vocab && par.leader()) {
     const std::string vp = a["save-model"].as<std::string>() + ".vocab.txt";
     d.vocab->save(vp);
     std::printf("%s: vocabulary saved to '%s' (read back by --load-model)\n", app.name.c_str(), vp.c_str());

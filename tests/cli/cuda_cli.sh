@@ -10,6 +10,9 @@
 #   cross_device   a checkpoint written on the CPU resumes on CUDA and the other way round:
 #                  loaded and saved again on the other device, the weights are bit-identical,
 #                  and training goes on there
+#   data_parallel  two processes on one device (scripts/dist_launch.sh): gradients averaged
+#                  through host memory; the app checks after every epoch that the replicas
+#                  are bit-identical; the loss matches the same run on the CPU
 set -uo pipefail
 app=$1; data=$2; case=$3; device=$4
 work=$(mktemp -d)
@@ -56,5 +59,21 @@ case $case in
       expect 0 "epoch 2/2 .*train_loss [0-9]" -- "$app" "${small[@]}" --epochs 2 \
         --device $to --checkpoint-dir "$ck" --resume
     done ;;
+  data_parallel)
+    have_device
+    launch=$(dirname "$0")/../../scripts/dist_launch.sh
+    port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+    for d in cuda:0 cpu; do
+      expect 0 "epoch 2/2 .*val_accuracy" -- "$launch" --nprocs 2 \
+        --master 127.0.0.1:"$(port)" -- "$app" "${small[@]}" --epochs 2 --device $d \
+        --metrics "$work/$d.jsonl"
+    done
+    python3 - "$work/cuda:0.jsonl" "$work/cpu.jsonl" <<'PY' || exit 1
+import json, sys
+gpu, cpu = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+print(f"val_loss: cuda {gpu['val_loss']:.6f}, cpu {cpu['val_loss']:.6f}")
+assert abs(gpu["val_loss"] - cpu["val_loss"]) < 1e-3 * max(1, abs(cpu["val_loss"])), (gpu, cpu)
+PY
+    ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

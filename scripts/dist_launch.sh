@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Starts a data-parallel run: --nprocs copies of PROGRAM on this machine, each with the
+# environment a libnn app (or torchrun-style code) reads: WORLD_SIZE, RANK, LOCAL_RANK,
+# MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS = cores / nprocs unless already set.
+# SIGTERM and SIGINT are passed on to every process (they stop together after one step, rank 0
+# writes the checkpoint); the exit status is rank 0's, or the first failing rank's.
+#
+#   scripts/dist_launch.sh --nprocs 2 -- build/bin/mnist_train --dataset fashion-mnist
+#   # two machines, two GPUs each (run on each, with its --node-rank):
+#   scripts/dist_launch.sh --nprocs 2 --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 -- \
+#       build/bin/resnet50_train --device cuda --checkpoint-dir /shared/run1
+set -uo pipefail
+
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  echo
+  echo "usage: $0 --nprocs N [--nnodes M --node-rank K] [--master ADDR:PORT] -- PROGRAM [ARGS...]"
+}
+
+nprocs="" nnodes=1 node_rank=0 master=127.0.0.1:29500
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --nprocs) nprocs=${2-}; shift 2 ;;
+    --nnodes) nnodes=${2-}; shift 2 ;;
+    --node-rank) node_rank=${2-}; shift 2 ;;
+    --master) master=${2-}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) echo "$0: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+number() { [[ $1 =~ ^[0-9]+$ ]]; }
+if ! number "$nprocs" || [[ $nprocs -lt 1 ]]; then echo "$0: --nprocs must be a positive number (see --help)" >&2; exit 2; fi
+if ! number "$nnodes" || [[ $nnodes -lt 1 ]]; then echo "$0: --nnodes must be a positive number" >&2; exit 2; fi
+if ! number "$node_rank" || [[ $node_rank -ge $nnodes ]]; then
+  echo "$0: --node-rank must be from 0 to $((nnodes - 1))" >&2; exit 2
+fi
+port=${master##*:} addr=${master%:*}
+if [[ $master != *:* ]] || ! number "$port" || [[ -z $addr ]]; then echo "$0: --master must be ADDR:PORT, got '$master'" >&2; exit 2; fi
+if [[ $# -eq 0 ]]; then echo "$0: no program to run (see --help)" >&2; exit 2; fi
+
+export WORLD_SIZE=$((nprocs * nnodes)) MASTER_ADDR=$addr MASTER_PORT=$port
+if [[ -z ${OMP_NUM_THREADS-} ]]; then
+  cores=$(nproc)
+  export OMP_NUM_THREADS=$(( cores / nprocs > 0 ? cores / nprocs : 1 ))
+fi
+
+pids=()
+for ((i = 0; i < nprocs; i++)); do
+  RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "$@" &
+  pids+=($!)
+done
+forward() { kill -"$1" "${pids[@]}" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+
+status=0
+for ((i = 0; i < nprocs; i++)); do
+  # `wait` returns early when a trapped signal arrives: wait again until the process is gone.
+  while :; do
+    wait "${pids[i]}"; rc=$?
+    kill -0 "${pids[i]}" 2>/dev/null || break
+  done
+  if [[ $rc -ne 0 && $status -eq 0 ]]; then status=$rc; fi
+done
+exit $status

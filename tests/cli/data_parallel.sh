@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Data-parallel mnist_train through scripts/dist_launch.sh, two processes on this machine:
+# trains, is stopped by SIGTERM mid-epoch (both ranks stop after the same step, rank 0 writes
+# the checkpoint), resumes with two processes and, from a copy of the same checkpoint, with
+# one (another machine count); both finish and learn. The apps themselves check after every
+# epoch that the ranks' models are bit-identical. Then ResNet-50 (batch norm statistics kept
+# identical across ranks), sharded inference equal to one process's, and the command-line
+# errors.
+set -uo pipefail
+bin=$1; data=$2; launch=$3
+app=$bin/mnist_train
+work=$(mktemp -d)
+trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+args=(--dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 2048 --test-samples 1000
+      --batch-size 32 --epochs 2 --seed 5 --log-every 1000 --checkpoint-every 6)
+
+# 1. Stopped mid-run: the launcher passes SIGTERM on, every rank stops after the same step.
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck" > "$work/first.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  compgen -G "$work/ck/ckpt-*.safetensors" > /dev/null && break
+  sleep 0.1
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+[[ $rc -eq 143 ]] || fail "expected exit status 143 after SIGTERM, got $rc" "$work/first.log"
+grep -q "data parallel over 2 processes" "$work/first.log" || fail "no data-parallel banner" "$work/first.log"
+grep -q "batch 32 per process (64 per step)" "$work/first.log" || fail "no per-process batch" "$work/first.log"
+step0=$(grep -o 'stopped by signal 15 after step [0-9]*' "$work/first.log" | grep -o '[0-9]*$')
+step1=$(grep -o 'rank 1 stops with the others after step [0-9]*' "$work/first.log" | grep -o '[0-9]*$')
+[[ -n $step0 && $step0 == "$step1" ]] || fail "ranks did not stop together ($step0 vs $step1)" "$work/first.log"
+[[ $step0 -lt 64 ]] || fail "the run finished before the stop" "$work/first.log"
+cp -r "$work/ck" "$work/ck1"
+
+# 2. Resumed with two processes: finishes and has learnt.
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck" --resume \
+  --metrics "$work/m2.jsonl" > "$work/second.log" 2>&1 || fail "resumed run failed" "$work/second.log"
+grep -q "resumed from step $step0" "$work/second.log" || fail "did not resume at step $step0" "$work/second.log"
+python3 - "$work/m2.jsonl" <<'PY' || exit 1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["epoch"] for r in rows][-1] == 2, rows
+assert rows[-1]["val_accuracy"] > 0.6, rows  # chance is 0.1
+print(f"2 processes: val_accuracy {rows[-1]['val_accuracy']:.3f}")
+PY
+
+# 3. The same checkpoint resumed by one process: the epoch goes on from the samples done.
+"$app" "${args[@]}" --checkpoint-dir "$work/ck1" --resume --threads 2 --metrics "$work/m1.jsonl" \
+  > "$work/third.log" 2>&1 || fail "resume with one process failed" "$work/third.log"
+if (( step0 % 32 != 0 )); then
+  grep -q "the checkpoint was written by 2 process(es), this run has 1" "$work/third.log" \
+    || fail "no note of the changed process count" "$work/third.log"
+fi
+python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[-1]["epoch"]==2 and r[-1]["val_accuracy"]>0.6, r' \
+  "$work/m1.jsonl" || fail "one-process resume did not learn" "$work/third.log"
+
+# 4. ResNet-50 with batch norm: each rank's running statistics saw only its shard; they are
+#    averaged at the end of the epoch, so the replicas check passes.
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$bin/resnet50_train" --device cpu --image-size 32 \
+  --batch-size 2 --num-classes 4 --num-batches 2 --epochs 1 > "$work/resnet.log" 2>&1 \
+  || fail "data-parallel resnet50_train failed" "$work/resnet.log"
+
+# 5. Sharded inference: two processes evaluate half the test set each; the sums make the same
+#    loss and accuracy as one process evaluating all of it.
+text=(--data synthetic --synthetic-classes 3 --synthetic-size 200 --seed 4)
+"$bin/mlp_train" "${text[@]}" --epochs 1 --save-model "$work/mlp.st" > "$work/mlp.log" 2>&1 \
+  || fail "mlp_train failed" "$work/mlp.log"
+"$bin/mlp_train" "${text[@]}" --eval-only --load-model "$work/mlp.st" --metrics "$work/one.jsonl" \
+  > "$work/one.log" 2>&1 || fail "eval failed" "$work/one.log"
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$bin/mlp_train" "${text[@]}" --eval-only \
+  --load-model "$work/mlp.st" --metrics "$work/two.jsonl" > "$work/two.log" 2>&1 || fail "sharded eval failed" "$work/two.log"
+python3 - "$work/one.jsonl" "$work/two.jsonl" <<'PY' || exit 1
+import json, sys
+one, two = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+assert len(open(sys.argv[2]).read().splitlines()) == 1, "only rank 0 writes the metrics"
+assert abs(one["val_loss"] - two["val_loss"]) < 1e-6 and one["val_accuracy"] == two["val_accuracy"], (one, two)
+print(f"sharded inference: loss {two['val_loss']:.6f}, accuracy {two['val_accuracy']:.4f}, as one process")
+PY
+
+# 6. Errors: each one line and an exit status, never a hang.
+expect() {  # CODE REGEX COMMAND...
+  local code=$1 regex=$2; shift 2
+  out=$("$@" 2>&1); rc=$?
+  [[ $rc -eq $code ]] && grep -Eq -- "$regex" <<<"$out" || { echo "FAIL: $* -> $rc:"; echo "$out"; exit 1; }
+}
+expect 2 "--rank must be from 0 to 1 for world size 2, got 2" "$app" --world-size 2 --rank 2
+expect 2 "--master must be ADDR:PORT" "$app" --world-size 2 --master localhost
+expect 1 "cannot connect to rank 0 \(the master, 127.0.0.1:[0-9]+\)" \
+  "$app" "${args[@]}" --world-size 2 --rank 1 --master 127.0.0.1:"$(port)" --dist-timeout 1
+expect 1 "timed out after 1 s waiting for 1 more rank" \
+  "$app" "${args[@]}" --world-size 2 --rank 0 --master 127.0.0.1:"$(port)" --dist-timeout 1
+expect 2 "--nprocs must be a positive number" "$launch" --nprocs 0 -- "$app"
+echo "ok: stopped together at step $step0, resumed with 2 and with 1 process(es)"
