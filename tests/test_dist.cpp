@@ -103,6 +103,28 @@ TEST_CASE("all_reduce sums tensors across ranks and leaves identical bits on eac
   }
 }
 
+TEST_CASE("all_reduce of one tensor: reduced in place when contiguous, through a copy when a view") {
+  const int n = 3;
+  std::vector<Tensor> flat(n), base(n), view(n);
+  Tensor want_flat = zeros({7}), want_base = zeros({4, 5});
+  for (int r = 0; r < n; ++r) {
+    flat[size_t(r)] = full({7}, double(r + 1));
+    base[size_t(r)] = randn({4, 5});
+    view[size_t(r)] = base[size_t(r)].transpose(0, 1);  // (5, 4), not contiguous
+    want_flat = add(want_flat, flat[size_t(r)]);
+    want_base = add(want_base, base[size_t(r)]);
+  }
+  require_no_errors(run_ranks(n, [&](dist::ProcessGroup& pg) {
+    const size_t r = size_t(pg.rank());
+    pg.all_reduce({flat[r]});
+    pg.all_reduce({view[r]});
+  }));
+  for (int r = 0; r < n; ++r) {
+    require_close(flat[size_t(r)], want_flat);
+    require_close(base[size_t(r)], want_base, 1e-5, 1e-5);
+  }
+}
+
 TEST_CASE("all_reduce of host values: sum and max in double") {
   std::vector<std::vector<double>> v = {{1, -5, 0.25}, {2, 7, 0.5}, {4, 3, 1e-17}};
   std::vector<std::vector<double>> m = v;

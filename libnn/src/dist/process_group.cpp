@@ -58,6 +58,13 @@ struct ProcessGroup::Impl {
   double timeout = 0;
   int rank = 0, size = 1;
   net::Socket next, prev;  // to rank+1, from rank-1
+  // Kept between calls: fresh large buffers cost a page fault per 4 KiB every step.
+  std::vector<char> staging, scratch;
+  template <typename T>
+  T* grow(std::vector<char>& v, size_t n) {
+    if (v.size() < n * sizeof(T)) v.resize(n * sizeof(T));
+    return reinterpret_cast<T*>(v.data());
+  }
 
   // One ring step: send [s, s+sn) to the next rank while receiving rn elements from the
   // previous one.
@@ -72,12 +79,12 @@ struct ProcessGroup::Impl {
     const int p = size;
     auto lo = [&](int c) { return n * size_t(c) / size_t(p); };
     auto len = [&](int c) { return lo(c + 1) - lo(c); };
-    std::vector<T> tmp(len(p - 1) + 1);
+    T* tmp = grow<T>(scratch, len(p - 1) + 1);
     auto mod = [&](int x) { return ((x % p) + p) % p; };
     // Reduce-scatter: after step s, chunk (rank - s - 1) holds the reduction of s + 2 ranks.
     for (int s = 0; s < p - 1; ++s) {
       const int sc = mod(rank - s), rc = mod(rank - s - 1);
-      step(data + lo(sc), len(sc), tmp.data(), len(rc));
+      step(data + lo(sc), len(sc), tmp, len(rc));
       T* d = data + lo(rc);
       if (op == ReduceOp::sum)
         for (size_t i = 0; i < len(rc); ++i) d[i] += tmp[i];
@@ -214,19 +221,26 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   impl_->agree("all_reduce of tensors", {double(total), double(op), double(wide)});
   NoGradGuard ng;
   const DType carrier = wide ? DType::f64 : DType::f32;
-  // One host buffer for all tensors: one ring pass, however many gradients there are.
-  std::vector<char> buf(size_t(total) * element_size(carrier));
+  // One contiguous CPU tensor of the carrier type is reduced where it lies; anything else is
+  // gathered into one host buffer: one ring pass, however many gradients there are.
+  const Tensor& t0 = tensors.empty() ? Tensor() : tensors[0];
+  if (tensors.size() == 1 && t0.device().is_cpu() && t0.dtype() == carrier && t0.is_contiguous()) {
+    if (wide) impl_->ring_all_reduce(static_cast<double*>(t0.data_ptr()), size_t(total), op);
+    else impl_->ring_all_reduce(static_cast<float*>(t0.data_ptr()), size_t(total), op);
+    return;
+  }
+  char* buf = impl_->grow<char>(impl_->staging, size_t(total) * element_size(carrier));
   size_t off = 0;
   for (const Tensor& t : tensors) {
     Tensor h = t.to(kCPU).to(carrier).contiguous();
-    std::memcpy(buf.data() + off, h.data_ptr(), h.nbytes());
+    std::memcpy(buf + off, h.data_ptr(), h.nbytes());
     off += h.nbytes();
   }
-  if (wide) impl_->ring_all_reduce(reinterpret_cast<double*>(buf.data()), size_t(total), op);
-  else impl_->ring_all_reduce(reinterpret_cast<float*>(buf.data()), size_t(total), op);
+  if (wide) impl_->ring_all_reduce(reinterpret_cast<double*>(buf), size_t(total), op);
+  else impl_->ring_all_reduce(reinterpret_cast<float*>(buf), size_t(total), op);
   off = 0;
   for (const Tensor& t : tensors) {
-    Tensor view = from_blob(buf.data() + off, t.shape(), carrier);
+    Tensor view = from_blob(buf + off, t.shape(), carrier);
     const_cast<Tensor&>(t).copy_(view);
     off += size_t(t.numel()) * element_size(carrier);
   }
