@@ -46,6 +46,10 @@ if [[ -z ${OMP_NUM_THREADS-} ]]; then
   export OMP_NUM_THREADS=$(( cores / nprocs > 0 ? cores / nprocs : 1 ))
 fi
 
+# Each rank in its own process group: a Ctrl-C at the terminal reaches only this script,
+# which passes it on once (a rank that got it twice would stop at once, without its
+# checkpoint).
+set -m
 pids=()
 for ((i = 0; i < nprocs; i++)); do
   RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "$@" &

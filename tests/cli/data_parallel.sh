@@ -16,14 +16,27 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0));
 args=(--dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 2048 --test-samples 1000
       --batch-size 32 --epochs 2 --seed 5 --log-every 1000 --checkpoint-every 6)
 
-# 1. Stopped mid-run: the launcher passes SIGTERM on, every rank stops after the same step.
-"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck" > "$work/first.log" 2>&1 &
+# 1. Stopped mid-run the way a machine shutting down does it: SIGTERM to every process of the
+#    session at once, so each rank gets it twice (from the system and passed on by the
+#    launcher) and must still stop gracefully; every rank stops after the same step.
+setsid "$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck" \
+  > "$work/first.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do
   compgen -G "$work/ck/ckpt-*.safetensors" > /dev/null && break
   sleep 0.1
 done
-kill -TERM $pid
+python3 - "$pid" <<'PY'  # every process whose session is the launcher's
+import os, signal, sys
+sid = int(sys.argv[1])
+for p in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{p}/stat").read()
+        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:
+            os.kill(int(p), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+PY
 wait $pid
 rc=$?
 [[ $rc -eq 143 ]] || fail "expected exit status 143 after SIGTERM, got $rc" "$work/first.log"

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <ctime>
 
 namespace nn::train {
 
@@ -13,19 +15,37 @@ namespace {
 
 // Written from a signal handler: must be lock-free to be async-signal-safe.
 std::atomic<int> g_signal{0};
+std::atomic<int64_t> g_first_ns{0};
 static_assert(std::atomic<int>::is_always_lock_free);
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+
+// A second signal within this long of the first is the same request delivered twice (a
+// launcher passing on a SIGTERM the process also got from the system, a Ctrl-C reaching a
+// whole process group), not an impatient user.
+constexpr int64_t kDuplicateNs = 1'000'000'000;
+
+int64_t monotonic_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
 
 extern "C" void on_stop_signal(int sig) {
-  int saved_errno = errno;  // sigaction may set it; the interrupted code must not notice
+  int saved_errno = errno;  // the interrupted code must not notice
+  const int64_t now = monotonic_ns();
   int expected = 0;
-  g_signal.compare_exchange_strong(expected, sig);  // the first signal is the one reported
-  // sigaction is async-signal-safe; SA_RESETHAND would only reset the signal received, and
-  // Ctrl-C after a SIGTERM must kill too.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(SIGTERM, &dfl, nullptr);
-  sigaction(SIGINT, &dfl, nullptr);
+  if (g_signal.compare_exchange_strong(expected, sig)) {  // the first signal is the one reported
+    g_first_ns.store(now);
+  } else if (now - g_first_ns.load() >= kDuplicateNs) {
+    // A later one: die of it as if nothing were installed. It is blocked while this handler
+    // runs, so raise() leaves it pending, delivered with the default action on return.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGTERM, &dfl, nullptr);
+    sigaction(SIGINT, &dfl, nullptr);
+    raise(sig);
+  }
   errno = saved_errno;
 }
 
