@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""A hyperparameter sweep over any libnn app: every combination of the --grid values, each
+run in its own folder with its metrics, log and checkpoints, then a table of the results.
+
+    scripts/sweep.py --out runs/sweep1 --grid lr=1e-3,3e-3 --grid hidden=128,256 -- \\
+        build/bin/mlp_train --data synthetic --epochs 3
+
+Each run gets the app's flags plus one value per grid flag, and --metrics RUN/metrics.jsonl,
+--checkpoint-dir RUN/ckpt --resume. So the sweep can be stopped at any time and started
+again with the same command: finished runs are skipped, an interrupted one resumes from its
+last checkpoint (SIGTERM/SIGINT to the sweep stops its runs gracefully).
+
+Many machines: give each one --shard I/N (I from 0) with --out on a shared file system;
+shard I takes runs I, I+N, I+2N, ... Any machine can then print the whole table with
+--summary. --jobs K runs K at once on this machine (OMP_NUM_THREADS is divided among them
+unless set)."""
+import argparse
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+SAFE = re.compile(r"[^A-Za-z0-9.+-]")
+
+
+def parse_grid(items):
+    grid = []
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.strip().lstrip("-")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not vals:
+            sys.exit(f"sweep: --grid must be NAME=V1,V2,..., got '{item}'")
+        if any(n == name for n, _ in grid):
+            sys.exit(f"sweep: --grid {name} given twice")
+        grid.append((name, vals))
+    return grid
+
+
+def run_name(combo):
+    return "_".join(f"{SAFE.sub('_', n)}={SAFE.sub('_', v)}" for n, v in combo) or "run"
+
+
+def last_metrics(path):
+    """The last JSON line of a metrics file, or None."""
+    try:
+        with open(path) as f:
+            lines = [l for l in f.read().splitlines() if l.strip()]
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+
+
+def summary(out, grid, combos):
+    rows = []
+    for combo in combos:
+        d = os.path.join(out, run_name(combo))
+        m = last_metrics(os.path.join(d, "metrics.jsonl"))
+        status = "done" if os.path.exists(os.path.join(d, "done")) else \
+                 "failed" if os.path.exists(os.path.join(d, "failed")) else \
+                 "partial" if m else "not run"
+        rows.append((combo, status, m or {}))
+    def key(r):
+        acc = r[2].get("val_accuracy")
+        return (0 if isinstance(acc, (int, float)) else 1, -(acc or 0) if isinstance(acc, (int, float)) else 0)
+    rows.sort(key=key)
+    names = [n for n, _ in grid]
+    head = names + ["status", "epoch", "train_loss", "val_loss", "val_accuracy", "samples/s"]
+    fmt = lambda v, f: "-" if v is None else (f % v if isinstance(v, (int, float)) else str(v))
+    table = [head]
+    for combo, status, m in rows:
+        table.append([v for _, v in combo] + [status, fmt(m.get("epoch"), "%d"), fmt(m.get("train_loss"), "%.4f"),
+                     fmt(m.get("val_loss"), "%.4f"), fmt(m.get("val_accuracy"), "%.4f"),
+                     fmt(m.get("samples_per_second"), "%.0f")])
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="folder of the sweep: one sub-folder per run")
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                   help="a flag of the app and its values (repeat for more flags)")
+    p.add_argument("--shard", default="0/1", metavar="I/N", help="run only runs I, I+N, ... (0 <= I < N)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once on this machine")
+    p.add_argument("--summary", action="store_true", help="print the table of --out and exit")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- APP [FLAGS...]")
+    a = p.parse_args()
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    grid = parse_grid(a.grid)
+    m = re.fullmatch(r"(\d+)/(\d+)", a.shard)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        sys.exit(f"sweep: --shard must be I/N with 0 <= I < N, got '{a.shard}'")
+    shard, shards = int(m.group(1)), int(m.group(2))
+    if a.jobs < 1:
+        sys.exit("sweep: --jobs must be at least 1")
+    combos = [tuple(zip([n for n, _ in grid], vals)) for vals in itertools.product(*[v for _, v in grid])]
+    if a.summary:
+        summary(a.out, grid, combos)
+        return 0
+    if not cmd:
+        sys.exit("sweep: no app to run: give it after --, e.g. -- build/bin/mlp_train --data synthetic")
+    for n, _ in grid:
+        if f"--{n}" in cmd:
+            sys.exit(f"sweep: --{n} is both a grid flag and in the app's flags")
+
+    mine = [c for i, c in enumerate(combos) if i % shards == shard]
+    todo = [c for c in mine if not os.path.exists(os.path.join(a.out, run_name(c), "done"))]
+    print(f"sweep: {len(combos)} runs in all, {len(mine)} in shard {shard}/{shards}, "
+          f"{len(mine) - len(todo)} already done, {len(todo)} to run, {a.jobs} at once", flush=True)
+    env = dict(os.environ)
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // a.jobs))
+
+    running = {}  # Popen -> (combo, log file)
+    stopping = []
+
+    def stop(sig, _frame):
+        stopping.append(sig)
+        for proc in running:
+            proc.send_signal(sig)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    failed = 0
+    queue = list(todo)
+    while queue or running:
+        while queue and len(running) < a.jobs and not stopping:
+            combo = queue.pop(0)
+            d = os.path.join(a.out, run_name(combo))
+            os.makedirs(d, exist_ok=True)
+            for marker in ("failed",):
+                if os.path.exists(os.path.join(d, marker)):
+                    os.remove(os.path.join(d, marker))
+            argv = cmd + [x for n, v in combo for x in (f"--{n}", v)] + \
+                ["--metrics", os.path.join(d, "metrics.jsonl"), "--checkpoint-dir", os.path.join(d, "ckpt"), "--resume"]
+            with open(os.path.join(d, "command"), "w") as f:
+                f.write(" ".join(argv) + "\n")
+            log = open(os.path.join(d, "log"), "a")
+            print(f"sweep: start {run_name(combo)}", flush=True)
+            # A session of its own: a Ctrl-C at the terminal reaches only the sweep, which passes
+            # it on once (a run that got it twice would stop at once, without its checkpoint).
+            running[subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)] = (combo, log)
+        if not running:
+            break
+        time.sleep(0.1)
+        for proc in [p for p in running if p.poll() is not None]:
+            combo, log = running.pop(proc)
+            log.close()
+            d = os.path.join(a.out, run_name(combo))
+            if proc.returncode == 0:
+                open(os.path.join(d, "done"), "w").close()
+                print(f"sweep: done {run_name(combo)}", flush=True)
+            elif stopping:
+                print(f"sweep: stopped {run_name(combo)} (exit {proc.returncode}); run the sweep again to resume it",
+                      flush=True)
+            else:
+                failed += 1
+                open(os.path.join(d, "failed"), "w").close()
+                print(f"sweep: FAILED {run_name(combo)} (exit {proc.returncode}); its log: {os.path.join(d, 'log')}",
+                      flush=True)
+    print()
+    summary(a.out, grid, combos)
+    if stopping:
+        return 128 + stopping[0]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
