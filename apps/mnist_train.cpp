@@ -140,7 +140,7 @@ int run(int argc, char** argv) {
                                                       epochs * train_loader.num_batches());
 
   apps::Run run("mnist_train", a, argc, argv, par);
-  apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), nullptr});
+  apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), nullptr, train_loader.num_batches()});
   std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
               "batch %s, %s, %d threads\n",
               dataset.c_str(), model_name.c_str(), apps::describe_device(device).c_str(),

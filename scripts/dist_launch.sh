@@ -2,8 +2,9 @@
 # Starts a data-parallel run: --nprocs copies of PROGRAM on this machine, each with the
 # environment a libnn app (or torchrun-style code) reads: WORLD_SIZE, RANK, LOCAL_RANK,
 # MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS = cores / nprocs unless already set.
-# SIGTERM and SIGINT are passed on to every process (they stop together after one step, rank 0
-# writes the checkpoint); the exit status is rank 0's, or the first failing rank's.
+# SIGTERM, SIGINT and SIGHUP are passed on to every process (they stop together after one
+# step, rank 0 writes the checkpoint). When a rank fails the others are stopped; the exit
+# status is that of the first rank to fail (0 when all succeed).
 #
 #   scripts/dist_launch.sh --nprocs 2 -- build/bin/mnist_train --dataset fashion-mnist
 #   # two machines, two GPUs each (run on each, with its --node-rank):
@@ -12,7 +13,7 @@
 set -uo pipefail
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   echo
   echo "usage: $0 --nprocs N [--nnodes M --node-rank K] [--master ADDR:PORT] -- PROGRAM [ARGS...]"
 }
@@ -55,17 +56,31 @@ for ((i = 0; i < nprocs; i++)); do
   RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "$@" &
   pids+=($!)
 done
-forward() { kill -"$1" "${pids[@]}" 2>/dev/null; }
-trap 'forward TERM' TERM
-trap 'forward INT' INT
+set +m  # the groups stay; no job-control notices from here on
+running=("${pids[@]}")
+stopping=0
+forward() { kill -"$1" "${running[@]}" 2>/dev/null; }
+trap 'stopping=1; forward TERM' TERM HUP
+trap 'stopping=1; forward INT' INT
 
+# Wait for the ranks in the order they end. The first to fail sets the exit status (it is
+# the cause); the others are then stopped, since they cannot go on without it and would
+# otherwise wait for --dist-timeout.
 status=0
-for ((i = 0; i < nprocs; i++)); do
-  # `wait` returns early when a trapped signal arrives: wait again until the process is gone.
-  while :; do
-    wait "${pids[i]}"; rc=$?
-    kill -0 "${pids[i]}" 2>/dev/null || break
-  done
-  if [[ $rc -ne 0 && $status -eq 0 ]]; then status=$rc; fi
+while [[ ${#running[@]} -gt 0 ]]; do
+  ended=""
+  wait -n -p ended "${running[@]}"; rc=$?
+  [[ -z ${ended:-} ]] && continue  # a trapped signal interrupted the wait (wait unsets it)
+  keep=()
+  for p in "${running[@]}"; do [[ $p != "$ended" ]] && keep+=("$p"); done
+  running=("${keep[@]}")
+  if [[ $rc -ne 0 && $status -eq 0 ]]; then
+    status=$rc
+    if [[ $stopping -eq 0 && ${#running[@]} -gt 0 ]]; then
+      echo "$0: a rank exited with status $rc; stopping the others" >&2
+      stopping=1
+      forward TERM
+    fi
+  fi
 done
 exit $status

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -268,6 +269,87 @@ TEST_CASE("process group errors: bad rank, disagreeing world sizes, mismatched c
   require_contains(test::error_of([&] { dist::ProcessGroup pg(alone); }), "timed out after 0.5 s waiting for 1 more rank(s)");
 }
 
+TEST_CASE("all_reduce of tensors larger than the sockets' buffers: partial sends, both directions at once") {
+  for (int n : {2, 3}) {
+    INFO("world " << n);
+    const int64_t len = 3'000'001;  // 12 MB a rank
+    std::vector<Tensor> t(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) t[size_t(r)] = add(arange(len, kF32), double(r));
+    require_no_errors(run_ranks(n, [&](dist::ProcessGroup& pg) { pg.all_reduce({t[size_t(pg.rank())]}); }));
+    // element i: sum over r of (i + r) = n i + n(n-1)/2, exact in f32 below 2^24
+    Tensor want = add(mul(arange(len, kF32), double(n)), n * (n - 1) / 2.0);
+    for (int r = 0; r < n; ++r) {
+      Tensor head = t[size_t(r)].slice(0, 0, 1 << 20), tail = t[size_t(r)].slice(0, len - 1000, len);
+      require_close(head, want.slice(0, 0, 1 << 20), 0, 0);
+      require_close(tail, want.slice(0, len - 1000, len), 1e-7, 0);
+    }
+  }
+}
+
+TEST_CASE("the master skips connections that are not ranks; a rank claimed twice is an error for all") {
+  const int port = free_port();
+  std::vector<std::string> errors(2);
+  std::vector<double> sums(2);
+  auto rank = [&](int r) {
+    try {
+      dist::Options o;
+      o.world_size = 2;
+      o.rank = r;
+      o.master_port = port;
+      o.timeout_seconds = 20;
+      dist::ProcessGroup pg(o);
+      std::vector<double> v{double(r + 1)};
+      pg.all_reduce(v);
+      sums[size_t(r)] = v[0];
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = e.what();
+    }
+  };
+  std::thread master(rank, 0);
+  // A port scan (connect, close) and a stranger sending three bytes: neither is a rank.
+  for (const char* junk : {"", "abc"}) {
+    for (int tries = 0; tries < 200; ++tries) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(uint16_t(port));
+      bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (ok && *junk) REQUIRE(::send(fd, junk, 3, 0) == 3);
+      ::close(fd);
+      if (ok) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::thread other(rank, 1);
+  master.join();
+  other.join();
+  require_no_errors(errors);
+  REQUIRE(sums == std::vector<double>{3, 3});
+
+  auto twice = run_ranks(3, [](dist::ProcessGroup&) {}, 5, [](int r) {
+    dist::Options o;
+    o.world_size = 3;
+    o.rank = r == 2 ? 1 : r;
+    o.timeout_seconds = 5;
+    return o;
+  });
+  for (auto& e : twice) require_contains(e, "two processes claim rank 1");
+}
+
+TEST_CASE("different collectives, or the same bytes in other shapes, are an error on every rank") {
+  auto kinds = run_ranks(2, [](dist::ProcessGroup& pg) {
+    if (pg.rank() == 0) pg.barrier();
+    else pg.all_reduce({zeros({1})});
+  });
+  for (auto& e : kinds) require_contains(e, "the ranks disagree on which collective they call");
+  auto shapes = run_ranks(2, [](dist::ProcessGroup& pg) {
+    if (pg.rank() == 0) pg.broadcast({zeros({2}), zeros({3})});
+    else pg.broadcast({zeros({3}), zeros({2})});
+  });
+  for (auto& e : shapes) require_contains(e, "the ranks disagree on the tensors' shapes");
+}
+
 TEST_CASE("process group options come from torchrun's environment variables") {
   ::setenv("WORLD_SIZE", "4", 1);
   ::setenv("RANK", "3", 1);
@@ -323,6 +405,17 @@ TEST_CASE("data loader shards: one step of all shards covers one batch of the wh
     total += data::DataLoader(ds, o).size();
   }
   REQUIRE(total == 103);
+  // an evaluation shard may be empty (fewer samples than ranks); a training shard may not
+  auto two = std::make_shared<data::TensorDataset>(arange(2, kF32).reshape({2, 1}), arange(2, kI64));
+  o.shard = 2;
+  data::DataLoader empty(two, o);
+  REQUIRE(empty.size() == 0);
+  int64_t batches = 0;
+  for (auto& batch : empty) batches += batch.data.numel() >= 0;
+  REQUIRE(batches == 0);
+  o.even_shards = true;
+  require_contains(test::error_of([&] { data::DataLoader dl(two, o); }), "2 samples cannot be split into 3 shards");
+  o.even_shards = false;
   o.shard = 3;
   require_contains(test::error_of([&] { data::DataLoader dl(ds, o); }), "shard 3 of 3 is out of range");
 }

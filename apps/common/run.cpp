@@ -122,7 +122,8 @@ Position Run::load() {
   // processes' batches, so keep the samples done (to within one step) instead.
   const int64_t was = c->meta.count("world_size") ? int64_t(to_double(c->meta, "world_size")) : 1;
   if (was != par_.size() && pos.batch > 0) {
-    const int64_t b = pos.batch * was / par_.size();
+    int64_t b = pos.batch * was / par_.size();
+    if (s.batches_per_epoch > 0) b = std::min(b, s.batches_per_epoch);
     std::printf("%s: the checkpoint was written by %lld process(es), this run has %d: epoch %lld "
                 "continues at batch %lld instead of %lld\n",
                 app_.c_str(), (long long)was, par_.size(), (long long)pos.epoch, (long long)b,

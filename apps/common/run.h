@@ -56,6 +56,7 @@ class Run {
     nn::optim::Optimizer* optimizer = nullptr;
     nn::optim::LRScheduler* scheduler = nullptr;
     nn::amp::GradScaler* scaler = nullptr;
+    int64_t batches_per_epoch = 0;  // this run's (0: unknown); bounds a resumed position
   };
   // Restores the newest valid checkpoint when --resume was given (warning about corrupt ones
   // it skips) and returns where to continue; a fresh start otherwise. Data parallel: every

@@ -63,9 +63,12 @@ PY
 # 3. The same checkpoint resumed by one process: the epoch goes on from the samples done.
 "$app" "${args[@]}" --checkpoint-dir "$work/ck1" --resume --threads 2 --metrics "$work/m1.jsonl" \
   > "$work/third.log" 2>&1 || fail "resume with one process failed" "$work/third.log"
-if (( step0 % 32 != 0 )); then
-  grep -q "the checkpoint was written by 2 process(es), this run has 1" "$work/third.log" \
-    || fail "no note of the changed process count" "$work/third.log"
+# 2048 samples, 32 a rank a step: 32 steps an epoch for two ranks, 64 for one. Stopped at
+# batch b of two ranks' epoch, one process continues at batch 2b (the same samples done).
+b=$(( step0 % 32 ))
+if (( b != 0 )); then
+  grep -q "the checkpoint was written by 2 process(es), this run has 1: epoch 1 continues at batch $((2 * b)) instead of $b" \
+    "$work/third.log" || fail "expected epoch 1 to continue at batch $((2 * b))" "$work/third.log"
 fi
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[-1]["epoch"]==2 and r[-1]["val_accuracy"]>0.6, r' \
   "$work/m1.jsonl" || fail "one-process resume did not learn" "$work/third.log"
@@ -76,7 +79,14 @@ python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; asser
   --batch-size 2 --num-classes 4 --num-batches 2 --epochs 1 > "$work/resnet.log" 2>&1 \
   || fail "data-parallel resnet50_train failed" "$work/resnet.log"
 
-# 5. Sharded inference: two processes evaluate half the test set each; the sums make the same
+# 5. A text app with FP16 loss scaling and gradient clipping: the averaged gradients go
+#    through the scaler's unscale and the clip on every rank alike (the replicas check).
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$bin/transformer_train" --data synthetic --preset tiny \
+  --synthetic-size 100 --epochs 2 --precision fp16 --clip 1 > "$work/bert.log" 2>&1 \
+  || fail "data-parallel transformer_train (fp16, clip) failed" "$work/bert.log"
+grep -q "epoch 2/2 .*train_loss [0-9]" "$work/bert.log" || fail "no finite loss" "$work/bert.log"
+
+# 6. Sharded inference: two processes evaluate half the test set each; the sums make the same
 #    loss and accuracy as one process evaluating all of it.
 text=(--data synthetic --synthetic-classes 3 --synthetic-size 200 --seed 4)
 "$bin/mlp_train" "${text[@]}" --epochs 1 --save-model "$work/mlp.st" > "$work/mlp.log" 2>&1 \
@@ -93,7 +103,7 @@ assert abs(one["val_loss"] - two["val_loss"]) < 1e-6 and one["val_accuracy"] == 
 print(f"sharded inference: loss {two['val_loss']:.6f}, accuracy {two['val_accuracy']:.4f}, as one process")
 PY
 
-# 6. Errors: each one line and an exit status, never a hang.
+# 7. Errors: each one line and an exit status, never a hang.
 expect() {  # CODE REGEX COMMAND...
   local code=$1 regex=$2; shift 2
   out=$("$@" 2>&1); rc=$?

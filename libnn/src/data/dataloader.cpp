@@ -17,8 +17,9 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts)
   NN_CHECK(dataset_->size() > 0, "DataLoader: the data set is empty");
   NN_CHECK(opts_.shards >= 1 && opts_.shard >= 0 && opts_.shard < opts_.shards, "DataLoader: shard ",
            opts_.shard, " of ", opts_.shards, " is out of range");
-  NN_CHECK(size() > 0, "DataLoader: ", dataset_->size(), " samples cannot be split into ", opts_.shards,
-           " shards");
+  // Ranks that step together need a batch each; an evaluation shard may be empty.
+  NN_CHECK(size() > 0 || !opts_.even_shards, "DataLoader: ", dataset_->size(),
+           " samples cannot be split into ", opts_.shards, " shards");
 }
 
 int64_t DataLoader::size() const {

@@ -3,6 +3,7 @@
 #include <nn/error.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -68,7 +70,7 @@ size_t recv_some(int fd, char* p, size_t n, const std::string& peer) {
 }
 
 [[noreturn]] void timed_out(const std::string& what, double timeout) {
-  NN_ERROR("timed out after ", timeout, " s waiting for ", what,
+  NN_ERROR("timed out after ", std::round(timeout * 10) / 10, " s waiting for ", what,
            " (is it still running? a longer timeout: --dist-timeout)");
 }
 
@@ -160,7 +162,24 @@ Socket connect_to(uint32_t ip, int port, double timeout, const std::string& peer
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = ip;
     addr.sin_port = htons(uint16_t(port));
-    if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    // Non-blocking, so a host that drops packets cannot hold one attempt for the kernel's
+    // two minutes: each attempt waits at most until the deadline.
+    const int flags = ::fcntl(s.fd(), F_GETFL, 0);
+    ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK);
+    int rc = ::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    if (rc != 0 && errno == EINPROGRESS) {
+      if (wait_ready(s.fd(), POLLOUT, deadline)) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+        errno = err;
+        rc = err == 0 ? 0 : -1;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      ::fcntl(s.fd(), F_SETFL, flags);
       set_nodelay(s.fd());
       return s;
     }
@@ -205,7 +224,9 @@ void exchange(const Socket& to, const void* send, size_t sn, const std::string& 
   const char* sp = static_cast<const char*>(send);
   char* rp = static_cast<char*>(recv);
   while (sn > 0 || rn > 0) {
-    pollfd p[2] = {{to.fd(), short(sn > 0 ? POLLOUT : 0), 0}, {from.fd(), short(rn > 0 ? POLLIN : 0), 0}};
+    // A finished direction leaves the poll set (fd -1): a socket whose peer has closed keeps
+    // reporting POLLHUP, which would make this loop spin without ever timing out.
+    pollfd p[2] = {{sn > 0 ? to.fd() : -1, POLLOUT, 0}, {rn > 0 ? from.fd() : -1, POLLIN, 0}};
     int r = ::poll(p, 2, ms_left(deadline));
     if (r < 0) {
       if (errno == EINTR) continue;

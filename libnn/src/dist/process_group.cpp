@@ -10,8 +10,10 @@
 #include <nn/ops.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "dist/net.h"
@@ -98,16 +100,27 @@ struct ProcessGroup::Impl {
     }
   }
 
-  // Every rank must call a collective with the same shape of data; compared by a tiny
-  // all-reduce of (x, -x), so a mismatch is an error on every rank at once.
-  void agree(const std::string& what, std::vector<double> key) {
-    const size_t k = key.size();
-    std::vector<double> v(2 * k);
-    for (size_t i = 0; i < k; ++i) v[i] = key[i], v[k + i] = -key[i];
-    ring_all_reduce(v.data(), v.size(), ReduceOp::max);
-    for (size_t i = 0; i < k; ++i)
-      NN_CHECK(v[i] == -v[k + i], what, ": the ranks disagree (rank ", rank, " has ", key[i],
-               ", another rank between ", -v[k + i], " and ", v[i],
+  // Every rank must make the same collective call with the same shape of data. Checked
+  // first, by a tiny all-reduce of a fixed-length key and its negation under max, so a
+  // mismatch is one error on every rank at once (a key of varying length would itself
+  // desynchronise the ring). The key: which collective, its element or byte count, its op
+  // or root, and a hash of the tensors' shapes (48 bits: exact in a double).
+  enum Kind { kValues = 1, kTensors, kBroadcast };
+  void agree(Kind kind, double count, double op_or_root, const std::vector<Tensor>& tensors = {}) {
+    uint64_t h = 1469598103934665603ull;
+    for (const Tensor& t : tensors) {
+      h = (h ^ uint64_t(t.dim())) * 1099511628211ull;
+      for (int64_t d : t.shape()) h = (h ^ uint64_t(d)) * 1099511628211ull;
+    }
+    const double key[4] = {double(kind), count, op_or_root, double(h >> 16)};
+    double v[8];
+    for (int i = 0; i < 4; ++i) v[i] = key[i], v[4 + i] = -key[i];
+    ring_all_reduce(v, 8, ReduceOp::max);
+    static const char* what[] = {"which collective they call", "the element or byte count",
+                                 "the op or root", "the tensors' shapes"};
+    const char* mine = kind == kValues ? "all_reduce of values" : kind == kTensors ? "all_reduce of tensors" : "broadcast";
+    for (int i = 0; i < 4; ++i)
+      NN_CHECK(v[i] == -v[4 + i], "the ranks disagree on ", what[i], " (rank ", rank, " called ", mine,
                "); every rank must make the same calls with the same tensors");
   }
 };
@@ -132,41 +145,49 @@ ProcessGroup::ProcessGroup(const Options& o) : rank_(o.rank), size_(o.world_size
   const std::string master = "rank 0 (the master, " + o.master_addr + ":" + std::to_string(o.master_port) + ")";
   if (rank_ == 0) {
     net::Socket listener = net::listen_on(o.master_port);
-    std::vector<net::Socket> peers(static_cast<size_t>(size_));
+    std::vector<net::Socket> peers(static_cast<size_t>(size_)), refused;
     table[0] = {0, ring_port};
     std::string problem;
-    for (int joined = 1; joined < size_; ++joined) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(t);
+    for (int joined = 1; joined < size_;) {
+      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
       uint32_t ip = 0;
-      net::Socket s = net::accept_one(listener, t,
+      net::Socket s = net::accept_one(listener, std::max(left, 0.001),
                                       std::to_string(size_ - joined) + " more rank(s) to join on port " +
                                           std::to_string(o.master_port), &ip);
+      // Something that is not one of our ranks (a port scan, a health check, another
+      // program) sends no hello, a short one or a wrong one within a few seconds: skipped.
       Hello h{};
-      net::recv_all(s, &h, sizeof h, t, "a joining rank");
-      if (h.magic != kMagic) {  // not one of ours (a port scan, another program): ignore it
-        --joined;
+      try {
+        net::recv_all(s, &h, sizeof h, std::min(t, 5.0), "a joining rank");
+      } catch (const Error&) {
         continue;
       }
-      if (problem.empty()) {
-        if (h.world_size != size_)
-          problem = detail::cat("rank ", h.rank, " was started with world size ", h.world_size,
-                                ", rank 0 with ", size_);
-        else if (h.rank <= 0 || h.rank >= size_ || peers[size_t(h.rank)].valid())
-          problem = detail::cat("two processes claim rank ", h.rank);
-      }
-      table[size_t(std::clamp(h.rank, 0, size_ - 1))] = {ip, h.port};
-      peers[size_t(std::clamp(h.rank, 0, size_ - 1))] = std::move(s);
+      if (h.magic != kMagic) continue;
+      if (h.world_size != size_)
+        problem = detail::cat("rank ", h.rank, " was started with world size ", h.world_size,
+                              ", rank 0 with ", size_);
+      else if (h.rank <= 0 || h.rank >= size_ || peers[size_t(h.rank)].valid())
+        problem = h.rank == 0 || (h.rank > 0 && h.rank < size_)
+                      ? detail::cat("two processes claim rank ", h.rank)
+                      : detail::cat("rank ", h.rank, " is out of range for world size ", size_);
       if (!problem.empty()) {  // tell everyone who joined so far, then stop
+        refused.push_back(std::move(s));
         int32_t len = int32_t(problem.size());
-        for (auto& p : peers)
-          if (p.valid()) {
-            try {
-              net::send_all(p, &len, sizeof len, 5, "a joining rank");
-              net::send_all(p, problem.data(), problem.size(), 5, "a joining rank");
-            } catch (const Error&) {
+        for (auto* group : {&peers, &refused})
+          for (auto& p : *group)
+            if (p.valid()) {
+              try {
+                net::send_all(p, &len, sizeof len, 5, "a joining rank");
+                net::send_all(p, problem.data(), problem.size(), 5, "a joining rank");
+              } catch (const Error&) {
+              }
             }
-          }
         NN_ERROR("cannot form the process group: ", problem);
       }
+      table[size_t(h.rank)] = {ip, h.port};
+      peers[size_t(h.rank)] = std::move(s);
+      ++joined;
     }
     for (int r = 1; r < size_; ++r) {
       int32_t ok = 0;
@@ -204,7 +225,7 @@ ProcessGroup::~ProcessGroup() = default;
 
 void ProcessGroup::all_reduce(std::vector<double>& values, ReduceOp op) {
   if (size_ == 1) return;
-  impl_->agree("all_reduce of values", {double(values.size()), double(op)});
+  impl_->agree(Impl::kValues, double(values.size()), double(op));
   impl_->ring_all_reduce(values.data(), values.size(), op);
 }
 
@@ -218,7 +239,7 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
     total += t.numel();
   }
   if (size_ == 1) return;
-  impl_->agree("all_reduce of tensors", {double(total), double(op), double(wide)});
+  impl_->agree(Impl::kTensors, double(total), double(op) + 2 * double(wide), tensors);
   NoGradGuard ng;
   const DType carrier = wide ? DType::f64 : DType::f32;
   // One contiguous CPU tensor of the carrier type is reduced where it lies; anything else is
@@ -254,7 +275,7 @@ void ProcessGroup::broadcast(const std::vector<Tensor>& tensors, int root) {
     NN_CHECK(t.defined(), "broadcast: an undefined tensor");
     bytes += int64_t(t.nbytes());
   }
-  impl_->agree("broadcast", {double(bytes), double(root), double(tensors.size())});
+  impl_->agree(Impl::kBroadcast, double(bytes), double(root), tensors);
   NoGradGuard ng;
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   const bool forward = next != root;
@@ -281,8 +302,9 @@ void broadcast_module(ProcessGroup& pg, Module& module) {
 void average_buffers(ProcessGroup& pg, Module& module) {
   if (pg.size() == 1) return;
   std::vector<Tensor> bufs;
+  std::set<const void*> seen;
   for (auto& [name, b] : module.named_buffers())
-    if (is_floating(b.dtype())) bufs.push_back(b);
+    if (is_floating(b.dtype()) && seen.insert(b.data_ptr()).second) bufs.push_back(b);
   pg.all_reduce(bufs);
   NoGradGuard ng;
   for (Tensor& b : bufs) b.copy_(mul(b, 1.0 / pg.size()));
@@ -291,8 +313,9 @@ void average_buffers(ProcessGroup& pg, Module& module) {
 bool average_gradients(ProcessGroup& pg, const std::vector<Tensor>& params, bool flag) {
   if (pg.size() == 1) return flag;
   std::vector<Tensor> grads;
+  std::set<const void*> seen;  // a parameter shared by two modules is listed twice: average it once
   for (const Tensor& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
+    if (p.grad().defined() && seen.insert(p.grad().data_ptr()).second) grads.push_back(p.grad());
   const size_t n = grads.size();
   grads.push_back(full({1}, flag ? 1.0 : 0.0));
   pg.all_reduce(grads);
