@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "common/cli.h"
 #include "common/run.h"
@@ -35,20 +36,33 @@ std::string make_temp_dir() {
   return t;
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  NN_CHECK(f.good(), "cannot write '", path, "'");
+}
+
 nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExample>& ex,
                          int64_t max_len, bool cls_sep) {
   return d.wordpiece ? nn::text::encode_batch(ex, *d.wordpiece, max_len, cls_sep)
                      : nn::text::encode_batch(ex, *d.vocab, max_len, cls_sep);
 }
 
-// Loss, accuracy and inference throughput over a loader.
+// Loss, accuracy and inference throughput over a loader; with `predictions`, also each
+// sample's predicted class and its probability, in the loader's order.
 struct Eval {
   double loss = 0, accuracy = 0, seconds = 0, samples_per_second = 0;
+};
+struct Prediction {
+  int64_t label = 0;
+  double probability = 0;
 };
 // Data parallel: each rank's loader holds its shard; the sums are added over the ranks, and
 // the time is the slowest rank's.
 Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loader,
-              const nn::Device& dev, int64_t pad, const std::string& precision, const Parallel& par) {
+              const nn::Device& dev, int64_t pad, const std::string& precision, const Parallel& par,
+              std::vector<Prediction>* predictions = nullptr) {
   nn::NoGradGuard ng;
   model.eval();
   nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
@@ -63,6 +77,12 @@ Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loade
     loss_sum = nn::add(loss_sum, nn::cross_entropy(logits, y, o));
     correct = nn::add(correct, nn::sum(nn::eq(nn::argmax(logits, 1), y)));
     n += ids.shape()[0];
+    if (predictions) {
+      nn::Tensor p = nn::softmax(logits.to(nn::kF32), 1);
+      auto label = nn::argmax(p, 1).to_vector<int64_t>();
+      auto prob = nn::amax(p, {1}).to_vector<double>();
+      for (size_t i = 0; i < label.size(); ++i) predictions->push_back({label[i], prob[i]});
+    }
   }
   std::vector<double> sums{loss_sum.item(), correct.item(), double(n)}, seconds{clock.seconds()};
   par.sum(sums);
@@ -106,6 +126,10 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       ("precision", "fp32, fp16 (autocast + loss scaling) or bf16",
        cxxopts::value<std::string>()->default_value("fp32"))
       ("eval-only", "evaluate --load-model on the test split and report inference throughput")
+      ("predictions", "with --eval-only: write each review's predicted label to FILE (JSON lines)",
+       cxxopts::value<std::string>())
+      ("shard", "with --eval-only: evaluate only part I of N of the test split (I from 0), as one "
+                "of N independent jobs", cxxopts::value<std::string>())
       ("load-model", "a model saved with --save-model", cxxopts::value<std::string>())
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
@@ -129,8 +153,29 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   nn::manual_seed(seed);
   const bool eval_only = a.count("eval-only") > 0;
   if (eval_only && !a.count("load-model")) throw UsageError("--eval-only needs --load-model");
+  if ((a.count("predictions") || a.count("shard")) && !eval_only)
+    throw UsageError("--predictions and --shard go with --eval-only");
+  int64_t shard = 0, shards = 1;
+  if (a.count("shard")) {
+    const std::string v = a["shard"].as<std::string>();
+    long long i = -1, n = 0;
+    char extra = 0;
+    if (std::sscanf(v.c_str(), "%lld/%lld%c", &i, &n, &extra) == 2) shard = i, shards = n;
+    else shards = 0;
+    if (shards < 1 || shard < 0 || shard >= shards)
+      throw UsageError("--shard must be I/N with 0 <= I < N, got '" + v + "'");
+  }
+  const std::string predictions_file = a.count("predictions") ? a["predictions"].as<std::string>() : "";
+  if (!predictions_file.empty()) {  // fail now, not after the evaluation
+    const fs::path parent = fs::path(predictions_file).parent_path();
+    NN_CHECK(parent.empty() || fs::is_directory(parent), "cannot open '", predictions_file,
+             "' for writing (--predictions): folder '", parent.string(), "' does not exist");
+  }
   if (a.count("data-dir") == a.count("data"))
     throw UsageError("give either --data-dir DIR or --data synthetic");
+  const int world = a.count("world-size") ? a["world-size"].as<int>() : nn::dist::options_from_env().world_size;
+  if (world > 1 && (shards > 1 || !predictions_file.empty()))
+    throw UsageError("--shard and --predictions are for independent jobs, not with --world-size > 1");
   Parallel par(app.name, a);
 
   // ---- data ---------------------------------------------------------------------------------
@@ -209,14 +254,38 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   vo.batch_size = std::max<int64_t>(batch, 256);
   vo.shuffle = false;
   par.shard(vo, false);
+  if (shards > 1) {  // one of N independent inference jobs
+    vo.shards = shards;
+    vo.shard = shard;
+  }
   nn::data::DataLoader val_loader(test_set, vo);
   const int64_t pad = d.pad_id();
 
   if (eval_only) {
-    Eval e = evaluate(app, *model, val_loader, dev, pad, precision, par);
-    std::printf("%s: eval on %lld reviews: loss %.4f  accuracy %.2f%%  %.2fs  %.0f samples/s (inference)\n",
-                app.name.c_str(), (long long)test_set->size(), e.loss, 100 * e.accuracy, e.seconds,
-                e.samples_per_second);
+    std::vector<Prediction> preds;
+    Eval e = evaluate(app, *model, val_loader, dev, pad, precision, par,
+                      predictions_file.empty() ? nullptr : &preds);
+    const int64_t evaluated = shards > 1 ? val_loader.size() : test_set->size();
+    std::printf("%s: eval on %lld reviews%s: loss %.4f  accuracy %.2f%%  %.2fs  %.0f samples/s (inference)\n",
+                app.name.c_str(), (long long)evaluated,
+                shards > 1 ? nn::detail::cat(" (shard ", shard, "/", shards, ")").c_str() : "", e.loss,
+                100 * e.accuracy, e.seconds, e.samples_per_second);
+    if (!predictions_file.empty()) {
+      std::string out;
+      const std::vector<int64_t> order = val_loader.order(0);
+      for (size_t i = 0; i < preds.size(); ++i) {
+        const nn::text::TextExample& ex = d.test.examples[size_t(order[i])];
+        out += nn::train::JsonLine()
+                   .add("source", ex.source)
+                   .add("label", d.test.label_names[size_t(ex.label)])
+                   .add("predicted", d.train.label_names[size_t(preds[i].label)])
+                   .add("probability", preds[i].probability)
+                   .str() + "\n";
+      }
+      write_text_file(predictions_file, out);
+      std::printf("%s: %lld predictions written to '%s'\n", app.name.c_str(), (long long)preds.size(),
+                  predictions_file.c_str());
+    }
     if (a.count("metrics") && par.leader())
       nn::train::append_line(a["metrics"].as<std::string>(),
                              nn::train::JsonLine().add("phase", std::string("infer")).add("val_loss", e.loss)
@@ -237,7 +306,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const double clip = a["clip"].as<double>();
 
   Run run(app.name, a, argc, argv, par);
-  Position pos = run.start({model.get(), &opt, &schedule, &scaler});
+  Position pos = run.start({model.get(), &opt, &schedule, &scaler, nb});
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
     EpochMeter meter(run, pos, epochs, nb, dev);

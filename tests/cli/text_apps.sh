@@ -62,6 +62,35 @@ PY
   test -s "$out/mlp.st.vocab.txt"
   "$mlp" --data-dir "$d" --eval-only --load-model "$out/mlp.st" | tee "$out/eval.txt"
   grep -Eq "eval on 80 reviews: .*accuracy (9[0-9]|100)" "$out/eval.txt"
+  # batch inference: every review's prediction, and three independent jobs (--shard) whose
+  # predictions together are the whole set's
+  "$mlp" --data-dir "$d" --eval-only --load-model "$out/mlp.st" --predictions "$out/all.jsonl" > /dev/null
+  for i in 0 1 2; do
+    "$mlp" --data-dir "$d" --eval-only --load-model "$out/mlp.st" --shard $i/3 --predictions "$out/p$i.jsonl" > "$out/s$i.txt"
+    grep -q "(shard $i/3)" "$out/s$i.txt"
+  done
+  python3 - "$d" "$out" <<'PY'
+import json, os, sys
+d, out = sys.argv[1:]
+rows = [json.loads(l) for l in open(f"{out}/all.jsonl")]
+assert len(rows) == 80, len(rows)
+for r in rows:
+    assert os.path.isfile(os.path.join(d, r["source"])), r
+    assert r["source"].split("/")[:2] == ["test", r["label"]], r
+    assert 0.5 <= r["probability"] <= 1, r  # two classes: the top one has at least half
+acc = sum(r["label"] == r["predicted"] for r in rows) / len(rows)
+assert acc >= 0.9, acc
+parts = {}
+for i in range(3):
+    for l in open(f"{out}/p{i}.jsonl"):
+        r = json.loads(l)
+        parts[r["source"]] = r
+assert len(parts) == 80, len(parts)
+for r in rows:
+    p = parts[r["source"]]
+    assert p["predicted"] == r["predicted"] and abs(p["probability"] - r["probability"]) < 1e-5, (p, r)
+print(f"predictions ok: 80 reviews, accuracy {acc:.3f}; three shards make the whole")
+PY
   # the transformer with a BERT-style WordPiece vocabulary (sub-words, [UNK] for the rest)
   { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n.\n!\n'; printf '%s\n' the film plot actors scene it was and a story \
       wonder "##ful" super "##b" moving brilliant delight awful boring dread tedious clumsy disaster \
@@ -88,6 +117,15 @@ bad_inputs)
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --save-model "$out/m2.st" >/dev/null
   "$e" 1 "error: .*shape" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
        --eval-only --load-model "$out/m2.st"
+  # batch inference flags
+  "$e" 2 "--predictions and --shard go with --eval-only" -- "$mlp" --data synthetic --predictions "$out/p.jsonl"
+  "$e" 2 "--shard must be I/N with 0 <= I < N, got '3/3'" -- "$mlp" --data synthetic --synthetic-size 50 \
+       --eval-only --load-model "$out/m2.st" --shard 3/3
+  "$e" 2 "--shard must be I/N" -- "$mlp" --data synthetic --eval-only --load-model "$out/m2.st" --shard 1/2x
+  "$e" 2 "not with --world-size > 1" -- "$mlp" --data synthetic --eval-only --load-model "$out/m2.st" \
+       --shard 0/2 --world-size 2
+  "$e" 1 "cannot open '$out/none/p.jsonl' for writing \(--predictions\)" -- "$mlp" --data synthetic \
+       --synthetic-size 50 --eval-only --load-model "$out/m2.st" --predictions "$out/none/p.jsonl"
   # an output folder that does not exist fails before training, not after it
   "$e" 1 "cannot open '$out/none/m.st' for writing \(--save-model\): folder '$out/none' does not exist" -- \
        "$mlp" --data synthetic --save-model "$out/none/m.st"

@@ -29,7 +29,8 @@ namespace nn::text {
 
 struct TextExample {
   std::string text;
-  int64_t label = 0;  // index into TextSplit::label_names
+  int64_t label = 0;   // index into TextSplit::label_names
+  std::string source;  // where it came from: "<split>/<label>/<file>" from read_text_folder
 };
 
 struct TextSplit {

@@ -87,7 +87,8 @@ TextSplit read_split(const fs::path& root, const std::string& split,
     const std::vector<std::string> files = sorted_names(ldir, false);
     NN_CHECK(!files.empty(), "label folder '", ldir.string(), "' holds no .txt files");
     for (const auto& name : files)
-      out.examples.push_back({replace_html_breaks(read_file(ldir / name)), int64_t(k)});
+      out.examples.push_back({replace_html_breaks(read_file(ldir / name)), int64_t(k),
+                              split + "/" + out.label_names[k] + "/" + name});
   }
   return out;
 }
