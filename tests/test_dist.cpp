@@ -286,7 +286,7 @@ TEST_CASE("all_reduce of tensors larger than the sockets' buffers: partial sends
   }
 }
 
-TEST_CASE("the master skips connections that are not ranks; a rank claimed twice is an error for all") {
+TEST_CASE("the master skips connections that are not ranks, and a rank claimed twice is an error for all") {
   const int port = free_port();
   std::vector<std::string> errors(2);
   std::vector<double> sums(2);

@@ -19,7 +19,7 @@ TEST_CASE("embedding looks up rows and scatters gradients back", "[embedding]") 
               .find("out of range for 4 rows") != std::string::npos);
 }
 
-TEST_CASE("padding_idx rows get no gradient; i32 indices work", "[embedding]") {
+TEST_CASE("padding_idx rows get no gradient, and i32 indices work", "[embedding]") {
   Tensor w = ones({3, 2}, kF64).requires_grad_();
   sum(embedding(w, from_vector<int32_t>({0, 1, 1, 2}, {4}), 1)).backward();
   require_values(w.grad(), {1, 1, 0, 0, 1, 1});

@@ -56,7 +56,7 @@ TEST_CASE("state_dict round trip and mismatch errors", "[nn]") {
           std::string::npos);
 }
 
-TEST_CASE("BatchNorm2d tracks batches; Module::to casts in place", "[nn]") {
+TEST_CASE("BatchNorm2d tracks batches, and Module::to casts in place", "[nn]") {
   BatchNorm2d bn(3);
   bn.forward(randn({4, 3, 2, 2}));
   bn.forward(randn({4, 3, 2, 2}));

@@ -256,7 +256,7 @@ TEST_CASE("WordPiece: greedy longest-match sub-words, [UNK] for the rest", "[tex
   REQUIRE_ERROR("max_chars_per_word must be at least 1", text::WordPiece(vocab_of({}), 0));
 }
 
-TEST_CASE("encode_batch pads, truncates and masks; TextDataset serves rows", "[text][encode]") {
+TEST_CASE("encode_batch pads, truncates and masks, and TextDataset serves rows", "[text][encode]") {
   auto v = vocab_of({"a", "b", "c", "d", "e", "f", "g"});  // a = 4 ... g = 10
   std::vector<text::TextExample> ex{{"a b c", 0}, {"A b c d e f g", 1}, {"", 2}, {"zz a", 3}};
   auto plain = text::encode_batch(ex, v, 5, false);

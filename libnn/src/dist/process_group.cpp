@@ -254,7 +254,7 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   size_t off = 0;
   for (const Tensor& t : tensors) {
     Tensor h = t.to(kCPU).to(carrier).contiguous();
-    std::memcpy(buf + off, h.data_ptr(), h.nbytes());
+    if (h.nbytes()) std::memcpy(buf + off, h.data_ptr(), h.nbytes());  // an empty tensor has no data
     off += h.nbytes();
   }
   if (wide) impl_->ring_all_reduce(reinterpret_cast<double*>(buf), size_t(total), op);
