@@ -258,7 +258,7 @@ TEST_CASE("WordPiece: greedy longest-match sub-words, [UNK] for the rest", "[tex
 
 TEST_CASE("encode_batch pads, truncates and masks, and TextDataset serves rows", "[text][encode]") {
   auto v = vocab_of({"a", "b", "c", "d", "e", "f", "g"});  // a = 4 ... g = 10
-  std::vector<text::TextExample> ex{{"a b c", 0}, {"A b c d e f g", 1}, {"", 2}, {"zz a", 3}};
+  std::vector<text::TextExample> ex{{"a b c", 0, ""}, {"A b c d e f g", 1, ""}, {"", 2, ""}, {"zz a", 3, ""}};
   auto plain = text::encode_batch(ex, v, 5, false);
   REQUIRE(plain.ids.dtype() == kI64);
   REQUIRE(plain.mask.dtype() == kU8);
@@ -278,7 +278,7 @@ TEST_CASE("encode_batch pads, truncates and masks, and TextDataset serves rows",
           bert.mask.to_vector<int64_t>());
 
   text::WordPiece wp(vocab_of({"un", "##aff", "##able"}));
-  auto pieces = text::encode_batch({{"unaffable unaffable", 1}}, wp, 6, true);
+  auto pieces = text::encode_batch({{"unaffable unaffable", 1, ""}}, wp, 6, true);
   REQUIRE(pieces.ids.to_vector<int64_t>() == std::vector<int64_t>{2, 4, 5, 6, 4, 3});
   REQUIRE(text::encode_batch({}, wp, 6, true).ids.shape() == Shape{0, 6});
 
@@ -376,7 +376,7 @@ TEST_CASE("read_text_folder errors say what is missing", "[text][reader][errors]
 
 TEST_CASE("relabel draws labels uniformly and reproducibly", "[text][relabel]") {
   text::TextSplit s;
-  for (int i = 0; i < 1400; ++i) s.examples.push_back({"x", 0});
+  for (int i = 0; i < 1400; ++i) s.examples.push_back({"x", 0, ""});
   s.label_names = {"neg", "pos"};
   auto a = s, b = s, c = s;
   text::relabel(a, 7, 42);
