@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -199,10 +200,15 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   d.train = nn::text::read_text_folder(root, "train");
   d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
   if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir);
-  if (nn::train::StopSignal::requested()) {
+  // Data parallel: the ranks agree, so a signal that reached some of them before this point
+  // and others after it still stops them all here.
+  std::vector<double> stop{nn::train::StopSignal::requested() ? 1.0 : 0.0};
+  par.max(stop);
+  if (stop[0] > 0) {
+    const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
     std::fprintf(stderr, "%s: stopped by signal %d while reading the data; nothing to save\n",
-                 app.name.c_str(), nn::train::StopSignal::signal_number());
-    throw Stopped{nn::train::StopSignal::signal_number()};
+                 app.name.c_str(), sig);
+    throw Stopped{sig};
   }
   if (a.count("relabel")) {
     const int64_t n = check_positive("relabel", a["relabel"].as<int64_t>());
