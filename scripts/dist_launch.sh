@@ -47,21 +47,26 @@ if [[ -z ${OMP_NUM_THREADS-} ]]; then
   export OMP_NUM_THREADS=$(( cores / nprocs > 0 ? cores / nprocs : 1 ))
 fi
 
-# Each rank in its own process group: a Ctrl-C at the terminal reaches only this script,
-# which passes it on once (a rank that got it twice would stop at once, without its
-# checkpoint).
-set -m
-pids=()
-for ((i = 0; i < nprocs; i++)); do
-  RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "$@" &
-  pids+=($!)
-done
-set +m  # the groups stay; no job-control notices from here on
-running=("${pids[@]}")
+# The traps come first, so a signal while the ranks start still reaches those started.
+running=()
 stopping=0
-forward() { kill -"$1" "${running[@]}" 2>/dev/null; }
+forward() { [[ ${#running[@]} -gt 0 ]] && kill -"$1" "${running[@]}" 2>/dev/null; }
 trap 'stopping=1; forward TERM' TERM HUP
 trap 'stopping=1; forward INT' INT
+
+# Each rank in its own process group: a Ctrl-C at the terminal reaches only this script,
+# which passes it on once. And each gets SIGTERM (a graceful stop) if this script dies
+# without passing anything on (SIGKILL), instead of running on orphaned.
+pdeath=()
+if command -v setpriv > /dev/null && setpriv --pdeathsig TERM true 2> /dev/null; then
+  pdeath=(setpriv --pdeathsig TERM --)
+fi
+set -m
+for ((i = 0; i < nprocs; i++)); do
+  RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "${pdeath[@]}" "$@" &
+  running+=($!)
+done
+set +m  # the groups stay; no job-control notices from here on
 
 # Wait for the ranks in the order they end. The first to fail sets the exit status (it is
 # the cause); the others are then stopped, since they cannot go on without it and would
@@ -76,7 +81,9 @@ while [[ ${#running[@]} -gt 0 ]]; do
   running=("${keep[@]}")
   if [[ $rc -ne 0 && $status -eq 0 ]]; then
     status=$rc
-    if [[ $stopping -eq 0 && ${#running[@]} -gt 0 ]]; then
+    # 130/143: a rank that stopped on a signal, which the ranks agree on, so the others stop
+    # after the same step by themselves (rank 0 may still be writing the checkpoint).
+    if [[ $stopping -eq 0 && $rc -ne 130 && $rc -ne 143 && ${#running[@]} -gt 0 ]]; then
       echo "$0: a rank exited with status $rc; stopping the others" >&2
       stopping=1
       forward TERM

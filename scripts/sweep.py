@@ -15,6 +15,7 @@ shard I takes runs I, I+N, I+2N, ... Any machine can then print the whole table 
 --summary. --jobs K runs K at once on this machine (OMP_NUM_THREADS is divided among them
 unless set)."""
 import argparse
+import ctypes
 import itertools
 import json
 import os
@@ -25,6 +26,18 @@ import sys
 import time
 
 SAFE = re.compile(r"[^A-Za-z0-9.+-]")
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
+def child_setup():
+    """In each run, before exec: stop signals unblocked (the sweep blocks them around
+    starting a run), and SIGTERM (a graceful stop) when the sweep dies without passing
+    anything on (SIGKILL), instead of running on orphaned."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def parse_grid(items):
@@ -107,8 +120,12 @@ def main():
     if not cmd:
         sys.exit("sweep: no app to run: give it after --, e.g. -- build/bin/mlp_train --data synthetic")
     for n, _ in grid:
-        if f"--{n}" in cmd:
+        if any(c == f"--{n}" or c.startswith(f"--{n}=") for c in cmd):
             sys.exit(f"sweep: --{n} is both a grid flag and in the app's flags")
+    names = [run_name(c) for c in combos]
+    if len(set(names)) != len(names):
+        sys.exit("sweep: two runs would share a folder name (values that differ only in "
+                 "characters other than letters, digits, '.', '+', '-'); rename the values")
 
     mine = [c for i, c in enumerate(combos) if i % shards == shard]
     todo = [c for c in mine if not os.path.exists(os.path.join(a.out, run_name(c), "done"))]
@@ -125,8 +142,8 @@ def main():
         stopping.append(sig)
         for proc in running:
             proc.send_signal(sig)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal or ssh session stops the runs
+        signal.signal(sig, stop)
 
     failed = 0
     queue = list(todo)
@@ -145,9 +162,15 @@ def main():
             log = open(os.path.join(d, "log"), "a")
             print(f"sweep: start {run_name(combo)}", flush=True)
             # A session of its own: a Ctrl-C at the terminal reaches only the sweep, which passes
-            # it on once (a run that got it twice would stop at once, without its checkpoint).
-            running[subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)] = (combo, log)
+            # it on once. Stop signals wait while the run starts, so none falls between its
+            # start and its entry in `running`.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True, preexec_fn=child_setup)
+                running[proc] = (combo, log)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         if not running:
             break
         time.sleep(0.1)

@@ -347,7 +347,11 @@ TEST_CASE("different collectives, or the same bytes in other shapes, are an erro
     if (pg.rank() == 0) pg.broadcast({zeros({2}), zeros({3})});
     else pg.broadcast({zeros({3}), zeros({2})});
   });
-  for (auto& e : shapes) require_contains(e, "the ranks disagree on the tensors' shapes");
+  for (auto& e : shapes) require_contains(e, "the ranks disagree on the tensors' shapes or dtypes");
+  auto dtypes = run_ranks(2, [](dist::ProcessGroup& pg) {  // same bytes, other bits
+    pg.broadcast({zeros({4}, pg.rank() == 0 ? kF16 : kBF16)});
+  });
+  for (auto& e : dtypes) require_contains(e, "the ranks disagree on the tensors' shapes or dtypes");
 }
 
 TEST_CASE("process group options come from torchrun's environment variables") {

@@ -53,7 +53,8 @@ nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExam
 // Loss, accuracy and inference throughput over a loader; with `predictions`, also each
 // sample's predicted class and its probability, in the loader's order.
 struct Eval {
-  double loss = 0, accuracy = 0, seconds = 0, samples_per_second = 0;
+  double loss = 0, accuracy = 0, seconds = 0, samples_per_second = 0;  // NaN loss, accuracy: no samples
+  int64_t samples = 0;
 };
 struct Prediction {
   int64_t label = 0;
@@ -63,7 +64,7 @@ struct Prediction {
 // the time is the slowest rank's.
 Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loader,
               const nn::Device& dev, int64_t pad, const std::string& precision, const Parallel& par,
-              std::vector<Prediction>* predictions = nullptr) {
+              std::vector<Prediction>* predictions = nullptr, bool stop_on_signal = false) {
   nn::NoGradGuard ng;
   model.eval();
   nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
@@ -73,6 +74,14 @@ Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loade
   nn::CrossEntropyOptions o;
   o.reduction = nn::Reduction::sum;
   for (auto& b : loader) {
+    // --eval-only has nothing to save: a stop request ends it here. (Validation during
+    // training lets the run stop after its next step, with a checkpoint.)
+    if (stop_on_signal && nn::train::StopSignal::requested()) {
+      const int sig = nn::train::StopSignal::signal_number();
+      std::fprintf(stderr, "%s: stopped by signal %d during the evaluation; nothing to save\n",
+                   app.name.c_str(), sig);
+      throw Stopped{sig};
+    }
     nn::Tensor ids = b.data.to(dev), y = b.target.to(dev);
     nn::Tensor logits = app.forward(model, ids, nn::text::padding_mask(ids, pad));
     loss_sum = nn::add(loss_sum, nn::cross_entropy(logits, y, o));
@@ -89,8 +98,9 @@ Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loade
   par.sum(sums);
   par.max(seconds);
   Eval e;
-  e.loss = sums[0] / std::max(sums[2], 1.0);
-  e.accuracy = sums[1] / std::max(sums[2], 1.0);
+  e.samples = int64_t(sums[2]);
+  e.loss = e.samples ? sums[0] / sums[2] : std::nan("");
+  e.accuracy = e.samples ? sums[1] / sums[2] : std::nan("");
   e.seconds = seconds[0];
   e.samples_per_second = sums[2] / e.seconds;
   model.train();
@@ -270,9 +280,13 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   if (eval_only) {
     std::vector<Prediction> preds;
     Eval e = evaluate(app, *model, val_loader, dev, pad, precision, par,
-                      predictions_file.empty() ? nullptr : &preds);
-    const int64_t evaluated = shards > 1 ? val_loader.size() : test_set->size();
-    std::printf("%s: eval on %lld reviews%s: loss %.4f  accuracy %.2f%%  %.2fs  %.0f samples/s (inference)\n",
+                      predictions_file.empty() ? nullptr : &preds, /*stop_on_signal=*/true);
+    const int64_t evaluated = e.samples;
+    if (evaluated == 0)
+      std::printf("%s: eval on 0 reviews (shard %lld/%lld): nothing to evaluate in this shard\n",
+                  app.name.c_str(), (long long)shard, (long long)shards);
+    else
+      std::printf("%s: eval on %lld reviews%s: loss %.4f  accuracy %.2f%%  %.2fs  %.0f samples/s (inference)\n",
                 app.name.c_str(), (long long)evaluated,
                 shards > 1 ? nn::detail::cat(" (shard ", shard, "/", shards, ")").c_str() : "", e.loss,
                 100 * e.accuracy, e.seconds, e.samples_per_second);
@@ -295,8 +309,9 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     if (a.count("metrics") && par.leader())
       nn::train::append_line(a["metrics"].as<std::string>(),
                              nn::train::JsonLine().add("phase", std::string("infer")).add("val_loss", e.loss)
-                                 .add("val_accuracy", e.accuracy).add("seconds", e.seconds)
-                                 .add("samples_per_second", e.samples_per_second).str());
+                                 .add("val_accuracy", e.accuracy).add("samples", e.samples)
+                                 .add("seconds", e.seconds).add("samples_per_second", e.samples_per_second)
+                                 .str());
     return 0;
   }
 

@@ -2,7 +2,8 @@
 # Data-parallel mnist_train through scripts/dist_launch.sh, two processes on this machine:
 # trains, is stopped by SIGTERM mid-epoch (both ranks stop after the same step, rank 0 writes
 # the checkpoint), resumes with two processes and, from a copy of the same checkpoint, with
-# one (another machine count); both finish and learn. The apps themselves check after every
+# one (another machine count); both finish and learn. A launcher killed outright leaves no
+# rank running and each stops gracefully. The apps themselves check after every
 # epoch that the ranks' models are bit-identical. Then ResNet-50 (batch norm statistics kept
 # identical across ranks), sharded inference equal to one process's, and the command-line
 # errors.
@@ -72,6 +73,25 @@ if (( b != 0 )); then
 fi
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[-1]["epoch"]==2 and r[-1]["val_accuracy"]>0.6, r' \
   "$work/m1.jsonl" || fail "one-process resume did not learn" "$work/third.log"
+
+# 3b. The launcher killed outright (SIGKILL: nothing passed on): its ranks get SIGTERM from the
+#     kernel (parent-death signal), stop together and checkpoint; none runs on orphaned.
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck2" \
+  > "$work/killed.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  compgen -G "$work/ck2/ckpt-*.safetensors" > /dev/null && break
+  sleep 0.1
+done
+kill -KILL $pid
+wait $pid 2> /dev/null
+for _ in $(seq 1 300); do  # the ranks are no children of this shell: watch /proc
+  grep -lsa -- "$work/ck2" /proc/[0-9]*/cmdline > /dev/null || break
+  sleep 0.1
+done
+! grep -lsa -- "$work/ck2" /proc/[0-9]*/cmdline > /dev/null || fail "ranks still running after the launcher died" "$work/killed.log"
+grep -q "stopped by signal 15 after step" "$work/killed.log" || fail "rank 0 did not stop gracefully" "$work/killed.log"
+grep -q "rank 1 stops with the others" "$work/killed.log" || fail "rank 1 did not stop with rank 0" "$work/killed.log"
 
 # 4. ResNet-50 with batch norm: each rank's running statistics saw only its shard; they are
 #    averaged at the end of the epoch, so the replicas check passes.

@@ -62,4 +62,7 @@ for bad in "--shard 2/2" "--grid lr" "--jobs 0"; do
 done
 "$sweep" --out "$work/u" --grid lr=1 -- "$app" --lr 2 > "$work/u.log" 2>&1 && fail "accepted a grid flag twice" "$work/u.log"
 grep -q "both a grid flag and in the app's flags" "$work/u.log" || fail "message" "$work/u.log"
+"$sweep" --out "$work/u" --grid lr=1 -- "$app" --lr=2 > "$work/u.log" 2>&1 && fail "accepted --lr=2 beside a grid lr" "$work/u.log"
+"$sweep" --out "$work/u" --grid x=a/b,a_b -- "$app" > "$work/u.log" 2>&1 && fail "accepted clashing run names" "$work/u.log"
+grep -q "two runs would share a folder name" "$work/u.log" || fail "message" "$work/u.log"
 echo "ok: sharded sweep, table, skip, stop and resume, failure, usage errors"

@@ -135,10 +135,11 @@ int local_port(const Socket& s) {
 }
 
 Socket accept_one(const Socket& listener, double timeout, const std::string& waiting_for,
-                  uint32_t* peer_ip) {
+                  uint32_t* peer_ip, double reported_timeout) {
   const auto deadline = deadline_after(timeout);
   for (;;) {
-    if (!wait_ready(listener.fd(), POLLIN, deadline)) timed_out(waiting_for, timeout);
+    if (!wait_ready(listener.fd(), POLLIN, deadline))
+      timed_out(waiting_for, reported_timeout >= 0 ? reported_timeout : timeout);
     sockaddr_in addr{};
     socklen_t len = sizeof addr;
     int fd = ::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);

@@ -33,8 +33,10 @@ std::string ip_string(uint32_t ip);
 Socket listen_on(int port);
 int local_port(const Socket& s);
 // Accepts one connection, waiting at most `timeout` seconds; `peer_ip` gets its address.
+// A timeout error reports `reported_timeout` seconds when given (the whole wait of which
+// this is the rest).
 Socket accept_one(const Socket& listener, double timeout, const std::string& waiting_for,
-                  uint32_t* peer_ip = nullptr);
+                  uint32_t* peer_ip = nullptr, double reported_timeout = -1);
 // Connects, retrying until `timeout` seconds have passed (the peer may not listen yet).
 Socket connect_to(uint32_t ip, int port, double timeout, const std::string& peer);
 

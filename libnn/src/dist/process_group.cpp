@@ -104,11 +104,12 @@ struct ProcessGroup::Impl {
   // first, by a tiny all-reduce of a fixed-length key and its negation under max, so a
   // mismatch is one error on every rank at once (a key of varying length would itself
   // desynchronise the ring). The key: which collective, its element or byte count, its op
-  // or root, and a hash of the tensors' shapes (48 bits: exact in a double).
+  // or root, and a hash of the tensors' dtypes and shapes (48 bits: exact in a double).
   enum Kind { kValues = 1, kTensors, kBroadcast };
   void agree(Kind kind, double count, double op_or_root, const std::vector<Tensor>& tensors = {}) {
     uint64_t h = 1469598103934665603ull;
     for (const Tensor& t : tensors) {
+      h = (h ^ uint64_t(t.dtype())) * 1099511628211ull;
       h = (h ^ uint64_t(t.dim())) * 1099511628211ull;
       for (int64_t d : t.shape()) h = (h ^ uint64_t(d)) * 1099511628211ull;
     }
@@ -117,7 +118,7 @@ struct ProcessGroup::Impl {
     for (int i = 0; i < 4; ++i) v[i] = key[i], v[4 + i] = -key[i];
     ring_all_reduce(v, 8, ReduceOp::max);
     static const char* what[] = {"which collective they call", "the element or byte count",
-                                 "the op or root", "the tensors' shapes"};
+                                 "the op or root", "the tensors' shapes or dtypes"};
     const char* mine = kind == kValues ? "all_reduce of values" : kind == kTensors ? "all_reduce of tensors" : "broadcast";
     for (int i = 0; i < 4; ++i)
       NN_CHECK(v[i] == -v[4 + i], "the ranks disagree on ", what[i], " (rank ", rank, " called ", mine,
@@ -154,7 +155,7 @@ ProcessGroup::ProcessGroup(const Options& o) : rank_(o.rank), size_(o.world_size
       uint32_t ip = 0;
       net::Socket s = net::accept_one(listener, std::max(left, 0.001),
                                       std::to_string(size_ - joined) + " more rank(s) to join on port " +
-                                          std::to_string(o.master_port), &ip);
+                                          std::to_string(o.master_port), &ip, t);
       // Something that is not one of our ranks (a port scan, a health check, another
       // program) sends no hello, a short one or a wrong one within a few seconds: skipped.
       Hello h{};
@@ -212,12 +213,22 @@ ProcessGroup::ProcessGroup(const Options& o) : rank_(o.rank), size_(o.world_size
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   const Entry& n = table[size_t(next)];
   impl_->next = net::connect_to(n.ip, n.port, t, rank_name(next));
-  int32_t me = rank_;
-  net::send_all(impl_->next, &me, sizeof me, t, rank_name(next));
-  impl_->prev = net::accept_one(ring, t, rank_name(prev) + " to connect");
-  int32_t who = -1;
-  net::recv_all(impl_->prev, &who, sizeof who, t, rank_name(prev));
-  NN_CHECK(who == prev, "expected rank ", prev, " on the ring, got rank ", who);
+  const uint32_t me[2] = {kMagic, uint32_t(rank_)};
+  net::send_all(impl_->next, me, sizeof me, t, rank_name(next));
+  // As on the master port, a connection that does not introduce itself as rank-1 within a
+  // few seconds (a port scan) is skipped.
+  const auto ring_deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(t);
+  while (!impl_->prev.valid()) {
+    const double left = std::chrono::duration<double>(ring_deadline - std::chrono::steady_clock::now()).count();
+    net::Socket s = net::accept_one(ring, std::max(left, 0.001), rank_name(prev) + " to connect", nullptr, t);
+    uint32_t who[2] = {0, 0};
+    try {
+      net::recv_all(s, who, sizeof who, std::min(t, 5.0), rank_name(prev));
+    } catch (const Error&) {
+      continue;
+    }
+    if (who[0] == kMagic && who[1] == uint32_t(prev)) impl_->prev = std::move(s);
+  }
   barrier();
 }
 

@@ -36,7 +36,9 @@ extern "C" void on_stop_signal(int sig) {
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) {  // the first signal is the one reported
     g_first_ns.store(now);
-  } else if (now - g_first_ns.load() >= kDuplicateNs) {
+  } else if (const int64_t first = g_first_ns.load(); first != 0 && now - first >= kDuplicateNs) {
+    // (first == 0: the first signal's handler, on another thread, has not stored its time
+    // yet; this one is then within the second.)
     // A later one: die of it as if nothing were installed. It is blocked while this handler
     // runs, so raise() leaves it pending, delivered with the default action on return.
     struct sigaction dfl {};
