@@ -8,6 +8,7 @@
 # identical across ranks), sharded inference equal to one process's, and the command-line
 # errors.
 set -uo pipefail
+source "$(dirname "$0")/wait_checkpoint.sh"
 bin=$1; data=$2; launch=$3
 app=$bin/mnist_train
 work=$(mktemp -d)
@@ -23,10 +24,7 @@ args=(--dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 204
 setsid "$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck" \
   > "$work/first.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  compgen -G "$work/ck/ckpt-*.safetensors" > /dev/null && break
-  sleep 0.1
-done
+wait_checkpoint "$work/ck"
 python3 - "$pid" <<'PY'  # every process whose session is the launcher's
 import os, signal, sys
 sid = int(sys.argv[1])
@@ -79,10 +77,7 @@ python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; asser
 "$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$app" "${args[@]}" --checkpoint-dir "$work/ck2" \
   > "$work/killed.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  compgen -G "$work/ck2/ckpt-*.safetensors" > /dev/null && break
-  sleep 0.1
-done
+wait_checkpoint "$work/ck2"
 kill -KILL $pid
 wait $pid 2> /dev/null
 for _ in $(seq 1 300); do  # the ranks are no children of this shell: watch /proc

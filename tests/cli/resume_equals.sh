@@ -5,6 +5,7 @@
 # for bit (the tensor bytes of the two safetensors files, whose headers differ only in the
 # command line). Also checks the stop's exit status (143) and message.
 set -uo pipefail
+source "$(dirname "$0")/wait_checkpoint.sh"
 app=$1; data=$2
 work=$(mktemp -d)
 trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
@@ -17,10 +18,7 @@ args=(--dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 153
 "$app" "${args[@]}" --checkpoint-dir "$work/ck" --checkpoint-every 4 \
   --save-model "$work/resumed.safetensors" > "$work/first.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do  # wait (up to 60 s) for the first checkpoint
-  compgen -G "$work/ck/ckpt-*.safetensors" > /dev/null && break
-  sleep 0.1
-done
+wait_checkpoint "$work/ck"
 kill -TERM $pid
 wait $pid
 rc=$?

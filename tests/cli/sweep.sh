@@ -3,6 +3,7 @@
 # two machines would), the table over both, finished runs skipped, a sweep stopped by SIGTERM
 # resumed from the run's checkpoint, a failing run reported, and usage errors.
 set -uo pipefail
+source "$(dirname "$0")/wait_checkpoint.sh"
 app=$1; sweep=$2
 work=$(mktemp -d)
 trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
@@ -34,10 +35,7 @@ long=(--data synthetic --synthetic-classes 3 --synthetic-size 1500 --epochs 2 --
       --checkpoint-every 5)
 "$sweep" --out "$work/t" --grid lr=1e-3 -- "$app" "${long[@]}" > "$work/d.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  compgen -G "$work/t/lr=1e-3/ckpt/ckpt-*.safetensors" > /dev/null && break
-  sleep 0.1
-done
+wait_checkpoint "$work/t/lr=1e-3/ckpt"
 kill -TERM $pid
 wait $pid
 rc=$?
