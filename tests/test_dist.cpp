@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -216,6 +217,29 @@ TEST_CASE("broadcast_module gives every rank rank 0's weights and buffers") {
     REQUIRE(got.size() == want.size());
     for (size_t i = 0; i < want.size(); ++i) require_close(got[i].second.to(kF64), want[i].second.to(kF64), 0, 0);
   }
+}
+
+TEST_CASE("replicas_identical tells every rank whether all models are bit-identical") {
+  manual_seed(4);
+  std::vector<std::shared_ptr<Linear>> m;
+  for (int r = 0; r < 3; ++r) m.push_back(std::make_shared<Linear>(LinearOptions(5, 3)));
+  for (int r = 1; r < 3; ++r) m[size_t(r)]->load_state_dict(m[0]->state_dict());
+  std::vector<int> same(3, -1), after(3, -1);
+  require_no_errors(run_ranks(3, [&](dist::ProcessGroup& pg) {
+    const size_t r = size_t(pg.rank());
+    same[r] = dist::replicas_identical(pg, *m[r]);
+    if (r == 2) {  // one bit of one weight on one rank
+      NoGradGuard ng;
+      float* w = m[r]->weight.data<float>();
+      uint32_t bits;
+      std::memcpy(&bits, w, 4);
+      bits ^= 1;
+      std::memcpy(w, &bits, 4);
+    }
+    after[r] = dist::replicas_identical(pg, *m[r]);
+  }));
+  REQUIRE(same == std::vector<int>{1, 1, 1});
+  REQUIRE(after == std::vector<int>{0, 0, 0});
 }
 
 TEST_CASE("average_buffers: every rank ends with the mean of the running statistics") {

@@ -72,18 +72,7 @@ void Parallel::max(std::vector<double>& v) const {
 
 void Parallel::check_replicas(const nn::Module& model, const std::string& when) const {
   if (!pg_) return;
-  // FNV-1a over every tensor's bytes, in two 32-bit halves so doubles hold them exactly;
-  // max(h) == -max(-h) on every rank means all ranks hold the same hash.
-  uint64_t h = 1469598103934665603ull;
-  for (auto& [name, t] : model.state_dict()) {
-    nn::Tensor c = t.to(nn::kCPU).contiguous();
-    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  }
-  const double hi = double(h >> 32), lo = double(h & 0xffffffffu);
-  std::vector<double> v{hi, lo, -hi, -lo};
-  max(v);
-  NN_CHECK(v[0] == -v[2] && v[1] == -v[3], "the ranks' models differ ", when,
+  NN_CHECK(nn::dist::replicas_identical(*pg_, model), "the ranks' models differ ", when,
            " (data-parallel replicas must stay identical; this is a bug in libnn)");
 }
 

@@ -71,6 +71,10 @@ class ProcessGroup {
 // Rank 0's parameters and buffers (state_dict) copied into every rank's module: the same
 // starting weights everywhere.
 void broadcast_module(ProcessGroup& pg, Module& module);
+// True on every rank when all ranks' parameters and buffers are bit-identical, false on
+// every rank otherwise (compares a 64-bit hash of the state_dict bytes). Data-parallel
+// replicas must stay identical; checking it after an epoch costs one pass over the weights.
+bool replicas_identical(ProcessGroup& pg, const Module& module);
 // Replaces every floating buffer (batch norm's running statistics) by its mean over the ranks:
 // each rank's statistics saw only its shard, and evaluation needs one set on every rank.
 void average_buffers(ProcessGroup& pg, Module& module);

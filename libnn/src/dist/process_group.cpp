@@ -35,6 +35,10 @@ struct Entry {
 
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
+// FNV-1a, 64 bits.
+constexpr uint64_t kFnvStart = 1469598103934665603ull;
+uint64_t fnv(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -107,11 +111,10 @@ struct ProcessGroup::Impl {
   // or root, and a hash of the tensors' dtypes and shapes (48 bits: exact in a double).
   enum Kind { kValues = 1, kTensors, kBroadcast };
   void agree(Kind kind, double count, double op_or_root, const std::vector<Tensor>& tensors = {}) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFnvStart;
     for (const Tensor& t : tensors) {
-      h = (h ^ uint64_t(t.dtype())) * 1099511628211ull;
-      h = (h ^ uint64_t(t.dim())) * 1099511628211ull;
-      for (int64_t d : t.shape()) h = (h ^ uint64_t(d)) * 1099511628211ull;
+      h = fnv(fnv(h, uint64_t(t.dtype())), uint64_t(t.dim()));
+      for (int64_t d : t.shape()) h = fnv(h, uint64_t(d));
     }
     const double key[4] = {double(kind), count, op_or_root, double(h >> 16)};
     double v[8];
@@ -308,6 +311,20 @@ void broadcast_module(ProcessGroup& pg, Module& module) {
   std::vector<Tensor> ts;
   for (auto& [name, t] : module.state_dict()) ts.push_back(t);
   pg.broadcast(ts, 0);
+}
+
+bool replicas_identical(ProcessGroup& pg, const Module& module) {
+  uint64_t h = kFnvStart;
+  for (auto& [name, t] : module.state_dict()) {
+    Tensor c = t.to(kCPU).contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = fnv(h, p[i]);
+  }
+  // In two 32-bit halves, exact in doubles; max(h) == -max(-h) means every rank has h.
+  const double hi = double(h >> 32), lo = double(h & 0xffffffffu);
+  std::vector<double> v{hi, lo, -hi, -lo};
+  pg.all_reduce(v, ReduceOp::max);
+  return v[0] == -v[2] && v[1] == -v[3];
 }
 
 void average_buffers(ProcessGroup& pg, Module& module) {
