@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -57,6 +58,16 @@ template <typename T>
 T check_non_negative(const std::string& flag, T value) {
   if (value < 0) throw UsageError("--" + flag + " must be 0 or more, got " + std::to_string(value));
   return value;
+}
+
+// An output file the program writes at its end: a folder that is not there is an error now,
+// not after the work. Returns the path given to --FLAG.
+inline std::string check_output_file(const cxxopts::ParseResult& a, const char* flag) {
+  const std::string path = a[flag].as<std::string>();
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  NN_CHECK(parent.empty() || std::filesystem::is_directory(parent), "cannot open '", path,
+           "' for writing (--", flag, "): folder '", parent.string(), "' does not exist");
+  return path;
 }
 
 // --device value: a usage error when it does not name a device. A bare "cuda" in a process

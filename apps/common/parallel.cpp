@@ -19,7 +19,7 @@ void add_parallel_options(cxxopts::Options& opts) {
        cxxopts::value<double>()->default_value("1800"));
 }
 
-Parallel::Parallel(const std::string& app, const cxxopts::ParseResult& a) {
+nn::dist::Options Parallel::options(const cxxopts::ParseResult& a) {
   nn::dist::Options o = nn::dist::options_from_env();
   if (a.count("world-size")) o.world_size = a["world-size"].as<int>();
   if (a.count("rank")) o.rank = a["rank"].as<int>();
@@ -41,6 +41,11 @@ Parallel::Parallel(const std::string& app, const cxxopts::ParseResult& a) {
   if (o.rank < 0 || o.rank >= o.world_size)
     throw UsageError("--rank must be from 0 to " + std::to_string(o.world_size - 1) + " for world size " +
                      std::to_string(o.world_size) + ", got " + std::to_string(o.rank));
+  return o;
+}
+
+Parallel::Parallel(const std::string& app, const cxxopts::ParseResult& a) {
+  const nn::dist::Options o = options(a);
   rank_ = o.rank;
   size_ = o.world_size;
   if (size_ == 1) return;

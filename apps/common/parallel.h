@@ -20,6 +20,8 @@ class Parallel {
   // their standard output to /dev/null: rank 0 speaks for the run; errors still reach
   // standard error from every rank.
   Parallel(const std::string& app, const cxxopts::ParseResult& args);
+  // The process group the flags and environment ask for, without joining it.
+  static nn::dist::Options options(const cxxopts::ParseResult& args);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -54,17 +54,9 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, 
   if (resume_ && !ckpt_) throw UsageError("--resume needs --checkpoint-dir");
   nn::train::StopSignal::install();
   if (!par_.leader()) return;  // rank 0 writes the run's files
-  // Output files are written after training; a folder that is not there fails now, not then.
-  auto output_file = [&](const char* flag) {
-    const std::string path = a[flag].as<std::string>();
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    NN_CHECK(parent.empty() || std::filesystem::is_directory(parent), "cannot open '", path,
-             "' for writing (--", flag, "): folder '", parent.string(), "' does not exist");
-    return path;
-  };
-  if (a.count("metrics")) metrics_ = output_file("metrics");
+  if (a.count("metrics")) metrics_ = check_output_file(a, "metrics");
   if (a.count("notify-cmd")) notify_ = a["notify-cmd"].as<std::string>();
-  if (a.count("save-model")) save_model_ = output_file("save-model");
+  if (a.count("save-model")) save_model_ = check_output_file(a, "save-model");
   if (a.count("tensorboard"))
     tb_ = std::make_unique<nn::train::TensorBoardWriter>(a["tensorboard"].as<std::string>());
 }

@@ -176,16 +176,10 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     if (shards < 1 || shard < 0 || shard >= shards)
       throw UsageError("--shard must be I/N with 0 <= I < N, got '" + v + "'");
   }
-  const std::string predictions_file = a.count("predictions") ? a["predictions"].as<std::string>() : "";
-  if (!predictions_file.empty()) {  // fail now, not after the evaluation
-    const fs::path parent = fs::path(predictions_file).parent_path();
-    NN_CHECK(parent.empty() || fs::is_directory(parent), "cannot open '", predictions_file,
-             "' for writing (--predictions): folder '", parent.string(), "' does not exist");
-  }
+  const std::string predictions_file = a.count("predictions") ? check_output_file(a, "predictions") : "";
   if (a.count("data-dir") == a.count("data"))
     throw UsageError("give either --data-dir DIR or --data synthetic");
-  const int world = a.count("world-size") ? a["world-size"].as<int>() : nn::dist::options_from_env().world_size;
-  if (world > 1 && (shards > 1 || !predictions_file.empty()))
+  if (Parallel::options(a).world_size > 1 && (shards > 1 || !predictions_file.empty()))
     throw UsageError("--shard and --predictions are for independent jobs, not with --world-size > 1");
   Parallel par(app.name, a);
 

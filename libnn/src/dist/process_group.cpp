@@ -318,7 +318,14 @@ bool replicas_identical(ProcessGroup& pg, const Module& module) {
   for (auto& [name, t] : module.state_dict()) {
     Tensor c = t.to(kCPU).contiguous();
     const auto* p = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = fnv(h, p[i]);
+    const size_t n = c.nbytes();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {  // eight bytes a step: this runs over every weight each epoch
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = fnv(h, w);
+    }
+    for (; i < n; ++i) h = fnv(h, p[i]);
   }
   // In two 32-bit halves, exact in doubles; max(h) == -max(-h) means every rank has h.
   const double hi = double(h >> 32), lo = double(h & 0xffffffffu);
@@ -327,15 +334,20 @@ bool replicas_identical(ProcessGroup& pg, const Module& module) {
   return v[0] == -v[2] && v[1] == -v[3];
 }
 
+// Each tensor replaced by its mean over the ranks.
+static void mean_in_place(ProcessGroup& pg, const std::vector<Tensor>& tensors) {
+  pg.all_reduce(tensors);
+  NoGradGuard ng;
+  for (const Tensor& t : tensors) const_cast<Tensor&>(t).copy_(mul(t, 1.0 / pg.size()));
+}
+
 void average_buffers(ProcessGroup& pg, Module& module) {
   if (pg.size() == 1) return;
   std::vector<Tensor> bufs;
   std::set<const void*> seen;
   for (auto& [name, b] : module.named_buffers())
     if (is_floating(b.dtype()) && seen.insert(b.data_ptr()).second) bufs.push_back(b);
-  pg.all_reduce(bufs);
-  NoGradGuard ng;
-  for (Tensor& b : bufs) b.copy_(mul(b, 1.0 / pg.size()));
+  mean_in_place(pg, bufs);
 }
 
 bool average_gradients(ProcessGroup& pg, const std::vector<Tensor>& params, bool flag) {
@@ -346,10 +358,7 @@ bool average_gradients(ProcessGroup& pg, const std::vector<Tensor>& params, bool
     if (p.grad().defined() && seen.insert(p.grad().data_ptr()).second) grads.push_back(p.grad());
   const size_t n = grads.size();
   grads.push_back(full({1}, flag ? 1.0 : 0.0));
-  pg.all_reduce(grads);
-  NoGradGuard ng;
-  const double inv = 1.0 / pg.size();
-  for (size_t i = 0; i < n; ++i) grads[i].copy_(mul(grads[i], inv));
+  mean_in_place(pg, grads);  // the flag's mean is positive when any rank set it
   return grads[n].item() > 0;
 }
 
