@@ -141,18 +141,7 @@ int run(int argc, char** argv) {
       for (auto& batch_data : loader) {
         if (pos.batch >= per_epoch) break;
         nn::Tensor x = batch_data.data.to(device), y = batch_data.target.to(device);
-        nn::Tensor loss;
-        {
-          nn::amp::AutocastGuard ac(half, precision != "fp32");
-          loss = nn::cross_entropy(model->forward(x), y, ce);
-        }
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        run.sync_gradients();
-        scaler.step(opt);
-        scaler.update();
-        schedule.step();
-        meter.step(loss, x.shape()[0]);
+        meter.step(apps::classifier_step(run, *model, opt, schedule, scaler, precision, x, y, ce), x.shape()[0]);
       }
     }
     apps::EpochSummary s = meter.finish();

@@ -24,6 +24,9 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t classes,
   if (name == "resnet50")
     return nn::models::resnet50(
         nn::models::ResNetOptions().num_classes(classes).channels_last(nhwc));
+  if (name == "resnet20")
+    return nn::models::cifar_resnet(
+        nn::models::CifarResNetOptions().num_classes(classes).channels_last(nhwc));
   return nn::models::keras_mnist_cnn();
 }
 
@@ -31,14 +34,14 @@ Result run(const std::string& model_name, const std::string& precision, const nn
            int64_t batch, int64_t image, int64_t warmup, int64_t batches, int64_t pool,
            uint64_t seed, bool nhwc) {
   nn::manual_seed(seed);
-  const bool resnet = model_name == "resnet50";
+  const bool resnet = model_name == "resnet50", cifar = model_name == "resnet20";
   const int64_t classes = resnet ? 1000 : 10;
   auto model = make_model(model_name, classes, nhwc);
   model->to(dev);
   model->train();
   // lr 0.1 per 256 images (the linear scaling rule tf_cnn_benchmarks follows)
   nn::optim::SGD opt(model->parameters(),
-                     nn::optim::SGDOptions((resnet ? 0.1 : 0.05) * double(batch) / 256.0)
+                     nn::optim::SGDOptions((resnet || cifar ? 0.1 : 0.05) * double(batch) / 256.0)
                          .momentum(0.9)
                          .weight_decay(1e-4));
   nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
@@ -46,7 +49,9 @@ Result run(const std::string& model_name, const std::string& precision, const nn
   // A fixed pool of synthetic batches, resident on the device (no input pipeline in the way).
   nn::Generator g(seed + 1);
   std::vector<nn::Tensor> xs, ys;
-  const nn::Shape shape = resnet ? nn::Shape{batch, 3, image, image} : nn::Shape{batch, 1, 28, 28};
+  const nn::Shape shape = resnet ? nn::Shape{batch, 3, image, image}
+                          : cifar ? nn::Shape{batch, 3, 32, 32}
+                                  : nn::Shape{batch, 1, 28, 28};
   for (int64_t i = 0; i < pool; ++i) {
     xs.push_back(nn::randn(shape, nn::kF32, &g).to(dev));
     ys.push_back(nn::randint(0, classes, {batch}, nn::kI64, &g).to(dev));
@@ -94,13 +99,14 @@ int body(int argc, char** argv) {
   cxxopts::Options opts("fp16_vs_fp32",
                         "Training throughput in FP32 and mixed precision (FP16, BF16), back to back.");
   opts.add_options()
-      ("model", "resnet50 or mnist_cnn", cxxopts::value<std::string>()->default_value("resnet50"))
+      ("model", "resnet50, resnet20 (the CIFAR ResNet, 32 x 32 images) or mnist_cnn",
+       cxxopts::value<std::string>()->default_value("resnet50"))
       ("batch-size", "images per step", cxxopts::value<int64_t>()->default_value("128"))
       ("num-batches", "timed steps", cxxopts::value<int64_t>()->default_value("50"))
       ("num-warmup-batches", "untimed steps first", cxxopts::value<int64_t>()->default_value("10"))
       ("precisions", "comma-separated: fp32, fp16, bf16",
        cxxopts::value<std::string>()->default_value("fp32,fp16,bf16"))
-      ("image-size", "ResNet input height and width", cxxopts::value<int64_t>()->default_value("224"))
+      ("image-size", "ResNet-50 input height and width", cxxopts::value<int64_t>()->default_value("224"))
       ("synthetic-batches", "distinct synthetic batches cycled through",
        cxxopts::value<int64_t>()->default_value("4"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
@@ -118,7 +124,8 @@ int body(int argc, char** argv) {
   }
   if (!a.unmatched().empty()) throw nn::Error("unexpected argument '" + a.unmatched()[0] + "'");
   const std::string model = a["model"].as<std::string>();
-  if (model != "resnet50" && model != "mnist_cnn") throw nn::Error("--model must be resnet50 or mnist_cnn");
+  if (model != "resnet50" && model != "resnet20" && model != "mnist_cnn")
+    throw nn::Error("--model must be resnet50, resnet20 or mnist_cnn");
   const nn::Device dev(a["device"].as<std::string>());
   nn::check_device(dev);
   const int64_t batch = a["batch-size"].as<int64_t>(), batches = a["num-batches"].as<int64_t>();
@@ -128,7 +135,7 @@ int body(int argc, char** argv) {
   NN_CHECK(layout_arg == "auto" || layout_arg == "nhwc" || layout_arg == "nchw",
            "--layout must be auto, nhwc or nchw, got '", layout_arg, "'");
   const bool nhwc = layout_arg == "nhwc" || (layout_arg == "auto" && dev.is_cuda());
-  const std::string layout = model == "resnet50" ? (nhwc ? "nhwc" : "nchw") : "nchw";
+  const std::string layout = model != "mnist_cnn" ? (nhwc ? "nhwc" : "nchw") : "nchw";
   NN_CHECK(batch > 0 && batches > 0 && warmup >= 0 && pool > 0,
            "--batch-size, --num-batches and --synthetic-batches must be positive");
   std::vector<std::string> precisions;

@@ -137,6 +137,10 @@ PY
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
+  log "CIFAR ResNet-20 training throughput at batch 128, FP32 / FP16 / BF16: libnn vs PyTorch"
+  "$py" bench/fp16_vs_torch.py --model resnet20 --batch-size 128 --num-batches 100 \
+      --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
+      --out "$OUT/fp16_vs_torch_resnet20.json" 2>&1 | tee -a "$OUT/summary.md"
 fi
 
 if want bench || want text; then

@@ -28,8 +28,8 @@ launcher=()
 if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=EMULATOR \
       -DLIBNN_BUILD_APPS=ON -DLIBNN_BUILD_BENCH=ON "${root[@]}" "${launcher[@]}" > /dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target libnn_tests mnist_train fp16_vs_fp32 \
-      text_bench kernels_bench
+cmake --build "$build_dir" -j "$(nproc)" --target libnn_tests mnist_train cifar_train \
+      fp16_vs_fp32 text_bench kernels_bench
 t_build=$SECONDS
 
 # Every unit test, the CUDA ones on the emulated device (they must run, not skip), with the
@@ -57,7 +57,7 @@ run "$build_dir/bin/libnn_tests" "[memory]"
 # The command-line checks of CUDA paths: mnist_train's (tests/cli/cuda_cli.sh: no GPU, out
 # of memory, checkpoints moving between CPU and the device; they need Fashion-MNIST) and the
 # GPU suite's benchmark programs at tiny sizes (tests/cli/cuda_bench_smoke.sh).
-cli_tests='^cli_cuda_bench_smoke$'
+cli_tests='^cli_cuda_(bench_smoke|cifar)$'
 if [[ -d /usr/share/datasets/fashion-mnist ]]; then
   cli_tests='^cli_cuda_'
 else

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "test_util.h"
 
@@ -260,5 +261,171 @@ TEST_CASE("ImageFolder decodes, crops and normalises JPEGs", "[data][images]") {
   std::string e = test::error_of([&] { with_broken.get_batch({0, 1, 2, 3, 4, 5, 6}); });
   REQUIRE(e.find("broken.jpg") != std::string::npos);
   REQUIRE(test::error_of([&] { data::ImageFolder(d.file("none")); }).find("does not exist") !=
+          std::string::npos);
+}
+
+namespace {
+// CIFAR binary records: `label_bytes` label bytes (the last is the class), then 3072 pixels,
+// here pixel k of record r = (r * 7 + k) % 256.
+std::vector<uint8_t> cifar_records(const std::vector<std::vector<uint8_t>>& labels) {
+  std::vector<uint8_t> b;
+  for (size_t r = 0; r < labels.size(); ++r) {
+    b.insert(b.end(), labels[r].begin(), labels[r].end());
+    for (int k = 0; k < 3072; ++k) b.push_back(uint8_t((r * 7 + size_t(k)) % 256));
+  }
+  return b;
+}
+}  // namespace
+
+TEST_CASE("load_cifar reads CIFAR-10 and CIFAR-100 binary files", "[data][cifar]") {
+  TempDir d;
+  fs::create_directories(d.path / "cifar-10-batches-bin");
+  for (int k = 1; k <= 5; ++k)
+    write_bytes(d.file("cifar-10-batches-bin/data_batch_" + std::to_string(k) + ".bin"),
+                cifar_records({{uint8_t(k)}, {uint8_t(9 - k)}}));
+  write_bytes(d.file("cifar-10-batches-bin/test_batch.bin"), cifar_records({{3}}));
+  std::ofstream(d.file("cifar-10-batches-bin/batches.meta.txt"))
+      << "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n\n";
+  auto train = data::load_cifar(d.path.string(), true);  // finds the unpacked folder inside
+  REQUIRE(train->size() == 10);
+  REQUIRE(train->images().shape() == Shape{10, 3, 32, 32});
+  REQUIRE(train->labels().to_vector<int64_t>() == std::vector<int64_t>{1, 8, 2, 7, 3, 6, 4, 5, 5, 4});
+  REQUIRE(train->classes().size() == 10);
+  REQUIRE(train->classes()[9] == "truck");
+  // record 1 of data_batch_3.bin is sample 5; its green plane starts at pixel 1024
+  REQUIRE(int(train->images().select(0, 5).select(0, 1).select(0, 0).select(0, 0).item()) == (7 + 1024) % 256);
+  auto test = data::load_cifar(d.file("cifar-10-batches-bin"), false);
+  REQUIRE(test->labels().to_vector<int64_t>() == std::vector<int64_t>{3});
+  // unnormalised, unaugmented batches are pixels / 255
+  data::Batch b = test->get_batch({0});
+  REQUIRE(b.data.shape() == Shape{1, 3, 32, 32});
+  test::require_close(b.data, test->images().to(kF32) / 255.0, 1e-7, 0);
+
+  // CIFAR-100: two label bytes (coarse, fine); the fine one is the class
+  TempDir h;
+  write_bytes(h.file("train.bin"), cifar_records({{1, 99}, {2, 0}, {19, 42}}));
+  write_bytes(h.file("test.bin"), cifar_records({{0, 7}}));
+  auto c100 = data::load_cifar(h.path.string(), true);
+  REQUIRE(c100->labels().to_vector<int64_t>() == std::vector<int64_t>{99, 0, 42});
+  REQUIRE(c100->classes().size() == 100);  // numbered without fine_label_names.txt
+  REQUIRE(c100->classes()[42] == "42");
+
+  // errors name the file and what is wrong
+  auto err = [](const std::string& root, bool train) {
+    return test::error_of([&] { data::load_cifar(root, train); });
+  };
+  REQUIRE(err(d.file("nowhere"), true).find("does not exist") != std::string::npos);
+  TempDir empty;
+  REQUIRE(err(empty.path.string(), true).find("CIFAR data not found") != std::string::npos);
+  write_bytes(h.file("test.bin"), std::vector<uint8_t>(3074 * 2 - 1, 0));
+  std::string e = err(h.path.string(), false);
+  REQUIRE(e.find("test.bin") != std::string::npos);
+  REQUIRE(e.find("whole number of 3074-byte records") != std::string::npos);
+  write_bytes(h.file("test.bin"), cifar_records({{0, 100}}));
+  REQUIRE(err(h.path.string(), false).find("label 100 is not below 100") != std::string::npos);
+  fs::remove(d.file("cifar-10-batches-bin/data_batch_4.bin"));
+  REQUIRE(err(d.path.string(), true).find("data_batch_4.bin' is missing") != std::string::npos);
+  std::ofstream(d.file("cifar-10-batches-bin/batches.meta.txt")) << "airplane\nautomobile\n";
+  REQUIRE(err(d.path.string(), false).find("names 2 classes, expected 10") != std::string::npos);
+}
+
+TEST_CASE("ImageDataset normalises, and crops and flips by (seed, epoch, sample)", "[data][cifar]") {
+  Generator g(5);
+  Tensor images = (rand({6, 2, 5, 4}, kF32, &g) * 255.0).to(kU8);
+  data::ImageDataset ds(images, from_vector<int64_t>({0, 1, 2, 0, 1, 2}, {6}));
+  REQUIRE(ds.classes() == std::vector<std::string>{"0", "1", "2"});
+  auto [mean, stdv] = ds.channel_stats();
+  Tensor pix = images.to(kF64) / 255.0;
+  for (int c = 0; c < 2; ++c) {
+    REQUIRE(mean[size_t(c)] == Approx(nn::mean(pix.select(1, c)).item()).epsilon(1e-12));
+    REQUIRE(stdv[size_t(c)] == Approx(std::sqrt(nn::var(pix.select(1, c), {}, 0).item())).epsilon(1e-9));
+  }
+  ds.set_normalization({0.25, 0.5}, {2.0, 0.5});
+  Tensor expect = (pix - tensor({0.25, 0.5}, {1, 2, 1, 1}, kF64)) / tensor({2.0, 0.5}, {1, 2, 1, 1}, kF64);
+  test::require_close(ds.get_batch({0, 1, 2, 3, 4, 5}).data.to(kF64), expect, 1e-6, 1e-6);
+
+  // Every augmented sample is a shifted (by at most `pad`), maybe mirrored copy, with the
+  // normalised value of a zero pixel where the shift leaves the image.
+  ds.set_augment({.pad = 2, .flip = true, .seed = 9});
+  const std::vector<float> zero{-0.125f, -1.0f};
+  auto is_view_of = [&](const Tensor& out, int64_t i) {
+    auto o = out.to_vector<float>();
+    auto e = expect.select(0, i).to(kF32).to_vector<float>();
+    for (int flip = 0; flip < 2; ++flip)
+      for (int dy = -2; dy <= 2; ++dy)
+        for (int dx = -2; dx <= 2; ++dx) {
+          bool same = true;
+          for (int c = 0; c < 2 && same; ++c)
+            for (int y = 0; y < 5 && same; ++y)
+              for (int x = 0; x < 4 && same; ++x) {
+                int sy = y + dy, sx = (flip ? 3 - x : x) + dx;
+                float want = sy >= 0 && sy < 5 && sx >= 0 && sx < 4 ? e[size_t((c * 5 + sy) * 4 + sx)] : zero[size_t(c)];
+                same = std::abs(o[size_t((c * 5 + y) * 4 + x)] - want) < 1e-5f;
+              }
+          if (same) return true;
+        }
+    return false;
+  };
+  std::set<std::vector<float>> distinct;
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    data::Batch b = ds.get_epoch_batch({4, 1}, epoch);
+    REQUIRE(b.target.to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+    REQUIRE(is_view_of(b.data.select(0, 0), 4));
+    REQUIRE(is_view_of(b.data.select(0, 1), 1));
+    // the same sample in another batch, at another position: the same crop
+    test::require_close(ds.get_epoch_batch({2, 3, 1}, epoch).data.select(0, 2), b.data.select(0, 1), 0, 0);
+    distinct.insert(b.data.select(0, 0).to_vector<float>());
+  }
+  REQUIRE(distinct.size() >= 5);  // 50 crops and flips: 8 epochs rarely repeat one
+  ds.set_augment({.pad = 2, .flip = true, .seed = 10});
+  bool differs = false;
+  for (int64_t epoch = 0; epoch < 4; ++epoch)
+    differs |= distinct.count(ds.get_epoch_batch({4}, epoch).data.select(0, 0).to_vector<float>()) == 0;
+  REQUIRE(differs);
+  auto first = ds.head(2);
+  REQUIRE(first->size() == 2);
+  test::require_close(first->get_epoch_batch({1}, 3).data, ds.get_epoch_batch({1}, 3).data, 0, 0);
+
+  REQUIRE(test::error_of([&] { ds.get_batch({6}); }).find("out of range") != std::string::npos);
+  REQUIRE(test::error_of([&] { ds.set_normalization({0.5}, {1.0}); }).find("expected 2") != std::string::npos);
+  REQUIRE(test::error_of([&] { ds.set_normalization({0.5, 0.5}, {1.0, 0.0}); }).find("positive") != std::string::npos);
+  REQUIRE(test::error_of([&] { data::ImageDataset(images.to(kF32), zeros({6}, kI64)); }).find("u8") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] { data::ImageDataset(images, from_vector<int64_t>({0, 0, 0, 0, 0, -1}, {6})); })
+              .find("negative") != std::string::npos);
+}
+
+TEST_CASE("the DataLoader tells the data set its epoch: augmented epochs replay on resume", "[data][cifar][loader]") {
+  auto ds = data::synthetic_images(40, 4, 8, 1);
+  ds->set_augment({.pad = 3, .flip = true, .seed = 2});
+  data::DataLoaderOptions o;
+  o.batch_size = 8;
+  o.seed = 7;
+  data::DataLoader a(ds, o), b(ds, o);
+  std::vector<Tensor> epoch2;
+  for (int e = 0; e < 3; ++e)
+    for (auto& batch : a)
+      if (e == 2) epoch2.push_back(batch.data);
+  b.set_epoch(2, 3);  // a resumed run: epoch 2 from its fourth batch
+  int k = 3;
+  for (auto& batch : b) test::require_close(batch.data, epoch2[size_t(k++)], 0, 0);
+  REQUIRE(k == 5);
+  // batch 4 of epoch 2 is the data set's epoch-2 view of those samples, not its epoch-0 one
+  const auto order = a.order(2);
+  const std::vector<int64_t> last(order.begin() + 32, order.begin() + 40);
+  test::require_close(epoch2[4], ds->get_epoch_batch(last, 2).data, 0, 0);
+  REQUIRE(amax(abs(epoch2[4] - ds->get_epoch_batch(last, 0).data)).item() > 0);
+}
+
+TEST_CASE("synthetic_images: balanced, reproducible, and a different seed gives other images", "[data][cifar]") {
+  auto s = data::synthetic_images(30, 3, 16, 4);
+  REQUIRE(s->images().shape() == Shape{30, 3, 16, 16});
+  REQUIRE(s->classes().size() == 3);
+  auto labels = s->labels().to_vector<int64_t>();
+  for (int64_t c = 0; c < 3; ++c) REQUIRE(std::count(labels.begin(), labels.end(), c) == 10);
+  REQUIRE(s->images().to_vector<uint8_t>() == data::synthetic_images(30, 3, 16, 4)->images().to_vector<uint8_t>());
+  REQUIRE(s->images().to_vector<uint8_t>() != data::synthetic_images(30, 3, 16, 5)->images().to_vector<uint8_t>());
+  REQUIRE(data::synthetic_images(2, 5, 8, 0)->classes().size() == 5);  // classes without images still count
+  REQUIRE(test::error_of([] { data::synthetic_images(4, 0, 8, 0); }).find("classes must be positive") !=
           std::string::npos);
 }

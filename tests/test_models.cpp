@@ -23,6 +23,59 @@ TEST_CASE("ResNet-50 has torchvision's parameter count, names and output shape",
           std::string::npos);
 }
 
+TEST_CASE("the CIFAR ResNets have the paper's parameter counts and shapes", "[models][cifar]") {
+  // 0.27M, 0.85M and 1.7M in He et al. (2016), table 6; counted here layer by layer
+  REQUIRE(models::cifar_resnet()->num_parameters() == 269722);
+  REQUIRE(models::cifar_resnet(models::CifarResNetOptions().depth(56))->num_parameters() == 853018);
+  REQUIRE(models::cifar_resnet(models::CifarResNetOptions().depth(110))->num_parameters() == 1727962);
+  auto net = models::cifar_resnet(models::CifarResNetOptions().depth(8).num_classes(100));
+  REQUIRE(net->num_parameters() == 75290 - 650 + 6500);
+  auto names = net->named_parameters();
+  REQUIRE(names.front().first == "conv1.weight");
+  REQUIRE(names[2].first == "bn1.bias");
+  REQUIRE(names.back().first == "fc.bias");
+  net->eval();
+  NoGradGuard ng;
+  Tensor y = net->forward(randn({3, 3, 32, 32}));
+  REQUIRE(y.shape() == Shape{3, 100});
+  REQUIRE(std::isfinite(sum(y).item()));
+  REQUIRE(net->forward(randn({1, 3, 9, 7})).shape() == Shape{1, 100});  // any size: odd ones too
+  for (int64_t d : {0, 7, 19, 21})
+    REQUIRE(test::error_of([&] { models::cifar_resnet(models::CifarResNetOptions().depth(d)); })
+                .find("6n + 2") != std::string::npos);
+  REQUIRE(test::error_of([&] { models::BasicBlock(32, 16, 1); }).find("only keep or add channels") !=
+          std::string::npos);
+  auto z = models::cifar_resnet(models::CifarResNetOptions().depth(8).zero_init_residual(true));
+  REQUIRE(sum(abs(z->layer2->named_children()[0].second->named_parameters()[4].second)).item() == 0);
+}
+
+TEST_CASE("gradcheck: the CIFAR ResNet block with its parameter-free shortcut", "[models][cifar][gradcheck]") {
+  // Stride 2 and 2 -> 4 channels: the shortcut takes every second pixel and adds a zero channel
+  // on each side. Odd sizes (5 x 7) check which pixels it takes.
+  Generator g(3);
+  for (auto [in, planes, stride] : {std::tuple{2, 4, 2}, std::tuple{2, 5, 2}, std::tuple{3, 3, 1}}) {
+    auto block = std::make_shared<models::BasicBlock>(in, planes, stride);
+    block->to(kF64);
+    for (auto& p : block->parameters()) {
+      NoGradGuard ng;
+      p.copy_(randn(p.shape(), kF64, &g) * 0.5 + (p.dim() == 1 ? 1.0 : 0.0));
+    }
+    INFO(in << " -> " << planes << " channels, stride " << stride);
+    test::require_gradcheck([&](const std::vector<Tensor>& x) { return block->forward(x[0]); },
+                            {test::rnd({2, in, 5, 7}, 10 + uint64_t(planes))});
+  }
+  // The shortcut by hand: with zero weights in both BNs the block is relu(shortcut).
+  auto block = std::make_shared<models::BasicBlock>(1, 3, 2);
+  {
+    NoGradGuard ng;
+    block->bn2->weight.copy_(zeros({3}));
+  }
+  Tensor x = from_vector<float>({1, -2, 3, 4, 5, 6, -7, 8, 9, 10, 11, 12}, {1, 1, 3, 4});
+  Tensor y = block->forward(x);
+  REQUIRE(y.shape() == Shape{1, 3, 2, 2});
+  REQUIRE(y.to_vector<float>() == std::vector<float>{0, 0, 0, 0, 1, 3, 9, 11, 0, 0, 0, 0});
+}
+
 TEST_CASE("the BERT encoder: Hugging Face names, shapes, masking, loading", "[models][bert]") {
   auto c = models::BertConfig::preset("tiny").vocab_size(100).max_len(16).num_classes(3);
   models::BertClassifier net(c);

@@ -301,4 +301,22 @@ EpochSummary EpochMeter::finish() {
   return s;
 }
 
+nn::Tensor classifier_step(Run& run, nn::Module& model, nn::optim::Optimizer& opt,
+                           nn::optim::LRScheduler& schedule, nn::amp::GradScaler& scaler,
+                           const std::string& precision, const nn::Tensor& x, const nn::Tensor& y,
+                           const nn::CrossEntropyOptions& ce) {
+  nn::Tensor loss;
+  {
+    nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
+    loss = nn::cross_entropy(model.forward(x), y, ce);
+  }
+  opt.zero_grad();
+  scaler.scale(loss).backward();
+  run.sync_gradients();
+  scaler.step(opt);
+  scaler.update();
+  schedule.step();
+  return loss;
+}
+
 }  // namespace apps

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench/fp16_vs_fp32: torchvision's resnet50 (or the Keras MNIST CNN),
-channels-last, torch.autocast + GradScaler, the same batch, steps, synthetic data, optimizer
-(SGD momentum 0.9, lr 0.1 per 256 images, weight decay 1e-4) and label smoothing. Prints the
+"""PyTorch peer of bench/fp16_vs_fp32: torchvision's resnet50 (or the CIFAR ResNet-20, or the
+Keras MNIST CNN), channels-last for the ResNets, torch.autocast + GradScaler, the same batch,
+steps, synthetic data, optimizer (SGD momentum 0.9, lr 0.1 per 256 images, weight decay 1e-4)
+and label smoothing. Prints the
 same table and writes the same JSON (schema libnn-bench-1)."""
 import argparse
 import datetime
@@ -21,25 +22,60 @@ def keras_cnn():
         nn.Linear(128, 10))
 
 
+class BasicBlock(nn.Module):
+    """The CIFAR ResNet block with the parameter-free shortcut (option A), as libnn's."""
+
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.stride, self.extra = stride, planes - cin
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        s = x[:, :, ::self.stride, ::self.stride] if self.stride != 1 else x
+        if self.extra:
+            s = F.pad(s, (0, 0, 0, 0, self.extra // 2, self.extra - self.extra // 2))
+        return F.relu(h + s)
+
+
+def cifar_resnet(depth=20, classes=10):
+    n = (depth - 2) // 6
+    layers, cin = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()], 16
+    for planes, stride in ((16, 1), (32, 2), (64, 2)):
+        for b in range(n):
+            layers.append(BasicBlock(cin, planes, stride if b == 0 else 1))
+            cin = planes
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
 def run(a, precision, dev):
     torch.manual_seed(a.seed)
-    resnet = a.model == "resnet50"
+    resnet, cifar = a.model == "resnet50", a.model == "resnet20"
     if resnet:
         import torchvision
         model = torchvision.models.resnet50(num_classes=1000)
+    elif cifar:
+        model = cifar_resnet()
     else:
         model = keras_cnn()
-    model = model.to(dev).to(memory_format=torch.channels_last if resnet else torch.contiguous_format)
+    nhwc = resnet or cifar  # channels-last, PyTorch's recipe for AMP convolutions
+    model = model.to(dev).to(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=(0.1 if resnet else 0.05) * a.batch_size / 256,
+    opt = torch.optim.SGD(model.parameters(), lr=(0.1 if resnet or cifar else 0.05) * a.batch_size / 256,
                           momentum=0.9, weight_decay=1e-4)
     scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
     half = torch.bfloat16 if precision == "bf16" else torch.float16
     classes = 1000 if resnet else 10
-    shape = (a.batch_size, 3, a.image_size, a.image_size) if resnet else (a.batch_size, 1, 28, 28)
+    shape = ((a.batch_size, 3, a.image_size, a.image_size) if resnet
+             else (a.batch_size, 3, 32, 32) if cifar else (a.batch_size, 1, 28, 28))
     g = torch.Generator(device="cpu").manual_seed(a.seed + 1)
     xs = [torch.randn(shape, generator=g).to(dev) for _ in range(a.synthetic_batches)]
-    if resnet:
+    if nhwc:
         xs = [x.to(memory_format=torch.channels_last) for x in xs]
     ys = [torch.randint(0, classes, (a.batch_size,), generator=g).to(dev)
           for _ in range(a.synthetic_batches)]
@@ -72,7 +108,7 @@ def run(a, precision, dev):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default="resnet50", choices=["resnet50", "mnist_cnn"])
+    ap.add_argument("--model", default="resnet50", choices=["resnet50", "resnet20", "mnist_cnn"])
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--num-batches", type=int, default=50)
     ap.add_argument("--num-warmup-batches", type=int, default=10)

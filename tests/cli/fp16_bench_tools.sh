@@ -40,3 +40,13 @@ if "$py" "$root/bench/plot_loss_curves.py" "$out/nan.csv" --label run > "$out/na
 fi
 grep -Eq '^\| run fp16 \| 2 \| .* \| 1 \|$' "$out/nan.md"
 echo "fp16 bench tools ok"
+
+# The CIFAR ResNet-20 through the same benchmark: 32 x 32 images, 10 classes.
+"$bench" --device cpu --model resnet20 --batch-size 4 --num-warmup-batches 1 --num-batches 2 \
+    --precisions fp32 --json "$out/r.json" > "$out/r.log"
+"$py" - "$out/r.json" <<'PY'
+import json, math, sys
+(r,) = json.load(open(sys.argv[1]))["records"]
+assert r["model"] == "resnet20" and r["layout"] == "nchw" and r["samples"] == 8, r
+assert math.isfinite(r["final_loss"]) and r["samples_per_second"] > 0, r
+PY

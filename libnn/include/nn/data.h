@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace nn::data {
@@ -33,6 +34,14 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+  // The batch as epoch `epoch` (0-based) of a DataLoader sees it; the DataLoader calls this.
+  // Data sets with random augmentation override it and draw each sample's randomness from
+  // (seed, epoch, sample index), so a sample looks the same however the epoch was reached (a
+  // resumed run sees the same crops), whatever the batch size, order or sharding. The default
+  // ignores the epoch.
+  virtual Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const {
+    return get_batch(indices);
+  }
 };
 
 // Rows of `data` and `target` (dim 0) taken together.
@@ -53,12 +62,67 @@ class TensorDataset : public Dataset {
 // split) and the matching labels in `root`.
 std::shared_ptr<TensorDataset> load_mnist(const std::string& root, bool train);
 
+// Images held in memory as u8 (N, C, H, W) with i64 labels (CIFAR, synthetic sets). Batches are
+// f32 (B, C, H, W): pixels / 255, then (x - mean[c]) / std[c]. With augmentation, each training
+// sample is a random H x W crop of the image padded by `pad` zero pixels on every side, flipped
+// left-right with probability 1/2 when `flip` is set (the usual CIFAR recipe); the randomness
+// comes from (seed, epoch, sample index) (see Dataset::get_epoch_batch).
+struct ImageAugment {
+  int64_t pad = 0;  // 0: no random crop
+  bool flip = false;
+  uint64_t seed = 0;
+};
+class ImageDataset : public Dataset {
+ public:
+  ImageDataset(Tensor images, Tensor labels, std::vector<std::string> classes = {});
+  int64_t size() const override { return images_.shape()[0]; }
+  Batch get_batch(const std::vector<int64_t>& indices) const override { return get_epoch_batch(indices, 0); }
+  Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const override;
+  // Per-channel normalisation applied to pixels / 255 (default: mean 0, std 1).
+  void set_normalization(std::vector<double> mean, std::vector<double> std);
+  // The per-channel mean and standard deviation of pixels / 255 over the whole set.
+  std::pair<std::vector<double>, std::vector<double>> channel_stats() const;
+  void set_augment(const ImageAugment& a);
+  const Tensor& images() const { return images_; }
+  const Tensor& labels() const { return labels_; }
+  // Class names (from the data set's files, else "0", "1", ...).
+  const std::vector<std::string>& classes() const { return classes_; }
+  // The first n samples (a view of the same pixels; normalisation and augmentation kept).
+  std::shared_ptr<ImageDataset> head(int64_t n) const;
+
+ private:
+  Tensor images_, labels_;
+  std::vector<std::string> classes_;
+  std::vector<float> mean_, inv_std_;
+  ImageAugment augment_;
+};
+
+// CIFAR-10 or CIFAR-100 in the binary version (cifar-10-binary.tar.gz or
+// cifar-100-binary.tar.gz from the CIFAR page), unpacked. `root` is the unpacked folder
+// (cifar-10-batches-bin/ or cifar-100-binary/) or the folder holding it. CIFAR-10:
+// data_batch_1.bin .. data_batch_5.bin for training and test_batch.bin, records of one label
+// byte and 3072 pixel bytes (R, G, B planes of 32 x 32); class names from batches.meta.txt.
+// CIFAR-100: train.bin and test.bin, records of a coarse and a fine label byte and the
+// pixels; the fine labels (100 classes) are used, names from fine_label_names.txt. Every
+// file is checked (size a whole number of records, labels in range); errors name the file.
+std::shared_ptr<ImageDataset> load_cifar(const std::string& root, bool train);
+
+// A learnable synthetic stand-in for CIFAR (for tests and offline demos): n RGB images of
+// size x size in `classes` classes. Each class has its own colour and its own stripe pattern
+// (orientation and frequency); each image has a random phase, contrast and pixel noise, so
+// a model must learn the pattern, not memorise pixels. `class_seed` fixes the classes'
+// colours and patterns and `seed` the images, so a test set is the same call with another
+// seed. The same arguments always give the same set.
+std::shared_ptr<ImageDataset> synthetic_images(int64_t n, int64_t classes, int64_t size,
+                                               uint64_t seed, uint64_t class_seed = 0);
+
 // An ImageNet-style folder: root/<class>/<image>.jpg (class = folder name, sorted). Images
 // are decoded with libjpeg-turbo (down-scaled while decoding when much larger than needed),
 // then for training a random resized crop (scale 0.08..1, aspect 3/4..4/3) and a random
 // horizontal flip, for evaluation a resize of the shorter side to size * 8/7 and a centre
 // crop; finally normalised with ImageNet's mean and std. Batches: f32 (N, 3, size, size),
-// labels i64. Decoding runs on all cores.
+// labels i64. Decoding runs on all cores. The crops are drawn from (seed, epoch, image index),
+// as Dataset::get_epoch_batch describes.
 struct ImageFolderOptions {
   int64_t size = 224;
   bool train = true;
@@ -68,14 +132,14 @@ class ImageFolder : public Dataset {
  public:
   ImageFolder(const std::string& root, ImageFolderOptions opts = {});
   int64_t size() const override { return int64_t(files_.size()); }
-  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  Batch get_batch(const std::vector<int64_t>& indices) const override { return get_epoch_batch(indices, 0); }
+  Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const override;
   const std::vector<std::string>& classes() const { return classes_; }
 
  private:
   ImageFolderOptions opts_;
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> files_;
-  mutable uint64_t calls_ = 0;  // varies the random crops from one batch request to the next
 };
 // True when libnn was built with JPEG support.
 bool have_jpeg();
@@ -144,6 +208,7 @@ class DataLoader {
   DataLoaderOptions opts_;
   int64_t epoch_ = 0, start_batch_ = 0;
   std::vector<int64_t> order_;
+  int64_t order_epoch_ = 0;  // the epoch order_ belongs to
   // background producer
   std::thread worker_;
   std::mutex mu_;

@@ -53,6 +53,44 @@ std::shared_ptr<Sequential> keras_mnist_mlp();
 // ResNet-50: 25,557,032 parameters with 1000 classes.
 std::shared_ptr<ResNet> resnet50(const ResNetOptions& o = {});
 
+// ---- The CIFAR ResNets (He et al. 2016, section 4.2) ------------------------------------------
+// conv3x3 -> BN -> ReLU -> conv3x3 -> BN, plus the shortcut, then ReLU. Where the shape changes
+// (stride 2, twice the channels) the shortcut is the paper's option A, without parameters:
+// every second pixel, and zero channels added on both sides.
+class BasicBlock : public Module {
+ public:
+  BasicBlock(int64_t in, int64_t planes, int64_t stride);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
+  int64_t in_planes, planes, stride;
+};
+
+struct CifarResNetOptions {
+  NN_ARG(int64_t, depth) = 20;  // 6n + 2: 20, 32, 44, 56, 110, ...
+  NN_ARG(int64_t, num_classes) = 10;
+  NN_ARG(int64_t, width) = 16;  // channels of the first stage (then 2x, 4x)
+  NN_ARG(bool, zero_init_residual) = false;
+  NN_ARG(bool, channels_last) = false;  // as in ResNetOptions
+};
+
+// conv3x3 (16) -> BN -> ReLU -> three stages of n blocks (16, 32, 64 channels; the second and
+// third start with stride 2) -> global average pool -> Linear. For 32 x 32 inputs (any size
+// works). ResNet-20: 269,722 parameters with 10 classes; ResNet-56: 853,018; ResNet-110:
+// 1,727,962.
+class CifarResNet : public Module {
+ public:
+  explicit CifarResNet(const CifarResNetOptions& o = {});
+  // x (N, 3, H, W) -> logits (N, num_classes)
+  Tensor forward(const Tensor& x) override;
+  CifarResNetOptions options;
+  std::shared_ptr<Conv2d> conv1;
+  std::shared_ptr<BatchNorm2d> bn1;
+  std::shared_ptr<Sequential> layer1, layer2, layer3;
+  std::shared_ptr<Linear> fc;
+};
+std::shared_ptr<CifarResNet> cifar_resnet(const CifarResNetOptions& o = {});
+
 }  // namespace nn::models
 
 namespace nn::models {

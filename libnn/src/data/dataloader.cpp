@@ -61,7 +61,7 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
 Batch DataLoader::make_batch(int64_t b) const {
   const int64_t bs = opts_.batch_size;
   const int64_t lo = b * bs, hi = std::min<int64_t>(lo + bs, int64_t(order_.size()));
-  return dataset_->get_batch(std::vector<int64_t>(order_.begin() + lo, order_.begin() + hi));
+  return dataset_->get_epoch_batch(std::vector<int64_t>(order_.begin() + lo, order_.begin() + hi), order_epoch_);
 }
 
 void DataLoader::stop_worker() {
@@ -80,6 +80,7 @@ void DataLoader::stop_worker() {
 DataLoader::Iterator DataLoader::begin() {
   stop_worker();  // an earlier iteration left unfinished
   order_ = order(epoch_);
+  order_epoch_ = epoch_;
   const int64_t first = start_batch_, total = num_batches();
   ++epoch_;
   start_batch_ = 0;

@@ -138,21 +138,23 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : opt
   NN_CHECK(!files_.empty(), "image folder '", root, "' holds no .jpg/.jpeg files");
 }
 
-Batch ImageFolder::get_batch(const std::vector<int64_t>& indices) const {
+Batch ImageFolder::get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const {
 #ifdef LIBNN_HAVE_JPEG
   const int64_t n = int64_t(indices.size()), S = opts_.size;
   std::vector<float> data(static_cast<size_t>(n * 3 * S * S));
   std::vector<int64_t> labels(static_cast<size_t>(n));
-  const uint64_t call = calls_++;
   std::vector<std::string> errors(static_cast<size_t>(n));
 #pragma omp parallel for schedule(dynamic)
   for (int64_t i = 0; i < n; ++i) {
     try {
-      const auto& [path, label] = files_.at(size_t(indices[size_t(i)]));
+      const int64_t index = indices[size_t(i)];
+      const auto& [path, label] = files_.at(size_t(index));
       labels[size_t(i)] = label;
-      // counter-based randomness: (seed, call, position) -> the same crops on every run
-      float u[4];
-      rng::uniform4(opts_.seed ^ 0xC0FFEEull, (call << 20) + uint64_t(i), u);
+      // counter-based randomness: (seed, epoch, image) -> the same crop on every run
+      const uint64_t block = (uint64_t(epoch) << 40) | uint64_t(index);
+      float u[4], f[4];
+      rng::uniform4(opts_.seed ^ 0xC0FFEEull, block, u);
+      rng::uniform4(opts_.seed ^ 0xF11Full, block, f);
       Image img = decode(path, int(opts_.train ? S : S * 8 / 7));
       float* out = data.data() + size_t(i) * 3 * S * S;
       if (opts_.train) {
@@ -162,7 +164,7 @@ Batch ImageFolder::get_batch(const std::vector<int64_t>& indices) const {
         double cw = std::min<double>(img.w, std::sqrt(target * ratio));
         double ch = std::min<double>(img.h, std::sqrt(target / ratio));
         double x0 = (img.w - cw) * u[2], y0 = (img.h - ch) * u[3];
-        crop_resize(img, x0, y0, cw, ch, int(S), ((call * 2654435761u + uint64_t(i)) >> 7) & 1, out);
+        crop_resize(img, x0, y0, cw, ch, int(S), f[0] < 0.5f, out);
       } else {
         // shorter side to S * 8/7, then the centre S x S
         const double scale = double(S) * 8 / 7 / std::min(img.w, img.h);

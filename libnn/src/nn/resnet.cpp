@@ -79,6 +79,74 @@ Tensor ResNet::forward(const Tensor& x) {
 
 std::shared_ptr<ResNet> resnet50(const ResNetOptions& o) { return std::make_shared<ResNet>(o); }
 
+BasicBlock::BasicBlock(int64_t in, int64_t planes_, int64_t stride_)
+    : Module("BasicBlock"), in_planes(in), planes(planes_), stride(stride_) {
+  NN_CHECK(in > 0 && planes >= in && stride >= 1, "BasicBlock: ", in, " -> ", planes, " channels, stride ",
+           stride, ": the parameter-free shortcut can only keep or add channels");
+  conv1 = register_module("conv1", conv(in, planes, 3, stride, 1));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
+  conv2 = register_module("conv2", conv(planes, planes, 3, 1, 1));
+  bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  h = bn2->forward(conv2->forward(h));
+  Tensor shortcut = x;
+  if (stride != 1)  // option A: the pixels the strided convolution is centred on
+    shortcut = x.slice(2, 0, x.shape()[2], stride).slice(3, 0, x.shape()[3], stride);
+  if (planes != in_planes) {  // and zero channels on both sides
+    const int64_t lo = (planes - in_planes) / 2, hi = planes - in_planes - lo;
+    Shape s = shortcut.shape();
+    std::vector<Tensor> parts;
+    if (lo > 0) parts.push_back(zeros({s[0], lo, s[2], s[3]}, shortcut.options()));
+    parts.push_back(shortcut);
+    parts.push_back(zeros({s[0], hi, s[2], s[3]}, shortcut.options()));
+    shortcut = concat(parts, 1);
+  }
+  return relu(add(h, shortcut));
+}
+
+CifarResNet::CifarResNet(const CifarResNetOptions& o) : Module("CifarResNet"), options(o) {
+  NN_CHECK(o.depth() >= 8 && (o.depth() - 2) % 6 == 0, "CifarResNet: depth must be 6n + 2 with n >= 1 "
+           "(20, 32, 44, 56, 110, ...), got ", o.depth());
+  NN_CHECK(o.num_classes() > 0, "CifarResNet: num_classes must be positive");
+  NN_CHECK(o.width() > 0, "CifarResNet: width must be positive");
+  const int64_t n = (o.depth() - 2) / 6, w = o.width();
+  conv1 = register_module("conv1", conv(3, w, 3, 1, 1));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(w));
+  int64_t in = w;
+  auto make_layer = [&](const char* name, int64_t planes, int64_t stride) {
+    auto seq = std::make_shared<Sequential>();
+    for (int64_t b = 0; b < n; ++b) {
+      seq->push_back(std::make_shared<BasicBlock>(in, planes, b == 0 ? stride : 1));
+      in = planes;
+    }
+    return register_module(name, seq);
+  };
+  layer1 = make_layer("layer1", w, 1);
+  layer2 = make_layer("layer2", 2 * w, 2);
+  layer3 = make_layer("layer3", 4 * w, 2);
+  fc = register_module("fc", std::make_shared<Linear>(in, o.num_classes()));
+  for (auto& [name, p] : named_parameters())
+    if (p.dim() == 4) init::kaiming_normal_(p, 0, init::FanMode::fan_out, init::Nonlinearity::relu);
+  if (o.zero_init_residual())
+    for (auto* layer : {layer1.get(), layer2.get(), layer3.get()})
+      for (auto& [name, block] : layer->named_children())
+        init::zeros_(std::static_pointer_cast<BasicBlock>(block)->bn2->weight);
+}
+
+Tensor CifarResNet::forward(const Tensor& x) {
+  NN_CHECK(x.dim() == 4 && x.shape()[1] == 3, "CifarResNet: input must be (N, 3, H, W), got ",
+           shape_str(x.shape()));
+  const Tensor in = options.channels_last() ? x.contiguous(MemoryFormat::channels_last) : x;
+  Tensor h = relu(bn1->forward(conv1->forward(in)));
+  h = layer3->forward(layer2->forward(layer1->forward(h)));
+  return fc->forward(adaptive_avg_pool2d(h, {1, 1}).flatten(1));
+}
+
+std::shared_ptr<CifarResNet> cifar_resnet(const CifarResNetOptions& o) { return std::make_shared<CifarResNet>(o); }
+
 }  // namespace nn::models
 
 namespace nn::models {

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# cifar_cpu.sh CIFAR_TRAIN: the CIFAR ResNet app end to end on the CPU.
+# - It learns the synthetic set: validation accuracy far above chance after two epochs.
+# - A resumed run (from a checkpoint in the middle of an epoch, so the crops and flips of the
+#   rest of that epoch must be replayed) ends with the uninterrupted run's model, bit for bit.
+# - It reads CIFAR-10 and CIFAR-100 binary folders (written here from the format's spec).
+# - Bad inputs give clear errors.
+set -euo pipefail
+app=$1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+e="$(cd "$(dirname "$0")" && pwd)/expect.sh"
+small=(--data synthetic --depth 8 --batch-size 50 --threads 2 --seed 3 --log-every 1000)
+
+"$app" "${small[@]}" --synthetic-samples 1500 --epochs 2 --metrics "$out/s.jsonl"
+python3 - "$out/s.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2, rows
+assert all(math.isfinite(r["train_loss"]) and r["samples_per_second"] > 0 for r in rows), rows
+assert rows[-1]["val_accuracy"] > 0.6, rows  # 10 classes: chance is 0.1
+print("synthetic ok:", [(round(r["train_loss"], 3), r["val_accuracy"]) for r in rows])
+PY
+
+# 600 images, batch 50: 12 steps an epoch; checkpoints every 5 steps, so step 5 is mid-epoch.
+r=(--synthetic-samples 600 --epochs 2 --checkpoint-dir "$out/ck" --checkpoint-every 5 --keep-last 100)
+"$app" "${small[@]}" "${r[@]}" --save-model "$out/straight.safetensors" > "$out/straight.log"
+for f in "$out"/ck/ckpt-*.safetensors; do
+  [[ $f == */ckpt-0000000005.safetensors ]] || rm "$f"
+done
+"$app" "${small[@]}" "${r[@]}" --resume --save-model "$out/resumed.safetensors" > "$out/resumed.log"
+grep -q "resumed from step 5" "$out/resumed.log" || { cat "$out/resumed.log"; exit 1; }
+python3 - "$out/straight.safetensors" "$out/resumed.safetensors" <<'PY'
+import struct, sys
+def body(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    return data[8 + n:]
+a, b = body(sys.argv[1]), body(sys.argv[2])
+assert len(a) > 100000, len(a)
+assert a == b, "the resumed model differs from the uninterrupted one"
+print(f"resume ok: {len(a)} bytes of tensors identical")
+PY
+
+# CIFAR-10 (in its unpacked folder) and CIFAR-100, per the binary format: label byte(s), then
+# 3072 pixel bytes. Pixels are random with a class-dependent brightness.
+python3 - "$out" <<'PY'
+import os, random, sys
+root = sys.argv[1]
+rng = random.Random(1)
+def records(n, classes, hundred):
+    b = bytearray()
+    for i in range(n):
+        c = i % classes
+        b += bytes([c // 5, c]) if hundred else bytes([c])
+        b += bytes(min(255, 20 * (c % 10) + rng.randrange(60)) for _ in range(3072))
+    return b
+os.makedirs(f"{root}/c10/cifar-10-batches-bin")
+for k in range(1, 6):
+    open(f"{root}/c10/cifar-10-batches-bin/data_batch_{k}.bin", "wb").write(records(40, 10, False))
+open(f"{root}/c10/cifar-10-batches-bin/test_batch.bin", "wb").write(records(30, 10, False))
+open(f"{root}/c10/cifar-10-batches-bin/batches.meta.txt", "w").write(
+    "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n\n")
+os.makedirs(f"{root}/c100")
+open(f"{root}/c100/train.bin", "wb").write(records(200, 100, True))
+open(f"{root}/c100/test.bin", "wb").write(records(100, 100, True))
+PY
+"$app" --data-dir "$out/c10" --depth 8 --batch-size 40 --epochs 1 --threads 2 --metrics "$out/c10.jsonl" \
+  | tee "$out/c10.log"
+grep -q "on CIFAR-10, 10 classes, 200 train / 30 test images" "$out/c10.log"
+"$app" --data-dir "$out/c100" --depth 8 --batch-size 40 --epochs 1 --threads 2 --test-samples 50 \
+  --metrics "$out/c100.jsonl" | tee "$out/c100.log"
+grep -q "on CIFAR-100, 100 classes, 200 train / 50 test images" "$out/c100.log"
+python3 - "$out/c10.jsonl" "$out/c100.jsonl" <<'PY'
+import json, math, sys
+for f in sys.argv[1:]:
+    (r,) = [json.loads(l) for l in open(f)]
+    assert math.isfinite(r["val_loss"]) and 0 <= r["val_accuracy"] <= 1, r
+print("CIFAR folders ok")
+PY
+
+"$e" 1 "error: data folder 'data/nowhere' not found: run data/fetch_cifar.sh" -- "$app" --data-dir data/nowhere
+mkdir "$out/empty"
+"$e" 1 "CIFAR data not found in '$out/empty'" -- "$app" --data-dir "$out/empty"
+head -c 5000 "$out/c100/train.bin" > "$out/c100/train.bin.part" && mv "$out/c100/train.bin.part" "$out/c100/train.bin"
+"$e" 1 "train.bin' has 5000 bytes, not a whole number of 3074-byte records" -- "$app" --data-dir "$out/c100"
+"$e" 1 "hold no full batch of 128" -- "$app" --data synthetic --synthetic-samples 100
+"$e" 2 "--depth must be 6n \+ 2" -- "$app" --depth 18
+"$e" 2 "--data must be one of cifar, synthetic" -- "$app" --data imagenet
+"$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --precision fp8
+"$e" 2 "--synthetic-samples must be" -- "$app" --data synthetic --synthetic-samples 0
+echo "cifar_train ok"
