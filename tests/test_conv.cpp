@@ -36,6 +36,13 @@ Tensor naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2
   return tensor(out, {N, O, OH, OW}, kF64);
 }
 
+// Stride 1, padding (ph, pw).
+Conv2dParams same_width(int64_t ph, int64_t pw) {
+  Conv2dParams c;
+  c.padding = {ph, pw};
+  return c;
+}
+
 Conv2dParams params(int64_t s, int64_t p, int64_t d = 1, int64_t g = 1) {
   Conv2dParams c;
   c.stride = {s, s};
@@ -57,6 +64,10 @@ TEST_CASE("conv2d matches a direct convolution", "[conv]") {
       {{3, 8, 4, 4}, {5, 8, 1, 1}, params(1, 0), true},           // pointwise fast path
       {{1, 1, 28, 28}, {2, 1, 5, 5}, params(3, 2), true},
       {{1, 2, 1, 3}, {2, 2, 5, 3}, params(1, 2), true},  // taps that see only padding
+      // stride 1 and output as wide as the input: the copies of whole shifted planes
+      {{1, 2, 6, 7}, {3, 2, 3, 3}, params(1, 2, 2), true},  // dilated
+      {{1, 2, 1, 3}, {2, 2, 3, 3}, params(1, 1), false},    // rows that see only padding
+      {{2, 3, 5, 6}, {2, 3, 3, 5}, same_width(1, 2), true}, // wider than tall
   };
   uint64_t seed = 1;
   for (auto& c : cases) {
@@ -83,6 +94,9 @@ TEST_CASE("gradcheck: conv2d", "[conv][gradcheck]") {
   require_gradcheck(fn(params(1, 1, 1, 2)), {rnd({2, 4, 4, 4}, 10), rnd({2, 2, 3, 3}, 11), rnd({2}, 12)});
   require_gradcheck(fn(params(1, 0)), {rnd({2, 3, 3, 3}, 13), rnd({2, 3, 1, 1}, 14), rnd({2}, 15)});
   require_gradcheck(fn(params(1, 2)), {rnd({1, 2, 1, 3}, 16), rnd({2, 2, 5, 3}, 17), rnd({2}, 18)});
+  require_gradcheck(fn(params(1, 2, 2)), {rnd({2, 2, 5, 6}, 19), rnd({2, 2, 3, 3}, 20), rnd({2}, 21)});
+  require_gradcheck(fn(same_width(1, 2)), {rnd({1, 2, 4, 6}, 22), rnd({3, 2, 3, 5}, 23), rnd({3}, 24)});
+  require_gradcheck(fn(params(1, 1)), {rnd({1, 2, 1, 3}, 25), rnd({2, 2, 3, 3}, 26), rnd({2}, 27)});
 }
 
 TEST_CASE("conv2d of an empty batch has zero weight and bias gradients", "[conv]") {

@@ -1,5 +1,7 @@
 // CPU conv family: im2col + GEMM per image, images spread over OpenMP threads.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -45,6 +47,29 @@ std::pair<int64_t, int64_t> inside_columns(const ConvGeom& g, int64_t off) {
   return {ow0, ow1};
 }
 
+// Stride 1 and output as wide as the input (the "same" convolutions): a row (c, kh, kw) of
+// col is then the image plane shifted by `shift` rows and `off` columns, so its output rows
+// [oh0, oh1) that see the image are one contiguous stretch [d0, d1) of the plane, apart from
+// the columns outside [ow0, ow1) (at most the padding at each end of a row), which the
+// callers fix up. One long copy instead of a short one per output row: the short ones cost
+// more in calls than in bytes.
+struct SameRow {
+  int64_t shift, oh0, oh1, d0, d1;  // d0, d1: positions in the col row; the plane's is d + shift * W + off
+  bool empty() const { return d1 <= d0; }
+};
+std::optional<SameRow> same_row(const ConvGeom& g, int64_t kh, int64_t ow0, int64_t ow1) {
+  if (g.sh != 1 || g.sw != 1 || g.OW != g.W) return std::nullopt;
+  SameRow r{};
+  r.shift = kh * g.dh - g.ph;
+  r.oh0 = std::clamp<int64_t>(-r.shift, 0, g.OH);
+  r.oh1 = std::clamp<int64_t>(g.H - r.shift, r.oh0, g.OH);
+  if (r.oh1 > r.oh0 && ow1 > ow0) {
+    r.d0 = r.oh0 * g.OW + ow0;
+    r.d1 = (r.oh1 - 1) * g.OW + ow1;
+  }  // else no tap of the row sees the image: d0 = d1 = 0
+  return r;
+}
+
 // col (Kdim, P), leading dimension col_ld(), from one group of one image x (Cg, H, W).
 template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
@@ -55,6 +80,17 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
         const T* plane = x + c * g.H * g.W;
         const int64_t off = kw * g.dw - g.pw;
         const auto [ow0, ow1] = inside_columns(g, off);
+        if (const auto r = same_row(g, kh, ow0, ow1)) {
+          std::fill(row, row + r->d0, T(0));
+          std::fill(row + r->d1, row + g.P, T(0));
+          if (r->empty()) continue;
+          std::memcpy(row + r->d0, plane + r->d0 + r->shift * g.W + off, sizeof(T) * size_t(r->d1 - r->d0));
+          for (int64_t oh = r->oh0; oh < r->oh1; ++oh) {  // columns outside the image
+            std::fill(row + oh * g.OW, row + oh * g.OW + ow0, T(0));
+            std::fill(row + oh * g.OW + ow1, row + (oh + 1) * g.OW, T(0));
+          }
+          continue;
+        }
         for (int64_t oh = 0; oh < g.OH; ++oh) {
           T* dst = row + oh * g.OW;
           int64_t ih = oh * g.sh - g.ph + kh * g.dh;
@@ -74,16 +110,28 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
       }
 }
 
-// x (Cg, H, W) += col (Kdim, P), leading dimension col_ld(), folded back.
+// x (Cg, H, W) += col (Kdim, P), leading dimension col_ld(), folded back. col is scratch: the
+// entries of columns outside the image may be zeroed on the way.
 template <typename T>
-void col2im(const T* col, const ConvGeom& g, T* x) {
+void col2im(T* col, const ConvGeom& g, T* x) {
   for (int64_t c = 0; c < g.Cg; ++c)
     for (int64_t kh = 0; kh < g.KH; ++kh)
       for (int64_t kw = 0; kw < g.KW; ++kw) {
-        const T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.col_ld();
+        T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.col_ld();
         T* plane = x + c * g.H * g.W;
         const int64_t off = kw * g.dw - g.pw;
         const auto [ow0, ow1] = inside_columns(g, off);
+        if (const auto r = same_row(g, kh, ow0, ow1)) {
+          if (r->empty()) continue;
+          for (int64_t oh = r->oh0; oh < r->oh1; ++oh) {  // these fall outside the image
+            std::fill(row + oh * g.OW, row + oh * g.OW + ow0, T(0));
+            std::fill(row + oh * g.OW + ow1, row + (oh + 1) * g.OW, T(0));
+          }
+          const int64_t delta = r->shift * g.W + off;
+#pragma omp simd
+          for (int64_t q = r->d0; q < r->d1; ++q) plane[q + delta] += row[q];
+          continue;
+        }
         for (int64_t oh = 0; oh < g.OH; ++oh) {
           int64_t ih = oh * g.sh - g.ph + kh * g.dh;
           if (ih < 0 || ih >= g.H) continue;
