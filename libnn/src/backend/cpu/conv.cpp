@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -79,7 +80,8 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
         T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.col_ld();
         const T* plane = x + c * g.H * g.W;
         const int64_t off = kw * g.dw - g.pw;
-        const auto [ow0, ow1] = inside_columns(g, off);
+        int64_t ow0, ow1;  // not structured bindings: Clang's OpenMP regions cannot capture those
+        std::tie(ow0, ow1) = inside_columns(g, off);
         if (const auto r = same_row(g, kh, ow0, ow1)) {
           std::fill(row, row + r->d0, T(0));
           std::fill(row + r->d1, row + g.P, T(0));
@@ -120,7 +122,8 @@ void col2im(T* col, const ConvGeom& g, T* x) {
         T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.col_ld();
         T* plane = x + c * g.H * g.W;
         const int64_t off = kw * g.dw - g.pw;
-        const auto [ow0, ow1] = inside_columns(g, off);
+        int64_t ow0, ow1;  // not structured bindings: Clang's OpenMP regions cannot capture those
+        std::tie(ow0, ow1) = inside_columns(g, off);
         if (const auto r = same_row(g, kh, ow0, ow1)) {
           if (r->empty()) continue;
           for (int64_t oh = r->oh0; oh < r->oh1; ++oh) {  // these fall outside the image
