@@ -56,6 +56,12 @@ int run(int argc, char** argv) {
 
   const std::string data = a["data"].as<std::string>();
   apps::check_choice("data", data, {"cifar", "synthetic"});
+  // Flags that would be silently ignored with the other kind of data.
+  for (const char* f : {"synthetic-samples", "num-classes"})
+    if (data != "synthetic" && a.count(f))
+      throw apps::UsageError(std::string("--") + f + " applies to --data synthetic only");
+  if (data == "synthetic" && a.count("data-dir"))
+    throw apps::UsageError("--data-dir applies to --data cifar only");
   const std::string precision = a["precision"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const std::string layout = a["layout"].as<std::string>();

@@ -89,4 +89,6 @@ head -c 5000 "$out/c100/train.bin" > "$out/c100/train.bin.part" && mv "$out/c100
 "$e" 2 "--data must be one of cifar, synthetic" -- "$app" --data imagenet
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --precision fp8
 "$e" 2 "--synthetic-samples must be" -- "$app" --data synthetic --synthetic-samples 0
+"$e" 2 "--num-classes applies to --data synthetic only" -- "$app" --num-classes 5
+"$e" 2 "--data-dir applies to --data cifar only" -- "$app" --data synthetic --data-dir "$out/c10"
 echo "cifar_train ok"
