@@ -21,7 +21,7 @@ int run(int argc, char** argv) {
       ("data", "cifar (the binary CIFAR-10 or CIFAR-100 in --data-dir) or synthetic",
        cxxopts::value<std::string>()->default_value("cifar"))
       ("data-dir", "the unpacked cifar-10-batches-bin/ or cifar-100-binary/, or the folder "
-                   "holding it (data/fetch_cifar.sh puts both in data/cifar)",
+                   "holding one of them (data/fetch_cifar.sh unpacks into data/cifar)",
        cxxopts::value<std::string>()->default_value("data/cifar"))
       ("synthetic-samples", "synthetic data: training images (a fifth as many for validation)",
        cxxopts::value<int64_t>()->default_value("10000"))

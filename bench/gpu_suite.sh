@@ -141,6 +141,7 @@ PY
   "$py" bench/fp16_vs_torch.py --model resnet20 --batch-size 128 --num-batches 100 \
       --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
       --out "$OUT/fp16_vs_torch_resnet20.json" 2>&1 | tee -a "$OUT/summary.md"
+  rc=${PIPESTATUS[0]}; status=$((status | rc))
 fi
 
 if want bench || want text; then

@@ -99,6 +99,27 @@ TEST_CASE("gradcheck: conv2d", "[conv][gradcheck]") {
   require_gradcheck(fn(params(1, 1)), {rnd({1, 2, 1, 3}, 25), rnd({2, 2, 3, 3}, 26), rnd({2}, 27)});
 }
 
+TEST_CASE("f32 conv2d forward and both gradients equal f64's on the packed CPU product's shapes", "[conv]") {
+  // f32 runs the packed GEMM (f64 runs Eigen's): 16 channels of 32 x 32 make the column
+  // matrix rows 4 KB long (the padded leading dimension), a 5 x 5 kernel wider than its 2 x 2
+  // image, and a stride-2 convolution the general im2col.
+  struct Case { Shape x, w; Conv2dParams p; };
+  for (const Case& c : {Case{{2, 16, 32, 32}, {16, 16, 3, 3}, params(1, 1)},
+                        Case{{1, 1, 2, 2}, {1, 1, 5, 5}, params(1, 2)},
+                        Case{{2, 16, 17, 15}, {32, 16, 3, 3}, params(2, 1)}}) {
+    INFO("x " << shape_str(c.x) << " w " << shape_str(c.w));
+    Tensor x64 = rnd(c.x, 30), w64 = rnd(c.w, 31);
+    Tensor x32 = x64.detach().to(kF32).requires_grad_(true), w32 = w64.detach().to(kF32).requires_grad_(true);
+    Tensor y64 = conv2d(x64, w64, {}, c.p), y32 = conv2d(x32, w32, {}, c.p);
+    Tensor g = rnd(y64.shape(), 32, false);
+    y64.backward(g);
+    y32.backward(g.to(kF32));
+    test::require_close(y32.to(kF64), y64, 1e-4, 1e-4);
+    test::require_close(x32.grad().to(kF64), x64.grad(), 1e-4, 1e-4);
+    test::require_close(w32.grad().to(kF64), w64.grad(), 1e-4, 1e-3);
+  }
+}
+
 TEST_CASE("conv2d of an empty batch has zero weight and bias gradients", "[conv]") {
   for (bool nhwc : {false, true}) {
     Tensor x = zeros({0, 3, 8, 8}).requires_grad_(), w = ones({4, 3, 3, 3}).requires_grad_(),

@@ -89,6 +89,11 @@ head -c 5000 "$out/c100/train.bin" > "$out/c100/train.bin.part" && mv "$out/c100
 "$e" 2 "--data must be one of cifar, synthetic" -- "$app" --data imagenet
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --precision fp8
 "$e" 2 "--synthetic-samples must be" -- "$app" --data synthetic --synthetic-samples 0
+mkdir -p "$out/both" && cp -r "$out/c10/cifar-10-batches-bin" "$out/both/" && mkdir "$out/both/cifar-100-binary"
+cp "$out/c100/test.bin" "$out/both/cifar-100-binary/train.bin"
+"$e" 1 "holds both CIFAR-10 and CIFAR-100: name one" -- "$app" --data-dir "$out/both"
+"$app" --data-dir "$out/both/cifar-10-batches-bin" --depth 8 --batch-size 40 --epochs 1 --threads 2 \
+  --augment=false | grep -q "on CIFAR-10, 10 classes, 200 train"
 "$e" 2 "--num-classes applies to --data synthetic only" -- "$app" --num-classes 5
 "$e" 2 "--data-dir applies to --data cifar only" -- "$app" --data synthetic --data-dir "$out/c10"
 echo "cifar_train ok"

@@ -99,7 +99,8 @@ class ImageDataset : public Dataset {
 
 // CIFAR-10 or CIFAR-100 in the binary version (cifar-10-binary.tar.gz or
 // cifar-100-binary.tar.gz from the CIFAR page), unpacked. `root` is the unpacked folder
-// (cifar-10-batches-bin/ or cifar-100-binary/) or the folder holding it. CIFAR-10:
+// (cifar-10-batches-bin/ or cifar-100-binary/) or the folder holding it (an error if it holds
+// both). CIFAR-10:
 // data_batch_1.bin .. data_batch_5.bin for training and test_batch.bin, records of one label
 // byte and 3072 pixel bytes (R, G, B planes of 32 x 32); class names from batches.meta.txt.
 // CIFAR-100: train.bin and test.bin, records of a coarse and a fine label byte and the

@@ -1,6 +1,7 @@
 // DataLoader: seeded per-epoch shuffling, batching, and a one-thread prefetcher that keeps up
 // to two batches ready.
 #include <nn/data.h>
+#include <omp.h>
 
 #include <random>
 
@@ -85,7 +86,11 @@ DataLoader::Iterator DataLoader::begin() {
   ++epoch_;
   start_batch_ = 0;
   if (opts_.prefetch && first < total) {
-    worker_ = std::thread([this, first, total] {
+    // A new thread's OpenMP teams take the process default (all cores), not the number of
+    // threads set on this one (nn::set_num_threads): the worker uses this thread's.
+    const int threads = omp_get_max_threads();
+    worker_ = std::thread([this, first, total, threads] {
+      omp_set_num_threads(threads);
       for (int64_t b = first; b < total; ++b) {
         Batch batch;
         try {

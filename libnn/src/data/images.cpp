@@ -151,10 +151,14 @@ struct CifarLayout {
 
 CifarLayout find_cifar(const std::string& root) {
   NN_CHECK(fs::is_directory(root), "CIFAR data folder '", root, "' does not exist");
-  for (const fs::path& d : {fs::path(root), fs::path(root) / "cifar-10-batches-bin", fs::path(root) / "cifar-100-binary"}) {
-    if (fs::exists(d / "data_batch_1.bin")) return {d, false};
-    if (fs::exists(d / "train.bin")) return {d, true};
-  }
+  const fs::path r(root), ten = r / "cifar-10-batches-bin", hundred = r / "cifar-100-binary";
+  if (fs::exists(r / "data_batch_1.bin")) return {r, false};
+  if (fs::exists(r / "train.bin")) return {r, true};
+  const bool has10 = fs::exists(ten / "data_batch_1.bin"), has100 = fs::exists(hundred / "train.bin");
+  NN_CHECK(!(has10 && has100), "'", root, "' holds both CIFAR-10 and CIFAR-100: name one, '", ten.string(),
+           "' or '", hundred.string(), "'");
+  if (has10) return {ten, false};
+  if (has100) return {hundred, true};
   NN_ERROR("CIFAR data not found in '", root, "': expected data_batch_1.bin .. data_batch_5.bin and "
            "test_batch.bin (CIFAR-10), or train.bin and test.bin (CIFAR-100), the binary versions "
            "(data/fetch_cifar.sh downloads them), in it or in its cifar-10-batches-bin/ or "

@@ -23,9 +23,10 @@ struct ConvGeom {
     return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
   }
   // The leading dimension of the column matrices (Kdim, P) we allocate: P and 16 floats more,
-  // so that rows are never a multiple of 4 KB apart. With P = 1024 (32 x 32 images) the GEMM's
-  // packing read 8 rows 4 KB apart, which share one set of the L1 cache, and ran at half speed.
-  int64_t col_ld() const { return P + 16; }
+  // 32 more if that is a multiple of 4 KB, so that rows are never a multiple of 4 KB apart.
+  // With P = 1024 (32 x 32 images) the GEMM's packing read 8 rows 4 KB apart, which share one
+  // set of the L1 cache, and ran at half speed.
+  int64_t col_ld() const { return (P + 16) % 1024 == 0 ? P + 32 : P + 16; }
 };
 
 ConvGeom geom(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& p) {

@@ -320,7 +320,8 @@ class FlushDenormals {
 };
 
 // One thread's product: the loop nest of the file comment with this thread's own buffers.
-// With few rows (M <= 4 MR: a convolution's 16 or 32 output channels), each B element meets
+// With few rows (M <= 4 MR: up to 32 with the AVX-512 tile, 24 with AVX2's, so a
+// convolution's 16 or 32 output channels), each B element meets
 // only M rows of A, so moving B costs as much as the arithmetic: each B panel is then packed
 // right before its tiles run and read back from L1, instead of the whole kc x nc slice being
 // packed first and read back from L2 or beyond (the stage-1 convolution of the CIFAR
