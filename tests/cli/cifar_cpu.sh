@@ -30,17 +30,7 @@ for f in "$out"/ck/ckpt-*.safetensors; do
 done
 "$app" "${small[@]}" "${r[@]}" --resume --save-model "$out/resumed.safetensors" > "$out/resumed.log"
 grep -q "resumed from step 5" "$out/resumed.log" || { cat "$out/resumed.log"; exit 1; }
-python3 - "$out/straight.safetensors" "$out/resumed.safetensors" <<'PY'
-import struct, sys
-def body(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    return data[8 + n:]
-a, b = body(sys.argv[1]), body(sys.argv[2])
-assert len(a) > 100000, len(a)
-assert a == b, "the resumed model differs from the uninterrupted one"
-print(f"resume ok: {len(a)} bytes of tensors identical")
-PY
+"$(dirname "$0")/same_tensors.py" "$out/straight.safetensors" "$out/resumed.safetensors" 100000
 
 # CIFAR-10 (in its unpacked folder) and CIFAR-100, per the binary format: label byte(s), then
 # 3072 pixel bytes. Pixels are random with a class-dependent brightness.

@@ -31,15 +31,5 @@ grep -q "stopped by signal 15 after step" "$work/first.log" || { echo "no stop m
   || { echo "resumed run failed:"; cat "$work/second.log"; exit 1; }
 grep -q "resumed from step" "$work/second.log" || { echo "did not resume:"; cat "$work/second.log"; exit 1; }
 
-python3 - "$work/straight.safetensors" "$work/resumed.safetensors" <<'PY'
-import struct, sys
-def body(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    return data[8 + n:]
-a, b = body(sys.argv[1]), body(sys.argv[2])
-assert len(a) > 1000000, len(a)
-assert a == b, "resumed model differs from the uninterrupted one"
-print(f"identical: {len(a)} bytes of tensors")
-PY
+"$(dirname "$0")/same_tensors.py" "$work/straight.safetensors" "$work/resumed.safetensors" 1000000 || exit 1
 echo "stopped at: $(grep -o 'after step [0-9]*' "$work/first.log")"
