@@ -133,15 +133,12 @@ int run(int argc, char** argv) {
                                             .channels_last(nhwc));
   model->to(device);
   const double lr = a.count("lr") ? a["lr"].as<double>() : 0.1 * double(batch * par.size()) / 128.0;
-  std::vector<nn::Tensor> decay, no_decay;
-  for (auto& [name, p] : model->named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
-  nn::optim::SGD opt({{decay, std::nullopt}, {no_decay, 0.0}},
+  nn::optim::SGD opt(apps::decay_groups(*model),
                      nn::optim::SGDOptions(lr).momentum(a["momentum"].as<double>())
                          .weight_decay(a["weight-decay"].as<double>()));
   nn::optim::CosineLR schedule(opt, int64_t(a["warmup-epochs"].as<double>() * double(per_epoch)),
                                epochs * per_epoch);
   nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
-  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
   nn::CrossEntropyOptions ce;
   ce.label_smoothing = a["label-smoothing"].as<double>();
 
@@ -153,10 +150,9 @@ int run(int argc, char** argv) {
               (long long)train_set->size(), (long long)test_set->size(), par.batch_note(batch).c_str(),
               precision.c_str(), nhwc ? "nhwc" : "nchw", apps::describe_device(device).c_str(),
               nn::num_threads());
-  const bool profile = a.count("profile") > 0;
-  double train_wall = 0;
+  apps::EpochProfile profile(a);
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
-    if (profile) nn::profiler::enable(true);
+    profile.begin();
     model->train();
     loader.set_epoch(epoch - 1, pos.batch);
     apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");
@@ -165,10 +161,9 @@ int run(int argc, char** argv) {
       meter.step(apps::classifier_step(run, *model, opt, schedule, scaler, precision, x, y, ce), x.shape()[0]);
     }
     apps::EpochSummary s = meter.finish();
-    nn::profiler::enable(false);
-    train_wall += meter.session_seconds();
+    profile.end(meter);
     {
-      nn::amp::AutocastGuard ac(half, precision != "fp32");
+      apps::PrecisionAutocast ac(precision);
       std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device, &par);
     }
     s.lr = opt.lr();
@@ -177,8 +172,7 @@ int run(int argc, char** argv) {
     run.end_epoch(s, pos);
   }
   run.finish();
-  if (profile) std::printf("\nwhere the training time went (%.1f s):\n%s", train_wall,
-                          nn::profiler::report(train_wall).c_str());
+  profile.report();
   return 0;
 }
 

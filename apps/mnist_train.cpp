@@ -147,11 +147,10 @@ int run(int argc, char** argv) {
               (long long)train_set->size(), (long long)test_set->size(),
               (long long)model->num_parameters(), par.batch_note(batch).c_str(), optim_name.c_str(),
               nn::num_threads());
-  const bool profile = a.count("profile") > 0;
-  double train_wall = 0;
+  apps::EpochProfile profile(a);
   const int64_t nb = train_loader.num_batches();
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
-    if (profile) nn::profiler::enable(true);
+    profile.begin();
     model->train();
     train_loader.set_epoch(epoch - 1, pos.batch);
     apps::EpochMeter meter(run, pos, epochs, nb, device);
@@ -165,16 +164,14 @@ int run(int argc, char** argv) {
       meter.step(loss, b.data.shape()[0]);
     }
     apps::EpochSummary s = meter.finish();
-    nn::profiler::enable(false);
-    train_wall += meter.session_seconds();
+    profile.end(meter);
     std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader, std::nullopt, &par);
     s.lr = optimizer->lr();
     pos = apps::Position{epoch + 1, 0, pos.step, 0, 0, 0};
     run.end_epoch(s, pos);
   }
   run.finish();
-  if (profile) std::printf("\nwhere the training time went (%.1f s):\n%s", train_wall,
-                          nn::profiler::report(train_wall).c_str());
+  profile.report();
   return 0;
 }
 

@@ -115,15 +115,12 @@ int run(int argc, char** argv) {
   model->to(device);
   const double lr = a.count("lr") ? a["lr"].as<double>() : 0.1 * double(batch) / 256.0;
   // No weight decay on BN parameters and biases (the usual ResNet recipe).
-  std::vector<nn::Tensor> decay, no_decay;
-  for (auto& [name, p] : model->named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
-  nn::optim::SGD opt({{decay, std::nullopt}, {no_decay, 0.0}},
+  nn::optim::SGD opt(apps::decay_groups(*model),
                      nn::optim::SGDOptions(lr).momentum(a["momentum"].as<double>())
                          .weight_decay(a["weight-decay"].as<double>()));
   const int64_t total = epochs * per_epoch;
   nn::optim::CosineLR schedule(opt, int64_t(a["warmup-epochs"].as<double>() * double(per_epoch)), total);
   nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
-  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
   nn::CrossEntropyOptions ce;
   ce.label_smoothing = a["label-smoothing"].as<double>();
 
@@ -151,7 +148,7 @@ int run(int argc, char** argv) {
       vo.shuffle = false;
       par.shard(vo, false);
       nn::data::DataLoader val(val_set, vo);
-      nn::amp::AutocastGuard ac(half, precision != "fp32");
+      apps::PrecisionAutocast ac(precision);
       std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device, &par);
     } else {
       s.val_loss = std::nan("");

@@ -301,13 +301,34 @@ EpochSummary EpochMeter::finish() {
   return s;
 }
 
+std::vector<nn::optim::ParamGroup> decay_groups(nn::Module& model) {
+  std::vector<nn::Tensor> decay, no_decay;
+  for (auto& [name, p] : model.named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
+  return {{decay, std::nullopt}, {no_decay, 0.0}};
+}
+
+void EpochProfile::begin() const {
+  if (on_) nn::profiler::enable(true);
+}
+
+void EpochProfile::end(const EpochMeter& meter) {
+  nn::profiler::enable(false);
+  seconds_ += meter.session_seconds();
+}
+
+void EpochProfile::report() const {
+  if (on_)
+    std::printf("\nwhere the training time went (%.1f s):\n%s", seconds_,
+                nn::profiler::report(seconds_).c_str());
+}
+
 nn::Tensor classifier_step(Run& run, nn::Module& model, nn::optim::Optimizer& opt,
                            nn::optim::LRScheduler& schedule, nn::amp::GradScaler& scaler,
                            const std::string& precision, const nn::Tensor& x, const nn::Tensor& y,
                            const nn::CrossEntropyOptions& ce) {
   nn::Tensor loss;
   {
-    nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
+    PrecisionAutocast ac(precision);
     loss = nn::cross_entropy(model.forward(x), y, ce);
   }
   opt.zero_grad();

@@ -128,6 +128,30 @@ class EpochMeter {
   nn::train::Progress progress_;
 };
 
+// Autocast as --precision names it: off for "fp32", else to f16 ("fp16") or bf16 ("bf16").
+class PrecisionAutocast : public nn::amp::AutocastGuard {
+ public:
+  explicit PrecisionAutocast(const std::string& precision)
+      : nn::amp::AutocastGuard(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32") {}
+};
+
+// The usual parameter groups: weights of two or more dims take the optimizer's weight decay,
+// biases and norm parameters none.
+std::vector<nn::optim::ParamGroup> decay_groups(nn::Module& model);
+
+// --profile: times every backend primitive while epochs train (not while they validate) and
+// prints at the end where that time went.
+class EpochProfile {
+ public:
+  explicit EpochProfile(const cxxopts::ParseResult& args) : on_(args.count("profile") > 0) {}
+  void begin() const;                  // before an epoch's training
+  void end(const EpochMeter& meter);  // after it
+  void report() const;                 // after the last epoch
+ private:
+  bool on_;
+  double seconds_ = 0;
+};
+
 // One training step of an image classifier under --precision ("fp32", "fp16" or "bf16"):
 // forward and cross-entropy under autocast (fp16/bf16), backward of the scaled loss, the
 // gradients averaged over the ranks, the scaler's step and update, then the schedule's step.

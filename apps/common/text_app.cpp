@@ -67,7 +67,7 @@ Eval evaluate(const TextApp& app, nn::Module& model, nn::data::DataLoader& loade
               std::vector<Prediction>* predictions = nullptr, bool stop_on_signal = false) {
   nn::NoGradGuard ng;
   model.eval();
-  nn::amp::AutocastGuard ac(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32");
+  PrecisionAutocast ac(precision);
   nn::train::Stopwatch clock;
   nn::Tensor loss_sum = nn::zeros({}, dev), correct = nn::zeros({}, dev);
   int64_t n = 0;
@@ -310,14 +310,11 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   }
 
   // ---- training -----------------------------------------------------------------------------
-  std::vector<nn::Tensor> decay, no_decay;  // no weight decay on biases and norm weights
-  for (auto& [name, p] : model->named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
-  nn::optim::AdamW opt({{decay, std::nullopt}, {no_decay, 0.0}},
+  nn::optim::AdamW opt(decay_groups(*model),
                        nn::optim::AdamWOptions(a["lr"].as<double>()).weight_decay(a["weight-decay"].as<double>()));
   const int64_t nb = loader.num_batches(), total = epochs * nb;
   nn::optim::LinearLR schedule(opt, int64_t(a["warmup"].as<double>() * double(total)), total);
   nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
-  const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
   const double clip = a["clip"].as<double>();
 
   Run run(app.name, a, argc, argv, par);
@@ -330,7 +327,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       nn::Tensor ids = b.data.to(dev), y = b.target.to(dev);
       nn::Tensor loss;
       {
-        nn::amp::AutocastGuard ac(half, precision != "fp32");
+        PrecisionAutocast ac(precision);
         loss = nn::cross_entropy(app.forward(*model, ids, nn::text::padding_mask(ids, pad)), y);
       }
       opt.zero_grad();
