@@ -50,7 +50,11 @@ def cifar_resnet(depth=20, classes=10):
             layers.append(BasicBlock(cin, planes, stride if b == 0 else 1))
             cin = planes
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
-    return nn.Sequential(*layers)
+    model = nn.Sequential(*layers)
+    for m in model.modules():  # libnn's init (and torchvision's ResNets'): He normal, fan_out
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model
 
 
 def run(a, precision, dev):
