@@ -1,3 +1,4 @@
+#include "backend/cpu/gemm.h"
 #include "test_util.h"
 
 using namespace nn;
@@ -118,6 +119,56 @@ TEST_CASE("f32 conv2d forward and both gradients equal f64's on the packed CPU p
     test::require_close(x32.grad().to(kF64), x64.grad(), 1e-4, 1e-4);
     test::require_close(w32.grad().to(kF64), w64.grad(), 1e-4, 1e-3);
   }
+}
+
+TEST_CASE("channels-last f32 conv2d and its gradients equal f64's with every CPU kernel", "[conv][layout]") {
+  // Channels-last f32 runs conv_nhwc.cpp's tile kernels (AVX2 or AVX-512, whichever
+  // set_f32_kernel names) where they apply and its column matrices elsewhere (eigen; groups;
+  // the input gradient of strided convolutions; weight gradients with channels not a multiple
+  // of the vector width). Each case against the row-major f64 result.
+  struct Case { Shape x, w; Conv2dParams p; };
+  Conv2dParams wide_pad = params(1, 0);
+  wide_pad.padding = {2, 1};
+  const std::vector<Case> cases = {
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, params(1, 1)},    // one-vector tiles
+      {{3, 32, 7, 9}, {48, 32, 3, 3}, params(1, 1)},    // two-vector tiles, a partial panel
+      {{2, 3, 11, 10}, {20, 3, 3, 3}, params(1, 1)},    // 3 channels: weight gradient by columns
+      {{2, 16, 9, 9}, {24, 16, 3, 3}, params(2, 1)},    // stride 2: input gradient by columns
+      {{1, 8, 6, 5}, {5, 8, 5, 3}, wide_pad},           // 5 output channels, 8 input channels
+      {{2, 64, 5, 5}, {64, 64, 1, 1}, params(1, 0)},    // pointwise
+      {{1, 16, 4, 4}, {16, 16, 1, 1}, params(1, 1)},    // pointwise, padded: a border of bias
+      {{1, 16, 7, 7}, {32, 16, 3, 3}, params(1, 2, 2)}, // dilated
+      {{1, 128, 4, 4}, {40, 128, 3, 3}, params(1, 1)},  // channels cut into slices
+      {{2, 32, 3, 3}, {16, 32, 5, 5}, params(1, 1)},    // taps that see only padding
+      {{2, 16, 5, 5}, {16, 8, 3, 3}, params(1, 1, 1, 2)},  // groups
+      {{1, 16, 32, 32}, {16, 16, 3, 3}, params(1, 1)},  // several pixel chunks a forward image
+      {{2, 16, 40, 40}, {16, 16, 3, 3}, params(1, 1)},  // ... and a weight-gradient image
+      {{3, 16, 5, 5}, {16, 16, 3, 3}, params(3, 0)},    // stride 3, output 1 x 1
+  };
+  using nn::cpu::F32Kernel;
+  const F32Kernel before = nn::cpu::f32_kernel();
+  for (F32Kernel kernel : {F32Kernel::eigen, F32Kernel::avx2, F32Kernel::avx512}) {
+    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+    nn::cpu::set_f32_kernel(kernel);
+    uint64_t seed = 100;
+    for (const Case& c : cases) {
+      INFO("kernel " << int(kernel) << " x " << shape_str(c.x) << " w " << shape_str(c.w));
+      Tensor x64 = rnd(c.x, seed++), w64 = rnd(c.w, seed++), b64 = rnd({c.w[0]}, seed++);
+      Tensor y64 = conv2d(x64, w64, b64, c.p);
+      Tensor g = rnd(y64.shape(), seed++, false);
+      y64.backward(g);
+      Tensor x32 = x64.detach().to(kF32).contiguous(MemoryFormat::channels_last).requires_grad_(true);
+      Tensor w32 = w64.detach().to(kF32).requires_grad_(true), b32 = b64.detach().to(kF32).requires_grad_(true);
+      Tensor y32 = conv2d(x32, w32, b32, c.p);
+      REQUIRE(y32.is_contiguous(MemoryFormat::channels_last));
+      y32.backward(g.to(kF32));
+      test::require_close(y32.to(kF64), y64, 1e-4, 1e-4);
+      test::require_close(x32.grad().to(kF64), x64.grad(), 1e-4, 1e-4);
+      test::require_close(w32.grad().to(kF64), w64.grad(), 1e-4, 1e-3);
+      test::require_close(b32.grad().to(kF64), b64.grad(), 1e-4, 1e-3);
+    }
+  }
+  nn::cpu::set_f32_kernel(before);
 }
 
 TEST_CASE("conv2d of an empty batch has zero weight and bias gradients", "[conv]") {

@@ -1,4 +1,5 @@
-// CPU conv family: im2col + GEMM per image, images spread over OpenMP threads.
+// CPU conv family: im2col + GEMM per image, images spread over OpenMP threads. Channels-last
+// calls go to conv_nhwc.cpp.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -6,40 +7,19 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/conv_geom.h"
+#include "backend/cpu/conv_nhwc.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/eigen_util.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel.h"
+#include "core/util.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
 
 namespace {
-struct ConvGeom {
-  int64_t N, C, H, W, O, KH, KW, OH, OW, G, Cg, Og, Kdim, P;
-  int64_t sh, sw, ph, pw, dh, dw;
-  // 1x1, stride 1, no padding: the image itself is the column matrix.
-  bool pointwise() const {
-    return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
-  }
-  // The leading dimension of the column matrices (Kdim, P) we allocate: P and 16 floats more,
-  // 32 more if that is a multiple of 4 KB, so that rows are never a multiple of 4 KB apart.
-  // With P = 1024 (32 x 32 images) the GEMM's packing read 8 rows 4 KB apart, which share one
-  // set of the L1 cache, and ran at half speed.
-  int64_t col_ld() const { return (P + 16) % 1024 == 0 ? P + 32 : P + 16; }
-};
-
-ConvGeom geom(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& p) {
-  ConvGeom g{};
-  g.N = x[0]; g.C = x[1]; g.H = x[2]; g.W = x[3];
-  g.O = w[0]; g.KH = w[2]; g.KW = w[3];
-  g.OH = out[2]; g.OW = out[3];
-  g.G = p.groups; g.Cg = g.C / g.G; g.Og = g.O / g.G;
-  g.Kdim = g.Cg * g.KH * g.KW; g.P = g.OH * g.OW;
-  g.sh = p.stride[0]; g.sw = p.stride[1]; g.ph = p.padding[0]; g.pw = p.padding[1];
-  g.dh = p.dilation[0]; g.dw = p.dilation[1];
-  return g;
-}
+using namespace conv_detail;
 
 // The output columns [ow0, ow1) whose input column ow * sw + off lies inside the image.
 std::pair<int64_t, int64_t> inside_columns(const ConvGeom& g, int64_t off) {
@@ -152,26 +132,11 @@ void col2im(T* col, const ConvGeom& g, T* x) {
       }
 }
 
-// Runs f(n, thread_slot) for every image: threads over images when there are enough of
-// them (GEMMs single-threaded inside), else images in turn with Eigen's threads in the GEMM.
-template <typename F>
-void for_each_image(int64_t N, F&& f) {
-  int nt = omp_get_max_threads();
-  if (N >= nt && nt > 1 && !omp_in_parallel()) {
-#pragma omp parallel num_threads(nt)
-    {
-      int t = omp_get_thread_num();
-#pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; ++n) f(n, t);
-    }
-  } else {
-    for (int64_t n = 0; n < N; ++n) f(n, 0);
-  }
-}
 }  // namespace
 
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
+  if (is_channels_last(x)) return conv2d_forward_nhwc(x, w, bias, out, p);
   dispatch_float(x.dtype(), "conv2d", [&]<typename T>() {
     ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
     const T* px = x.data<T>();
@@ -179,7 +144,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
     const T* pb = bias.defined() ? bias.data<T>() : nullptr;
     T* po = out.data<T>();
     std::vector<std::vector<T>> cols(omp_get_max_threads());
-    for_each_image(g.N, [&](int64_t n, int t) {
+    for_each_item(g.N, [&](int64_t n, int t) {
       auto& col = cols[t];
       if (!g.pointwise()) col.resize(size_t(g.Kdim * g.col_ld()));
       for (int64_t gr = 0; gr < g.G; ++gr) {
@@ -200,13 +165,14 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
+  if (is_channels_last(grad_x)) return conv2d_backward_input_nhwc(grad_out, w, grad_x, p);
   dispatch_float(w.dtype(), "conv2d_backward_input", [&]<typename T>() {
     ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
     const T* pg = grad_out.data<T>();
     const T* pw = w.data<T>();
     T* px = grad_x.data<T>();
     std::vector<std::vector<T>> cols(omp_get_max_threads());
-    for_each_image(g.N, [&](int64_t n, int t) {
+    for_each_item(g.N, [&](int64_t n, int t) {
       auto& col = cols[t];
       for (int64_t gr = 0; gr < g.G; ++gr) {
         T* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
@@ -227,6 +193,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                         const Conv2dParams& p) {
+  if (is_channels_last(x)) return conv2d_backward_weight_nhwc(grad_out, x, grad_w, p);
   dispatch_float(x.dtype(), "conv2d_backward_weight", [&]<typename T>() {
     ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
     const T* pg = grad_out.data<T>();
@@ -235,7 +202,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
     // One private accumulator per thread, summed at the end.
     std::vector<RowMat<T>> acc(nt, RowMat<T>::Zero(g.O, g.Kdim));
     std::vector<std::vector<T>> cols(nt);
-    for_each_image(g.N, [&](int64_t n, int t) {
+    for_each_item(g.N, [&](int64_t n, int t) {
       auto& col = cols[t];
       if (!g.pointwise()) col.resize(size_t(g.Kdim * g.col_ld()));
       for (int64_t gr = 0; gr < g.G; ++gr) {

@@ -16,6 +16,8 @@ class CpuBackend final : public Backend {
   CpuBackend();
   ~CpuBackend() override;
   Device device() const override { return kCPU; }
+  // conv (conv_nhwc.cpp), pool and batch norm compute f32 and f64 in channels-last too
+  bool channels_last_native(DType t) const override { return t == DType::f32 || t == DType::f64; }
 
   void* allocate(size_t nbytes) override;
   void deallocate(void* p, size_t nbytes) override;

@@ -13,6 +13,8 @@
 // a non-x86 build) is Eigen's product.
 #include "backend/cpu/gemm.h"
 
+#include "backend/cpu/denormals.h"
+
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -302,22 +304,6 @@ LIBNN_AVX2 void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float*
       d = beta == 0.f ? tile[i * NR + j] : tile[i * NR + j] + beta * d;
     }
 }
-
-// Denormal (subnormal) operands and results read and written as zero while it lives, on
-// this thread: on Intel CPUs an FMA that meets a denormal takes a microcode assist, and a
-// product with denormals in an operand (tiny attention probabilities or gradients, which
-// training produces) ran 100x slower; the values lost are below 1.2e-38.
-class FlushDenormals {
- public:
-  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
-  ~FlushDenormals() { _mm_setcsr(saved_); }
-  FlushDenormals(const FlushDenormals&) = delete;
-  FlushDenormals& operator=(const FlushDenormals&) = delete;
-
- private:
-  static constexpr unsigned kFtz = 0x8000, kDaz = 0x0040;  // MXCSR bits
-  unsigned saved_;
-};
 
 // One thread's product: the loop nest of the file comment with this thread's own buffers.
 // With few rows (M <= 4 MR: up to 32 with the AVX-512 tile, 24 with AVX2's, so a

@@ -1,9 +1,14 @@
-// CPU norm family: batch norm (per channel over N and spatial) and layer norm (per row).
+// CPU norm family: batch norm (per channel over N and spatial; row-major or channels-last)
+// and layer norm (per row).
+#include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
+#include "core/util.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -13,6 +18,130 @@ template <typename T>
 const T* opt(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <typename T>
 T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Per-channel sums over the R rows of a channels-last (R, C) tensor: add(r, s) adds row r's
+// terms to s (k sums of C doubles each, s[j * C + c]). The rows are cut into one chunk per
+// thread whose sums are added in chunk order, so the result does not depend on timing.
+template <typename F>
+std::vector<double> channel_sums(int64_t R, int64_t C, int k, F&& add) {
+  const int64_t chunks =
+      omp_in_parallel() ? 1 : std::clamp<int64_t>(R * C / kGrain, 1, omp_get_max_threads());
+  const int64_t rows = ceil_div(R, chunks), width = k * C;
+  std::vector<double> part(size_t(chunks * width), 0.0);
+#pragma omp parallel for num_threads(int(chunks)) schedule(static) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i)
+    for (int64_t r = i * rows; r < std::min(R, (i + 1) * rows); ++r) add(r, part.data() + i * width);
+  for (int64_t i = 1; i < chunks; ++i)
+    for (int64_t j = 0; j < width; ++j) part[j] += part[i * width + j];
+  part.resize(size_t(width));
+  return part;
+}
+
+// Batch norm's per-channel arguments, as raw pointers (null where a tensor is undefined).
+template <typename T>
+struct BnArgs {
+  const T* w;
+  const T* b;
+  T* rm;
+  T* rv;
+  T* save_mean;
+  T* save_invstd;
+};
+
+// Channel c's output map y = a x + b, from its batch statistics (training, when the running
+// averages are updated too) or the running ones; the mean and 1/std used are saved.
+template <typename T>
+std::pair<T, T> bn_channel(const BnArgs<T>& p, int64_t c, double mean, double var, int64_t count,
+                           bool training, double momentum, double eps) {
+  if (training) {
+    if (p.rm) p.rm[c] = T((1 - momentum) * p.rm[c] + momentum * mean);
+    if (p.rv)
+      p.rv[c] = T((1 - momentum) * p.rv[c] +
+                  momentum * (count > 1 ? var * double(count) / double(count - 1) : var));
+  } else {
+    mean = p.rm[c];
+    var = p.rv[c];
+  }
+  const double inv = 1.0 / std::sqrt(var + eps);
+  p.save_mean[c] = T(mean);
+  p.save_invstd[c] = T(inv);
+  const T a = T((p.w ? p.w[c] : 1) * inv);
+  return {a, T((p.b ? p.b[c] : 0) - mean * double(a))};
+}
+
+// Channels-last: rows of C channels, each channel's sums vectorised across the channels.
+template <typename T>
+void bn_forward_nhwc(int64_t R, int64_t C, const T* px, const BnArgs<T>& p, bool training,
+                     double momentum, double eps, T* po) {
+  std::vector<double> mean(size_t(C), 0.0), var(size_t(C), 0.0);
+  if (training) {
+    mean = channel_sums(R, C, 1, [&](int64_t r, double* s) {
+      const T* x = px + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) s[c] += double(x[c]);
+    });
+    for (auto& m : mean) m /= double(R);
+    var = channel_sums(R, C, 1, [&](int64_t r, double* s) {
+      const T* x = px + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) { const double d = double(x[c]) - mean[c]; s[c] += d * d; }
+    });
+    for (auto& v : var) v /= double(R);
+  }
+  std::vector<T> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c)
+    std::tie(a[c], b[c]) = bn_channel(p, c, mean[c], var[c], R, training, momentum, eps);
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / C), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const T* x = px + r * C;
+      T* o = po + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = x[c] * a[c] + b[c];
+    }
+  });
+}
+
+template <typename T>
+void bn_backward_nhwc(int64_t R, int64_t C, const T* pg, const T* px, const T* pw, const T* sm,
+                      const T* si, bool training, T* gx, T* gw, T* gb) {
+  // sum(g) and sum(g * (x - mean)) per channel
+  const std::vector<double> s = channel_sums(R, C, 2, [&](int64_t r, double* acc) {
+    const T* x = px + r * C;
+    const T* g = pg + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      acc[c] += double(g[c]);
+      acc[C + c] += double(g[c]) * (double(x[c]) - double(sm[c]));
+    }
+  });
+  std::vector<double> k1(static_cast<size_t>(C)), k2(k1), k3(k1);
+  for (int64_t c = 0; c < C; ++c) {
+    const double inv = si[c], sg = s[c], sgx = s[C + c] * inv;
+    if (gw) gw[c] = T(sgx);
+    if (gb) gb[c] = T(sg);
+    k1[c] = (pw ? double(pw[c]) : 1.0) * inv;
+    k2[c] = sg / double(R);
+    k3[c] = sgx / double(R) * inv;
+  }
+  if (!gx) return;
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / C), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const T* x = px + r * C;
+      const T* g = pg + r * C;
+      T* d = gx + r * C;
+      if (training) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c)
+          d[c] = T(k1[c] * (double(g[c]) - k2[c] - (double(x[c]) - double(sm[c])) * k3[c]));
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) d[c] = g[c] * T(k1[c]);
+      }
+    }
+  });
+}
 }  // namespace
 
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -23,16 +152,13 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
     const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    const T* pw = opt<T>(weight);
-    const T* pb = opt<T>(bias);
-    T* rm = opt_mut<T>(running_mean);
-    T* rv = opt_mut<T>(running_var);
-    T* sm = save_mean.data<T>();
-    T* si = save_invstd.data<T>();
+    const BnArgs<T> args{opt<T>(weight), opt<T>(bias), opt_mut<T>(running_mean),
+                         opt_mut<T>(running_var), save_mean.data<T>(), save_invstd.data<T>()};
     const int64_t count = N * S;
+    if (is_channels_last(x)) return bn_forward_nhwc(count, C, px, args, training, momentum, eps, po);
     parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
       for (int64_t c = cb; c < ce; ++c) {
-        double mean, var;
+        double mean = 0, var = 0;
         if (training) {
           // The sums are reductions the compiler may reorder (omp simd): one serial chain of
           // double additions would cost its latency, four cycles, per element.
@@ -50,19 +176,8 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
             for (int64_t k = 0; k < S; ++k) { double d = double(p[k]) - mean; q += d * d; }
           }
           var = q / double(count);
-          if (rm) rm[c] = T((1 - momentum) * rm[c] + momentum * mean);
-          if (rv)
-            rv[c] = T((1 - momentum) * rv[c] +
-                      momentum * (count > 1 ? var * double(count) / double(count - 1) : var));
-        } else {
-          mean = rm[c];
-          var = rv[c];
         }
-        double inv = 1.0 / std::sqrt(var + eps);
-        sm[c] = T(mean);
-        si[c] = T(inv);
-        const T a = T((pw ? pw[c] : 1) * inv);
-        const T b = T((pb ? pb[c] : 0) - mean * double(a));
+        const auto [a, b] = bn_channel(args, c, mean, var, count, training, momentum, eps);
         for (int64_t n = 0; n < N; ++n) {
           const T* p = px + (n * C + c) * S;
           T* o = po + (n * C + c) * S;
@@ -87,6 +202,7 @@ void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const 
     T* gx = opt_mut<T>(grad_x);
     T* gw = opt_mut<T>(grad_weight);
     T* gb = opt_mut<T>(grad_bias);
+    if (is_channels_last(x)) return bn_backward_nhwc(N * S, C, pg, px, pw, sm, si, training, gx, gw, gb);
     const double count = double(N * S);
     parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
       for (int64_t c = cb; c < ce; ++c) {
