@@ -21,22 +21,92 @@ T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Per-channel sums over the R rows of a channels-last (R, C) tensor: add(r, s) adds row r's
-// terms to s (k sums of C doubles each, s[j * C + c]). The rows are cut into one chunk per
-// thread whose sums are added in chunk order, so the result does not depend on timing.
+// ---- channels-last reductions ------------------------------------------------------------
+// An (R, C) channels-last tensor is summed per channel over row blocks of about 128 KB (so a
+// block read twice comes from L2 the second time), each thread taking one contiguous run of
+// blocks, its results combined in thread order (so they do not depend on timing).
+
+// Calls f(slot, r0, r1) for row blocks [r0, r1); slot is the caller's result slot, one per
+// thread, in row order. Returns the number of slots.
 template <typename F>
-std::vector<double> channel_sums(int64_t R, int64_t C, int k, F&& add) {
-  const int64_t chunks =
-      omp_in_parallel() ? 1 : std::clamp<int64_t>(R * C / kGrain, 1, omp_get_max_threads());
-  const int64_t rows = ceil_div(R, chunks), width = k * C;
-  std::vector<double> part(size_t(chunks * width), 0.0);
-#pragma omp parallel for num_threads(int(chunks)) schedule(static) if (chunks > 1)
-  for (int64_t i = 0; i < chunks; ++i)
-    for (int64_t r = i * rows; r < std::min(R, (i + 1) * rows); ++r) add(r, part.data() + i * width);
-  for (int64_t i = 1; i < chunks; ++i)
-    for (int64_t j = 0; j < width; ++j) part[j] += part[i * width + j];
-  part.resize(size_t(width));
-  return part;
+int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
+  const int64_t block = std::max<int64_t>(1, 32768 / C);
+  const int64_t blocks = ceil_div(R, block);
+  const int64_t slots = omp_in_parallel() ? 1 : std::clamp<int64_t>(R * C / kGrain, 1, omp_get_max_threads());
+  const int64_t per = ceil_div(blocks, slots);
+#pragma omp parallel for num_threads(int(slots)) schedule(static) if (slots > 1)
+  for (int64_t t = 0; t < slots; ++t)
+    for (int64_t b = t * per; b < std::min(blocks, (t + 1) * per); ++b)
+      f(t, b * block, std::min(R, (b + 1) * block));
+  return slots;
+}
+
+// s[c] += the sum over rows [r0, r1) of term(r, c), for c in [0, C): 16 channels at a time,
+// whose sums (two sets, for two rows at a time) stay in registers.
+template <typename F>
+void add_row_sums(int64_t r0, int64_t r1, int64_t C, F&& term, double* s) {
+  constexpr int64_t W = 16;
+  int64_t c0 = 0;
+  for (; c0 + W <= C; c0 += W) {
+    double a[W] = {}, b[W] = {};
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+#pragma omp simd
+      for (int64_t j = 0; j < W; ++j) {
+        a[j] += term(r, c0 + j);
+        b[j] += term(r + 1, c0 + j);
+      }
+    if (r < r1)
+#pragma omp simd
+      for (int64_t j = 0; j < W; ++j) a[j] += term(r, c0 + j);
+    for (int64_t j = 0; j < W; ++j) s[c0 + j] += a[j] + b[j];
+  }
+  for (; c0 < C; ++c0) {  // the last C % 16 channels one at a time
+    double a = 0;
+    for (int64_t r = r0; r < r1; ++r) a += term(r, c0);
+    s[c0] += a;
+  }
+}
+
+// Each channel's mean and biased variance: per block its own mean and sum of squared
+// deviations, blocks merged with Chan et al.'s pairwise update (exact, and no cancellation).
+template <typename T>
+void channel_moments(int64_t R, int64_t C, const T* px, std::vector<double>& mean,
+                     std::vector<double>& var) {
+  const int nt = omp_get_max_threads();
+  std::vector<double> n(size_t(nt), 0.0), m(size_t(nt * C), 0.0), m2(size_t(nt * C), 0.0);
+  const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
+    std::vector<double> bm(size_t(C), 0.0), bq(size_t(C), 0.0);
+    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return double(px[r * C + c]); }, bm.data());
+    const double nb = double(r1 - r0);
+    for (auto& v : bm) v /= nb;
+    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) {
+      const double d = double(px[r * C + c]) - bm[c];
+      return d * d;
+    }, bq.data());
+    double* tm = m.data() + t * C;
+    double* tq = m2.data() + t * C;
+    const double na = n[t], nab = na + nb;
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = bm[c] - tm[c];
+      tm[c] += d * nb / nab;
+      tq[c] += bq[c] + d * d * na * nb / nab;
+    }
+    n[t] = nab;
+  });
+  mean.assign(m.begin(), m.begin() + C);
+  var.assign(m2.begin(), m2.begin() + C);
+  double na = n[0];
+  for (int64_t t = 1; t < slots; ++t) {
+    const double nb = n[t], nab = na + nb;
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = m[t * C + c] - mean[c];
+      mean[c] += d * nb / nab;
+      var[c] += m2[t * C + c] + d * d * na * nb / nab;
+    }
+    na = nab;
+  }
+  for (auto& v : var) v /= double(R);
 }
 
 // Batch norm's per-channel arguments, as raw pointers (null where a tensor is undefined).
@@ -76,20 +146,7 @@ template <typename T>
 void bn_forward_nhwc(int64_t R, int64_t C, const T* px, const BnArgs<T>& p, bool training,
                      double momentum, double eps, T* po) {
   std::vector<double> mean(size_t(C), 0.0), var(size_t(C), 0.0);
-  if (training) {
-    mean = channel_sums(R, C, 1, [&](int64_t r, double* s) {
-      const T* x = px + r * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) s[c] += double(x[c]);
-    });
-    for (auto& m : mean) m /= double(R);
-    var = channel_sums(R, C, 1, [&](int64_t r, double* s) {
-      const T* x = px + r * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) { const double d = double(x[c]) - mean[c]; s[c] += d * d; }
-    });
-    for (auto& v : var) v /= double(R);
-  }
+  if (training) channel_moments(R, C, px, mean, var);
   std::vector<T> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c)
     std::tie(a[c], b[c]) = bn_channel(p, c, mean[c], var[c], R, training, momentum, eps);
@@ -106,16 +163,19 @@ void bn_forward_nhwc(int64_t R, int64_t C, const T* px, const BnArgs<T>& p, bool
 template <typename T>
 void bn_backward_nhwc(int64_t R, int64_t C, const T* pg, const T* px, const T* pw, const T* sm,
                       const T* si, bool training, T* gx, T* gw, T* gb) {
-  // sum(g) and sum(g * (x - mean)) per channel
-  const std::vector<double> s = channel_sums(R, C, 2, [&](int64_t r, double* acc) {
-    const T* x = px + r * C;
-    const T* g = pg + r * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) {
-      acc[c] += double(g[c]);
-      acc[C + c] += double(g[c]) * (double(x[c]) - double(sm[c]));
-    }
+  // sum(g) and sum(g * (x - mean)) per channel, the second sweep of each block from L2
+  const int nt = omp_get_max_threads();
+  std::vector<double> part(size_t(nt * 2 * C), 0.0);
+  const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
+    double* acc = part.data() + t * 2 * C;
+    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return double(pg[r * C + c]); }, acc);
+    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) {
+      return double(pg[r * C + c]) * (double(px[r * C + c]) - double(sm[c]));
+    }, acc + C);
   });
+  std::vector<double> s(part.begin(), part.begin() + 2 * C);
+  for (int64_t t = 1; t < slots; ++t)
+    for (int64_t j = 0; j < 2 * C; ++j) s[j] += part[t * 2 * C + j];
   std::vector<double> k1(static_cast<size_t>(C)), k2(k1), k3(k1);
   for (int64_t c = 0; c < C; ++c) {
     const double inv = si[c], sg = s[c], sgx = s[C + c] * inv;
