@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
       ("label-smoothing", "label smoothing", cxxopts::value<double>()->default_value("0.1"))
       ("warmup-epochs", "linear warm-up before the cosine decay", cxxopts::value<double>()->default_value("0"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
-      ("layout", "memory format: nhwc (channels-last), nchw, or auto (nhwc on CUDA, nchw on CPU)",
+      ("layout", "memory format: nhwc (channels-last), nchw, or auto (the one the device computes --precision in natively: nhwc on CUDA, and for fp32 on the CPU)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads", cxxopts::value<int>())
@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
   nn::manual_seed(seed);
   const std::string layout = a["layout"].as<std::string>();
   apps::check_choice("layout", layout, {"auto", "nhwc", "nchw"});
-  const bool nhwc = layout == "nhwc" || (layout == "auto" && device.is_cuda());
+  const bool nhwc = apps::channels_last(layout, device, precision);
   apps::Parallel par("resnet50_train", a);
 
   const std::string data = a["data"].as<std::string>();

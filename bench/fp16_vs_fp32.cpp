@@ -15,6 +15,7 @@
 namespace {
 
 struct Result {
+  std::string layout;  // nhwc or nchw, what the ResNets ran in
   std::string precision;
   double seconds = 0, images_per_second = 0, peak_mb = 0, final_loss = 0;
   std::vector<double> losses;
@@ -110,7 +111,7 @@ int body(int argc, char** argv) {
       ("synthetic-batches", "distinct synthetic batches cycled through",
        cxxopts::value<int64_t>()->default_value("4"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
-      ("layout", "ResNet memory format: nhwc (channels-last), nchw, or auto (nhwc on CUDA)",
+      ("layout", "ResNet memory format: nhwc (channels-last), nchw, or auto (per precision, the one the device computes natively: nhwc on CUDA, and for fp32 on the CPU)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("json", "write results (schema libnn-bench-1) to FILE", cxxopts::value<std::string>())
@@ -134,8 +135,13 @@ int body(int argc, char** argv) {
   const std::string layout_arg = a["layout"].as<std::string>();
   NN_CHECK(layout_arg == "auto" || layout_arg == "nhwc" || layout_arg == "nchw",
            "--layout must be auto, nhwc or nchw, got '", layout_arg, "'");
-  const bool nhwc = layout_arg == "nhwc" || (layout_arg == "auto" && dev.is_cuda());
-  const std::string layout = model != "mnist_cnn" ? (nhwc ? "nhwc" : "nchw") : "nchw";
+  // auto: per precision, the format the device computes it in natively (channels-last on
+  // CUDA; on the CPU for fp32, whose 16-bit math is row-major)
+  auto nhwc_for = [&](const std::string& p) {
+    if (model == "mnist_cnn" || layout_arg != "auto") return model != "mnist_cnn" && layout_arg == "nhwc";
+    const nn::DType compute = p == "fp32" ? nn::kF32 : p == "bf16" ? nn::kBF16 : nn::kF16;
+    return nn::preferred_memory_format(dev, compute) == nn::MemoryFormat::channels_last;
+  };
   NN_CHECK(batch > 0 && batches > 0 && warmup >= 0 && pool > 0,
            "--batch-size, --num-batches and --synthetic-batches must be positive");
   std::vector<std::string> precisions;
@@ -146,16 +152,17 @@ int body(int argc, char** argv) {
       precisions.push_back(p);
     }
   }
-  std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s, %s\n", model.c_str(),
-              (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str(),
-              layout.c_str());
+  std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s\n", model.c_str(),
+              (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str());
   std::vector<Result> results;
   for (auto& p : precisions) {
+    const bool nhwc = nhwc_for(p);
     results.push_back(run(model, p, dev, batch, a["image-size"].as<int64_t>(), warmup, batches,
                           pool, a["seed"].as<uint64_t>(), nhwc));
     auto& r = results.back();
-    std::printf("  %-5s %9.1f images/s  peak %8.0f MiB  final loss %.4f\n", p.c_str(),
-                r.images_per_second, r.peak_mb, r.final_loss);
+    r.layout = nhwc ? "nhwc" : "nchw";
+    std::printf("  %-5s %9.1f images/s  peak %8.0f MiB  final loss %.4f  %s\n", p.c_str(),
+                r.images_per_second, r.peak_mb, r.final_loss, r.layout.c_str());
     std::fflush(stdout);
   }
   for (auto& r : results)
@@ -185,7 +192,7 @@ int body(int argc, char** argv) {
                                    .add("impl", std::string("libnn"))
                                    .add("device", std::string(dev.is_cpu() ? "cpu" : "cuda"))
                                    .add("precision", r.precision)
-                                   .add("layout", layout)
+                                   .add("layout", r.layout)
                                    .add("phase", std::string("train"))
                                    .add("seconds", r.seconds)
                                    .add("samples", batch * batches)

@@ -48,7 +48,7 @@ def table(ours, theirs):
     by = lambda doc: {r["precision"]: r for r in doc["records"]}  # noqa: E731
     o, t = by(ours), by(theirs)
     model = ours["records"][0]["model"]
-    layout = ours["records"][0].get("layout", "nchw")
+    layout = "/".join(sorted({r.get("layout", "nchw") for r in ours["records"]}))
     lines = [f"{model}, libnn {layout}: {ours['host']} ({ours['date']}); "
              f"peer: {theirs['host']} ({theirs['date']})", "",
              "| precision | libnn images/s | PyTorch images/s | libnn/PyTorch | libnn vs own FP32 "

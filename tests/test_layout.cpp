@@ -168,3 +168,13 @@ TEST_CASE("a ResNet fed channels-last input gives the row-major logits and gradi
     REQUIRE_FALSE(h.is_contiguous());
   }
 }
+
+TEST_CASE("preferred_memory_format: the CPU computes f32 and f64 channels-last, 16-bit row-major", "[layout]") {
+  REQUIRE(preferred_memory_format(kCPU, kF32) == kCL);
+  REQUIRE(preferred_memory_format(kCPU, kF64) == kCL);
+  REQUIRE(preferred_memory_format(kCPU, kF16) == MemoryFormat::contiguous);
+  REQUIRE(preferred_memory_format(kCPU, kBF16) == MemoryFormat::contiguous);
+  // and a channels-last f16 convolution still gives channels-last results (through copies)
+  Tensor x = rnd({1, 4, 5, 5}, 50, false).to(kF16).contiguous(kCL), w = rnd({3, 4, 3, 3}, 51, false).to(kF16);
+  REQUIRE(conv2d(x, w, {}, conv(1, 1)).is_contiguous(kCL));
+}

@@ -301,6 +301,12 @@ EpochSummary EpochMeter::finish() {
   return s;
 }
 
+bool channels_last(const std::string& layout, const nn::Device& device, const std::string& precision) {
+  if (layout != "auto") return layout == "nhwc";
+  const nn::DType compute = precision == "bf16" ? nn::kBF16 : precision == "fp16" ? nn::kF16 : nn::kF32;
+  return nn::preferred_memory_format(device, compute) == nn::MemoryFormat::channels_last;
+}
+
 std::vector<nn::optim::ParamGroup> decay_groups(nn::Module& model) {
   std::vector<nn::Tensor> decay, no_decay;
   for (auto& [name, p] : model.named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);

@@ -135,6 +135,10 @@ class PrecisionAutocast : public nn::amp::AutocastGuard {
       : nn::amp::AutocastGuard(precision == "bf16" ? nn::kBF16 : nn::kF16, precision != "fp32") {}
 };
 
+// --layout: "nhwc", "nchw", or "auto", the format the device computes --precision in
+// natively (nn::preferred_memory_format). True for channels-last.
+bool channels_last(const std::string& layout, const nn::Device& device, const std::string& precision);
+
 // The usual parameter groups: weights of two or more dims take the optimizer's weight decay,
 // biases and norm parameters none.
 std::vector<nn::optim::ParamGroup> decay_groups(nn::Module& model);

@@ -84,6 +84,11 @@ int cuda_device_count() {
 }
 bool cuda_available() { return cuda_device_count() > 0; }
 
+MemoryFormat preferred_memory_format(const Device& device, DType compute) {
+  return backend::get(device).channels_last_native(compute) ? MemoryFormat::channels_last
+                                                             : MemoryFormat::contiguous;
+}
+
 std::string device_name(const Device& d) {
   if (d.is_cpu()) {
     static const std::string cpu = backend::cpu_model_name();

@@ -19,54 +19,7 @@ const T* opt(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <typename T>
 T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// ---- channels-last reductions ------------------------------------------------------------
-// An (R, C) channels-last tensor is summed per channel over row blocks of about 128 KB (so a
-// block read twice comes from L2 the second time), each thread taking one contiguous run of
-// blocks, its results combined in thread order (so they do not depend on timing).
-
-// Calls f(slot, r0, r1) for row blocks [r0, r1); slot is the caller's result slot, one per
-// thread, in row order. Returns the number of slots.
-template <typename F>
-int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
-  const int64_t block = std::max<int64_t>(1, 32768 / C);
-  const int64_t blocks = ceil_div(R, block);
-  const int64_t slots = omp_in_parallel() ? 1 : std::clamp<int64_t>(R * C / kGrain, 1, omp_get_max_threads());
-  const int64_t per = ceil_div(blocks, slots);
-#pragma omp parallel for num_threads(int(slots)) schedule(static) if (slots > 1)
-  for (int64_t t = 0; t < slots; ++t)
-    for (int64_t b = t * per; b < std::min(blocks, (t + 1) * per); ++b)
-      f(t, b * block, std::min(R, (b + 1) * block));
-  return slots;
-}
-
-// s[c] += the sum over rows [r0, r1) of term(r, c), for c in [0, C): 16 channels at a time,
-// whose sums (two sets, for two rows at a time) stay in registers.
-template <typename F>
-void add_row_sums(int64_t r0, int64_t r1, int64_t C, F&& term, double* s) {
-  constexpr int64_t W = 16;
-  int64_t c0 = 0;
-  for (; c0 + W <= C; c0 += W) {
-    double a[W] = {}, b[W] = {};
-    int64_t r = r0;
-    for (; r + 2 <= r1; r += 2)
-#pragma omp simd
-      for (int64_t j = 0; j < W; ++j) {
-        a[j] += term(r, c0 + j);
-        b[j] += term(r + 1, c0 + j);
-      }
-    if (r < r1)
-#pragma omp simd
-      for (int64_t j = 0; j < W; ++j) a[j] += term(r, c0 + j);
-    for (int64_t j = 0; j < W; ++j) s[c0 + j] += a[j] + b[j];
-  }
-  for (; c0 < C; ++c0) {  // the last C % 16 channels one at a time
-    double a = 0;
-    for (int64_t r = r0; r < r1; ++r) a += term(r, c0);
-    s[c0] += a;
-  }
-}
+// ---- channels-last reductions (for_row_blocks and add_row_sums: parallel.h) --------------
 
 // Each channel's mean and biased variance: per block its own mean and sum of squared
 // deviations, blocks merged with Chan et al.'s pairwise update (exact, and no cancellation).

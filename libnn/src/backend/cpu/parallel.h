@@ -37,6 +37,56 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   }
 }
 
+// ---- per-column sums of a row-major (R, C) matrix --------------------------------------------
+// (batch norm's channel statistics on channels-last data, bias gradients.) Rows are taken in
+// blocks of about 128 KB, so a block read twice comes from L2 the second time; each thread
+// takes one contiguous run of blocks and the caller combines their results in slot order, so
+// the sums do not depend on timing.
+
+// Calls f(slot, r0, r1) for row blocks [r0, r1); slot is the caller's result slot, one per
+// thread, in row order. Returns the number of slots used.
+template <typename F>
+int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
+  const int64_t block = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, C));
+  const int64_t blocks = (R + block - 1) / block;
+  const int64_t slots =
+      omp_in_parallel() ? 1 : std::clamp<int64_t>(R * C / kGrain, 1, omp_get_max_threads());
+  const int64_t per = (blocks + slots - 1) / slots;
+#pragma omp parallel for num_threads(int(slots)) schedule(static) if (slots > 1)
+  for (int64_t t = 0; t < slots; ++t)
+    for (int64_t b = t * per; b < std::min(blocks, (t + 1) * per); ++b)
+      f(t, b * block, std::min(R, (b + 1) * block));
+  return slots;
+}
+
+// s[c] += the sum over rows [r0, r1) of term(r, c), for c in [0, C): 16 columns at a time,
+// whose sums (two sets, for two rows at a time) stay in registers; a sums array updated row
+// by row costs a store-to-load round trip a row.
+template <typename F>
+void add_row_sums(int64_t r0, int64_t r1, int64_t C, F&& term, double* s) {
+  constexpr int64_t W = 16;
+  int64_t c0 = 0;
+  for (; c0 + W <= C; c0 += W) {
+    double a[W] = {}, b[W] = {};
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+#pragma omp simd
+      for (int64_t j = 0; j < W; ++j) {
+        a[j] += term(r, c0 + j);
+        b[j] += term(r + 1, c0 + j);
+      }
+    if (r < r1)
+#pragma omp simd
+      for (int64_t j = 0; j < W; ++j) a[j] += term(r, c0 + j);
+    for (int64_t j = 0; j < W; ++j) s[c0 + j] += a[j] + b[j];
+  }
+  for (; c0 < C; ++c0) {  // the last C % 16 columns one at a time
+    double a = 0;
+    for (int64_t r = r0; r < r1; ++r) a += term(r, c0);
+    s[c0] += a;
+  }
+}
+
 [[noreturn]] void unsupported_dtype(const char* op, DType t);
 
 // Calls f.template operator()<T>() with T the C++ type of `t`.

@@ -92,6 +92,21 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
     }
   };
   auto init_ext = [&](int64_t k) { return x[k * B]; };  // element (0, k, 0) seeds max/min
+  if constexpr (std::is_floating_point_v<T>) {
+    if (sum_like && B == 1 && A > 1) {  // the column sums of an (A, K) matrix
+      std::vector<double> part(size_t(nt * K), 0.0);
+      const int64_t slots = for_row_blocks(A, K, [&](int64_t t, int64_t r0, int64_t r1) {
+        add_row_sums(r0, r1, K, [&](int64_t r, int64_t k) { return double(x[r * K + k]); },
+                     part.data() + t * K);
+      });
+      for (int64_t k = 0; k < K; ++k) {
+        double s = 0;
+        for (int64_t t = 0; t < slots; ++t) s += part[t * K + k];
+        finish(k, s);
+      }
+      return;
+    }
+  }
   if (K >= 4 * nt || A * K * B < kGrain) {
     parallel_for(0, K, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, A * B)), [&](int64_t k0, int64_t k1) {
       std::vector<Acc<T>> acc(k1 - k0, 0);
