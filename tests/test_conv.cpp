@@ -186,6 +186,21 @@ TEST_CASE("conv2d of an empty batch has zero weight and bias gradients", "[conv]
   }
 }
 
+TEST_CASE("conv2d of zero input channels is its bias, in both formats", "[conv][layout]") {
+  for (DType t : {kF32, kF64})
+    for (bool nhwc : {false, true}) {
+      INFO("dtype " << t << " channels-last " << nhwc);
+      Tensor x = zeros({2, 0, 5, 5}, t), w = ones({3, 0, 3, 3}, t).requires_grad_(),
+             b = tensor({1.0, 2.0, 3.0}, {3}, t).requires_grad_();
+      Tensor y = conv2d(nhwc ? x.contiguous(MemoryFormat::channels_last) : x, w, b, params(1, 1));
+      REQUIRE(y.shape() == Shape{2, 3, 5, 5});
+      test::require_close(sum(y, {0, 2, 3}), tensor({50.0, 100.0, 150.0}, {3}, kF64), 0, 0);
+      sum(y).backward();
+      test::require_close(b.grad(), full({3}, 50.0, kF64), 0, 0);
+      REQUIRE(w.grad().shape() == w.shape());
+    }
+}
+
 TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
   Tensor x = ones({1, 3, 5, 5}), w = ones({4, 3, 3, 3});
   REQUIRE(test::error_of([&] { conv2d(ones({3, 5, 5}), w); }).find("4-d") != std::string::npos);

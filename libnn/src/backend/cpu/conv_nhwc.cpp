@@ -270,8 +270,11 @@ void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float*
     for (size_t i = 0; i < a.size(); ++i) dw[i] += a[i];
 }
 
-// The tile kernels, for f32 with one group, where this CPU has them.
-const ConvKernels* tiles_for(const ConvGeom& g) { return g.G == 1 ? conv_kernels() : nullptr; }
+// The tile kernels, for f32 with one group and some channels in and out, where this CPU has
+// them (zero channels: the column path's empty products give the bias, or zeros).
+const ConvKernels* tiles_for(const ConvGeom& g) {
+  return g.G == 1 && g.C > 0 && g.O > 0 ? conv_kernels() : nullptr;
+}
 }  // namespace
 
 void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
