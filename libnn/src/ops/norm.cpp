@@ -43,7 +43,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_same_dtype(weight, bias, "batch_norm");
   NN_CHECK(training || (running_mean.defined() && running_var.defined()),
            "batch_norm: eval mode needs running_mean and running_var");
-  NN_CHECK(!training || x.numel() / C > 1, "batch_norm: training needs more than one value per "
+  NN_CHECK(!training || C == 0 || x.numel() / C > 1, "batch_norm: training needs more than one value per "
            "channel, got input ", shape_str(x.shape()));
   // channels-last stays channels-last (computed in cf, see compute_format)
   const MemoryFormat f = format_of(x), cf = compute_format(x);

@@ -53,7 +53,7 @@ struct ConvTile {
 
 struct ConvKernels {
   int vec;                 // floats per vector register: 16 (AVX-512) or 8 (AVX2)
-  ConvTile forward_narrow; // one vector of output channels (for 16 or fewer)
+  ConvTile forward_narrow; // one vector of output channels (for vec or fewer)
   ConvTile forward_wide;   // two vectors
   ConvTile weight_grad;    // two vectors
 };

@@ -30,12 +30,23 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// This thread's buffer number Tag, at least n long: it outlives the call and only grows, so
+// large scratch (packed weights, gradient accumulators) does not come fresh from the system,
+// page faults and all, on every call. Contents are whatever the last user left.
+enum BufferTag { kOffsets, kPacked, kMirrored, kZeros, kPointers, kAccumulator };
+template <typename T, BufferTag Tag>
+T* thread_buffer(size_t n) {
+  static thread_local std::vector<T> v;
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 // Element offsets into one image (H, W, C) of every (output pixel, tap) pair: off[p * taps +
 // t] is where tap t of output pixel p reads its channels, or -1 where it falls in the padding.
-// The same for every image, so computed once a call.
-std::vector<int64_t> tap_offsets(const ConvGeom& g) {
-  std::vector<int64_t> off(size_t(g.P * g.taps()));
-  int64_t* o = off.data();
+// The same for every image, so computed once a call (into this thread's buffer).
+const int64_t* tap_offsets(const ConvGeom& g) {
+  int64_t* const off = thread_buffer<int64_t, kOffsets>(size_t(g.P * g.taps()));
+  int64_t* o = off;
   for (int64_t oh = 0; oh < g.OH; ++oh)
     for (int64_t ow = 0; ow < g.OW; ++ow)
       for (int64_t kh = 0; kh < g.KH; ++kh) {
@@ -53,8 +64,8 @@ std::vector<int64_t> tap_offsets(const ConvGeom& g) {
 // col (P, taps x Cg) of group gr of image x: col[p][t * Cg + c] = channel gr * Cg + c of the
 // pixel tap t of p reads, zero in the padding.
 template <typename T>
-void im2col(const ConvGeom& g, const std::vector<int64_t>& off, const T* x, int64_t gr, T* col) {
-  for (size_t i = 0; i < off.size(); ++i, col += g.Cg) {
+void im2col(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr, T* col) {
+  for (int64_t i = 0; i < g.P * g.taps(); ++i, col += g.Cg) {
     if (off[i] < 0) std::fill(col, col + g.Cg, T(0));
     else std::memcpy(col, x + off[i] + gr * g.Cg, sizeof(T) * size_t(g.Cg));
   }
@@ -62,8 +73,8 @@ void im2col(const ConvGeom& g, const std::vector<int64_t>& off, const T* x, int6
 
 // Group gr of image x += col folded back (the adjoint of im2col).
 template <typename T>
-void col2im(const ConvGeom& g, const std::vector<int64_t>& off, const T* col, int64_t gr, T* x) {
-  for (size_t i = 0; i < off.size(); ++i, col += g.Cg) {
+void col2im(const ConvGeom& g, const int64_t* off, const T* col, int64_t gr, T* x) {
+  for (int64_t i = 0; i < g.P * g.taps(); ++i, col += g.Cg) {
     if (off[i] < 0) continue;
     T* d = x + off[i] + gr * g.Cg;
 #pragma omp simd
@@ -80,7 +91,7 @@ MatRef<T> group_weights(const ConvGeom& g, const T* w, int64_t gr) {
 // The column matrix (P, taps x Cg) of group gr of image x: a pointwise convolution's pixels
 // themselves, else im2col's into buf.
 template <typename T>
-MatRef<T> columns(const ConvGeom& g, const std::vector<int64_t>& off, const T* x, int64_t gr,
+MatRef<T> columns(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr,
                   std::vector<T>& buf) {
   if (g.pointwise()) return {x + gr * g.Cg, g.C, 1};
   buf.resize(size_t(g.P * g.Kdim));
@@ -90,7 +101,7 @@ MatRef<T> columns(const ConvGeom& g, const std::vector<int64_t>& off, const T* x
 
 template <typename T>
 void forward_cols(const ConvGeom& g, const T* x, const T* w, const T* bias, T* y) {
-  const auto off = tap_offsets(g);
+  const int64_t* off = tap_offsets(g);
   std::vector<std::vector<T>> cols(omp_get_max_threads());
   for_each_item(g.N, [&](int64_t n, int t) {
     const T* xi = x + n * g.H * g.W * g.C;
@@ -107,7 +118,7 @@ void forward_cols(const ConvGeom& g, const T* x, const T* w, const T* bias, T* y
 
 template <typename T>
 void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, T* dx) {
-  const auto off = tap_offsets(g);
+  const int64_t* off = tap_offsets(g);
   std::vector<std::vector<T>> cols(omp_get_max_threads());
   for_each_item(g.N, [&](int64_t n, int t) {
     const T* dyi = dy + n * g.P * g.O;
@@ -128,7 +139,7 @@ void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, T* dx) {
 
 template <typename T>
 void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, T* dw) {
-  const auto off = tap_offsets(g);
+  const int64_t* off = tap_offsets(g);
   const int nt = omp_get_max_threads();
   std::vector<std::vector<T>> acc(nt), cols(nt);  // one accumulator per thread, summed below
   for_each_item(g.N, [&](int64_t n, int t) {
@@ -148,23 +159,37 @@ void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 
 // ---- the tile kernels' path (f32, one group) ------------------------------------------------
 
-// A 64-byte aligned view of n floats in v.
-float* aligned(std::vector<float>& v, size_t n) {
-  v.assign(n + 16, 0.f);
-  const auto a = reinterpret_cast<uintptr_t>(v.data());
-  return v.data() + (64 - a % 64) % 64 / sizeof(float);
+// n zeros, 64-byte aligned, in this thread's buffer Tag.
+template <BufferTag Tag>
+float* aligned_zeros(size_t n) {
+  float* v = thread_buffer<float, Tag>(n + 16);
+  v += (64 - reinterpret_cast<uintptr_t>(v) % 64) % 64 / sizeof(float);
+  std::fill(v, v + n, 0.f);
+  return v;
 }
 
-// Pointers of pixels [p0, p1) of image x: tab[(p - p0) * taps + t] from the offsets, `zero`
-// (at least C floats of zeros) in the padding and for `extra` more rows of taps.
-void fill_pointers(const std::vector<int64_t>& off, int64_t taps, const float* x,
-                   const float* zero, int64_t p0, int64_t p1, int64_t extra,
-                   std::vector<const float*>& tab) {
-  tab.resize(size_t((p1 - p0 + extra) * taps));
-  const int64_t* o = off.data() + p0 * taps;
+// At least n floats of zeros, where the pointer tables point for taps in the padding.
+const float* zeros_for(int64_t n) { return thread_buffer<float, kZeros>(size_t(n)); }  // never written
+
+// This thread's pointers of pixels [p0, p1) of image x: tab[(p - p0) * taps + t] from the
+// offsets, `zero` (at least C floats of zeros) in the padding and for `extra` more rows of taps.
+const float** fill_pointers(const int64_t* off, int64_t taps, const float* x, const float* zero,
+                            int64_t p0, int64_t p1, int64_t extra) {
   const int64_t n = (p1 - p0) * taps;
+  const float** tab = thread_buffer<const float*, kPointers>(size_t(n + extra * taps));
+  const int64_t* o = off + p0 * taps;
   for (int64_t i = 0; i < n; ++i) tab[i] = o[i] < 0 ? zero : x + o[i];
-  std::fill(tab.begin() + n, tab.end(), zero);
+  std::fill(tab + n, tab + n + extra * taps, zero);
+  return tab;
+}
+
+// Pixels a work item, `chunk` or fewer (a multiple of `unit`) when the N images would give
+// fewer than two items a thread (small batches, late layers' small images), so that threads
+// get work and the static split stays even.
+int64_t finer_for_threads(int64_t N, int64_t P, int64_t unit, int64_t chunk) {
+  const int64_t want = 2 * omp_get_max_threads();
+  if (N * ceil_div(P, chunk) >= want) return chunk;
+  return std::min(chunk, std::max(unit, ceil_div(ceil_div(P, ceil_div(want, N)), unit) * unit));
 }
 
 // y (N, P, O) = the convolution of x (N, H, W, C) with w (O, taps, C), plus bias (O) if given.
@@ -177,34 +202,34 @@ void forward_tiles(const ConvGeom& g, const ConvKernels& k, const float* x, cons
   const int64_t slices = ceil_div(C, std::max<int64_t>(1, 32768 / (T * NR)));
   const int64_t kc = ceil_div(C, slices), panels = ceil_div(O, NR);
   // Panel j (output channels j NR ..), slice s: (taps, kcs, NR) at (j C + s kc) taps NR.
-  std::vector<float> wbuf;
-  float* bp = aligned(wbuf, size_t(panels * T * C * NR));
-  for (int64_t j = 0; j < panels; ++j)
-    for (int64_t s = 0; s < slices; ++s) {
-      const int64_t c0 = s * kc, kcs = std::min(kc, C - c0);
-      float* blk = bp + (j * C + c0) * T * NR;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t c = 0; c < kcs; ++c)
-          for (int64_t jj = 0; jj < NR && j * NR + jj < O; ++jj)
-            blk[(t * kcs + c) * NR + jj] = w[((j * NR + jj) * T + t) * C + c0 + c];
-    }
-  const auto off = tap_offsets(g);
-  const std::vector<float> zero(size_t(C), 0.f);
+  float* bp = aligned_zeros<kPacked>(size_t(panels * T * C * NR));
+  parallel_for(0, panels, std::max<int64_t>(1, kGrain / (T * C * NR)), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t s = 0; s < slices; ++s) {
+        const int64_t c0 = s * kc, kcs = std::min(kc, C - c0);
+        float* blk = bp + (j * C + c0) * T * NR;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t c = 0; c < kcs; ++c)
+            for (int64_t jj = 0; jj < NR && j * NR + jj < O; ++jj)
+              blk[(t * kcs + c) * NR + jj] = w[((j * NR + jj) * T + t) * C + c0 + c];
+      }
+  });
+  const int64_t* off = tap_offsets(g);
+  const float* zero = zeros_for(C);
   // Pixels in chunks whose inputs for one slice stay in L2 while every panel passes over them.
-  const int64_t chunk = std::clamp<int64_t>(8192 / kc / MR * MR, MR, ceil_div(P, MR) * MR);
+  const int64_t chunk = finer_for_threads(
+      g.N, P, MR, std::clamp<int64_t>(8192 / kc / MR * MR, MR, ceil_div(P, MR) * MR));
   const int64_t chunks = ceil_div(P, chunk);
-  std::vector<std::vector<const float*>> tabs(omp_get_max_threads());
-  for_each_item(g.N * chunks, [&](int64_t item, int th) {
+  for_each_item(g.N * chunks, [&](int64_t item, int) {
     const FlushDenormals ftz;
     const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P, p0 + chunk);
-    auto& tab = tabs[th];
-    fill_pointers(off, T, x + n * g.H * g.W * C, zero.data(), p0, p1, MR, tab);
+    const float** tab = fill_pointers(off, T, x + n * g.H * g.W * C, zero, p0, p1, MR);
     float* yi = y + (n * P + p0) * O;
     for (int64_t j = 0; j < panels; ++j)
       for (int64_t s = 0; s < slices; ++s) {
         const int64_t c0 = s * kc, kcs = std::min(kc, C - c0);
         for (int64_t r = 0; r < p1 - p0; r += MR) {
-          const ConvForwardArgs a{T, kcs, tab.data() + r * T, T, c0, bp + (j * C + c0) * T * NR,
+          const ConvForwardArgs a{T, kcs, tab + r * T, T, c0, bp + (j * C + c0) * T * NR,
                                   s == 0 && bias ? bias + j * NR : nullptr, yi + r * O + j * NR, O,
                                   int(std::min(MR, p1 - p0 - r)), int(std::min(NR, O - j * NR)),
                                   s > 0};
@@ -219,7 +244,7 @@ void forward_tiles(const ConvGeom& g, const ConvKernels& k, const float* x, cons
 void backward_input_tiles(const ConvGeom& g, const ConvKernels& k, const float* dy,
                           const float* w, float* dx) {
   const int64_t T = g.taps();
-  std::vector<float> wt(size_t(g.C * T * g.O));
+  float* wt = thread_buffer<float, kMirrored>(size_t(g.C * T * g.O));
   for (int64_t o = 0; o < g.O; ++o)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t c = 0; c < g.C; ++c) wt[(c * T + (T - 1 - t)) * g.O + o] = w[(o * T + t) * g.C + c];
@@ -229,7 +254,7 @@ void backward_input_tiles(const ConvGeom& g, const ConvKernels& k, const float* 
   tg.P = g.H * g.W; tg.Kdim = T * g.O;
   tg.ph = (g.KH - 1) * g.dh - g.ph;
   tg.pw = (g.KW - 1) * g.dw - g.pw;
-  forward_tiles(tg, k, dy, wt.data(), nullptr, dx);
+  forward_tiles(tg, k, dy, wt, nullptr, dx);
 }
 
 // dw (O, taps, C) = sum over images and pixels of dy (N, P, O) times the taps of x. Needs C a
@@ -239,19 +264,21 @@ void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float*
   const ConvTile& tile = k.weight_grad;
   const int64_t MR = tile.mr, NR = tile.nr, NV = NR / k.vec, T = g.taps(), C = g.C, O = g.O;
   const int64_t P = g.P, Kdim = T * C;
-  const auto off = tap_offsets(g);
-  const std::vector<float> zero(size_t(C), 0.f);
+  const int64_t* off = tap_offsets(g);
+  const float* zero = zeros_for(C);
   // Pixels in chunks whose dy rows and inputs stay in L2 while every tile passes over them.
-  const int64_t chunk = std::min(P, std::max<int64_t>(16, 32768 / (C + O))), chunks = ceil_div(P, chunk);
-  const int nt = omp_get_max_threads();
-  std::vector<std::vector<float>> acc(nt);  // one accumulator per thread, summed below
-  std::vector<std::vector<const float*>> tabs(nt);
+  const int64_t chunk = finer_for_threads(g.N, P, 16, std::min(P, std::max<int64_t>(16, 32768 / (C + O))));
+  const int64_t chunks = ceil_div(P, chunk);
+  // One accumulator per thread (its buffer, zeroed at its first item), summed below.
+  std::vector<float*> acc(size_t(omp_get_max_threads()), nullptr);
   for_each_item(g.N * chunks, [&](int64_t item, int th) {
     const FlushDenormals ftz;
     const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P, p0 + chunk);
-    acc[th].resize(size_t(O * Kdim), 0.f);
-    auto& tab = tabs[th];
-    fill_pointers(off, T, x + n * g.H * g.W * C, zero.data(), p0, p1, 0, tab);
+    if (!acc[th]) {
+      acc[th] = thread_buffer<float, kAccumulator>(size_t(O * Kdim));
+      std::fill(acc[th], acc[th] + O * Kdim, 0.f);
+    }
+    const float* const* tab = fill_pointers(off, T, x + n * g.H * g.W * C, zero, p0, p1, 0);
     for (int64_t o0 = 0; o0 < O; o0 += MR)
       for (int64_t k0 = 0; k0 < Kdim; k0 += NR) {
         int64_t tap[4] = {}, chan[4] = {};  // columns past Kdim read tap 0, channel 0
@@ -259,15 +286,16 @@ void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float*
           tap[v] = (k0 + v * k.vec) / C;
           chan[v] = (k0 + v * k.vec) % C;
         }
-        const ConvWeightGradArgs a{p1 - p0, dy + (n * P + p0) * O + o0, O, tab.data(), T, tap,
-                                   chan, acc[th].data() + o0 * Kdim + k0, Kdim,
+        const ConvWeightGradArgs a{p1 - p0, dy + (n * P + p0) * O + o0, O, tab, T, tap,
+                                   chan, acc[th] + o0 * Kdim + k0, Kdim,
                                    int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
         tile.run(&a);
       }
   });
   std::fill(dw, dw + O * Kdim, 0.f);
-  for (const auto& a : acc)
-    for (size_t i = 0; i < a.size(); ++i) dw[i] += a[i];
+  for (const float* a : acc)
+    if (a)
+      for (int64_t i = 0; i < O * Kdim; ++i) dw[i] += a[i];
 }
 
 // The tile kernels, for f32 with one group and some channels in and out, where this CPU has

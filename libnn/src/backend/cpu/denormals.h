@@ -17,6 +17,8 @@ class FlushDenormals {
 #if defined(__x86_64__) || defined(_M_X64)
   FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
   ~FlushDenormals() { _mm_setcsr(saved_); }
+#else
+  FlushDenormals() {}
 #endif
   FlushDenormals(const FlushDenormals&) = delete;
   FlushDenormals& operator=(const FlushDenormals&) = delete;

@@ -26,7 +26,7 @@ T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <typename T>
 void channel_moments(int64_t R, int64_t C, const T* px, std::vector<double>& mean,
                      std::vector<double>& var) {
-  const int nt = omp_get_max_threads();
+  const int64_t nt = row_block_slots(R, C);
   std::vector<double> n(size_t(nt), 0.0), m(size_t(nt * C), 0.0), m2(size_t(nt * C), 0.0);
   const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
     std::vector<double> bm(size_t(C), 0.0), bq(size_t(C), 0.0);
@@ -103,7 +103,7 @@ void bn_forward_nhwc(int64_t R, int64_t C, const T* px, const BnArgs<T>& p, bool
   std::vector<T> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c)
     std::tie(a[c], b[c]) = bn_channel(p, c, mean[c], var[c], R, training, momentum, eps);
-  parallel_for(0, R, std::max<int64_t>(1, kGrain / C), [&](int64_t rb, int64_t re) {
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const T* x = px + r * C;
       T* o = po + r * C;
@@ -117,8 +117,7 @@ template <typename T>
 void bn_backward_nhwc(int64_t R, int64_t C, const T* pg, const T* px, const T* pw, const T* sm,
                       const T* si, bool training, T* gx, T* gw, T* gb) {
   // sum(g) and sum(g * (x - mean)) per channel, the second sweep of each block from L2
-  const int nt = omp_get_max_threads();
-  std::vector<double> part(size_t(nt * 2 * C), 0.0);
+  std::vector<double> part(size_t(row_block_slots(R, C) * 2 * C), 0.0);
   const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
     double* acc = part.data() + t * 2 * C;
     add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return double(pg[r * C + c]); }, acc);
@@ -139,7 +138,7 @@ void bn_backward_nhwc(int64_t R, int64_t C, const T* pg, const T* px, const T* p
     k3[c] = sgx / double(R) * inv;
   }
   if (!gx) return;
-  parallel_for(0, R, std::max<int64_t>(1, kGrain / C), [&](int64_t rb, int64_t re) {
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const T* x = px + r * C;
       const T* g = pg + r * C;

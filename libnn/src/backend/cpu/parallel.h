@@ -43,14 +43,21 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
 // takes one contiguous run of blocks and the caller combines their results in slot order, so
 // the sums do not depend on timing.
 
-// Calls f(slot, r0, r1) for row blocks [r0, r1); slot is the caller's result slot, one per
-// thread, in row order. Returns the number of slots used.
+inline int64_t row_block_rows(int64_t C) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, C)); }
+// The result slots for_row_blocks(R, C, ...) uses: one per thread, at most one per block.
+inline int64_t row_block_slots(int64_t R, int64_t C) {
+  const int64_t blocks = (R + row_block_rows(C) - 1) / row_block_rows(C);
+  if (omp_in_parallel() || blocks <= 1) return 1;
+  return std::clamp<int64_t>(std::min(R * C / kGrain, blocks), 1, omp_get_max_threads());
+}
+
+// Calls f(slot, r0, r1) for row blocks [r0, r1); slot (< row_block_slots(R, C)) is the
+// caller's result slot, one per thread, in row order. Returns the number of slots used.
 template <typename F>
 int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
-  const int64_t block = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, C));
+  const int64_t block = row_block_rows(C);
   const int64_t blocks = (R + block - 1) / block;
-  const int64_t slots =
-      omp_in_parallel() ? 1 : std::clamp<int64_t>(R * C / kGrain, 1, omp_get_max_threads());
+  const int64_t slots = row_block_slots(R, C);
   const int64_t per = (blocks + slots - 1) / slots;
 #pragma omp parallel for num_threads(int(slots)) schedule(static) if (slots > 1)
   for (int64_t t = 0; t < slots; ++t)

@@ -93,8 +93,10 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
   };
   auto init_ext = [&](int64_t k) { return x[k * B]; };  // element (0, k, 0) seeds max/min
   if constexpr (std::is_floating_point_v<T>) {
-    if (sum_like && B == 1 && A > 1) {  // the column sums of an (A, K) matrix
-      std::vector<double> part(size_t(nt * K), 0.0);
+    // The column sums of an (A, K) matrix with rows enough to share out (fewer rows: the
+    // columns are split over threads below)
+    if (sum_like && B == 1 && A >= 4 * nt && A > 1) {
+      std::vector<double> part(size_t(row_block_slots(A, K) * K), 0.0);
       const int64_t slots = for_row_blocks(A, K, [&](int64_t t, int64_t r0, int64_t r1) {
         add_row_sums(r0, r1, K, [&](int64_t r, int64_t k) { return double(x[r * K + k]); },
                      part.data() + t * K);
