@@ -60,6 +60,18 @@ TEST_CASE("norms take a bias alone and one dtype for weight and bias", "[norm]")
           std::string::npos);
 }
 
+TEST_CASE("batch_norm of zero channels is empty in both formats", "[norm][layout]") {
+  for (bool nhwc : {false, true}) {
+    Tensor x = zeros({2, 0, 3, 3}, kF32);
+    if (nhwc) x = x.contiguous(MemoryFormat::channels_last);
+    Tensor rm = zeros({0}, kF32), rv = ones({0}, kF32);
+    Tensor y = batch_norm(x.requires_grad_(), rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5);
+    REQUIRE(y.shape() == Shape{2, 0, 3, 3});
+    sum(y).backward();
+    REQUIRE(x.grad().shape() == x.shape());
+  }
+}
+
 TEST_CASE("layer_norm matches the definition", "[norm]") {
   Tensor x = rnd({2, 3, 4}, 7, false);
   Tensor w = rnd({4}, 8, false), b = rnd({4}, 9, false);
