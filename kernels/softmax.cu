@@ -114,7 +114,9 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
     *bad = 1;
     loss[r] = convert<T>(A(NAN));
   } else {
-    loss[r] = convert<T>(l - (A(1) - A(smoothing)) * A(load(xr[t])) - A(smoothing) / A(C) * rowsum);
+    // the smoothing term only when there is smoothing: 0 * (-inf) from a masked logit is NaN
+    const A smooth = smoothing != 0.f ? A(smoothing) / A(C) * rowsum : A(0);
+    loss[r] = convert<T>(l - (A(1) - A(smoothing)) * A(load(xr[t])) - smooth);
   }
 }
 

@@ -335,6 +335,15 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{cross_entropy(x[0], t), cross_entropy(x[0], t, s),
                                             cross_entropy(x[0], t, ig)};
                }});
+  v.push_back({"cross entropy with masked (-inf) logits", {{6, 9}}, [](auto& x) {
+                 // columns 2 and 5 masked; finite loss without label smoothing
+                 Tensor mask = from_vector<float>(std::vector<float>{0, 0, 1, 0, 0, 1, 0, 0, 0}, {1, 9})
+                                   .to(x[0].device()).to(x[0].dtype());
+                 Tensor masked = where(gt(mask, full({1, 9}, 0.5, mask.options())),
+                                       full(x[0].shape(), -INFINITY, x[0].options()), x[0]);
+                 Tensor t = from_vector<int64_t>(std::vector<int64_t>{0, 1, 3, 4, 6, 8}, {6}).to(x[0].device());
+                 return std::vector<Tensor>{cross_entropy(masked, t), softmax(masked, 1)};
+               }});
   v.push_back({"mse", {{5, 6}, {5, 6}},
                [](auto& x) { return std::vector<Tensor>{mse_loss(x[0], x[1])}; }});
   // dropout: the same Philox stream on both devices

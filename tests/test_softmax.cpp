@@ -25,3 +25,65 @@ TEST_CASE("gradcheck: softmax and log_softmax", "[softmax][gradcheck]") {
     require_gradcheck([d](const std::vector<Tensor>& in) { return log_softmax(in[0], d); }, {x});
   }
 }
+
+TEST_CASE("softmax log_softmax and cross_entropy on long rows equal a by-hand reference with their gradients", "[softmax][loss]") {
+  // Rows of 1,000 and 37 values run the vectorised exponentials (and their tails), in f32
+  // and f64; one row holds -inf logits. The reference: plain loops in double.
+  for (int64_t D : {1000, 37}) {
+    const int64_t N = 4;
+    std::vector<double> v = (rnd({N, D}, 10 + D, false) * 5.0).to_vector<double>();
+    v[2 * D + 3] = v[2 * D + 7] = -INFINITY;
+    const std::vector<double> gv = rnd({N, D}, 20 + D, false).to_vector<double>();
+    const std::vector<int64_t> tv{1, 5, 0, 7};
+    std::vector<double> p(N * D), lp(N * D), dp(N * D), dlp(N * D), ce(N), dce(N * D);
+    for (int64_t i = 0; i < N; ++i) {
+      double m = -INFINITY, s = 0, gs = 0, gps = 0;
+      for (int64_t d = 0; d < D; ++d) m = std::max(m, v[i * D + d]);
+      for (int64_t d = 0; d < D; ++d) s += std::exp(v[i * D + d] - m);
+      for (int64_t d = 0; d < D; ++d) {
+        p[i * D + d] = std::exp(v[i * D + d] - m) / s;
+        lp[i * D + d] = v[i * D + d] - m - std::log(s);
+        gs += gv[i * D + d];
+        gps += gv[i * D + d] * p[i * D + d];
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        dp[i * D + d] = p[i * D + d] * (gv[i * D + d] - gps);
+        dlp[i * D + d] = gv[i * D + d] - p[i * D + d] * gs;
+        dce[i * D + d] = (p[i * D + d] - (d == tv[i] ? 1.0 : 0.0)) / double(N);  // mean over rows
+      }
+      ce[i] = -lp[i * D + tv[i]];
+    }
+    const double ce_mean = (ce[0] + ce[1] + ce[2] + ce[3]) / double(N);
+    auto ref = [&](const std::vector<double>& r) { return tensor(r, {N, D}, kF64); };
+    const Tensor t = tensor(std::vector<double>{1, 5, 0, 7}, {N}, kF64).to(kI64);
+    for (DType dt : {kF32, kF64}) {
+      INFO("row length " << D << " dtype " << dt);
+      const double tol = dt == kF32 ? 1e-5 : 1e-12;
+      for (bool log : {false, true}) {
+        INFO("log " << log);
+        Tensor x = tensor(v, {N, D}, dt).requires_grad_();
+        Tensor y = log ? log_softmax(x, 1) : softmax(x, 1);
+        test::require_close(y.to(kF64), ref(log ? lp : p), tol, tol);
+        y.backward(tensor(gv, {N, D}, dt));
+        test::require_close(x.grad().to(kF64), ref(log ? dlp : dp), 10 * tol, 10 * tol);
+      }
+      Tensor x = tensor(v, {N, D}, dt).requires_grad_();
+      Tensor l = cross_entropy(x, t);
+      REQUIRE(std::abs(l.item() - ce_mean) <= tol * (1 + std::abs(ce_mean)));
+      l.backward();
+      test::require_close(x.grad().to(kF64), ref(dce), 10 * tol, 10 * tol);
+      // with label smoothing, mass on a class whose logit is -inf costs an infinite loss
+      CrossEntropyOptions smooth;
+      smooth.label_smoothing = 0.1;
+      REQUIRE(std::isinf(cross_entropy(tensor(v, {N, D}, dt), t, smooth).item()));
+    }
+    // a NaN logit gives a NaN loss and NaN probabilities in its row only
+    v[D + 11] = NAN;
+    Tensor xn = tensor(v, {N, D}, kF32);
+    REQUIRE(std::isnan(cross_entropy(xn, t).item()));
+    std::vector<float> pn = softmax(xn, 1).to_vector<float>();
+    REQUIRE(std::isnan(pn[D]));
+    REQUIRE(std::isnan(pn[2 * D - 1]));
+    REQUIRE(std::isfinite(pn[0]));
+  }
+}

@@ -15,7 +15,8 @@ namespace test {
 using nn::Shape;
 using nn::Tensor;
 
-// Every element within atol + rtol * |expected|; on failure names the first bad element.
+// Every element within atol + rtol * |expected| (or equal, infinities included; NaN where
+// NaN is expected); on failure names the first bad element.
 inline void require_close(const Tensor& got, const Tensor& want, double rtol = 1e-5,
                           double atol = 1e-6) {
   INFO("shapes " << nn::shape_str(got.shape()) << " vs " << nn::shape_str(want.shape()));
@@ -23,7 +24,8 @@ inline void require_close(const Tensor& got, const Tensor& want, double rtol = 1
   auto g = got.to_vector<double>();
   auto w = want.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
-    bool ok = std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]) ||
+    bool ok = g[i] == w[i] ||  // equal infinities too
+              std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]) ||
               (std::isnan(g[i]) && std::isnan(w[i]));
     if (!ok) {
       INFO("element " << i << ": got " << g[i] << ", expected " << w[i]);

@@ -43,7 +43,9 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
 // takes one contiguous run of blocks and the caller combines their results in slot order, so
 // the sums do not depend on timing.
 
-inline int64_t row_block_rows(int64_t C) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, C)); }
+// Rows a block: about 128 KB, and at least 16 (a block of one wide row would pay the register
+// tiles' set-up for each of its values).
+inline int64_t row_block_rows(int64_t C) { return std::max<int64_t>(16, 32768 / std::max<int64_t>(1, C)); }
 // The result slots for_row_blocks(R, C, ...) uses: one per thread, at most one per block.
 inline int64_t row_block_slots(int64_t R, int64_t C) {
   const int64_t blocks = (R + row_block_rows(C) - 1) / row_block_rows(C);

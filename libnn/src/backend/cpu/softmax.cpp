@@ -1,4 +1,5 @@
 // CPU softmax family: softmax / log_softmax over one dim, and their backward.
+#include <Eigen/Core>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -19,6 +20,39 @@ Lanes lanes(const Shape& s, int64_t dim) {
   for (size_t i = dim + 1; i < s.size(); ++i) l.inner *= s[i];
   return l;
 }
+template <typename T>
+using ArrMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using CArrMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// One contiguous row of D > 0 values; sums in double, as the strided path's.
+template <typename T>
+void forward_row(const T* x, int64_t D, bool log, T* y) {
+  const CArrMap<T> row(x, D);
+  ArrMap<T> out(y, D);
+  T m = row.maxCoeff();  // a NaN anywhere makes every output NaN, whichever maximum it leaves
+  if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid inf - inf
+  out = (row - m).exp();
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t d = 0; d < D; ++d) sum += double(y[d]);
+  if (log) out = row - T(m + std::log(sum));
+  else out *= T(1.0 / sum);
+}
+
+template <typename T>
+void backward_row(const T* g, const T* y, int64_t D, bool log, T* dx) {
+  double acc = 0;
+  if (log) {  // y = log p: dx = g - p * sum(g)
+#pragma omp simd reduction(+ : acc)
+    for (int64_t d = 0; d < D; ++d) acc += double(g[d]);
+    ArrMap<T>(dx, D) = CArrMap<T>(g, D) - CArrMap<T>(y, D).exp() * T(acc);
+  } else {  // y = p: dx = p * (g - sum(g * p))
+#pragma omp simd reduction(+ : acc)
+    for (int64_t d = 0; d < D; ++d) acc += double(g[d]) * double(y[d]);
+    ArrMap<T>(dx, D) = CArrMap<T>(y, D) * (CArrMap<T>(g, D) - T(acc));
+  }
+}
 }  // namespace
 
 void CpuBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) {
@@ -29,6 +63,10 @@ void CpuBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor&
     parallel_for(0, l.outer * l.inner, std::max<int64_t>(1, kGrain / (l.D + 1)),
                  [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
+        if (l.inner == 1 && l.D > 0) {  // a contiguous row: Eigen's vectorised max and exp
+          forward_row(px + r * l.D, l.D, log, po + r * l.D);
+          continue;
+        }
         const int64_t base = (r / l.inner) * l.D * l.inner + r % l.inner, s = l.inner;
         T m = -INFINITY;
         for (int64_t d = 0; d < l.D; ++d) m = std::max(m, px[base + d * s]);
@@ -57,6 +95,10 @@ void CpuBackend::softmax_backward(const Tensor& grad, const Tensor& y, int64_t d
     parallel_for(0, l.outer * l.inner, std::max<int64_t>(1, kGrain / (l.D + 1)),
                  [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
+        if (l.inner == 1) {
+          backward_row(pg + r * l.D, py + r * l.D, l.D, log, px + r * l.D);
+          continue;
+        }
         const int64_t base = (r / l.inner) * l.D * l.inner + r % l.inner, s = l.inner;
         double acc = 0;
         if (log) {
