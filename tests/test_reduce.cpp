@@ -77,6 +77,23 @@ TEST_CASE("argmax", "[reduce]") {
   REQUIRE(argmax(x, 1).dtype() == kI64);
 }
 
+TEST_CASE("argmax on long rows: the first maximum, or the first NaN", "[reduce]") {
+  const int64_t n = 1000;
+  std::vector<double> v = rnd({5, n}, 3, false).to_vector<double>();
+  v[0 * n + 700] = v[0 * n + 300] = 9;      // a tie: the first wins
+  v[1 * n + 999] = 9;                       // the last element
+  v[2 * n + 10] = NAN, v[2 * n + 5] = 9, v[2 * n + 500] = NAN;  // the first NaN wins
+  for (int64_t i = 0; i < n; ++i) v[3 * n + i] = -INFINITY;     // all -inf: the first
+  v[4 * n + 0] = 9;                         // the first element
+  const std::vector<double> want{300, 999, 10, 0, 0};
+  for (DType t : {kF32, kF64}) {
+    INFO("dtype " << t);
+    require_values(argmax(tensor(v, {5, n}, t), 1), want);
+  }
+  // integers keep the scalar path
+  require_values(argmax(tensor({3, 7, 7, 1}, kF64).to(kI64).reshape({1, 4}), 1), {1});
+}
+
 TEST_CASE("gradcheck: reductions", "[reduce][gradcheck]") {
   Tensor x = rnd({2, 3, 4}, 2);
   require_gradcheck([](const std::vector<Tensor>& in) { return sum(in[0], {1}); }, {x});

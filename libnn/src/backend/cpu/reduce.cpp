@@ -1,4 +1,6 @@
 // CPU reduce family: sum/mean/max/min over chosen dims, argmax.
+#include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -204,6 +206,16 @@ void CpuBackend::argmax(const Tensor& x, int64_t dim, Tensor& out) {
     parallel_for(0, outer, std::max<int64_t>(1, kGrain / n), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
         const T* row = px + o * n;
+        if constexpr (std::is_floating_point_v<T>) {
+          // The first maximum, or the first NaN if there is one (better_max's rule), found
+          // with a vectorised maximum and then a search for its first occurrence.
+          const T m = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(row, n)
+                          .template maxCoeff<Eigen::PropagateNaN>();
+          const T* at = std::isnan(m) ? std::find_if(row, row + n, [](T v) { return std::isnan(v); })
+                                      : std::find(row, row + n, m);
+          po[o] = at - row;
+          continue;
+        }
         int64_t best = 0;
         for (int64_t i = 1; i < n; ++i) if (better_max(row[i], row[best])) best = i;
         po[o] = best;
