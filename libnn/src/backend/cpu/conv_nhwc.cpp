@@ -65,6 +65,7 @@ const int64_t* tap_offsets(const ConvGeom& g) {
 // pixel tap t of p reads, zero in the padding.
 template <typename T>
 void im2col(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr, T* col) {
+  if (g.Cg == 0) return;  // nothing to copy (and x may be null: memcpy must not see it)
   for (int64_t i = 0; i < g.P * g.taps(); ++i, col += g.Cg) {
     if (off[i] < 0) std::fill(col, col + g.Cg, T(0));
     else std::memcpy(col, x + off[i] + gr * g.Cg, sizeof(T) * size_t(g.Cg));
@@ -74,6 +75,7 @@ void im2col(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr, T* co
 // Group gr of image x += col folded back (the adjoint of im2col).
 template <typename T>
 void col2im(const ConvGeom& g, const int64_t* off, const T* col, int64_t gr, T* x) {
+  if (g.Cg == 0) return;
   for (int64_t i = 0; i < g.P * g.taps(); ++i, col += g.Cg) {
     if (off[i] < 0) continue;
     T* d = x + off[i] + gr * g.Cg;
