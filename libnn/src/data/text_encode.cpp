@@ -3,8 +3,7 @@
 #include <nn/ops.h>
 #include <nn/text.h>
 
-#include <exception>
-#include <mutex>
+#include "core/first_error.h"
 
 namespace nn::text {
 namespace {
@@ -13,18 +12,10 @@ namespace {
 // exception must not leave an OpenMP region).
 template <typename F>
 void parallel_for(int64_t n, const F& fn) {
-  std::exception_ptr error;
-  std::mutex mu;
+  FirstError error;
 #pragma omp parallel for schedule(dynamic, 16)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      fn(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  for (int64_t i = 0; i < n; ++i) error.run([&] { fn(i); });
+  error.rethrow();
 }
 
 template <typename Tokenize>

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/first_error.h"
 
 namespace nn::backend::conv_detail {
 
@@ -44,12 +45,14 @@ template <typename F>
 void for_each_item(int64_t N, F&& f) {
   int nt = omp_get_max_threads();
   if (N >= nt && nt > 1 && !omp_in_parallel()) {
+    FirstError error;  // e.g. std::bad_alloc from a thread's scratch buffer
 #pragma omp parallel num_threads(nt)
     {
       int t = omp_get_thread_num();
 #pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; ++n) f(n, t);
+      for (int64_t n = 0; n < N; ++n) error.run([&] { f(n, t); });
     }
+    error.rethrow();
   } else {
     for (int64_t n = 0; n < N; ++n) f(n, 0);
   }

@@ -14,6 +14,7 @@
 #include "backend/cpu/gemm.h"
 
 #include "backend/cpu/denormals.h"
+#include "core/first_error.h"
 
 #include <omp.h>
 
@@ -381,22 +382,19 @@ void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
   const int tm = best_tm, tn = nt / tm;
   const int64_t rows = ceil_to((M + tm - 1) / tm, MR), cols = ceil_to((N + tn - 1) / tn, NR);
   if (tm * tn == 1) return sgemm_serial<Tile>(M, N, K, alpha, A, B, beta, C, ldc);
-  std::exception_ptr error;  // an exception must not leave an OpenMP region
+  FirstError error;  // an exception must not leave an OpenMP region
 #pragma omp parallel num_threads(tm * tn)
   {
     const int t = omp_get_thread_num();
     const int64_t r0 = (t / tn) * rows, c0 = (t % tn) * cols;
     const int64_t m = std::min(rows, M - r0), n = std::min(cols, N - c0);
-    try {
-      if (m > 0 && n > 0)
+    if (m > 0 && n > 0)
+      error.run([&] {
         sgemm_serial<Tile>(m, n, K, alpha, {A.p + r0 * A.rs, A.rs, A.cs},
-                     {B.p + c0 * B.cs, B.rs, B.cs}, beta, C + r0 * ldc + c0, ldc);
-    } catch (...) {
-#pragma omp critical(libnn_gemm_error)
-      error = std::current_exception();
-    }
+                           {B.p + c0 * B.cs, B.rs, B.cs}, beta, C + r0 * ldc + c0, ldc);
+      });
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 #endif
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <nn/tensor.h>
 
+#include "core/first_error.h"
 #include "core/geometry.h"
 
 namespace nn::cpu {
@@ -17,7 +18,8 @@ namespace nn::cpu {
 inline constexpr int64_t kGrain = 32768;
 
 // Splits [begin, end) into one contiguous chunk per thread. Runs inline when the range is
-// small, when already inside a parallel region, or with one thread.
+// small, when already inside a parallel region, or with one thread. An exception thrown by f
+// on any thread reaches the caller (the first one, after all threads have finished).
 template <typename F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   int64_t n = end - begin;
@@ -28,13 +30,15 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     return;
   }
   int64_t nt = std::min<int64_t>(max_t, (n + grain - 1) / grain);
+  FirstError error;
 #pragma omp parallel num_threads(int(nt))
   {
     int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
     int64_t chunk = (n + T - 1) / T;
     int64_t b = begin + t * chunk, e = std::min(end, b + chunk);
-    if (b < e) f(b, e);
+    if (b < e) error.run([&] { f(b, e); });
   }
+  error.rethrow();
 }
 
 // ---- per-column sums of a row-major (R, C) matrix --------------------------------------------
@@ -55,16 +59,21 @@ inline int64_t row_block_slots(int64_t R, int64_t C) {
 
 // Calls f(slot, r0, r1) for row blocks [r0, r1); slot (< row_block_slots(R, C)) is the
 // caller's result slot, one per thread, in row order. Returns the number of slots used.
+// Exceptions from f reach the caller, as with parallel_for.
 template <typename F>
 int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
   const int64_t block = row_block_rows(C);
   const int64_t blocks = (R + block - 1) / block;
   const int64_t slots = row_block_slots(R, C);
   const int64_t per = (blocks + slots - 1) / slots;
+  FirstError error;
 #pragma omp parallel for num_threads(int(slots)) schedule(static) if (slots > 1)
   for (int64_t t = 0; t < slots; ++t)
-    for (int64_t b = t * per; b < std::min(blocks, (t + 1) * per); ++b)
-      f(t, b * block, std::min(R, (b + 1) * block));
+    error.run([&] {
+      for (int64_t b = t * per; b < std::min(blocks, (t + 1) * per); ++b)
+        f(t, b * block, std::min(R, (b + 1) * block));
+    });
+  error.rethrow();
   return slots;
 }
 
