@@ -5,8 +5,11 @@
 #include <cxxopts.hpp>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -60,13 +63,26 @@ T check_non_negative(const std::string& flag, T value) {
   return value;
 }
 
-// An output file the program writes at its end: a folder that is not there is an error now,
-// not after the work. Returns the path given to --FLAG.
+// An output file the program writes later (at its end, or once an epoch): one it could not
+// write is an error now, not after the work. The folder must exist, and the file is opened
+// for appending, which never truncates it; a file this check created is removed again.
+// Returns the path given to --FLAG.
 inline std::string check_output_file(const cxxopts::ParseResult& a, const char* flag) {
+  namespace fs = std::filesystem;
   const std::string path = a[flag].as<std::string>();
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  NN_CHECK(parent.empty() || std::filesystem::is_directory(parent), "cannot open '", path,
+  const fs::path parent = fs::path(path).parent_path();
+  NN_CHECK(parent.empty() || fs::is_directory(parent), "cannot open '", path,
            "' for writing (--", flag, "): folder '", parent.string(), "' does not exist");
+  NN_CHECK(!fs::is_directory(path), "cannot open '", path, "' for writing (--", flag,
+           "): it is a folder");
+  std::error_code ec;
+  const bool existed = fs::exists(path, ec);
+  errno = 0;
+  const bool ok = std::ofstream(path, std::ios::app).good();
+  const int err = errno;
+  if (ok && !existed) fs::remove(path, ec);
+  NN_CHECK(ok, "cannot open '", path, "' for writing (--", flag, "): ",
+           err ? std::strerror(err) : "unknown error");
   return path;
 }
 

@@ -48,6 +48,17 @@ case $case in
   bad_notify)  # a failing notification never fails the training
     expect 0 "epoch 1/1" -- "$app" "${small[@]}" --data-dir "$data" --notify-cmd 'exit 7' ;;
   unwritable_metrics)
-    expect 1 "cannot open '/nonexistent/m.jsonl'" -- "$app" "${small[@]}" --data-dir "$data" --metrics /nonexistent/m.jsonl ;;
+    expect 1 "cannot open '/nonexistent/m.jsonl'" -- "$app" "${small[@]}" --data-dir "$data" --metrics /nonexistent/m.jsonl
+    # a folder that exists but takes no new files (even for root): refused before training
+    out=$(timeout 300 "$app" "${small[@]}" --data-dir "$data" --metrics /proc/libnn_m.jsonl 2>&1); rc=$?
+    if [[ $rc -ne 1 ]] || ! grep -q "cannot open '/proc/libnn_m.jsonl' for writing (--metrics)" <<<"$out" \
+       || grep -q "epoch 1" <<<"$out"; then
+      echo "expected exit 1 before training, got $rc:"; echo "$out"; exit 1
+    fi
+    # a file that is there: the check leaves its contents alone
+    echo '{"epoch": 0}' > "$work/m.jsonl"
+    expect 0 "" -- "$app" "${small[@]}" --data-dir "$data" --metrics "$work/m.jsonl"
+    [[ $(head -1 "$work/m.jsonl") == '{"epoch": 0}' && $(wc -l < "$work/m.jsonl") -eq 2 ]] \
+      || { echo "metrics file after the run:"; cat "$work/m.jsonl"; exit 1; } ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
