@@ -3,6 +3,15 @@
 #include "common/text_app.h"
 
 namespace {
+// The model's flags, checked (a usage error for a bad one).
+nn::models::TextMLPOptions options(const cxxopts::ParseResult& a, int64_t vocab, int64_t classes) {
+  return nn::models::TextMLPOptions(vocab, classes)
+      .embed_dim(apps::check_positive("embed-dim", a["embed-dim"].as<int64_t>()))
+      .hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()))
+      .layers(apps::check_non_negative("layers", a["layers"].as<int64_t>()))
+      .dropout(apps::check_probability("dropout", a["dropout"].as<double>()));
+}
+
 int run(int argc, char** argv) {
   apps::TextApp app;
   app.name = "mlp_train";
@@ -15,13 +24,9 @@ int run(int argc, char** argv) {
         ("layers", "hidden layers", cxxopts::value<int64_t>()->default_value("1"))
         ("dropout", "dropout after each hidden layer", cxxopts::value<double>()->default_value("0.2"));
   };
+  app.check_options = [](const cxxopts::ParseResult& a) { options(a, 1, 1); };
   app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t) {
-    return std::make_shared<nn::models::TextMLP>(
-        nn::models::TextMLPOptions(vocab, classes)
-            .embed_dim(apps::check_positive("embed-dim", a["embed-dim"].as<int64_t>()))
-            .hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()))
-            .layers(a["layers"].as<int64_t>())
-            .dropout(a["dropout"].as<double>()));
+    return std::make_shared<nn::models::TextMLP>(options(a, vocab, classes));
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {
     return static_cast<nn::models::TextMLP&>(m).forward(ids, keep);

@@ -16,8 +16,13 @@ nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int6
   if (a.count("hidden")) c.hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()));
   if (a.count("heads")) c.heads(apps::check_positive("heads", a["heads"].as<int64_t>()));
   if (a.count("ffn")) c.ffn(apps::check_positive("ffn", a["ffn"].as<int64_t>()));
-  c.dropout(a["dropout"].as<double>());
+  c.dropout(apps::check_probability("dropout", a["dropout"].as<double>()));
+  apps::check_choice("norm", a["norm"].as<std::string>(), {"pre", "post"});
   c.pre_ln(a["norm"].as<std::string>() == "pre");
+  if (c.hidden() % c.heads() != 0)
+    throw apps::UsageError("the hidden size (" + std::to_string(c.hidden()) +
+                           ") must be a multiple of the heads (" + std::to_string(c.heads()) +
+                           "): set --hidden or --heads");
   return c;
 }
 
@@ -44,8 +49,8 @@ int run(int argc, char** argv) {
                        "its --vocab and --preset base --norm post",
          cxxopts::value<std::string>());
   };
+  app.check_options = [](const cxxopts::ParseResult& a) { config(a, 1, 1, 1); };
   app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len) {
-    apps::check_choice("norm", a["norm"].as<std::string>(), {"pre", "post"});
     return std::make_shared<nn::models::BertClassifier>(config(a, vocab, classes, max_len));
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {

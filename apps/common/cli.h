@@ -63,6 +63,20 @@ T check_non_negative(const std::string& flag, T value) {
   return value;
 }
 
+// A number as a user would write it (1e-3, not 0.001000), for flag defaults and messages.
+inline std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A probability flag (dropout): in [0, 1); 1 would zero every activation.
+inline double check_probability(const std::string& flag, double value) {
+  if (!(value >= 0 && value < 1))
+    throw UsageError("--" + flag + " must be in [0, 1), got " + short_number(value));
+  return value;
+}
+
 // An output file the program writes later (at its end, or once an epoch): one it could not
 // write is an error now, not after the work. The folder must exist, and the file is opened
 // for appending, which never truncates it; a file this check created is removed again.

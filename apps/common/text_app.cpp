@@ -16,13 +16,6 @@ namespace apps {
 namespace {
 namespace fs = std::filesystem;
 
-// A flag default as a user would write it (1e-3, not 0.001000).
-std::string short_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 struct TextData {
   nn::text::TextSplit train, test;
   std::unique_ptr<nn::text::Vocab> vocab;        // word vocabulary
@@ -179,6 +172,16 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const std::string predictions_file = a.count("predictions") ? check_output_file(a, "predictions") : "";
   if (a.count("data-dir") == a.count("data"))
     throw UsageError("give either --data-dir DIR or --data synthetic");
+  // Every flag is checked before the data is read (aclImdb takes a while to tokenise).
+  if (a.count("data")) {
+    check_choice("data", a["data"].as<std::string>(), {"synthetic"});
+    check_positive("synthetic-classes", a["synthetic-classes"].as<int64_t>());
+    check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
+  }
+  if (a.count("relabel")) check_positive("relabel", a["relabel"].as<int64_t>());
+  const int64_t vocab_size = check_positive("vocab-size", a["vocab-size"].as<int64_t>());
+  const int64_t min_count = check_positive("min-count", a["min-count"].as<int64_t>());
+  if (app.check_options) app.check_options(a);
   if (Parallel::options(a).world_size > 1 && (shards > 1 || !predictions_file.empty()))
     throw UsageError("--shard and --predictions are for independent jobs, not with --world-size > 1");
   Parallel par(app.name, a);
@@ -191,9 +194,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   std::string root;
   std::string synthetic_dir;
   if (a.count("data")) {
-    check_choice("data", a["data"].as<std::string>(), {"synthetic"});
-    const int64_t classes = check_positive("synthetic-classes", a["synthetic-classes"].as<int64_t>());
-    const int64_t per = check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
+    const int64_t classes = a["synthetic-classes"].as<int64_t>();
+    const int64_t per = a["synthetic-size"].as<int64_t>();
     synthetic_dir = make_temp_dir();
     nn::text::write_synthetic_text(synthetic_dir, classes, per, std::max<int64_t>(per / 4, 1), seed);
     root = synthetic_dir;
@@ -215,7 +217,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     throw Stopped{sig};
   }
   if (a.count("relabel")) {
-    const int64_t n = check_positive("relabel", a["relabel"].as<int64_t>());
+    const int64_t n = a["relabel"].as<int64_t>();
     nn::text::relabel(d.train, n, seed);
     nn::text::relabel(d.test, n, seed + 1);
   }
@@ -230,8 +232,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     vocab_note = "vocabulary " + vp;
   } else {
     d.vocab = std::make_unique<nn::text::Vocab>(nn::text::Vocab::build(
-        nn::text::tokenize_words(d.train.examples), check_positive("vocab-size", a["vocab-size"].as<int64_t>()),
-        check_positive("min-count", a["min-count"].as<int64_t>())));
+        nn::text::tokenize_words(d.train.examples), vocab_size, min_count));
     vocab_note = "word vocabulary built from the training split";
   }
   auto train_set = std::make_shared<nn::text::TextDataset>(encode(d, d.train.examples, max_len, app.cls_sep));

@@ -20,6 +20,8 @@ struct TextApp {
   int64_t max_len = 256;  // default of --max-len
   bool cls_sep = false;  // wrap sequences in [CLS] ... [SEP]
   std::function<void(cxxopts::Options&)> add_options;
+  // Optional: checks the app's own flags (a UsageError for a bad one) before any data is read.
+  std::function<void(const cxxopts::ParseResult&)> check_options;
   // Builds the model for a vocabulary, a class count and a sequence length.
   std::function<std::shared_ptr<nn::Module>(const cxxopts::ParseResult&, int64_t vocab,
                                             int64_t classes, int64_t max_len)>

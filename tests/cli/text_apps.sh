@@ -116,7 +116,15 @@ bad_inputs)
     "$e" 2 "--eval-only needs --load-model" -- "$app" --data synthetic --eval-only
     "$e" 2 "vocab-size" -- "$app" --data synthetic --vocab-size 0
     "$e" 1 "error: .*'$out/missing.txt'" -- "$app" --data synthetic --vocab "$out/missing.txt"
+    # flags are checked before the data is read (a missing folder would be exit 1)
+    "$e" 2 "--dropout must be in \[0, 1\), got 1" -- "$app" --data-dir /nonexistent --dropout 1
+    "$e" 2 "--relabel must be positive" -- "$app" --data-dir /nonexistent --relabel 0
+    "$e" 2 "--min-count must be positive" -- "$app" --data-dir /nonexistent --min-count 0
   done
+  "$e" 2 "--layers must be 0 or more, got -1" -- "$mlp" --data-dir /nonexistent --layers -1
+  "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data-dir /nonexistent --preset huge
+  "$e" 2 "hidden size \(64\) must be a multiple of the heads \(5\)" -- "$tr" --data-dir /nonexistent \
+       --hidden 64 --heads 5
   # a model saved for 2 classes does not load into a 3-class model
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --save-model "$out/m2.st" >/dev/null
   "$e" 1 "error: .*shape" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
