@@ -1,9 +1,9 @@
 // CPU loss family: cross entropy fused with log_softmax, with label smoothing.
-#include <Eigen/Core>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/row_math.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -28,34 +28,23 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
     T* pl = loss.data<T>();
     T* ps = lse.data<T>();
     parallel_for(0, N, std::max<int64_t>(1, kGrain / (C + 1)), [&](int64_t b, int64_t e) {
-      Eigen::Array<T, Eigen::Dynamic, 1> ex(C);  // the row's exponentials
+      Eigen::Array<T, Eigen::Dynamic, 1> ex(C);  // the row's exponentials (aligned: exp_sum)
       for (int64_t i = b; i < e; ++i) {
         const int64_t t = index_at(target, i);
-        // Eigen's vectorised max and exp, the sums in double (an expression casting to double
-        // would run Eigen's scalar path). A NaN logit makes the loss NaN whichever maximum it
-        // leaves.
         if (C == 0) {  // no classes: only ignored targets get here (check_targets)
           ps[i] = T(-INFINITY);
           pl[i] = T(0);
           continue;
         }
-        const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> row(px + i * C, C);
-        const T m = row.maxCoeff();
-        ex = (row - m).exp();
-        double rowsum = 0, s = 0;
-        const T* x = row.data();
-        const T* ep = ex.data();
-#pragma omp simd reduction(+ : rowsum, s)
-        for (int64_t c = 0; c < C; ++c) {
-          rowsum += double(x[c]);
-          s += double(ep[c]);
-        }
-        const double l = double(m) + std::log(s);
+        // A NaN logit makes the loss NaN whichever maximum it leaves.
+        const T* row = px + i * C;
+        const T m = ConstRowMap<T>(row, C).maxCoeff();
+        const double l = double(m) + std::log(exp_sum(row, C, m, ex.data()));
         ps[i] = T(l);
         if (t == ignore_index) { pl[i] = T(0); continue; }
         // (1-eps) * (lse - x_t) + eps/C * sum_c (lse - x_c); the smoothing term only when there
         // is smoothing: 0 * (-inf) from a masked logit (-inf) is NaN
-        const double smooth = smoothing != 0 ? smoothing / double(C) * rowsum : 0.0;
+        const double smooth = smoothing != 0 ? smoothing / double(C) * row_sum(row, C) : 0.0;
         pl[i] = T(l - (1.0 - smoothing) * double(row[t]) - smooth);
       }
     });
@@ -81,9 +70,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& l
           for (int64_t c = 0; c < C; ++c) d[c] = T(0);
           continue;
         }
-        const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> row(px + i * C, C);
         const T g = pg[i], l = ps[i];
-        Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(d, C) = g * ((row - l).exp() - off);
+        RowMap<T>(d, C) = g * ((ConstRowMap<T>(px + i * C, C) - l).exp() - off);
         d[t] -= g * T(1.0 - smoothing);
       }
     });

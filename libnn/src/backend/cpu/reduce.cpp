@@ -97,7 +97,7 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
   if constexpr (std::is_floating_point_v<T>) {
     // The column sums of an (A, K) matrix with rows enough to share out (fewer rows: the
     // columns are split over threads below)
-    if (sum_like && B == 1 && A >= 4 * nt && A > 1) {
+    if (sum_like && B == 1 && A >= 4 * nt) {
       std::vector<double> part(size_t(row_block_slots(A, K) * K), 0.0);
       const int64_t slots = for_row_blocks(A, K, [&](int64_t t, int64_t r0, int64_t r1) {
         add_row_sums(r0, r1, K, [&](int64_t r, int64_t k) { return double(x[r * K + k]); },

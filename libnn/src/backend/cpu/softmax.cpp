@@ -1,9 +1,9 @@
 // CPU softmax family: softmax / log_softmax over one dim, and their backward.
-#include <Eigen/Core>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/row_math.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -20,37 +20,25 @@ Lanes lanes(const Shape& s, int64_t dim) {
   for (size_t i = dim + 1; i < s.size(); ++i) l.inner *= s[i];
   return l;
 }
-template <typename T>
-using ArrMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <typename T>
-using CArrMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
 // One contiguous row of D > 0 values; sums in double, as the strided path's.
 template <typename T>
 void forward_row(const T* x, int64_t D, bool log, T* y) {
-  const CArrMap<T> row(x, D);
-  ArrMap<T> out(y, D);
-  T m = row.maxCoeff();  // a NaN anywhere makes every output NaN, whichever maximum it leaves
-  if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid inf - inf
-  out = (row - m).exp();
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t d = 0; d < D; ++d) sum += double(y[d]);
-  if (log) out = row - T(m + std::log(sum));
-  else out *= T(1.0 / sum);
+  T m = ConstRowMap<T>(x, D).maxCoeff();  // a NaN anywhere makes every output NaN
+  if (std::isinf(m) && m < 0) m = 0;      // all -inf: avoid inf - inf
+  const double sum = exp_sum(x, D, m, y);
+  if (log) RowMap<T>(y, D) = ConstRowMap<T>(x, D) - T(m + std::log(sum));
+  else RowMap<T>(y, D) *= T(1.0 / sum);
 }
 
 template <typename T>
 void backward_row(const T* g, const T* y, int64_t D, bool log, T* dx) {
-  double acc = 0;
   if (log) {  // y = log p: dx = g - p * sum(g)
-#pragma omp simd reduction(+ : acc)
-    for (int64_t d = 0; d < D; ++d) acc += double(g[d]);
-    ArrMap<T>(dx, D) = CArrMap<T>(g, D) - CArrMap<T>(y, D).exp() * T(acc);
+    RowMap<T>(dx, D) = ConstRowMap<T>(g, D) - ConstRowMap<T>(y, D).exp() * T(row_sum(g, D));
   } else {  // y = p: dx = p * (g - sum(g * p))
+    double acc = 0;
 #pragma omp simd reduction(+ : acc)
     for (int64_t d = 0; d < D; ++d) acc += double(g[d]) * double(y[d]);
-    ArrMap<T>(dx, D) = CArrMap<T>(y, D) * (CArrMap<T>(g, D) - T(acc));
+    RowMap<T>(dx, D) = ConstRowMap<T>(y, D) * (ConstRowMap<T>(g, D) - T(acc));
   }
 }
 }  // namespace

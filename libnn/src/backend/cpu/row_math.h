@@ -1,0 +1,42 @@
+// Vectorised work on one contiguous row, shared by the softmax and cross-entropy families
+// (internal). Eigen does the exponentials; sums are kept in double in plain loops, since an
+// Eigen expression that casts to double runs Eigen's scalar path.
+#pragma once
+#include <Eigen/Core>
+
+#include <cstdint>
+
+namespace nn::cpu {
+
+template <typename T>
+using RowMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstRowMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// The sum of x[0, D) in double, in an order fixed by D alone (eight partial sums by index),
+// whatever the row's address: a resumed run must repeat an uninterrupted one bit for bit.
+template <typename T>
+double row_sum(const T* x, int64_t D) {
+  constexpr int64_t L = 8;
+  double part[L] = {};
+  int64_t d = 0;
+  for (; d + L <= D; d += L)
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) part[j] += double(x[d + j]);
+  double s = 0;
+  for (int64_t j = 0; j < L; ++j) s += part[j];
+  for (; d < D; ++d) s += double(x[d]);
+  return s;
+}
+
+// e[d] = exp(x[d] - m) for d in [0, D), and their sum in double. Eigen computes the elements
+// before e's first aligned packet with the scalar exp, which rounds differently, so e must sit
+// at an address that is the same from run to run modulo 64 bytes: a tensor's row or an
+// Eigen::Array, not a std::vector (whose data is only 16-byte aligned).
+template <typename T>
+double exp_sum(const T* x, int64_t D, T m, T* e) {
+  RowMap<T>(e, D) = (ConstRowMap<T>(x, D) - m).exp();
+  return row_sum(e, D);
+}
+
+}  // namespace nn::cpu
