@@ -79,6 +79,7 @@ int run(int argc, char** argv) {
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   const bool nhwc = apps::channels_last(layout, device, precision);
+  apps::check_resnet_recipe(a, epochs);
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
   apps::Parallel par("cifar_train", a);

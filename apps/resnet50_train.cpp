@@ -69,6 +69,7 @@ int run(int argc, char** argv) {
   if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
+  apps::check_resnet_recipe(a, epochs);
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
   const std::string layout = a["layout"].as<std::string>();

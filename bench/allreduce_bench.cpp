@@ -7,10 +7,16 @@
 
 #include <cxxopts.hpp>
 
+#include "common/cli.h"
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
-int main(int argc, char** argv) {
+namespace {
+
+int body(int argc, char** argv) {
   cxxopts::Options opts("allreduce_bench", "All-reduce throughput of the data-parallel process group.");
   opts.add_options()
       ("sizes", "f32 elements per call, comma-separated",
@@ -20,63 +26,61 @@ int main(int argc, char** argv) {
       ("device", "where the tensor lives: cpu or cuda[:N]", cxxopts::value<std::string>()->default_value("cpu"))
       ("json", "append one JSON object per size to FILE (rank 0)", cxxopts::value<std::string>())
       ("h,help", "show this help");
-  try {
-    auto a = opts.parse(argc, argv);
-    if (a.count("help")) {
-      std::printf("%s\n", opts.help().c_str());
-      return 0;
-    }
-    const int iters = a["iters"].as<int>(), warmup = a["warmup"].as<int>();
-    NN_CHECK(iters > 0 && warmup >= 0, "--iters must be positive and --warmup 0 or more");
-    std::vector<int64_t> sizes;
-    std::stringstream ss(a["sizes"].as<std::string>());
-    for (std::string item; std::getline(ss, item, ',');) {
-      int64_t v = 0;
-      try {
-        v = std::stoll(item);
-      } catch (const std::exception&) {
-      }
-      NN_CHECK(v > 0, "--sizes: '", item, "' is not a positive number");
-      sizes.push_back(v);
-    }
-    const nn::Device device(a["device"].as<std::string>());
-    nn::check_device(device);
-    nn::dist::ProcessGroup pg(nn::dist::options_from_env());
-    if (pg.rank() == 0)
-      std::printf("allreduce_bench: %d ranks, f32 on %s, %d timed calls per size\n%12s %12s %12s %12s\n",
-                  pg.size(), device.str().c_str(), iters, "bytes", "us/call", "algbw GB/s", "busbw GB/s");
-    for (int64_t n : sizes) {
-      nn::Tensor t = nn::full({n}, 1.0, device);
-      for (int i = 0; i < warmup; ++i) pg.all_reduce({t});
-      pg.barrier();
-      nn::train::Stopwatch clock;
-      for (int i = 0; i < iters; ++i) pg.all_reduce({t});
-      std::vector<double> sec{clock.seconds() / iters};
-      pg.all_reduce(sec, nn::dist::ReduceOp::max);  // the slowest rank's time
-      // Then one checked call: ones summed over the ranks.
-      t = nn::full({n}, 1.0, device);
-      pg.all_reduce({t});
-      NN_CHECK(nn::amax(nn::abs(nn::add(t, -double(pg.size())))).item() == 0, "wrong all-reduce result");
-      const double bytes = double(n) * 4, algbw = bytes / sec[0] / 1e9;
-      const double busbw = algbw * 2.0 * (pg.size() - 1) / pg.size();
-      if (pg.rank() != 0) continue;
-      std::printf("%12.0f %12.1f %12.3f %12.3f\n", bytes, sec[0] * 1e6, algbw, busbw);
-      if (a.count("json"))
-        nn::train::append_line(a["json"].as<std::string>(),
-                               nn::train::JsonLine()
-                                   .add("impl", std::string("libnn"))
-                                   .add("ranks", int64_t(pg.size()))
-                                   .add("device", device.str())
-                                   .add("device_name", nn::device_name(device))
-                                   .add("bytes", int64_t(bytes))
-                                   .add("seconds_per_call", sec[0])
-                                   .add("algbw_GBps", algbw)
-                                   .add("busbw_GBps", busbw)
-                                   .str());
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "allreduce_bench: error: %s\n", e.what());
-    return 1;
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
+  const int iters = apps::check_positive("iters", a["iters"].as<int>());
+  const int warmup = apps::check_non_negative("warmup", a["warmup"].as<int>());
+  std::vector<int64_t> sizes;
+  std::stringstream ss(a["sizes"].as<std::string>());
+  for (std::string item; std::getline(ss, item, ',');) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v <= 0)
+      throw apps::UsageError("--sizes: '" + item + "' is not a positive whole number");
+    sizes.push_back(v);
   }
+  if (sizes.empty()) throw apps::UsageError("--sizes names no size");
+  if (a.count("json")) apps::check_output_file(a, "json");
+  const nn::Device device = apps::parse_device(a["device"].as<std::string>());
+  nn::check_device(device);
+  nn::dist::ProcessGroup pg(nn::dist::options_from_env());
+  if (pg.rank() == 0)
+    std::printf("allreduce_bench: %d ranks, f32 on %s, %d timed calls per size\n%12s %12s %12s %12s\n",
+                pg.size(), device.str().c_str(), iters, "bytes", "us/call", "algbw GB/s", "busbw GB/s");
+  for (int64_t n : sizes) {
+    nn::Tensor t = nn::full({n}, 1.0, device);
+    for (int i = 0; i < warmup; ++i) pg.all_reduce({t});
+    pg.barrier();
+    nn::train::Stopwatch clock;
+    for (int i = 0; i < iters; ++i) pg.all_reduce({t});
+    std::vector<double> sec{clock.seconds() / iters};
+    pg.all_reduce(sec, nn::dist::ReduceOp::max);  // the slowest rank's time
+    // Then one checked call: ones summed over the ranks.
+    t = nn::full({n}, 1.0, device);
+    pg.all_reduce({t});
+    NN_CHECK(nn::amax(nn::abs(nn::add(t, -double(pg.size())))).item() == 0, "wrong all-reduce result");
+    const double bytes = double(n) * 4, algbw = bytes / sec[0] / 1e9;
+    const double busbw = algbw * 2.0 * (pg.size() - 1) / pg.size();
+    if (pg.rank() != 0) continue;
+    std::printf("%12.0f %12.1f %12.3f %12.3f\n", bytes, sec[0] * 1e6, algbw, busbw);
+    if (a.count("json"))
+      nn::train::append_line(a["json"].as<std::string>(),
+                             nn::train::JsonLine()
+                                 .add("impl", std::string("libnn"))
+                                 .add("ranks", int64_t(pg.size()))
+                                 .add("device", device.str())
+                                 .add("device_name", nn::device_name(device))
+                                 .add("bytes", int64_t(bytes))
+                                 .add("seconds_per_call", sec[0])
+                                 .add("algbw_GBps", algbw)
+                                 .add("busbw_GBps", busbw)
+                                 .str());
+  }
+  return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return apps::guarded_main("allreduce_bench", argc, argv, body); }

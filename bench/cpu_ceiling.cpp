@@ -7,6 +7,8 @@
 
 #include <cxxopts.hpp>
 
+#include "common/cli.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +42,7 @@ std::vector<Mnk> parse_shapes(const std::string& text) {
     char tail = 0;
     if (std::sscanf(item.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3 || m <= 0 ||
         n <= 0 || k <= 0)
-      throw nn::Error("--shapes: expected MxNxK with positive sizes, got '" + item + "'");
+      throw apps::UsageError("--shapes: expected MxNxK with positive sizes, got '" + item + "'");
     out.push_back({m, n, k});
     start = end + 1;
   }
@@ -56,13 +58,11 @@ int body(int argc, char** argv) {
   opts.add_options()("n", "matrix size", cxxopts::value<int64_t>()->default_value("1536"))(
       "shapes", "also time these products, MxNxK[,MxNxK...] (A (M, K) times B (K, N))",
       cxxopts::value<std::string>())("h,help", "show this help");
-  auto a = opts.parse(argc, argv);
-  if (a.count("help")) {
-    std::printf("%s\n", opts.help().c_str());
-    return 0;
-  }
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
   const int64_t n = a["n"].as<int64_t>();
-  NN_CHECK(n > 0, "-n: expected a positive size, got ", n);
+  if (n <= 0) throw apps::UsageError("-n must be positive, got " + std::to_string(n));
   const std::vector<Mnk> shapes =
       a.count("shapes") ? parse_shapes(a["shapes"].as<std::string>()) : std::vector<Mnk>{};
   if (const char* k = std::getenv("LIBNN_CPU_GEMM")) std::printf("LIBNN_CPU_GEMM=%s\n", k);
@@ -102,11 +102,4 @@ int body(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  try {
-    return body(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cpu_ceiling: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return apps::guarded_main("cpu_ceiling", argc, argv, body); }

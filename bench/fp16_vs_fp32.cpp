@@ -6,6 +6,8 @@
 
 #include <cxxopts.hpp>
 
+#include "common/cli.h"
+
 #include <cmath>
 #include <ctime>
 #include <cstdio>
@@ -118,23 +120,32 @@ int body(int argc, char** argv) {
       ("machine", "machine kind for bench/report's price table", cxxopts::value<std::string>())
       ("loss-curve", "write step,precision,loss lines to FILE (CSV)", cxxopts::value<std::string>())
       ("h,help", "show this help");
-  auto a = opts.parse(argc, argv);
-  if (a.count("help")) {
-    std::printf("%s\n", opts.help().c_str());
-    return 0;
-  }
-  if (!a.unmatched().empty()) throw nn::Error("unexpected argument '" + a.unmatched()[0] + "'");
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
   const std::string model = a["model"].as<std::string>();
-  if (model != "resnet50" && model != "resnet20" && model != "mnist_cnn")
-    throw nn::Error("--model must be resnet50, resnet20 or mnist_cnn");
-  const nn::Device dev(a["device"].as<std::string>());
-  nn::check_device(dev);
-  const int64_t batch = a["batch-size"].as<int64_t>(), batches = a["num-batches"].as<int64_t>();
-  const int64_t warmup = a["num-warmup-batches"].as<int64_t>();
-  const int64_t pool = a["synthetic-batches"].as<int64_t>();
+  apps::check_choice("model", model, {"resnet50", "resnet20", "mnist_cnn"});
+  const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
+  const int64_t batches = apps::check_positive("num-batches", a["num-batches"].as<int64_t>());
+  const int64_t warmup = apps::check_non_negative("num-warmup-batches", a["num-warmup-batches"].as<int64_t>());
+  const int64_t pool = apps::check_positive("synthetic-batches", a["synthetic-batches"].as<int64_t>());
+  const int64_t image_size = apps::check_positive("image-size", a["image-size"].as<int64_t>());
   const std::string layout_arg = a["layout"].as<std::string>();
-  NN_CHECK(layout_arg == "auto" || layout_arg == "nhwc" || layout_arg == "nchw",
-           "--layout must be auto, nhwc or nchw, got '", layout_arg, "'");
+  apps::check_choice("layout", layout_arg, {"auto", "nhwc", "nchw"});
+  std::vector<std::string> precisions;
+  {
+    std::stringstream ss(a["precisions"].as<std::string>());
+    for (std::string p; std::getline(ss, p, ',');) {
+      apps::check_choice("precisions", p, {"fp32", "fp16", "bf16"});
+      precisions.push_back(p);
+    }
+    if (precisions.empty()) throw apps::UsageError("--precisions names no precision");
+  }
+  // Files written after the runs: refused now, not after minutes of training.
+  const std::string json_file = a.count("json") ? apps::check_output_file(a, "json") : "";
+  const std::string curve_file = a.count("loss-curve") ? apps::check_output_file(a, "loss-curve") : "";
+  const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
+  nn::check_device(dev);
   // auto: per precision, the format the device computes it in natively (channels-last on
   // CUDA; on the CPU for fp32, whose 16-bit math is row-major)
   auto nhwc_for = [&](const std::string& p) {
@@ -142,22 +153,12 @@ int body(int argc, char** argv) {
     const nn::DType compute = p == "fp32" ? nn::kF32 : p == "bf16" ? nn::kBF16 : nn::kF16;
     return nn::preferred_memory_format(dev, compute) == nn::MemoryFormat::channels_last;
   };
-  NN_CHECK(batch > 0 && batches > 0 && warmup >= 0 && pool > 0,
-           "--batch-size, --num-batches and --synthetic-batches must be positive");
-  std::vector<std::string> precisions;
-  {
-    std::stringstream ss(a["precisions"].as<std::string>());
-    for (std::string p; std::getline(ss, p, ',');) {
-      NN_CHECK(p == "fp32" || p == "fp16" || p == "bf16", "--precisions: unknown '", p, "'");
-      precisions.push_back(p);
-    }
-  }
   std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s\n", model.c_str(),
               (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str());
   std::vector<Result> results;
   for (auto& p : precisions) {
     const bool nhwc = nhwc_for(p);
-    results.push_back(run(model, p, dev, batch, a["image-size"].as<int64_t>(), warmup, batches,
+    results.push_back(run(model, p, dev, batch, image_size, warmup, batches,
                           pool, a["seed"].as<uint64_t>(), nhwc));
     auto& r = results.back();
     r.layout = nhwc ? "nhwc" : "nchw";
@@ -169,21 +170,29 @@ int body(int argc, char** argv) {
     if (r.precision != "fp32" && results[0].precision == "fp32")
       std::printf("  %s speedup over fp32: %.2fx\n", r.precision.c_str(),
                   r.images_per_second / results[0].images_per_second);
-  if (a.count("loss-curve")) {
-    std::ofstream f(a["loss-curve"].as<std::string>());
-    NN_CHECK(f.good(), "cannot write ", a["loss-curve"].as<std::string>());
+  if (!curve_file.empty()) {
+    std::ofstream f(curve_file);
+    NN_CHECK(f.good(), "cannot write ", curve_file);
     f << "step,precision,loss\n";
     for (auto& r : results)
       for (size_t i = 0; i < r.losses.size(); ++i) f << i << "," << r.precision << "," << r.losses[i] << "\n";
   }
-  if (a.count("json")) {
+  if (!json_file.empty()) {
     std::ostringstream os;
     std::string machine = a.count("machine") ? a["machine"].as<std::string>()
                                              : (dev.is_cpu() ? "cpu-" + std::to_string(nn::num_threads()) + "core" : "gpu");
-    os << "{\"schema\": \"libnn-bench-1\", \"date\": \"" << today() << "\", \"machine\": \"" << machine
-       << "\", \"host\": \"" << nn::device_name(dev) << "\", \"command\": \"";
-    for (int i = 0; i < argc; ++i) os << (i ? " " : "") << argv[i];
-    os << "\", \"records\": [";
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    // The header through JsonLine, which escapes the strings; the records follow it.
+    std::string head = nn::train::JsonLine()
+                           .add("schema", std::string("libnn-bench-1"))
+                           .add("date", today())
+                           .add("machine", machine)
+                           .add("host", nn::device_name(dev))
+                           .add("command", command)
+                           .str();
+    head.pop_back();  // the closing brace
+    os << head << ", \"records\": [";
     for (size_t i = 0; i < results.size(); ++i) {
       auto& r = results[i];
       os << (i ? ", " : "") << nn::train::JsonLine()
@@ -202,8 +211,8 @@ int body(int argc, char** argv) {
                                    .str();
     }
     os << "]}\n";
-    std::ofstream f(a["json"].as<std::string>());
-    NN_CHECK(f.good(), "cannot write ", a["json"].as<std::string>());
+    std::ofstream f(json_file);
+    NN_CHECK(f.good(), "cannot write ", json_file);
     f << os.str();
   }
   return 0;
@@ -211,11 +220,4 @@ int body(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return body(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp16_vs_fp32: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return apps::guarded_main("fp16_vs_fp32", argc, argv, body); }

@@ -8,8 +8,12 @@
 
 #include <cxxopts.hpp>
 
+#include "common/cli.h"
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 
@@ -179,43 +183,62 @@ int body(int argc, char** argv) {
       ("threads", "CPU threads", cxxopts::value<int>())
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("h,help", "show this help");
-  auto a = opts.parse(argc, argv);
-  if (a.count("help")) {
-    std::printf("%s\n", opts.help().c_str());
-    return 0;
-  }
-  if (!a.unmatched().empty()) throw nn::Error("unexpected argument '" + a.unmatched()[0] + "'");
-  if (a.count("threads")) nn::set_num_threads(a["threads"].as<int>());
-  const nn::Device dev(a["device"].as<std::string>());
-  nn::check_device(dev);
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
+  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
   const std::string preset = a["preset"].as<std::string>();
-  const int64_t warmup = a["num-warmup-batches"].as<int64_t>(), steps = a["num-batches"].as<int64_t>();
-  NN_CHECK(steps > 0 && warmup >= 0, "--num-batches must be positive and --num-warmup-batches >= 0");
-  const auto precisions = split(a["precisions"].as<std::string>());
-  const auto phases = split(a["phases"].as<std::string>());
-  for (auto& p : precisions)
-    NN_CHECK(p == "fp32" || p == "fp16" || p == "bf16", "--precisions: unknown precision '", p, "'");
-  for (auto& p : phases) NN_CHECK(p == "train" || p == "infer", "--phases: unknown phase '", p, "'");
+  apps::check_choice("preset", preset, {"tiny", "mini", "base"});
+  const int64_t steps = apps::check_positive("num-batches", a["num-batches"].as<int64_t>());
+  const int64_t warmup = apps::check_non_negative("num-warmup-batches", a["num-warmup-batches"].as<int64_t>());
+  // A comma-separated list flag: every item one of `allowed`, at least one item.
+  auto choices = [&](const char* flag, std::initializer_list<const char*> allowed) {
+    auto items = split(a[flag].as<std::string>());
+    for (auto& item : items) apps::check_choice(flag, item, allowed);
+    if (items.empty()) throw apps::UsageError(std::string("--") + flag + " names nothing");
+    return items;
+  };
+  const auto models = choices("models", {"mlp", "bert"});
+  const auto precisions = choices("precisions", {"fp32", "fp16", "bf16"});
+  const auto phases = choices("phases", {"train", "infer"});
+  std::vector<int64_t> class_counts;
+  for (auto& item : split(a["classes"].as<std::string>())) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || v <= 0)
+      throw apps::UsageError("--classes must list positive whole numbers, got '" + item + "'");
+    class_counts.push_back(v);
+  }
+  if (class_counts.empty()) throw apps::UsageError("--classes names nothing");
+  for (const char* f : {"mlp-batch", "bert-batch"}) apps::check_positive(f, a[f].as<int64_t>());
+  for (const char* f : {"mlp-seq-len", "bert-seq-len"})
+    if (a[f].as<int64_t>() < 2)
+      throw apps::UsageError(std::string("--") + f + " must be at least 2, got " + std::to_string(a[f].as<int64_t>()));
+  // The BERT vocabulary begins with its special tokens ([PAD], [UNK], [CLS], [SEP], [MASK]).
+  if (const int64_t v = a["vocab-size"].as<int64_t>(); v <= 5)
+    throw apps::UsageError("--vocab-size must be more than 5, got " + std::to_string(v));
+  const int64_t gemm_n = apps::check_non_negative("gemm", a["gemm"].as<int64_t>());
+  const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
+  nn::check_device(dev);
   const std::string device = dev.is_cpu() ? "cpu" : "cuda", device_name = nn::device_name(dev);
   const bool profile = a.count("profile") > 0;
 
-  if (const int64_t n = a["gemm"].as<int64_t>(); n > 0)
+  if (gemm_n > 0)
     for (auto& p : precisions) {
-      const double tf = gemm_tflops(p, dev, n);
-      std::fprintf(stderr, "matmul %lld^3 %s: %.1f GFLOP/s\n", (long long)n, p.c_str(), tf * 1e3);
+      const double tf = gemm_tflops(p, dev, gemm_n);
+      std::fprintf(stderr, "matmul %lld^3 %s: %.1f GFLOP/s\n", (long long)gemm_n, p.c_str(), tf * 1e3);
       std::printf("%s\n", nn::train::JsonLine().add("impl", std::string("libnn")).add("kind", std::string("gemm"))
-                              .add("device", device).add("device_name", device_name).add("precision", p).add("n", n).add("tflops", tf).str().c_str());
+                              .add("device", device).add("device_name", device_name).add("precision", p).add("n", gemm_n).add("tflops", tf).str().c_str());
     }
   std::fprintf(stderr, "%-5s %7s %-5s %-6s %6s %4s %12s %10s %9s\n", "model", "classes", "prec", "phase",
                "batch", "T", "samples/s", "tokens/s", "peak MiB");
-  for (auto& model : split(a["models"].as<std::string>())) {
-    NN_CHECK(model == "mlp" || model == "bert", "--models: unknown model '", model, "'");
-    for (auto& cs : split(a["classes"].as<std::string>())) {
-      Shape s{model, std::stoll(cs),
+  for (auto& model : models) {
+    for (const int64_t classes : class_counts) {
+      Shape s{model, classes,
               a[model == "mlp" ? "mlp-batch" : "bert-batch"].as<int64_t>(),
               a[model == "mlp" ? "mlp-seq-len" : "bert-seq-len"].as<int64_t>(),
               a["vocab-size"].as<int64_t>(), preset};
-      NN_CHECK(s.classes > 0 && s.batch > 0 && s.seq_len > 1 && s.vocab > 5, "sizes must be positive");
       for (auto& p : precisions)
         for (auto& phase : phases) {
           const uint64_t seed = a["seed"].as<uint64_t>();
@@ -256,11 +279,4 @@ int body(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return body(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "text_bench: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return apps::guarded_main("text_bench", argc, argv, body); }

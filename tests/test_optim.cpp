@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <limits>
+
 using namespace nn;
 using test::require_values;
 
@@ -42,6 +44,36 @@ TEST_CASE("SGD matches hand-computed updates", "[optim]") {
   }
   REQUIRE(test::error_of([] { optim::SGD({ones({1}).requires_grad_()}, optim::SGDOptions(-1)); })
               .find("learning rate") != std::string::npos);
+}
+
+TEST_CASE("optimizers refuse settings that would corrupt the weights", "[optim]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto sgd = [](optim::SGDOptions o) {
+    return test::error_of([&] { optim::SGD({ones({1}).requires_grad_()}, o); });
+  };
+  auto adamw = [](optim::AdamWOptions o) {
+    return test::error_of([&] { optim::AdamW({ones({1}).requires_grad_()}, o); });
+  };
+  auto has = [](const std::string& error, const char* what) {
+    INFO(error);
+    return error.find(what) != std::string::npos;
+  };
+  CHECK(has(sgd(optim::SGDOptions(0.1).weight_decay(-1e-4)), "weight decay must be finite and >= 0"));
+  CHECK(has(sgd(optim::SGDOptions(0.1).weight_decay(nan)), "weight decay"));
+  CHECK(has(sgd(optim::SGDOptions(0.1).momentum(inf)), "momentum must be finite"));
+  CHECK(has(sgd(optim::SGDOptions(0.1).momentum(nan)), "momentum"));
+  CHECK(has(sgd(optim::SGDOptions(0.1).momentum(0.9).dampening(2)), "dampening must be in [0, 1]"));
+  CHECK(has(adamw(optim::AdamWOptions(1e-3).weight_decay(-0.01)), "weight decay"));
+  CHECK(has(adamw(optim::AdamWOptions(1e-3).eps(inf)), "eps must be finite"));
+  CHECK(has(adamw(optim::AdamWOptions(1e-3).beta1(1)), "betas must be in [0, 1)"));
+  // A group's own decay is checked too.
+  CHECK(has(test::error_of([] {
+              optim::SGD({optim::ParamGroup{{ones({1}).requires_grad_()}, -1.0}}, optim::SGDOptions(0.1));
+            }),
+            "weight decay"));
+  // The edges that are valid stay valid.
+  CHECK(sgd(optim::SGDOptions(0).momentum(0.9).dampening(1).weight_decay(0)).empty());
+  CHECK(adamw(optim::AdamWOptions(0).eps(0).weight_decay(0)).empty());
 }
 
 TEST_CASE("AdamW matches hand-computed updates", "[optim]") {

@@ -4,6 +4,7 @@
 
 #include <cxxopts.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cerrno>
 #include <cstdlib>
@@ -75,6 +76,32 @@ inline double check_probability(const std::string& flag, double value) {
   if (!(value >= 0 && value < 1))
     throw UsageError("--" + flag + " must be in [0, 1), got " + short_number(value));
   return value;
+}
+
+// A finite number of at least 0: a learning rate, momentum, weight decay or clipping norm.
+// Checked with the other flags, so a typo fails before the data is read.
+inline double check_finite_non_negative(const std::string& flag, double value) {
+  if (!(value >= 0 && std::isfinite(value)))
+    throw UsageError("--" + flag + " must be a finite number >= 0, got " + short_number(value));
+  return value;
+}
+
+// A share in [0, 1]: label smoothing, the warm-up fraction of a run.
+inline double check_fraction(const std::string& flag, double value) {
+  if (!(value >= 0 && value <= 1))
+    throw UsageError("--" + flag + " must be in [0, 1], got " + short_number(value));
+  return value;
+}
+
+// The flags of the ResNet apps' recipe (SGD with momentum, label smoothing, warm-up then
+// cosine decay over `epochs`).
+inline void check_resnet_recipe(const cxxopts::ParseResult& a, int64_t epochs) {
+  if (a.count("lr")) check_finite_non_negative("lr", a["lr"].as<double>());
+  check_finite_non_negative("momentum", a["momentum"].as<double>());
+  check_finite_non_negative("weight-decay", a["weight-decay"].as<double>());
+  check_fraction("label-smoothing", a["label-smoothing"].as<double>());
+  if (check_finite_non_negative("warmup-epochs", a["warmup-epochs"].as<double>()) > double(epochs))
+    throw UsageError("--warmup-epochs must not exceed --epochs (" + std::to_string(epochs) + ")");
 }
 
 // An output file the program writes later (at its end, or once an epoch): one it could not

@@ -8,6 +8,8 @@
 
 #include <cxxopts.hpp>
 
+#include "common/cli.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -63,9 +65,8 @@ void bench_attention(const nn::Device& d, nn::DType t, int iters) {
   }
   ::unsetenv("LIBNN_CUDA_ATTENTION");
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+int body(int argc, char** argv) {
   cxxopts::Options opts("kernels_bench", "GB/s of libnn's memory-bound kernels");
   opts.add_options()("device", "cpu or cuda[:N]", cxxopts::value<std::string>()->default_value("cuda"))(
       "n", "elements per tensor (default 64M on CUDA, 4M on CPU)", cxxopts::value<int64_t>())(
@@ -73,68 +74,69 @@ int main(int argc, char** argv) {
       "dtype", "f32, f16 or bf16", cxxopts::value<std::string>()->default_value("f32"))(
       "attention", "time the fused attention (TFLOP/s) instead of the memory-bound kernels")(
       "h,help", "show this help");
-  try {
-    auto a = opts.parse(argc, argv);
-    if (a.count("help")) {
-      std::printf("%s\n", opts.help().c_str());
-      return 0;
-    }
-    const nn::Device d(a["device"].as<std::string>());
-    nn::check_device(d);
-    const nn::DType t = nn::dtype_from_name(a["dtype"].as<std::string>());
-    const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
-    const int iters = a["iters"].as<int>();
-    if (a.count("attention")) {
-      bench_attention(d, t, iters);
-      return 0;
-    }
-    const double es = double(nn::element_size(t));
-    nn::NoGradGuard ng;
-    nn::Tensor x = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);
-    nn::Tensor y = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);
-    nn::Tensor out = nn::empty_like(x);
-    const int64_t rows = n / 1024;
-    nn::Tensor x2 = x.view({rows, 1024});
-    nn::Tensor ln_w = nn::ones({1024}, nn::TensorOptions(t).device(d));
-    nn::Tensor ln_b = nn::zeros({1024}, nn::TensorOptions(t).device(d));
-    struct Op {
-      const char* name;
-      double bytes;  // moved per call
-      std::function<void()> f;
-    };
-    std::vector<Op> ops = {
-        {"copy", 2 * es * n, [&] { out.copy_(x); }},
-        {"add", 3 * es * n, [&] { out = nn::add(x, y); }},
-        {"mul_scalar", 2 * es * n, [&] { out = nn::mul(x, 2.0); }},
-        {"relu", 2 * es * n, [&] { out = nn::relu(x); }},
-        {"gelu", 2 * es * n, [&] { out = nn::gelu(x); }},
-        {"sum_all", es * n, [&] { out = nn::sum(x); }},
-        {"sum_rows", es * n, [&] { out = nn::sum(x2, {1}); }},
-        {"sum_columns", es * n, [&] { out = nn::sum(x2, {0}); }},
-        {"softmax_rows", 2 * es * n, [&] { out = nn::softmax(x2, 1); }},
-        {"layer_norm_rows", 2 * es * n, [&] { out = nn::layer_norm(x2, {1024}, ln_w, ln_b); }},
-    };
-    std::unique_ptr<nn::optim::AdamW> opt;  // outlives the loop that times it
-    if (t == nn::kF32) {
-      nn::Tensor p = x.clone().requires_grad_();
-      p.set_grad(y.clone());
-      opt = std::make_unique<nn::optim::AdamW>(std::vector<nn::Tensor>{p}, nn::optim::AdamWOptions(1e-3));
-      // reads p, g, m, v and writes p, m, v
-      ops.push_back({"adamw_step", 7 * es * n, [&] { opt->step(); }});
-    }
-    const std::string dev = d.str(), name = nn::device_name(d);
-    for (auto& op : ops) {
-      double s = time_per_call(d, iters, op.f);
-      std::printf("{\"impl\": \"libnn\", \"device\": \"%s\", \"device_name\": \"%s\", "
-                  "\"dtype\": \"%s\", \"op\": \"%s\", \"n\": %lld, \"us\": %.2f, "
-                  "\"gb_per_s\": %.1f}\n",
-                  dev.c_str(), name.c_str(), nn::dtype_name(t), op.name, (long long)n, s * 1e6,
-                  op.bytes / s / 1e9);
-      std::fflush(stdout);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kernels_bench: error: %s\n", e.what());
-    return 1;
+  auto args = apps::parse(opts, argc, argv);
+  if (!args) return 0;
+  const auto& a = *args;
+  const std::string dtype = a["dtype"].as<std::string>();
+  apps::check_choice("dtype", dtype, {"f32", "f16", "bf16"});
+  const int iters = apps::check_positive("iters", a["iters"].as<int>());
+  // The row ops view the tensor as rows of 1024.
+  if (a.count("n") && (a["n"].as<int64_t>() <= 0 || a["n"].as<int64_t>() % 1024 != 0))
+    throw apps::UsageError("-n must be a positive multiple of 1024, got " + std::to_string(a["n"].as<int64_t>()));
+  const nn::Device d = apps::parse_device(a["device"].as<std::string>());
+  nn::check_device(d);
+  const nn::DType t = nn::dtype_from_name(dtype);
+  const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
+  if (a.count("attention")) {
+    bench_attention(d, t, iters);
+    return 0;
+  }
+  const double es = double(nn::element_size(t));
+  nn::NoGradGuard ng;
+  nn::Tensor x = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);
+  nn::Tensor y = nn::randn({n}, nn::TensorOptions(nn::kF32).device(d)).to(t);
+  nn::Tensor out = nn::empty_like(x);
+  const int64_t rows = n / 1024;
+  nn::Tensor x2 = x.view({rows, 1024});
+  nn::Tensor ln_w = nn::ones({1024}, nn::TensorOptions(t).device(d));
+  nn::Tensor ln_b = nn::zeros({1024}, nn::TensorOptions(t).device(d));
+  struct Op {
+    const char* name;
+    double bytes;  // moved per call
+    std::function<void()> f;
+  };
+  std::vector<Op> ops = {
+      {"copy", 2 * es * n, [&] { out.copy_(x); }},
+      {"add", 3 * es * n, [&] { out = nn::add(x, y); }},
+      {"mul_scalar", 2 * es * n, [&] { out = nn::mul(x, 2.0); }},
+      {"relu", 2 * es * n, [&] { out = nn::relu(x); }},
+      {"gelu", 2 * es * n, [&] { out = nn::gelu(x); }},
+      {"sum_all", es * n, [&] { out = nn::sum(x); }},
+      {"sum_rows", es * n, [&] { out = nn::sum(x2, {1}); }},
+      {"sum_columns", es * n, [&] { out = nn::sum(x2, {0}); }},
+      {"softmax_rows", 2 * es * n, [&] { out = nn::softmax(x2, 1); }},
+      {"layer_norm_rows", 2 * es * n, [&] { out = nn::layer_norm(x2, {1024}, ln_w, ln_b); }},
+  };
+  std::unique_ptr<nn::optim::AdamW> opt;  // outlives the loop that times it
+  if (t == nn::kF32) {
+    nn::Tensor p = x.clone().requires_grad_();
+    p.set_grad(y.clone());
+    opt = std::make_unique<nn::optim::AdamW>(std::vector<nn::Tensor>{p}, nn::optim::AdamWOptions(1e-3));
+    // reads p, g, m, v and writes p, m, v
+    ops.push_back({"adamw_step", 7 * es * n, [&] { opt->step(); }});
+  }
+  const std::string dev = d.str(), name = nn::device_name(d);
+  for (auto& op : ops) {
+    double s = time_per_call(d, iters, op.f);
+    std::printf("{\"impl\": \"libnn\", \"device\": \"%s\", \"device_name\": \"%s\", "
+                "\"dtype\": \"%s\", \"op\": \"%s\", \"n\": %lld, \"us\": %.2f, "
+                "\"gb_per_s\": %.1f}\n",
+                dev.c_str(), name.c_str(), nn::dtype_name(t), op.name, (long long)n, s * 1e6,
+                op.bytes / s / 1e9);
+    std::fflush(stdout);
   }
   return 0;
 }
+}  // namespace
+
+int main(int argc, char** argv) { return apps::guarded_main("kernels_bench", argc, argv, body); }

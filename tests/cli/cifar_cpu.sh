@@ -79,6 +79,10 @@ head -c 5000 "$out/c100/train.bin" > "$out/c100/train.bin.part" && mv "$out/c100
 "$e" 2 "--data must be one of cifar, synthetic" -- "$app" --data imagenet
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --precision fp8
 "$e" 2 "--synthetic-samples must be" -- "$app" --data synthetic --synthetic-samples 0
+# optimizer flags are checked before the data is read (a missing folder would be exit 1)
+"$e" 2 "--weight-decay must be a finite number >= 0, got -1" -- "$app" --data-dir data/nowhere --weight-decay -1
+"$e" 2 "--label-smoothing must be in \[0, 1\], got 1.5" -- "$app" --data-dir data/nowhere --label-smoothing 1.5
+"$e" 2 "--warmup-epochs must not exceed --epochs \(2\)" -- "$app" --data-dir data/nowhere --epochs 2 --warmup-epochs 3
 mkdir -p "$out/both" && cp -r "$out/c10/cifar-10-batches-bin" "$out/both/" && mkdir "$out/both/cifar-100-binary"
 cp "$out/c100/test.bin" "$out/both/cifar-100-binary/train.bin"
 "$e" 1 "holds both CIFAR-10 and CIFAR-100: name one" -- "$app" --data-dir "$out/both"

@@ -52,3 +52,5 @@ mkdir -p "$out/noclass/train"
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" "${small[@]}" --precision fp8
 "$e" 2 "batch-size" -- "$app" "${small[@]}" --batch-size 0
 "$e" 2 "--layout must be one of auto, nhwc, nchw" -- "$app" "${small[@]}" --layout nwhc
+"$e" 2 "--lr must be a finite number >= 0, got -0.1" -- "$app" --device cpu --data /nonexistent --lr -0.1
+"$e" 2 "--momentum must be a finite number >= 0" -- "$app" --device cpu --data /nonexistent --momentum -0.9

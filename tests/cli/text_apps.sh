@@ -120,6 +120,10 @@ bad_inputs)
     "$e" 2 "--dropout must be in \[0, 1\), got 1" -- "$app" --data-dir /nonexistent --dropout 1
     "$e" 2 "--relabel must be positive" -- "$app" --data-dir /nonexistent --relabel 0
     "$e" 2 "--min-count must be positive" -- "$app" --data-dir /nonexistent --min-count 0
+    "$e" 2 "--lr must be a finite number >= 0, got -0.001" -- "$app" --data-dir /nonexistent --lr -1e-3
+    "$e" 2 "--weight-decay must be a finite number >= 0" -- "$app" --data-dir /nonexistent --weight-decay -1
+    "$e" 2 "--warmup must be in \[0, 1\], got 2" -- "$app" --data-dir /nonexistent --warmup 2
+    "$e" 2 "--clip must be a finite number >= 0" -- "$app" --data-dir /nonexistent --clip -1
   done
   "$e" 2 "--layers must be 0 or more, got -1" -- "$mlp" --data-dir /nonexistent --layers -1
   "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data-dir /nonexistent --preset huge

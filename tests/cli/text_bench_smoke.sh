@@ -22,4 +22,4 @@ devices = {r["device"] for r in rows}
 assert len(devices) == 1, devices
 print(f"ok: {len(model)} measurements on {devices.pop()}")
 PY
-"$(dirname "$0")/expect.sh" 1 "unknown precision 'fp8'" -- "$bench" --precisions fp8
+"$(dirname "$0")/expect.sh" 2 "--precisions must be one of fp32, fp16, bf16, got 'fp8'" -- "$bench" --precisions fp8

@@ -12,6 +12,11 @@
 namespace nn::optim {
 
 namespace {
+// As PyTorch: a negative decay would grow the weights, a NaN would poison them.
+void check_weight_decay(double wd) {
+  NN_CHECK(wd >= 0 && std::isfinite(wd), "optimizer: weight decay must be finite and >= 0, got ", wd);
+}
+
 std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
   return {ParamGroup{std::move(params), std::nullopt}};
 }
@@ -48,12 +53,14 @@ Tensor restore(const NamedTensors& s, const std::string& name, const Tensor& par
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
   NN_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
-  for (auto& g : groups_)
+  for (auto& g : groups_) {
+    if (g.weight_decay) check_weight_decay(*g.weight_decay);
     for (auto& p : g.params) {
       NN_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
                "optimizer: every parameter must be a leaf tensor that requires grad");
       NN_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous");
     }
+  }
 }
 
 void Optimizer::zero_grad() {
@@ -65,7 +72,11 @@ void Optimizer::zero_grad() {
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& o) : SGD(one_group(std::move(params)), o) {}
 SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
     : Optimizer(std::move(groups), o.lr()), options(o) {
-  NN_CHECK(o.momentum() >= 0, "SGD: momentum must be >= 0, got ", o.momentum());
+  NN_CHECK(o.momentum() >= 0 && std::isfinite(o.momentum()), "SGD: momentum must be finite and >= 0, got ",
+           o.momentum());
+  NN_CHECK(o.dampening() >= 0 && o.dampening() <= 1, "SGD: dampening must be in [0, 1], got ",
+           o.dampening());
+  check_weight_decay(o.weight_decay());
   NN_CHECK(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening 0");
   for (auto& g : groups_) momentum_.emplace_back(g.params.size());
@@ -118,7 +129,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
     : Optimizer(std::move(groups), o.lr()), options(o) {
   NN_CHECK(o.beta1() >= 0 && o.beta1() < 1 && o.beta2() >= 0 && o.beta2() < 1,
            "AdamW: betas must be in [0, 1), got ", o.beta1(), ", ", o.beta2());
-  NN_CHECK(o.eps() >= 0, "AdamW: eps must be >= 0");
+  NN_CHECK(o.eps() >= 0 && std::isfinite(o.eps()), "AdamW: eps must be finite and >= 0, got ", o.eps());
+  check_weight_decay(o.weight_decay());
   for (auto& g : groups_) {
     exp_avg_.emplace_back(g.params.size());
     exp_avg_sq_.emplace_back(g.params.size());

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench_flags.sh BIN_DIR: every benchmark program refuses a bad flag as a usage error: one
+# line naming the flag, exit status 2, before it builds a model or touches a device (the
+# devices named here are the CPU, so nothing needs a GPU).
+set -euo pipefail
+bin=$1
+e="$(dirname "$0")/expect.sh"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+f="$bin/fp16_vs_fp32"
+"$e" 0 "--num-warmup-batches" -- "$f" --help
+"$e" 2 "Option.*bogus.*does not exist.*see --help" -- "$f" --bogus
+"$e" 2 "unexpected argument 'extra'" -- "$f" extra
+"$e" 2 "--model must be one of resnet50, resnet20, mnist_cnn, got 'vgg'" -- "$f" --device cpu --model vgg
+"$e" 2 "--batch-size must be positive, got 0" -- "$f" --device cpu --batch-size 0
+"$e" 2 "--num-warmup-batches must be 0 or more, got -1" -- "$f" --device cpu --num-warmup-batches -1
+"$e" 2 "--image-size must be positive, got 0" -- "$f" --device cpu --image-size 0
+"$e" 2 "--precisions must be one of fp32, fp16, bf16, got 'fp8'" -- "$f" --device cpu --precisions fp32,fp8
+"$e" 2 "--precisions names no precision" -- "$f" --device cpu --precisions ''
+"$e" 2 "--layout must be one of auto, nhwc, nchw, got 'nwhc'" -- "$f" --device cpu --layout nwhc
+"$e" 2 "--device: unknown device 'tpu'" -- "$f" --device tpu
+# result files are checked before the runs (a ResNet-50 step on the CPU takes seconds)
+"$e" 1 "cannot open '/nonexistent/r.json' for writing \(--json\)" -- "$f" --device cpu --json /nonexistent/r.json
+"$e" 1 "cannot open '$out' for writing \(--loss-curve\): it is a folder" -- "$f" --device cpu --loss-curve "$out"
+# the command line lands in the result file as valid JSON, quotes and backslashes included
+"$f" --device cpu --model mnist_cnn --batch-size 2 --num-warmup-batches 0 --num-batches 1 --precisions fp32 \
+    --machine 'a "quoted\ name' --json "$out/r.json" > /dev/null
+python3 - "$out/r.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["machine"] == 'a "quoted\\ name' and '"quoted\\ name' in d["command"], d
+assert len(d["records"]) == 1 and d["records"][0]["precision"] == "fp32", d
+print("ok: result file", d["machine"])
+PY
+
+t="$bin/text_bench"
+"$e" 2 "--models must be one of mlp, bert, got 'gpt'" -- "$t" --models mlp,gpt
+"$e" 2 "--classes must list positive whole numbers, got '0'" -- "$t" --classes 2,0
+"$e" 2 "--classes must list positive whole numbers, got 'ten'" -- "$t" --classes ten
+"$e" 2 "--classes names nothing" -- "$t" --classes ,
+"$e" 2 "--phases must be one of train, infer, got 'eval'" -- "$t" --phases eval
+"$e" 2 "--preset must be one of tiny, mini, base, got 'huge'" -- "$t" --preset huge
+"$e" 2 "--bert-seq-len must be at least 2, got 1" -- "$t" --bert-seq-len 1
+"$e" 2 "--vocab-size must be more than 5, got 5" -- "$t" --vocab-size 5
+"$e" 2 "--num-batches must be positive, got 0" -- "$t" --num-batches 0
+"$e" 2 "--threads must be positive, got 0" -- "$t" --threads 0
+
+k="$bin/kernels_bench"
+"$e" 2 "-n must be a positive multiple of 1024, got 1000" -- "$k" --device cpu -n 1000
+"$e" 2 "--iters must be positive, got 0" -- "$k" --device cpu --iters 0
+"$e" 2 "--dtype must be one of f32, f16, bf16, got 'f64'" -- "$k" --device cpu --dtype f64
+
+c="$bin/cpu_ceiling"
+"$e" 2 "-n must be positive, got 0" -- "$c" -n 0
+
+r="$bin/allreduce_bench"
+"$e" 2 "--sizes: '1k' is not a positive whole number" -- "$r" --sizes 1024,1k
+"$e" 2 "--iters must be positive, got 0" -- "$r" --iters 0
+"$e" 1 "cannot open '/nonexistent/a.jsonl' for writing \(--json\)" -- "$r" --json /nonexistent/a.jsonl
+echo "bench flags ok"
