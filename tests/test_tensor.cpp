@@ -265,3 +265,85 @@ TEST_CASE("LIBNN_NO_MEMORY_CACHING=1: exact sizes from the system, given back wh
   if (before) setenv("LIBNN_NO_MEMORY_CACHING", saved.c_str(), 1);
   else unsetenv("LIBNN_NO_MEMORY_CACHING");
 }
+
+// The memory the CPU allocator may still take, read from fake /proc and cgroup files.
+#include "backend/cpu/system_memory.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+TEST_CASE("memory_room: the machine's and the cgroup's limits, whichever is less",
+          "[tensor][memory]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("libnn_room_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto write = [&](const std::string& path, const std::string& text) {
+    fs::create_directories((root / path).parent_path());
+    std::ofstream(root / path) << text;
+  };
+  REQUIRE_FALSE(cpu::memory_room(root.string()).has_value());  // nothing readable
+  write("proc/meminfo", "MemTotal:  4096 kB\nMemFree:  10 kB\nMemAvailable:  1000 kB\nSwapFree:  24 kB\n");
+  auto room = cpu::memory_room(root.string());
+  REQUIRE(room);
+  CHECK(room->bytes == 1024 * 1024);
+  CHECK(room->where == "on the machine");
+
+  SECTION("cgroup v2 with a limit: limit - (usage - inactive file pages)") {
+    write("proc/self/cgroup", "0::/job\n");
+    write("sys/fs/cgroup/job/memory.max", "600000\n");
+    write("sys/fs/cgroup/job/memory.current", "500000\n");
+    write("sys/fs/cgroup/job/memory.stat", "anon 400000\nfile 100000\ninactive_file 100000\n");
+    room = cpu::memory_room(root.string());
+    CHECK(room->bytes == 200000);
+    CHECK(room->where == "under the memory cgroup's limit");
+    write("sys/fs/cgroup/job/memory.current", "700000\n");  // over the limit: no room
+    CHECK(cpu::memory_room(root.string())->bytes == 0);
+    write("sys/fs/cgroup/job/memory.max", "max\n");  // no limit: the machine's
+    CHECK(cpu::memory_room(root.string())->bytes == 1024 * 1024);
+  }
+  SECTION("cgroup v1, its path not mounted (a container): the mount's root files") {
+    write("proc/self/cgroup", "5:cpuacct,cpu:/x\n4:memory:/elsewhere/job\n0::/\n");
+    write("sys/fs/cgroup/memory/memory.limit_in_bytes", "800000\n");
+    write("sys/fs/cgroup/memory/memory.usage_in_bytes", "300000\n");
+    write("sys/fs/cgroup/memory/memory.stat", "cache 5\ntotal_inactive_file 50000\n");
+    room = cpu::memory_room(root.string());
+    CHECK(room->bytes == 550000);
+    CHECK(room->where == "under the memory cgroup's limit");
+    write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "none"
+    CHECK(cpu::memory_room(root.string())->where == "on the machine");
+  }
+  fs::remove_all(root);
+}
+
+TEST_CASE("the CPU refuses a block the machine cannot hold, with an out-of-memory error",
+          "[tensor][memory]") {
+  auto room = cpu::memory_room();
+  if (!room) {
+    WARN("no /proc/meminfo (not Linux): test skipped");
+    return;
+  }
+  REQUIRE(room->bytes > 0);
+  const size_t before = memory_stats().allocated;
+  // Twice what is left: Linux's overcommit could hand this out, and the process would be
+  // killed when the pages are touched.
+  const int64_t n = int64_t(room->bytes / 2);  // f32 elements: 2 x room bytes
+  const std::string e = test::error_of([&] { empty({n}); });
+  INFO(e);
+  CHECK(e.find("out of memory on cpu: tried to allocate") != std::string::npos);
+  CHECK((e.find("MiB left on the machine") != std::string::npos ||
+         e.find("MiB left under the memory cgroup's limit") != std::string::npos));
+  CHECK(memory_stats().allocated == before);
+  Tensor fine = ones({1 << 24});  // 64 MiB, checked and given
+  CHECK(sum(fine).item() == double(1 << 24));
+}
+
+TEST_CASE("the out-of-memory error ends with what the device has left", "[tensor][memory]") {
+  CachingAllocator a(
+      "test:0", [](size_t) -> void* { return nullptr; }, [](void*) {},
+      [] { return std::string("3 MiB left on the machine"); });
+  CHECK(test::error_of([&] { a.allocate(1 << 20); })
+            .find("tried to allocate 1 MiB (1048576 bytes); 0 MiB already in use by tensors (peak 0 MiB); "
+                  "3 MiB left on the machine") != std::string::npos);
+}

@@ -7,9 +7,10 @@
 namespace nn {
 
 CachingAllocator::CachingAllocator(std::string device_name, std::function<void*(size_t)> raw_alloc,
-                                   std::function<void(void*)> raw_free)
+                                   std::function<void(void*)> raw_free,
+                                   std::function<std::string()> describe_free)
     : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)),
-      raw_free_(std::move(raw_free)) {
+      raw_free_(std::move(raw_free)), describe_free_(std::move(describe_free)) {
   const char* e = std::getenv("LIBNN_NO_MEMORY_CACHING");
   caching_ = !(e && std::strcmp(e, "1") == 0);
 }
@@ -42,9 +43,10 @@ void* CachingAllocator::allocate(size_t nbytes) {
       p = raw_alloc_(size);
     }
     if (!p) {
+      const std::string free_note = describe_free_ ? describe_free_() : "";
       NN_ERROR("out of memory on ", device_name_, ": tried to allocate ", mib(size), " (",
                size, " bytes); ", mib(stats_.allocated), " already in use by tensors (peak ",
-               mib(stats_.peak_allocated), ")");
+               mib(stats_.peak_allocated), ")", free_note.empty() ? "" : "; ", free_note);
     }
     stats_.reserved += size;
     stats_.num_system_allocs++;

@@ -16,9 +16,11 @@ namespace nn {
 
 class CachingAllocator {
  public:
-  // raw_alloc returns nullptr when the system is out of memory.
+  // raw_alloc returns nullptr when the system is out of memory. describe_free, when given,
+  // says how much the device has left; the out-of-memory error ends with it.
   CachingAllocator(std::string device_name, std::function<void*(size_t)> raw_alloc,
-                   std::function<void(void*)> raw_free);
+                   std::function<void(void*)> raw_free,
+                   std::function<std::string()> describe_free = {});
   ~CachingAllocator();
 
   void* allocate(size_t nbytes);               // nbytes > 0
@@ -35,6 +37,7 @@ class CachingAllocator {
   std::string device_name_;
   std::function<void*(size_t)> raw_alloc_;
   std::function<void(void*)> raw_free_;
+  std::function<std::string()> describe_free_;
   bool caching_ = true;  // off with LIBNN_NO_MEMORY_CACHING=1
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/system_memory.h"
 #include "core/allocator.h"
 
 namespace nn::cpu {
@@ -25,11 +26,29 @@ int num_threads() { return omp_get_max_threads(); }
 
 namespace nn::backend {
 
+namespace {
+// Blocks from this size up are checked against the memory the process can still take: a
+// request that cannot fit is refused (the allocator then reports it), where the system would
+// hand it out and kill the process once its pages are touched. Smaller blocks skip the check
+// (it reads a few /proc and cgroup files).
+constexpr size_t kCheckedBlock = size_t(32) << 20;
+
+void* cpu_alloc(size_t n) {
+  if (n >= kCheckedBlock)
+    if (auto room = cpu::memory_room(); room && n > room->bytes) return nullptr;
+  return std::aligned_alloc(64, (n + 63) / 64 * 64);
+}
+
+std::string cpu_room() {
+  auto room = cpu::memory_room();
+  if (!room) return "";
+  return detail::cat(double(room->bytes) / (1 << 20), " MiB left ", room->where);
+}
+}  // namespace
+
 CpuBackend::CpuBackend()
-    : alloc_(std::make_unique<CachingAllocator>(
-          "cpu",
-          [](size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); },
-          [](void* p) { std::free(p); })) {}
+    : alloc_(std::make_unique<CachingAllocator>("cpu", cpu_alloc, [](void* p) { std::free(p); },
+                                                cpu_room)) {}
 
 CpuBackend::~CpuBackend() = default;
 

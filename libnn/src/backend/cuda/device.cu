@@ -58,6 +58,16 @@ CudaBackend::CudaBackend(int index) : index_(index) {
       [dev](void* p) {
         cudaSetDevice(dev);
         cudaFree(p);
+      },
+      [dev]() -> std::string {
+        size_t free = 0, total = 0;
+        cudaSetDevice(dev);
+        if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+          cudaGetLastError();
+          return "";
+        }
+        return detail::cat(double(free) / (1 << 20), " MiB free of ", double(total) / (1 << 20),
+                           " MiB on the device (other processes included)");
       });
 }
 
