@@ -303,6 +303,16 @@ TEST_CASE("memory_room: the machine's and the cgroup's limits, whichever is less
     write("sys/fs/cgroup/job/memory.max", "max\n");  // no limit: the machine's
     CHECK(cpu::memory_room(root.string())->bytes == 1024 * 1024);
   }
+  SECTION("cgroup v2: a limit on an ancestor holds for the group") {
+    write("proc/self/cgroup", "0::/user.slice/job\n");
+    write("sys/fs/cgroup/user.slice/job/memory.max", "max\n");
+    write("sys/fs/cgroup/user.slice/job/memory.current", "1000\n");
+    write("sys/fs/cgroup/user.slice/memory.max", "300000\n");
+    write("sys/fs/cgroup/user.slice/memory.current", "100000\n");
+    room = cpu::memory_room(root.string());
+    CHECK(room->bytes == 200000);
+    CHECK(room->where == "under the memory cgroup's limit");
+  }
   SECTION("cgroup v1, its path not mounted (a container): the mount's root files") {
     write("proc/self/cgroup", "5:cpuacct,cpu:/x\n4:memory:/elsewhere/job\n0::/\n");
     write("sys/fs/cgroup/memory/memory.limit_in_bytes", "800000\n");
@@ -313,6 +323,10 @@ TEST_CASE("memory_room: the machine's and the cgroup's limits, whichever is less
     CHECK(room->where == "under the memory cgroup's limit");
     write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "none"
     CHECK(cpu::memory_room(root.string())->where == "on the machine");
+    // a parent's limit, as v1 reports it
+    write("sys/fs/cgroup/memory/memory.stat",
+          "cache 5\nhierarchical_memory_limit 400000\ntotal_inactive_file 50000\n");
+    CHECK(cpu::memory_room(root.string())->bytes == 150000);
   }
   fs::remove_all(root);
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace nn::cpu {
 namespace {
@@ -65,28 +66,34 @@ std::optional<MemoryRoom> memory_room(const std::string& root_in) {
 
   // The process's cgroups: "0::/path" (v2) and "N:...memory...:/path" (v1). Inside a container
   // the path may not exist under /sys/fs/cgroup (its own namespace's root is mounted there):
-  // then the root's files are the group's.
+  // then the mount's root files are the group's. Every v2 ancestor may set its own limit; v1
+  // reports the tightest one as hierarchical_memory_limit.
   std::ifstream groups(root + "proc/self/cgroup");
   for (std::string line; std::getline(groups, line);) {
     const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    auto dir_of = [&](const std::string& mount) {
-      const std::string d = root + mount + path;
-      return std::ifstream(d + (mount == "sys/fs/cgroup" ? "/memory.max" : "/memory.limit_in_bytes")).good()
-                 ? d
-                 : root + mount;
+    // The mount's folder, then one per path component: the group's folder and its ancestors.
+    auto folders = [&](const std::string& mount, const char* probe) {
+      std::vector<std::string> chain{root + mount};
+      std::istringstream parts(path);
+      for (std::string part; std::getline(parts, part, '/');)
+        if (!part.empty()) chain.push_back(chain.back() + "/" + part);
+      if (!std::ifstream(chain.back() + "/" + probe).good()) chain.resize(1);
+      return chain;
     };
+    const char* why = "under the memory cgroup's limit";
     if (line.compare(0, 3, "0::") == 0) {
-      const std::string d = dir_of("sys/fs/cgroup");
-      consider(cgroup_room(read_bytes(d + "/memory.max"), read_bytes(d + "/memory.current"),
-                           read_field(d + "/memory.stat", "inactive_file")),
-               "under the memory cgroup's limit");
+      for (const std::string& d : folders("sys/fs/cgroup", "memory.max"))
+        consider(cgroup_room(read_bytes(d + "/memory.max"), read_bytes(d + "/memory.current"),
+                             read_field(d + "/memory.stat", "inactive_file")),
+                 why);
     } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-      const std::string d = dir_of("sys/fs/cgroup/memory");
-      consider(cgroup_room(read_bytes(d + "/memory.limit_in_bytes"), read_bytes(d + "/memory.usage_in_bytes"),
-                           read_field(d + "/memory.stat", "total_inactive_file")),
-               "under the memory cgroup's limit");
+      const std::string d = folders("sys/fs/cgroup/memory", "memory.limit_in_bytes").back();
+      const auto usage = read_bytes(d + "/memory.usage_in_bytes");
+      const auto inactive = read_field(d + "/memory.stat", "total_inactive_file");
+      consider(cgroup_room(read_bytes(d + "/memory.limit_in_bytes"), usage, inactive), why);
+      consider(cgroup_room(read_field(d + "/memory.stat", "hierarchical_memory_limit"), usage, inactive), why);
     }
   }
   return room;
