@@ -42,10 +42,10 @@ int body(int argc, char** argv) {
     sizes.push_back(v);
   }
   if (sizes.empty()) throw apps::UsageError("--sizes names no size");
-  if (a.count("json")) apps::check_output_file(a, "json");
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   nn::dist::ProcessGroup pg(nn::dist::options_from_env());
+  if (a.count("json") && pg.rank() == 0) apps::check_output_file(a, "json");  // rank 0 writes it
   if (pg.rank() == 0)
     std::printf("allreduce_bench: %d ranks, f32 on %s, %d timed calls per size\n%12s %12s %12s %12s\n",
                 pg.size(), device.str().c_str(), iters, "bytes", "us/call", "algbw GB/s", "busbw GB/s");

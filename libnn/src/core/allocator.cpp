@@ -1,6 +1,8 @@
 #include "core/allocator.h"
 
 #include <bit>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,7 +27,13 @@ size_t CachingAllocator::round_size(size_t n) {
   return (n + step - 1) / step * step;
 }
 
-static std::string mib(size_t b) { return detail::cat(double(b) / (1 << 20), " MiB"); }
+std::string format_mib(size_t bytes) {
+  const double m = double(bytes) / (1 << 20);
+  char buf[48];
+  // whole numbers as they are, then one decimal below 1 GiB, none above
+  std::snprintf(buf, sizeof buf, m == double(int64_t(m)) || m >= 1024 ? "%.0f MiB" : "%.1f MiB", m);
+  return buf;
+}
 
 void* CachingAllocator::allocate(size_t nbytes) {
   size_t size = caching_ ? round_size(nbytes) : nbytes;
@@ -44,9 +52,9 @@ void* CachingAllocator::allocate(size_t nbytes) {
     }
     if (!p) {
       const std::string free_note = describe_free_ ? describe_free_() : "";
-      NN_ERROR("out of memory on ", device_name_, ": tried to allocate ", mib(size), " (",
-               size, " bytes); ", mib(stats_.allocated), " already in use by tensors (peak ",
-               mib(stats_.peak_allocated), ")", free_note.empty() ? "" : "; ", free_note);
+      NN_ERROR("out of memory on ", device_name_, ": tried to allocate ", format_mib(size), " (",
+               size, " bytes); ", format_mib(stats_.allocated), " already in use by tensors (peak ",
+               format_mib(stats_.peak_allocated), ")", free_note.empty() ? "" : "; ", free_note);
     }
     stats_.reserved += size;
     stats_.num_system_allocs++;

@@ -14,6 +14,9 @@
 
 namespace nn {
 
+// "6 MiB", "0.5 MiB", "20902 MiB": sizes in the allocator's messages.
+std::string format_mib(size_t bytes);
+
 class CachingAllocator {
  public:
   // raw_alloc returns nullptr when the system is out of memory. describe_free, when given,

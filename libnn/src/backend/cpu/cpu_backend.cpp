@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/system_memory.h"
@@ -30,19 +33,36 @@ namespace {
 // Blocks from this size up are checked against the memory the process can still take: a
 // request that cannot fit is refused (the allocator then reports it), where the system would
 // hand it out and kill the process once its pages are touched. Smaller blocks skip the check
-// (it reads a few /proc and cgroup files).
+// (it reads a few /proc and cgroup files). LIBNN_CPU_MEMORY_CHECK=0 turns it off, for a
+// system whose free memory the check misjudges.
 constexpr size_t kCheckedBlock = size_t(32) << 20;
 
+bool memory_check_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("LIBNN_CPU_MEMORY_CHECK");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+bool fits(size_t n) {
+  auto room = cpu::memory_room();
+  return !room || n <= room->bytes;
+}
+
 void* cpu_alloc(size_t n) {
-  if (n >= kCheckedBlock)
-    if (auto room = cpu::memory_room(); room && n > room->bytes) return nullptr;
+  if (n >= kCheckedBlock && memory_check_on() && !fits(n)) {
+#ifdef __GLIBC__
+    malloc_trim(0);  // freed blocks still held by malloc are room too, once given back
+#endif
+    if (!fits(n)) return nullptr;
+  }
   return std::aligned_alloc(64, (n + 63) / 64 * 64);
 }
 
 std::string cpu_room() {
   auto room = cpu::memory_room();
-  if (!room) return "";
-  return detail::cat(double(room->bytes) / (1 << 20), " MiB left ", room->where);
+  return room ? format_mib(room->bytes) + " left " + room->where : "";
 }
 }  // namespace
 

@@ -44,13 +44,15 @@ std::optional<uint64_t> read_field(const std::string& path, const std::string& k
   return std::nullopt;
 }
 
-// A cgroup's room: its limit less its usage, its inactive file pages counted as free. Limits
-// at or above 2^60 mean none (cgroup v1 writes "no limit" as a page-rounded INT64_MAX).
+// A cgroup's room: its limit less its usage, its file pages (page cache, which the kernel
+// reclaims before it kills) counted as free, plus the machine's free swap (a group at its
+// limit swaps first, unless its swap is limited too; that limit is not read). Limits at or
+// above 2^60 mean none (cgroup v1 writes "no limit" as a page-rounded INT64_MAX).
 std::optional<uint64_t> cgroup_room(std::optional<uint64_t> limit, std::optional<uint64_t> usage,
-                                    std::optional<uint64_t> inactive_file) {
+                                    uint64_t file_pages, uint64_t swap_free) {
   if (!limit || !usage || *limit >= (uint64_t(1) << 60)) return std::nullopt;
-  const uint64_t used = *usage - std::min(*usage, inactive_file.value_or(0));
-  return *limit > used ? *limit - used : 0;
+  const uint64_t used = *usage - std::min(*usage, file_pages);
+  return (*limit > used ? *limit - used : 0) + swap_free;
 }
 
 }  // namespace
@@ -61,39 +63,38 @@ std::optional<MemoryRoom> memory_room(const std::string& root_in) {
   auto consider = [&](std::optional<uint64_t> bytes, const char* why) {
     if (bytes && (!room || *bytes < room->bytes)) room = MemoryRoom{size_t(*bytes), why};
   };
+  const uint64_t swap_free = read_field(root + "proc/meminfo", "SwapFree").value_or(0);
   if (auto available = read_field(root + "proc/meminfo", "MemAvailable"))
-    consider(*available + read_field(root + "proc/meminfo", "SwapFree").value_or(0), "on the machine");
+    consider(*available + swap_free, "on the machine");
 
-  // The process's cgroups: "0::/path" (v2) and "N:...memory...:/path" (v1). Inside a container
-  // the path may not exist under /sys/fs/cgroup (its own namespace's root is mounted there):
-  // then the mount's root files are the group's. Every v2 ancestor may set its own limit; v1
-  // reports the tightest one as hierarchical_memory_limit.
+  // The process's cgroups: "0::/path" (v2) and "N:...memory...:/path" (v1). Each folder from
+  // the mount down to the group's may set a limit, and its usage includes its children's.
+  // Inside a container the group's path may not exist under the mount (the container's own
+  // group is mounted there): then the mount's files are the group's.
   std::ifstream groups(root + "proc/self/cgroup");
   for (std::string line; std::getline(groups, line);) {
     const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    // The mount's folder, then one per path component: the group's folder and its ancestors.
-    auto folders = [&](const std::string& mount, const char* probe) {
-      std::vector<std::string> chain{root + mount};
-      std::istringstream parts(path);
-      for (std::string part; std::getline(parts, part, '/');)
-        if (!part.empty()) chain.push_back(chain.back() + "/" + part);
-      if (!std::ifstream(chain.back() + "/" + probe).good()) chain.resize(1);
-      return chain;
-    };
+    const bool v2 = line.compare(0, 3, "0::") == 0;
+    if (!v2 && ("," + controllers + ",").find(",memory,") == std::string::npos) continue;
+    const std::string mount = root + (v2 ? "sys/fs/cgroup" : "sys/fs/cgroup/memory");
+    std::vector<std::string> chain{mount};
+    std::istringstream parts(path);
+    for (std::string part; std::getline(parts, part, '/');)
+      if (!part.empty()) chain.push_back(chain.back() + "/" + part);
+    if (!std::ifstream(chain.back() + "/cgroup.procs").good()) chain.resize(1);
     const char* why = "under the memory cgroup's limit";
-    if (line.compare(0, 3, "0::") == 0) {
-      for (const std::string& d : folders("sys/fs/cgroup", "memory.max"))
-        consider(cgroup_room(read_bytes(d + "/memory.max"), read_bytes(d + "/memory.current"),
-                             read_field(d + "/memory.stat", "inactive_file")),
-                 why);
-    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-      const std::string d = folders("sys/fs/cgroup/memory", "memory.limit_in_bytes").back();
-      const auto usage = read_bytes(d + "/memory.usage_in_bytes");
-      const auto inactive = read_field(d + "/memory.stat", "total_inactive_file");
-      consider(cgroup_room(read_bytes(d + "/memory.limit_in_bytes"), usage, inactive), why);
-      consider(cgroup_room(read_field(d + "/memory.stat", "hierarchical_memory_limit"), usage, inactive), why);
+    const char* file_keys[2][2] = {{"total_active_file", "total_inactive_file"}, {"active_file", "inactive_file"}};
+    for (const std::string& d : chain) {
+      const std::string stat = d + "/memory.stat";
+      const uint64_t file = read_field(stat, file_keys[v2][0]).value_or(0) + read_field(stat, file_keys[v2][1]).value_or(0);
+      const auto usage = read_bytes(d + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+      consider(cgroup_room(read_bytes(d + (v2 ? "/memory.max" : "/memory.limit_in_bytes")), usage, file, swap_free), why);
+      // v1 also states the tightest ancestor's limit; against this group's usage it
+      // overstates the room, but it is all there is when the ancestors are not mounted.
+      if (!v2 && d == chain.back())
+        consider(cgroup_room(read_field(stat, "hierarchical_memory_limit"), usage, file, swap_free), why);
     }
   }
   return room;

@@ -14,11 +14,11 @@ struct MemoryRoom {
   std::string where;  // "on the machine" or "under the memory cgroup's limit"
 };
 
-// The least of: the machine's MemAvailable plus free swap (/proc/meminfo), and, when the
-// process runs in a memory cgroup (v2 or v1) with a limit, that limit less the group's usage,
-// counting its inactive file pages as free (the kernel reclaims them first). `root` is
-// prepended to every path read ("/" for the running system; tests pass a folder of fake
-// files). nullopt when none of the files can be read (not Linux).
+// The least of: the machine's MemAvailable plus free swap (/proc/meminfo), and, for each
+// memory cgroup holding the process (v2 or v1, the group and its ancestors) that sets a limit,
+// that limit less the group's usage, its page cache counted as free, plus the free swap.
+// `root` is prepended to every path read ("/" for the running system; tests pass a folder of
+// fake files). nullopt when none of the files can be read (not Linux).
 std::optional<MemoryRoom> memory_room(const std::string& root = "/");
 
 }  // namespace nn::cpu

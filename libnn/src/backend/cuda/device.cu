@@ -66,8 +66,8 @@ CudaBackend::CudaBackend(int index) : index_(index) {
           cudaGetLastError();
           return "";
         }
-        return detail::cat(double(free) / (1 << 20), " MiB free of ", double(total) / (1 << 20),
-                           " MiB on the device (other processes included)");
+        return format_mib(free) + " free of " + format_mib(total) +
+               " on the device (what every process on it has left)";
       });
 }
 
