@@ -11,7 +11,6 @@
 #include <cmath>
 #include <ctime>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 namespace {
@@ -156,33 +155,21 @@ int body(int argc, char** argv) {
   std::printf("fp16_vs_fp32: %s, batch %lld, %lld+%lld steps on %s\n", model.c_str(),
               (long long)batch, (long long)warmup, (long long)batches, dev.str().c_str());
   std::vector<Result> results;
-  for (auto& p : precisions) {
-    const bool nhwc = nhwc_for(p);
-    results.push_back(run(model, p, dev, batch, image_size, warmup, batches,
-                          pool, a["seed"].as<uint64_t>(), nhwc));
-    auto& r = results.back();
-    r.layout = nhwc ? "nhwc" : "nchw";
-    std::printf("  %-5s %9.1f images/s  peak %8.0f MiB  final loss %.4f  %s\n", p.c_str(),
-                r.images_per_second, r.peak_mb, r.final_loss, r.layout.c_str());
-    std::fflush(stdout);
-  }
-  for (auto& r : results)
-    if (r.precision != "fp32" && results[0].precision == "fp32")
-      std::printf("  %s speedup over fp32: %.2fx\n", r.precision.c_str(),
-                  r.images_per_second / results[0].images_per_second);
-  if (!curve_file.empty()) {
-    std::ofstream f(curve_file);
-    NN_CHECK(f.good(), "cannot write ", curve_file);
-    f << "step,precision,loss\n";
-    for (auto& r : results)
-      for (size_t i = 0; i < r.losses.size(); ++i) f << i << "," << r.precision << "," << r.losses[i] << "\n";
-  }
-  if (!json_file.empty()) {
-    std::ostringstream os;
-    std::string machine = a.count("machine") ? a["machine"].as<std::string>()
-                                             : (dev.is_cpu() ? "cpu-" + std::to_string(nn::num_threads()) + "core" : "gpu");
-    std::string command;
-    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  const std::string machine = a.count("machine") ? a["machine"].as<std::string>()
+                                                 : (dev.is_cpu() ? "cpu-" + std::to_string(nn::num_threads()) + "core" : "gpu");
+  // The result files hold every precision measured so far: rewritten whole after each one,
+  // so a run stopped or failing in a later precision keeps the earlier ones.
+  auto save = [&] {
+    if (!curve_file.empty()) {
+      std::ostringstream f;
+      f << "step,precision,loss\n";
+      for (auto& r : results)
+        for (size_t i = 0; i < r.losses.size(); ++i) f << i << "," << r.precision << "," << r.losses[i] << "\n";
+      nn::train::write_file(curve_file, f.str());
+    }
+    if (json_file.empty()) return;
     // The header through JsonLine, which escapes the strings; the records follow it.
     std::string head = nn::train::JsonLine()
                            .add("schema", std::string("libnn-bench-1"))
@@ -192,6 +179,7 @@ int body(int argc, char** argv) {
                            .add("command", command)
                            .str();
     head.pop_back();  // the closing brace
+    std::ostringstream os;
     os << head << ", \"records\": [";
     for (size_t i = 0; i < results.size(); ++i) {
       auto& r = results[i];
@@ -211,10 +199,23 @@ int body(int argc, char** argv) {
                                    .str();
     }
     os << "]}\n";
-    std::ofstream f(json_file);
-    NN_CHECK(f.good(), "cannot write ", json_file);
-    f << os.str();
+    nn::train::write_file(json_file, os.str());
+  };
+  for (auto& p : precisions) {
+    const bool nhwc = nhwc_for(p);
+    results.push_back(run(model, p, dev, batch, image_size, warmup, batches,
+                          pool, a["seed"].as<uint64_t>(), nhwc));
+    auto& r = results.back();
+    r.layout = nhwc ? "nhwc" : "nchw";
+    std::printf("  %-5s %9.1f images/s  peak %8.0f MiB  final loss %.4f  %s\n", p.c_str(),
+                r.images_per_second, r.peak_mb, r.final_loss, r.layout.c_str());
+    std::fflush(stdout);
+    save();
   }
+  for (auto& r : results)
+    if (r.precision != "fp32" && results[0].precision == "fp32")
+      std::printf("  %s speedup over fp32: %.2fx\n", r.precision.c_str(),
+                  r.images_per_second / results[0].images_per_second);
   return 0;
 }
 

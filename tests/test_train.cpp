@@ -77,3 +77,32 @@ TEST_CASE("a small CNN with batch norm and pooling trains with SGD", "[train]") 
   INFO("first " << first << " last " << last);
   REQUIRE(last < 0.3 * first);
 }
+
+// train::write_file replaces a file whole (a temporary beside it, renamed over it).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+TEST_CASE("write_file replaces a file whole and leaves no temporary", "[train]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("libnn_write_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "r.json").string();
+  auto read = [&] {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  train::write_file(path, "{\"a\": 1, \"long\": \"0123456789\"}\n");
+  CHECK(read() == "{\"a\": 1, \"long\": \"0123456789\"}\n");
+  train::write_file(path, "{}\n");  // shorter: nothing of the old text is left
+  CHECK(read() == "{}\n");
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+  const std::string e = test::error_of([&] { train::write_file((dir / "no" / "r.json").string(), "x"); });
+  CHECK(e.find("cannot open '" + (dir / "no" / "r.json").string() + ".tmp-") != std::string::npos);
+  fs::remove_all(dir);
+}

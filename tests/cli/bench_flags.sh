@@ -34,6 +34,24 @@ assert len(d["records"]) == 1 and d["records"][0]["precision"] == "fp32", d
 print("ok: result file", d["machine"])
 PY
 
+# a run stopped in a later precision keeps the earlier ones: the result files are rewritten
+# whole after each precision
+"$f" --device cpu --model mnist_cnn --batch-size 2 --num-warmup-batches 0 --num-batches 2 \
+    --precisions fp32,bf16,bf16,bf16,bf16,bf16,bf16,bf16,bf16,bf16,bf16,bf16 \
+    --json "$out/s.json" --loss-curve "$out/s.csv" > "$out/s.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [[ -s "$out/s.json" ]] && break; sleep 0.1; done
+kill -TERM $pid 2> /dev/null; wait $pid || true
+python3 - "$out/s.json" "$out/s.csv" <<'PY'
+import csv, json, sys
+d = json.load(open(sys.argv[1]))
+assert d["records"] and d["records"][0]["precision"] == "fp32", d
+rows = list(csv.DictReader(open(sys.argv[2])))
+assert rows and rows[0]["precision"] == "fp32", rows
+print(f"ok: stopped run kept {len(d['records'])} of 12 precisions")
+PY
+[[ -z $(ls "$out" | grep '\.tmp-') ]] || { echo "temporary files left:"; ls "$out"; exit 1; }
+
 t="$bin/text_bench"
 "$e" 2 "--models must be one of mlp, bert, got 'gpt'" -- "$t" --models mlp,gpt
 "$e" 2 "--classes must list positive whole numbers, got '0'" -- "$t" --classes 2,0

@@ -55,6 +55,9 @@ class JsonLine {
 };
 // Appends the line to `path` (created if missing); throws nn::Error if it cannot be written.
 void append_line(const std::string& path, const std::string& line);
+// Replaces `path` with `text` whole: written beside it, then renamed over it, so a reader (or
+// a run killed while writing) never sees half a file. Throws nn::Error if it cannot be written.
+void write_file(const std::string& path, const std::string& text);
 
 bool stdout_is_terminal();
 

@@ -98,4 +98,24 @@ void append_line(const std::string& path, const std::string& line) {
   NN_CHECK(f.good(), "writing to '", path, "' failed: ", std::strerror(errno));
 }
 
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    NN_CHECK(f.good(), "cannot open '", tmp, "' for writing: ", std::strerror(errno));
+    f << text;
+    f.flush();
+    if (!f.good()) {
+      const int err = errno;
+      std::remove(tmp.c_str());
+      NN_ERROR("writing to '", tmp, "' failed: ", std::strerror(err));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    NN_ERROR("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
+  }
+}
+
 }  // namespace nn::train
