@@ -72,11 +72,9 @@ int run(int argc, char** argv) {
   nn::check_device(device);
   const int64_t train_samples = apps::check_non_negative("train-samples", a["train-samples"].as<int64_t>());
   const int64_t test_samples = apps::check_non_negative("test-samples", a["test-samples"].as<int64_t>());
-  if (a.count("lr")) apps::check_finite_non_negative("lr", a["lr"].as<double>());
-  apps::check_finite_non_negative("momentum", a["momentum"].as<double>());
+  apps::check_rates(a, {"lr", "momentum", "weight-decay"});
   if (optim_name != "sgd" && a.count("momentum"))
     throw apps::UsageError("--momentum applies to --optimizer sgd only");
-  if (a.count("weight-decay")) apps::check_finite_non_negative("weight-decay", a["weight-decay"].as<double>());
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
   apps::Parallel par("mnist_train", a);

@@ -86,6 +86,13 @@ inline double check_finite_non_negative(const std::string& flag, double value) {
   return value;
 }
 
+// The rate flags among `flags` (learning rate, momentum, weight decay, clipping norm) that the
+// user gave: each a finite number >= 0. Defaults are the program's own and need no check.
+inline void check_rates(const cxxopts::ParseResult& a, std::initializer_list<const char*> flags) {
+  for (const char* f : flags)
+    if (a.count(f)) check_finite_non_negative(f, a[f].as<double>());
+}
+
 // A share in [0, 1]: label smoothing, the warm-up fraction of a run.
 inline double check_fraction(const std::string& flag, double value) {
   if (!(value >= 0 && value <= 1))
@@ -96,9 +103,7 @@ inline double check_fraction(const std::string& flag, double value) {
 // The flags of the ResNet apps' recipe (SGD with momentum, label smoothing, warm-up then
 // cosine decay over `epochs`).
 inline void check_resnet_recipe(const cxxopts::ParseResult& a, int64_t epochs) {
-  if (a.count("lr")) check_finite_non_negative("lr", a["lr"].as<double>());
-  check_finite_non_negative("momentum", a["momentum"].as<double>());
-  check_finite_non_negative("weight-decay", a["weight-decay"].as<double>());
+  check_rates(a, {"lr", "momentum", "weight-decay"});
   check_fraction("label-smoothing", a["label-smoothing"].as<double>());
   if (check_finite_non_negative("warmup-epochs", a["warmup-epochs"].as<double>()) > double(epochs))
     throw UsageError("--warmup-epochs must not exceed --epochs (" + std::to_string(epochs) + ")");

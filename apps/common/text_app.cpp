@@ -181,10 +181,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   if (a.count("relabel")) check_positive("relabel", a["relabel"].as<int64_t>());
   const int64_t vocab_size = check_positive("vocab-size", a["vocab-size"].as<int64_t>());
   const int64_t min_count = check_positive("min-count", a["min-count"].as<int64_t>());
-  check_finite_non_negative("lr", a["lr"].as<double>());
-  check_finite_non_negative("weight-decay", a["weight-decay"].as<double>());
+  check_rates(a, {"lr", "weight-decay", "clip"});
   check_fraction("warmup", a["warmup"].as<double>());
-  check_finite_non_negative("clip", a["clip"].as<double>());
   if (app.check_options) app.check_options(a);
   if (Parallel::options(a).world_size > 1 && (shards > 1 || !predictions_file.empty()))
     throw UsageError("--shard and --predictions are for independent jobs, not with --world-size > 1");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 namespace nn::cpu {
@@ -28,20 +29,25 @@ std::optional<uint64_t> read_bytes(const std::string& path) {
   }
 }
 
-// `key value` lines (memory.stat; /proc/meminfo with a colon and " kB").
-std::optional<uint64_t> read_field(const std::string& path, const std::string& key) {
+// The `key value` lines of a file (memory.stat; /proc/meminfo, whose keys end in a colon and
+// whose values in " kB"), read once; empty when it cannot be read.
+std::unordered_map<std::string, uint64_t> read_fields(const std::string& path) {
+  std::unordered_map<std::string, uint64_t> fields;
   std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
     std::istringstream in(line);
-    std::string k;
+    std::string k, unit;
     uint64_t v = 0;
-    if (in >> k >> v && (k == key || k == key + ":")) {
-      std::string unit;
-      in >> unit;
-      return unit == "kB" ? v * 1024 : v;
-    }
+    if (!(in >> k >> v)) continue;
+    if (!k.empty() && k.back() == ':') k.pop_back();
+    fields.emplace(k, in >> unit && unit == "kB" ? v * 1024 : v);
   }
-  return std::nullopt;
+  return fields;
+}
+
+std::optional<uint64_t> field(const std::unordered_map<std::string, uint64_t>& fields, const std::string& key) {
+  auto it = fields.find(key);
+  return it == fields.end() ? std::nullopt : std::optional<uint64_t>(it->second);
 }
 
 // A cgroup's room: its limit less its usage, its file pages (page cache, which the kernel
@@ -63,9 +69,9 @@ std::optional<MemoryRoom> memory_room(const std::string& root_in) {
   auto consider = [&](std::optional<uint64_t> bytes, const char* why) {
     if (bytes && (!room || *bytes < room->bytes)) room = MemoryRoom{size_t(*bytes), why};
   };
-  const uint64_t swap_free = read_field(root + "proc/meminfo", "SwapFree").value_or(0);
-  if (auto available = read_field(root + "proc/meminfo", "MemAvailable"))
-    consider(*available + swap_free, "on the machine");
+  const auto meminfo = read_fields(root + "proc/meminfo");
+  const uint64_t swap_free = field(meminfo, "SwapFree").value_or(0);
+  if (auto available = field(meminfo, "MemAvailable")) consider(*available + swap_free, "on the machine");
 
   // The process's cgroups: "0::/path" (v2) and "N:...memory...:/path" (v1). Each folder from
   // the mount down to the group's may set a limit, and its usage includes its children's.
@@ -87,14 +93,14 @@ std::optional<MemoryRoom> memory_room(const std::string& root_in) {
     const char* why = "under the memory cgroup's limit";
     const char* file_keys[2][2] = {{"total_active_file", "total_inactive_file"}, {"active_file", "inactive_file"}};
     for (const std::string& d : chain) {
-      const std::string stat = d + "/memory.stat";
-      const uint64_t file = read_field(stat, file_keys[v2][0]).value_or(0) + read_field(stat, file_keys[v2][1]).value_or(0);
+      const auto stat = read_fields(d + "/memory.stat");
+      const uint64_t file = field(stat, file_keys[v2][0]).value_or(0) + field(stat, file_keys[v2][1]).value_or(0);
       const auto usage = read_bytes(d + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
       consider(cgroup_room(read_bytes(d + (v2 ? "/memory.max" : "/memory.limit_in_bytes")), usage, file, swap_free), why);
       // v1 also states the tightest ancestor's limit; against this group's usage it
       // overstates the room, but it is all there is when the ancestors are not mounted.
       if (!v2 && d == chain.back())
-        consider(cgroup_room(read_field(stat, "hierarchical_memory_limit"), usage, file, swap_free), why);
+        consider(cgroup_room(field(stat, "hierarchical_memory_limit"), usage, file, swap_free), why);
     }
   }
   return room;
