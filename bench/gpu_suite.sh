@@ -6,13 +6,40 @@
 # gpu-results.tar.gz bundles every log and result file (the device tool brings back at most 8
 # files per call).
 #
-#   bench/gpu_suite.sh [build] [test] [memcheck] [bench] [text] [all]    (default: all)
-#   (bench includes text; text alone runs only bench/text_vs_torch.py)
+#   bench/gpu_suite.sh [STEP ...]          (default: all)
+#
+# Steps, in the order they run: build, test, memcheck, kernels (bandwidth and attention
+# microbenchmarks), mnist (MNIST CNN, 3 epochs, against PyTorch), resnet (ResNet-50 FP32/FP16/
+# BF16 at batch 128 and 256 against PyTorch, and the 200-step loss curves), extras (NCHW
+# ResNet-50, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch), text (MLP and
+# BERT-base at 2..20,000 classes against PyTorch). `bench` is kernels mnist resnet extras
+# text; `all` is every step.
+#
+# GPU_SUITE_TIMEOUT=S stops the suite after S seconds (TERM to every step), still writing
+# summary.md and the tarball: for callers that are themselves killed at a limit.
 #
 # Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
 # fills it on a machine with Debian's packages, for GPU machines that reach no registry).
 set -uo pipefail
+if [[ -n "${GPU_SUITE_TIMEOUT:-}" && -z "${GPU_SUITE_TIMED:-}" ]]; then
+  [[ "$GPU_SUITE_TIMEOUT" =~ ^[1-9][0-9]*$ ]] \
+    || { echo "gpu_suite: GPU_SUITE_TIMEOUT must be a number of seconds, got '$GPU_SUITE_TIMEOUT'" >&2; exit 2; }
+  GPU_SUITE_TIMED=1 exec timeout -s TERM "$GPU_SUITE_TIMEOUT" "$0" "$@"
+fi
 cd "$(dirname "$0")/.."
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(all)
+for st in "${steps[@]}"; do
+  case $st in build|test|memcheck|kernels|mnist|resnet|extras|text|bench|all) ;;
+    *) echo "gpu_suite: unknown step '$st' (build test memcheck kernels mnist resnet extras text bench all)" >&2
+       exit 2 ;;
+  esac
+done
+want() {
+  local s=" ${steps[*]} "
+  [[ $s == *" $1 "* || $s == *" all "* ]] && return 0
+  [[ $1 =~ ^(kernels|mnist|resnet|extras|text)$ && $s == *" bench "* ]]
+}
 FINAL=${OUT:-$PWD/gpu-results}
 OUT=$FINAL/all
 mkdir -p "$OUT"
@@ -22,10 +49,8 @@ bundle() {  # summary.md next to the tarball of everything
   rm -rf "$OUT"
 }
 trap bundle EXIT
-steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(all)
-want() { [[ " ${steps[*]} " == *" $1 "* || " ${steps[*]} " == *" all "* ]]; }
 log() { echo "[gpu_suite $(date +%H:%M:%S)] $*" | tee -a "$OUT/summary.md"; }
+trap 'log "stopped by a signal (GPU_SUITE_TIMEOUT or the caller)"; exit 124' TERM INT
 deps=${LIBNN_GPU_DEPS:-$PWD/.gpu_deps}
 bdir=${BUILD_DIR:-build-gpu}
 py=${PYTHON:-python3}
@@ -43,16 +68,18 @@ if want build; then
   [[ -d "$deps" ]] && extra+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps" -DZLIB_USE_STATIC_LIBS=ON)
   arch=${CUDA_ARCHS:-native}
   cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" "${extra[@]}" > "$OUT/configure.log" 2>&1 \
-    && cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
-  rc=$?; log "build exit $rc"; [[ $rc -ne 0 ]] && { tail -40 "$OUT/build.log"; exit $rc; }
+        -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" "${extra[@]}" > "$OUT/configure.log" 2>&1
+  rc=$?; grep -E 'libnn: CUDA|Found CUDNN' "$OUT/configure.log" | tee -a "$OUT/summary.md"
+  [[ $rc -ne 0 ]] && { log "configure exit $rc"; tail -40 "$OUT/configure.log"; exit $rc; }
+  cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
+  rc=$?; log "build exit $rc"; [[ $rc -ne 0 ]] && { grep -m 20 -B2 -A8 -E 'error|FAILED' "$OUT/build.log"; tail -20 "$OUT/build.log"; exit $rc; }
 fi
 
 if want test; then
   log "tests"
   ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1
   rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
-  "$bdir/bin/libnn_tests" "[cuda]" -s > "$OUT/cuda_tests.log" 2>&1
+  "$bdir/bin/libnn_tests" "[cuda]" > "$OUT/cuda_tests.log" 2>&1
   rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 ]]; then  # triage: the same tests with the paths not yet run before 2026-11-24 off
     LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 "$bdir/bin/libnn_tests" "[cuda]" \
@@ -74,7 +101,7 @@ if want memcheck; then
   log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')"
 fi
 
-if want bench; then
+if want kernels; then
   log "kernel microbenchmarks (libnn, then PyTorch, same GPU)"
   { "$bdir/bin/kernels_bench" --device cuda; "$py" bench/peers/kernels_torch.py --device cuda; } \
     > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"
@@ -108,32 +135,42 @@ for (impl, dt, op, shape), v in by.items():
     ratio = f"{v / torch_:.2f}" if torch_ else "n/a"
     print(f"| {dt} | {op} | {shape} | {v} | {simt} | {torch_} | {ratio} |")
 PY
+fi
+
+if want mnist; then
   log "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
   PYTHON_FOR_TORCH="$py" "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
       --python "$py" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
   rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+fi
 
+if want resnet; then
   log "ResNet-50 training throughput, FP32 / FP16 / BF16: libnn then PyTorch"
   for b in 128 256; do
     "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
+    rc=${PIPESTATUS[0]}; status=$((status | rc))
     "$py" bench/peers/fp16_vs_fp32_torch.py --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
     "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
         "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
   done
-  log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the runs above are NHWC)"
-  "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
-      --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
-      2>&1 | tee -a "$OUT/summary.md"
   log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
       --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
       2>&1 | tee -a "$OUT/summary.md"
+  rc=${PIPESTATUS[0]}; status=$((status | rc))
   "$py" bench/plot_loss_curves.py "$OUT/resnet50_loss_curve.csv" --label libnn 2>&1 \
       | tee -a "$OUT/summary.md"   # the table here; plot it with --out where matplotlib is
+fi
+
+if want extras; then
+  log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the runs above are NHWC)"
+  "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
+      --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
+      2>&1 | tee -a "$OUT/summary.md"
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
@@ -144,7 +181,7 @@ PY
   rc=${PIPESTATUS[0]}; status=$((status | rc))
 fi
 
-if want bench || want text; then
+if want text; then
   log "text classifiers (MLP, BERT-base) at 2..20,000 classes, FP32 and FP16: libnn then PyTorch"
   "$py" bench/text_vs_torch.py --device cuda --python "$py" --bench "$bdir/bin/text_bench" \
       --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
