@@ -1,5 +1,5 @@
 // Measures this CPU's ceilings through libnn itself: GEMM FLOP/s (nn::matmul on large
-// square f32 matrices) and memory bandwidth (a large contiguous copy), at 1 and N threads,
+// square f32 matrices, and bf16 ones) and memory bandwidth (a large contiguous copy), at 1 and N threads,
 // and with --shapes the GEMM rate of given (M, N, K) products. They are the yardsticks for
 // the CPU performance notes in docs/. LIBNN_CPU_GEMM=eigen|avx2|avx512 picks the CPU's f32
 // kernel, to compare them.
@@ -80,6 +80,12 @@ int body(int argc, char** argv) {
     double gbs = 2.0 * double(big.nbytes()) / c / 1e9;  // read + write
     std::printf("threads %d: f32 GEMM %dx%d %.1f GFLOP/s, copy %.1f GB/s\n", threads, int(n),
                 int(n), gemm, gbs);
+    // bf16 operands and result (f32 sums): the AVX512_BF16 kernel where the CPU has one
+    nn::Tensor xb = x.to(nn::kBF16), yb = y.to(nn::kBF16);
+    nn::matmul(xb, yb);
+    const double sb = best_seconds(3, [&] { nn::matmul(xb, yb); });
+    std::printf("threads %d: bf16 GEMM %dx%d %.1f GFLOP/s\n", threads, int(n), int(n),
+                gflops({n, n, n}, sb));
     for (const Mnk& sh : shapes) {
       nn::Tensor p = nn::randn({sh.m, sh.k}), q = nn::randn({sh.k, sh.n});
       nn::matmul(p, q);

@@ -1,4 +1,5 @@
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/gemm.h"
 #if defined(__x86_64__)
@@ -101,15 +102,19 @@ TEST_CASE("gradcheck: matmul and linear", "[matmul][gradcheck]") {
 // White-box: the CPU backend's GEMM (packed f32 kernel, Eigen otherwise) against a naive
 // double product, over edge tiles, several K slices, column blocks wider than one pack, both
 // layouts of each operand, general strides, and alpha / beta (beta == 0 must not read C).
+// T = BFloat16 checks gemm_bf16 (bf16 operands, f32 result) against the double product of
+// the same bf16 values.
 namespace {
 template <typename T>
 void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, double alpha,
                 double beta, uint32_t seed) {
+  constexpr bool bf16 = std::is_same_v<T, nn::BFloat16>;
+  using CT = std::conditional_t<bf16, float, T>;  // the result's type
   // layout 0: row-major, 1: column-major (a transpose read in place), 2: both strides > 1
-  auto fill = [&](std::vector<T>& v) {
+  auto fill = [&](auto& v) {
     for (auto& x : v) {
       seed = seed * 1664525u + 1013904223u;
-      x = T(double(seed >> 8) / double(1 << 24) * 2 - 1);
+      x = std::remove_reference_t<decltype(x)>(float(double(seed >> 8) / double(1 << 24) * 2 - 1));
     }
   };
   auto make = [&](int64_t R, int64_t C, int layout, std::vector<T>& buf) {
@@ -123,12 +128,19 @@ void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, dou
   auto A = make(M, K, a_layout, abuf);
   auto B = make(K, N, b_layout, bbuf);
   const int64_t ldc = N + 3;
-  std::vector<T> c(size_t(M * ldc));
+  std::vector<CT> c(size_t(M * ldc));
   fill(c);
-  if (beta == 0) std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
-  std::vector<T> c0 = c;
-  nn::cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), c.data(), ldc);
-  const double tol = std::is_same_v<T, float> ? 2e-6 * double(K + 1) : 1e-12 * double(K + 1);
+  if (beta == 0) std::fill(c.begin(), c.end(), std::numeric_limits<CT>::quiet_NaN());
+  std::vector<CT> c0 = c;
+  if constexpr (bf16) {
+    auto bits = [](const nn::cpu::MatRef<T>& X) {
+      return nn::cpu::MatRef<uint16_t>{reinterpret_cast<const uint16_t*>(X.p), X.rs, X.cs};
+    };
+    nn::cpu::gemm_bf16(M, N, K, float(alpha), bits(A), bits(B), float(beta), c.data(), ldc);
+  } else {
+    nn::cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), c.data(), ldc);
+  }
+  const double tol = std::is_same_v<CT, float> ? 2e-6 * double(K + 1) : 1e-12 * double(K + 1);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
       const double got = c[i * ldc + j];
@@ -139,7 +151,7 @@ void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, dou
       }
       double want = 0;
       for (int64_t k = 0; k < K; ++k)
-        want += double(A.p[i * A.rs + k * A.cs]) * double(B.p[k * B.rs + j * B.cs]);
+        want += double(float(A.p[i * A.rs + k * A.cs])) * double(float(B.p[k * B.rs + j * B.cs]));
       want = alpha * want + (beta == 0 ? 0.0 : beta * double(c0[i * ldc + j]));
       if (!(std::abs(got - want) <= tol)) {
         INFO("M " << M << " N " << N << " K " << K << " layouts " << a_layout << b_layout
@@ -210,4 +222,80 @@ TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[m
     check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++);
   }
   nn::cpu::set_f32_kernel(before);
+}
+
+TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout", "[matmul]") {
+  // The AVX512_BF16 kernel where the CPU has it, and the widened f32 product it falls back to
+  // (matrix-vector shapes, other CPUs, LIBNN_CPU_GEMM=avx2): both against the double product.
+  using nn::cpu::F32Kernel;
+  const F32Kernel before = nn::cpu::f32_kernel();
+  for (F32Kernel kernel : {F32Kernel::avx2, F32Kernel::avx512}) {
+    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+    nn::cpu::set_f32_kernel(kernel);
+    const bool native = nn::cpu::bf16_gemm_native();
+    INFO("f32 kernel " << int(kernel) << ", native bf16 " << native);
+    if (kernel == F32Kernel::avx512 && !native) WARN("no AVX512_BF16 here: the bf16 kernel is not checked");
+    uint32_t seed = 7;
+    for (int64_t M : {1, 2, 7, 8, 9, 150})
+      for (int64_t N : {1, 31, 32, 33, 70})
+        for (int64_t K : {0, 1, 2, 15, 16, 17, 33, 300})
+          for (int layouts = 0; layouts < 4; ++layouts) {
+            const double beta = layouts == 0 ? 0.0 : layouts == 1 ? 1.0 : -0.75;
+            check_gemm<nn::BFloat16>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
+          }
+    check_gemm<nn::BFloat16>(23, 37, 29, 2, 2, 1.0, 0.5, seed++);  // general strides
+    // threaded, several packed blocks and K slices (one odd), as for f32
+    check_gemm<nn::BFloat16>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++);
+    check_gemm<nn::BFloat16>(2, 3100, 301, 1, 0, 1.0, 1.0, seed++);
+    check_gemm<nn::BFloat16>(400, 48, 601, 0, 0, -1.0, 0.25, seed++);
+    check_gemm<nn::BFloat16>(200, 96, 513, 1, 1, 1.0, 0.0, seed++);
+  }
+  nn::cpu::set_f32_kernel(before);
+}
+
+TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 kernel against the widened product", "[matmul]") {
+  // Through the ops layer (batched, a transposed operand, a broadcast batch): bf16 results of
+  // the native kernel and of the f32 product over widened operands (LIBNN_CPU_GEMM=avx2's
+  // path) agree within one bf16 rounding, and both match the double product of the bf16
+  // inputs.
+  using nn::cpu::F32Kernel;
+  if (!nn::cpu::f32_kernel_supported(F32Kernel::avx512)) {
+    WARN("no AVX-512 here: not checked");
+    return;
+  }
+  const F32Kernel before = nn::cpu::f32_kernel();
+  nn::cpu::set_f32_kernel(F32Kernel::avx512);
+  if (!nn::cpu::bf16_gemm_native()) {
+    nn::cpu::set_f32_kernel(before);
+    WARN("no AVX512_BF16 here: not checked");
+    return;
+  }
+  const Tensor a = rnd({3, 40, 70}, 1, false).to(kBF16);
+  const Tensor w = rnd({50, 70}, 2, false).to(kBF16);
+  const Tensor native = matmul(a, w.t());
+  nn::cpu::set_f32_kernel(F32Kernel::avx2);
+  REQUIRE_FALSE(nn::cpu::bf16_gemm_native());
+  const Tensor widened = matmul(a, w.t());
+  nn::cpu::set_f32_kernel(before);
+  REQUIRE(native.dtype() == kBF16);
+  REQUIRE(native.shape() == Shape{3, 40, 50});
+  const auto n = native.to_vector<double>(), f = widened.to_vector<double>();
+  const auto va = a.to_vector<double>(), vw = w.to_vector<double>();
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t i = 0; i < 40; ++i)
+      for (int64_t j = 0; j < 50; ++j) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < 70; ++k) {
+          const double p = va[size_t((b * 40 + i) * 70 + k)] * vw[size_t(j * 70 + k)];
+          want += p;
+          mag += std::abs(p);
+        }
+        const size_t at = size_t((b * 40 + i) * 50 + j);
+        const double tol = std::abs(want) * 0x1p-8 + mag * 1e-6;  // bf16 rounding + f32 sums
+        INFO("(" << b << ", " << i << ", " << j << "): native " << n[at] << ", widened " << f[at]
+                 << ", double " << want);
+        REQUIRE(std::abs(n[at] - want) <= tol);
+        REQUIRE(std::abs(f[at] - want) <= tol);
+        REQUIRE(std::abs(n[at] - f[at]) <= std::abs(want) * 0x1p-7 + mag * 2e-6);
+      }
 }

@@ -30,6 +30,9 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
+
+#include "nn/dtype.h"
 
 // x86-64 with GCC or Clang: the kernel is compiled for AVX2 + FMA whatever the build's -march
 // (function target attributes) and chosen at run time when the CPU has both, so portable
@@ -95,15 +98,16 @@ constexpr int64_t KC = 256, MC = 144, NC = 3072;  // MC % MR == 0, NC % NR == 0 
 
 constexpr int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// 64-byte aligned scratch that only grows; one per calling thread.
+// 64-byte aligned scratch that only grows; one per calling thread and packed element type.
+template <typename E>
 struct Scratch {
-  struct Free { void operator()(float* p) const { std::free(p); } };
-  std::unique_ptr<float[], Free> buf;
+  struct Free { void operator()(E* p) const { std::free(p); } };
+  std::unique_ptr<E[], Free> buf;
   size_t cap = 0;
-  float* get(size_t n) {
+  E* get(size_t n) {
     if (n > cap) {
-      size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-      buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      size_t bytes = (n * sizeof(E) + 63) / 64 * 64;
+      buf.reset(static_cast<E*>(std::aligned_alloc(64, bytes)));
       if (!buf) throw std::bad_alloc();
       cap = n;
     }
@@ -219,8 +223,24 @@ LIBNN_AVX2 inline void store_tile(float* p, __m256 x, __m256 alpha, __m256 beta,
 // The micro-kernels: c (MR x NR, leading dimension ldc) = alpha * Ap * Bp + beta * c, with
 // Ap packed kc x MR and Bp packed kc x NR (aligned to the vector width); beta == 0 never
 // reads c. The fully unrolled loops over the tile's rows keep acc in registers.
-struct Avx2Tile {
-  static constexpr int64_t MR = 6, NR = 16;
+// Each tile also names its operands' element type (In), the packed panels' element type
+// (Packed), how many values of K one packed element covers (KU) and its two packers.
+template <int64_t MR_, int64_t NR_>
+struct F32Tile {
+  static constexpr int64_t MR = MR_, NR = NR_, KU = 1;
+  using In = float;
+  using Packed = float;
+  LIBNN_AVX2 static void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0,
+                                int64_t kc, float* dst) {
+    cpu::pack_a<MR>(A, i0, h, p0, kc, dst);
+  }
+  LIBNN_AVX2 static void pack_b(const MatRef<float>& B, int64_t p0, int64_t kc, int64_t j0,
+                                int64_t w, float* dst) {
+    cpu::pack_b<NR>(B, p0, kc, j0, w, dst);
+  }
+};
+
+struct Avx2Tile : F32Tile<6, 16> {
   LIBNN_AVX2 static void kernel(int64_t kc, const float* __restrict Ap,
                                 const float* __restrict Bp, float* c, int64_t ldc, float alpha,
                                 float beta) {
@@ -252,8 +272,33 @@ struct Avx2Tile {
   }
 };
 
-struct Avx512Tile {
-  static constexpr int64_t MR = 8, NR = 32;
+// The AVX-512 tiles' (8 x 32 of C in 16 zmm) first and last steps: accumulators zeroed and
+// C's rows prefetched; c = alpha * acc + beta * c, c not read when beta == 0.
+template <int MR>
+LIBNN_AVX512 inline void start_tile512(__m512 (&acc)[MR][2], const float* c, int64_t ldc) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+  }
+}
+template <int MR>
+LIBNN_AVX512 inline void store_tile512(const __m512 (&acc)[MR][2], float* c, int64_t ldc,
+                                       float alpha, float beta) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const bool read_c = beta != 0.f;
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h) {
+      float* p = c + r * ldc + 16 * h;
+      __m512 x = _mm512_mul_ps(acc[r][h], va);
+      if (read_c) x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), x);
+      _mm512_storeu_ps(p, x);
+    }
+}
+
+struct Avx512Tile : F32Tile<8, 32> {
   // Not inlined into the AVX2-compiled loop nest (a call per kc x 8 x 32 tile).
   LIBNN_AVX512 __attribute__((noinline)) static void kernel(int64_t kc,
                                                             const float* __restrict Ap,
@@ -261,12 +306,7 @@ struct Avx512Tile {
                                                             int64_t ldc, float alpha,
                                                             float beta) {
     __m512 acc[MR][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
-    }
+    start_tile512(acc, c, ldc);
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; ++k) {
       const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
@@ -279,22 +319,130 @@ struct Avx512Tile {
       Ap += MR;
       Bp += NR;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    const bool read_c = beta != 0.f;
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r)
-      for (int h = 0; h < 2; ++h) {
-        float* p = c + r * ldc + 16 * h;
-        __m512 x = _mm512_mul_ps(acc[r][h], va);
-        if (read_c) x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), x);
-        _mm512_storeu_ps(p, x);
+    store_tile512(acc, c, ldc, alpha, beta);
+  }
+};
+
+// bf16 operands on a CPU with AVX512_BF16: VDPBF16PS multiplies 16 pairs of bf16 values and
+// adds both products of each pair into an f32 lane, so one instruction does the work of two
+// f32 FMAs. The panels therefore hold pairs of consecutive K values: A's panel is
+// ceil(kc / 2) x MR 32-bit words (row r's A[r][2u], A[r][2u + 1] in the low and high half of
+// word u), B's is ceil(kc / 2) x NR words (B[2u][j], B[2u + 1][j]); an odd kc pads the last
+// pair with zero. The tile is the AVX-512 one, 8 x 32 in 16 zmm accumulators. The
+// instruction flushes denormal inputs and results to zero whatever MXCSR says, and rounds
+// each of its two additions to nearest even.
+#define LIBNN_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx2,fma")))
+
+inline uint32_t bf16_pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+struct Bf16Tile {
+  static constexpr int64_t MR = 8, NR = 32, KU = 2;
+  using In = uint16_t;
+  using Packed = uint32_t;
+
+  // Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (ceil(kc / 2) x MR words).
+  LIBNN_AVX512BF16 static void pack_a(const MatRef<uint16_t>& A, int64_t i0, int64_t h,
+                                      int64_t p0, int64_t kc, uint32_t* dst) {
+    const int64_t ku = (kc + 1) / 2;
+    int64_t u = 0;
+    if (A.cs == 1 && h == MR) {
+      // A row-major: each pair is one 32-bit word of a row; 8 x 8 word blocks transposed.
+      for (; 2 * (u + 8) <= kc; u += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i)
+          r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(A.p + (i0 + i) * A.rs + p0 + 2 * u)));
+        transpose8(r);
+        for (int i = 0; i < 8; ++i)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (u + i) * MR),
+                              _mm256_castps_si256(r[i]));
       }
+    } else if (A.rs == 1 && h == MR) {
+      // A column-major (a transpose read in place): two columns of 8 rows interleaved.
+      for (; 2 * u + 1 < kc; ++u) {
+        const uint16_t* c0 = A.p + i0 + (p0 + 2 * u) * A.cs;
+        const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c0));
+        const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c0 + A.cs));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + u * MR), _mm_unpacklo_epi16(x0, x1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + u * MR + 4), _mm_unpackhi_epi16(x0, x1));
+      }
+    }
+    for (; u < ku; ++u)
+      for (int64_t r = 0; r < MR; ++r) {
+        if (r >= h) { dst[u * MR + r] = 0; continue; }
+        const uint16_t* row = A.p + (i0 + r) * A.rs + (p0 + 2 * u) * A.cs;
+        dst[u * MR + r] = bf16_pair(row[0], 2 * u + 1 < kc ? row[A.cs] : uint16_t(0));
+      }
+  }
+
+  // Rows [p0, p0 + kc) x columns [j0, j0 + w) of B into dst (ceil(kc / 2) x NR words,
+  // 64-byte aligned), columns past w zero.
+  LIBNN_AVX512BF16 static void pack_b(const MatRef<uint16_t>& B, int64_t p0, int64_t kc,
+                                      int64_t j0, int64_t w, uint32_t* dst) {
+    const int64_t ku = (kc + 1) / 2;
+    int64_t u = 0;
+    if (B.cs == 1 && w == NR) {
+      // B row-major: rows 2u and 2u + 1 (32 values each) interleaved into two registers.
+      alignas(64) static constexpr uint16_t lo_idx[32] = {
+          0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+          8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+      const __m512i lo = _mm512_load_si512(lo_idx);
+      const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+      for (; 2 * u + 1 < kc; ++u) {
+        const uint16_t* r0 = B.p + (p0 + 2 * u) * B.rs + j0;
+        const __m512i x0 = _mm512_loadu_si512(r0), x1 = _mm512_loadu_si512(r0 + B.rs);
+        _mm512_store_si512(dst + u * NR, _mm512_permutex2var_epi16(x0, lo, x1));
+        _mm512_store_si512(dst + u * NR + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+      }
+    } else if (B.rs == 1 && w == NR) {
+      // B column-major (a transpose read in place): each pair is one 32-bit word of a column;
+      // 8 x 8 word blocks transposed.
+      for (; 2 * (u + 8) <= kc; u += 8)
+        for (int64_t g = 0; g < NR; g += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i)
+            r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(B.p + (j0 + g + i) * B.cs + p0 + 2 * u)));
+          transpose8(r);
+          for (int i = 0; i < 8; ++i)
+            _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (u + i) * NR + g),
+                               _mm256_castps_si256(r[i]));
+        }
+    }
+    for (; u < ku; ++u)
+      for (int64_t j = 0; j < NR; ++j) {
+        if (j >= w) { dst[u * NR + j] = 0; continue; }
+        const uint16_t* col = B.p + (p0 + 2 * u) * B.rs + (j0 + j) * B.cs;
+        dst[u * NR + j] = bf16_pair(col[0], 2 * u + 1 < kc ? col[B.rs] : uint16_t(0));
+      }
+  }
+
+  LIBNN_AVX512BF16 __attribute__((noinline)) static void kernel(
+      int64_t kc, const uint32_t* __restrict Ap, const uint32_t* __restrict Bp, float* c,
+      int64_t ldc, float alpha, float beta) {
+    __m512 acc[MR][2];
+    start_tile512(acc, c, ldc);
+    const int64_t ku = (kc + 1) / 2;
+#pragma GCC unroll 4
+    for (int64_t u = 0; u < ku; ++u) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp);
+      const __m512bh b1 = (__m512bh)_mm512_load_si512(Bp + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int(Ap[r]));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+      }
+      Ap += MR;
+      Bp += NR;
+    }
+    store_tile512(acc, c, ldc, alpha, beta);
   }
 };
 
 // An h x w corner tile (h <= MR, w <= NR) through a full tile in a local buffer.
-template <class Tile>
-LIBNN_AVX2 void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float* c, int64_t ldc,
+template <class Tile, typename P = typename Tile::Packed>
+LIBNN_AVX2 void edge_kernel(int64_t kc, const P* Ap, const P* Bp, float* c, int64_t ldc,
                             int64_t h, int64_t w, float alpha, float beta) {
   constexpr int64_t MR = Tile::MR, NR = Tile::NR;
   alignas(64) float tile[MR * NR];
@@ -314,21 +462,25 @@ LIBNN_AVX2 void edge_kernel(int64_t kc, const float* Ap, const float* Bp, float*
 // packed first and read back from L2 or beyond (the stage-1 convolution of the CIFAR
 // ResNet-20, 16 x 1024 x 144, went from 40 to 32 us a product).
 template <class Tile>
-LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
-                             MatRef<float> B, float beta, float* C, int64_t ldc) {
+LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
+                             MatRef<typename Tile::In> A, MatRef<typename Tile::In> B, float beta,
+                             float* C, int64_t ldc) {
   constexpr int64_t MR = Tile::MR, NR = Tile::NR;
+  using P = typename Tile::Packed;
   const FlushDenormals ftz;
-  static thread_local Scratch a_scratch, b_scratch;
-  const int64_t kc_max = std::min(K, KC);
+  static thread_local Scratch<P> a_scratch, b_scratch;
+  // packed elements per panel row: a KC slice takes units(kc) rows of MR (or NR) elements
+  auto units = [](int64_t kc) { return (kc + Tile::KU - 1) / Tile::KU; };
+  const int64_t ku_max = units(std::min(K, KC));
   const bool one_block = M <= 4 * MR;
-  float* bpack = b_scratch.get(size_t(kc_max * (one_block ? NR : ceil_to(std::min(N, NC), NR))));
-  float* apack = a_scratch.get(size_t(kc_max * ceil_to(std::min(M, MC), MR)));
-  auto tiles = [&](int64_t ic, int64_t mc, int64_t w, int64_t kc, const float* bp, float beta_k,
+  P* bpack = b_scratch.get(size_t(ku_max * (one_block ? NR : ceil_to(std::min(N, NC), NR))));
+  P* apack = a_scratch.get(size_t(ku_max * ceil_to(std::min(M, MC), MR)));
+  auto tiles = [&](int64_t ic, int64_t mc, int64_t w, int64_t kc, const P* bp, float beta_k,
                    float* Cj) {
     for (int64_t i = 0; i < mc; i += MR) {
       const int64_t h = std::min(MR, mc - i);
       float* c = Cj + (ic + i) * ldc;
-      const float* ap = apack + i * kc;
+      const P* ap = apack + i * units(kc);
       if (h == MR && w == NR) Tile::kernel(kc, ap, bp, c, ldc, alpha, beta_k);
       else edge_kernel<Tile>(kc, ap, bp, c, ldc, h, w, alpha, beta_k);
     }
@@ -338,23 +490,25 @@ LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRe
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
       const float beta_k = pc == 0 ? beta : 1.f;
+      const int64_t ku = units(kc);
       if (one_block) {
-        for (int64_t i = 0; i < M; i += MR) pack_a<MR>(A, i, std::min(MR, M - i), pc, kc, apack + i * kc);
+        for (int64_t i = 0; i < M; i += MR)
+          Tile::pack_a(A, i, std::min(MR, M - i), pc, kc, apack + i * ku);
         for (int64_t j = 0; j < nc; j += NR) {
           const int64_t w = std::min(NR, nc - j);
-          pack_b<NR>(B, pc, kc, jc + j, w, bpack);
+          Tile::pack_b(B, pc, kc, jc + j, w, bpack);
           tiles(0, M, w, kc, bpack, beta_k, C + jc + j);
         }
         continue;
       }
       for (int64_t j = 0; j < nc; j += NR)
-        pack_b<NR>(B, pc, kc, jc + j, std::min(NR, nc - j), bpack + j * kc);
+        Tile::pack_b(B, pc, kc, jc + j, std::min(NR, nc - j), bpack + j * ku);
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         for (int64_t i = 0; i < mc; i += MR)
-          pack_a<MR>(A, ic + i, std::min(MR, mc - i), pc, kc, apack + i * kc);
+          Tile::pack_a(A, ic + i, std::min(MR, mc - i), pc, kc, apack + i * ku);
         for (int64_t j = 0; j < nc; j += NR)
-          tiles(ic, mc, std::min(NR, nc - j), kc, bpack + j * kc, beta_k, C + jc + j);
+          tiles(ic, mc, std::min(NR, nc - j), kc, bpack + j * ku, beta_k, C + jc + j);
       }
     }
   }
@@ -365,8 +519,8 @@ LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, MatRe
 // thread packs only the rows of A and columns of B its block needs. The grid is the one whose
 // blocks read the least of A and B.
 template <class Tile>
-void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
-                  MatRef<float> B, float beta, float* C, int64_t ldc, int nt) {
+void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<typename Tile::In> A,
+                  MatRef<typename Tile::In> B, float beta, float* C, int64_t ldc, int nt) {
   constexpr int64_t MR = Tile::MR, NR = Tile::NR;
   int best_tm = 1;
   double best_cost = -1;
@@ -478,6 +632,41 @@ void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T 
   }
 #endif
   eigen_gemm(M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+bool bf16_gemm_native() {
+#ifdef LIBNN_PACKED_SGEMM
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return f32_kernel_supported(F32Kernel::avx512) && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+  }();
+  return has && f32_kernel() == F32Kernel::avx512;
+#else
+  return false;
+#endif
+}
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
+               MatRef<uint16_t> B, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, C, ldc);
+#ifdef LIBNN_PACKED_SGEMM
+  if (bf16_gemm_native() && M >= 2 && N >= Bf16Tile::NR) {
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
+    return packed_sgemm<Bf16Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
+  }
+#endif
+  // Elsewhere (matrix-vector shapes too): the operands widened to f32, the f32 product.
+  auto widen = [](const MatRef<uint16_t>& X, int64_t rows, int64_t cols) {
+    std::vector<float> f(size_t(rows * cols));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) f[size_t(i * cols + j)] = bf16_bits_to_float(X.p[i * X.rs + j * X.cs]);
+    return f;
+  };
+  const std::vector<float> a = widen(A, M, K), b = widen(B, K, N);
+  gemm<float>(M, N, K, alpha, row_major(a.data(), K), row_major(b.data(), N), beta, C, ldc);
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, float, MatRef<float>, MatRef<float>, float,

@@ -37,4 +37,13 @@ bool f32_kernel_supported(F32Kernel k);
 F32Kernel f32_kernel();
 void set_f32_kernel(F32Kernel k);
 
+// bf16 operands (raw bits), f32 result: C = alpha * A * B + beta * C, with A, B, C as in
+// gemm(). Runs the AVX512_BF16 kernel (pairs of bf16 products summed into f32 lanes) when
+// bf16_gemm_native(), else widens the operands to f32 and runs gemm<float>.
+// bf16_gemm_native() is true on CPUs with AVX512_BF16 while the f32 kernel is avx512 (so
+// LIBNN_CPU_GEMM=avx2 or eigen, and set_f32_kernel, turn it off too).
+bool bf16_gemm_native();
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
+               MatRef<uint16_t> B, float beta, float* C, int64_t ldc);
+
 }  // namespace nn::cpu

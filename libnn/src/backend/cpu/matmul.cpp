@@ -34,31 +34,49 @@ template <typename T>
 MatRef<T> ref(const T* p, const Operand& o) {
   return o.row_major ? MatRef<T>{p, o.ld, 1} : MatRef<T>{p, 1, o.ld};
 }
+
+// out = alpha * a @ b + beta * out over the batch, with In the operands' element type and T
+// the result's; `product` runs one (M x N x K) product.
+template <typename In, typename T, typename Product>
+void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, Product product) {
+  Tensor a = a_in, b = b_in;
+  Operand oa, ob;
+  if (!describe(a, oa)) { a = a.contiguous(); describe(a, oa); }
+  if (!describe(b, ob)) { b = b.contiguous(); describe(b, ob); }
+  const int64_t B = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
+  const int64_t K = a.shape()[2];
+  const In* pa = static_cast<const In*>(a.data_ptr());
+  const In* pb = static_cast<const In*>(b.data_ptr());
+  T* pc = out.data<T>();
+  auto one = [&](int64_t i) {
+    product(M, N, K, ref(pa + i * oa.batch_stride, oa), ref(pb + i * ob.batch_stride, ob),
+            pc + i * M * N);
+  };
+  // Many small products: one thread per product. Few large ones: threads inside each.
+  double flops = 2.0 * double(M) * double(N) * double(K);
+  if (B > 1 && flops < 4e6) {
+    parallel_for(0, B, 1, [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });
+  } else {
+    for (int64_t i = 0; i < B; ++i) one(i);
+  }
+}
 }  // namespace
 
 void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha,
                       double beta) {
+  // bf16 operands into an f32 result (the upcast16 layer sends them when bf16_gemm_native()).
+  if (a_in.dtype() == DType::bf16 && b_in.dtype() == DType::bf16 && out.dtype() == DType::f32) {
+    return batched<uint16_t, float>(
+        a_in, b_in, out, [&](int64_t M, int64_t N, int64_t K, MatRef<uint16_t> A,
+                             MatRef<uint16_t> B, float* C) {
+          cpu::gemm_bf16(M, N, K, float(alpha), A, B, float(beta), C, N);
+        });
+  }
   dispatch_float(out.dtype(), "matmul", [&]<typename T>() {
-    Tensor a = a_in, b = b_in;
-    Operand oa, ob;
-    if (!describe(a, oa)) { a = a.contiguous(); describe(a, oa); }
-    if (!describe(b, ob)) { b = b.contiguous(); describe(b, ob); }
-    const int64_t B = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
-    const int64_t K = a.shape()[2];
-    const T* pa = static_cast<const T*>(a.data_ptr());
-    const T* pb = static_cast<const T*>(b.data_ptr());
-    T* pc = out.data<T>();
-    auto one = [&](int64_t i) {
-      cpu::gemm<T>(M, N, K, T(alpha), ref(pa + i * oa.batch_stride, oa),
-                   ref(pb + i * ob.batch_stride, ob), T(beta), pc + i * M * N, N);
-    };
-    // Many small products: one thread per product. Few large ones: threads inside each.
-    double flops = 2.0 * double(M) * double(N) * double(K);
-    if (B > 1 && flops < 4e6) {
-      parallel_for(0, B, 1, [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });
-    } else {
-      for (int64_t i = 0; i < B; ++i) one(i);
-    }
+    batched<T, T>(a_in, b_in, out,
+                  [&](int64_t M, int64_t N, int64_t K, MatRef<T> A, MatRef<T> B, T* C) {
+                    cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), C, N);
+                  });
   });
 }
 

@@ -5,6 +5,8 @@
 // types natively and pass straight through.
 #include "backend/cpu/upcast16.h"
 
+#include "backend/cpu/gemm.h"
+
 namespace nn::backend {
 namespace {
 
@@ -78,6 +80,14 @@ class Upcast16Backend final : public Backend {
   }
   void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override {
     if (!(is16(a) || is16(b) || is16(out))) return inner_.gemm(a, b, out, alpha, beta);
+    if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && cpu::bf16_gemm_native()) {
+      // The CPU multiplies bf16 itself (AVX512_BF16): only the result goes through f32.
+      Tensor out32 = beta != 0 ? up(out) : out.dtype() == DType::f32 ? out
+                     : empty(out.shape(), TensorOptions(DType::f32).device(out.device()));
+      inner_.gemm(a, b, out32, alpha, beta);
+      down(out32, out);
+      return;
+    }
     Tensor a32 = up(a);
     Tensor b32 = up(b);
     Tensor out32 = up(out);
