@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -132,17 +133,40 @@ void col2im(T* col, const ConvGeom& g, T* x) {
       }
 }
 
+// The products of the three passes. T is the operands' element type: float or double (the
+// result has the same type), or uint16_t for bf16 bits (cpu::gemm_bf16: f32 result, so the
+// passes accumulate and fold in f32 and the upcast16 layer rounds once at the end).
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, uint16_t>, float, T>;
+
+template <typename T>
+void product(int64_t M, int64_t N, int64_t K, MatRef<T> A, MatRef<T> B, acc_t<T> beta,
+             acc_t<T>* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, uint16_t>) cpu::gemm_bf16(M, N, K, 1.f, A, B, beta, C, ldc);
+  else cpu::gemm<T>(M, N, K, T(1), A, B, beta, C, ldc);
+}
+
+// Runs body<T>() for x's float type, or body<uint16_t>() for bf16 operands into an f32
+// result (what upcast16 sends when cpu::bf16_gemm_native()).
+template <typename Body>
+void dispatch_conv(const Tensor& operand, const Tensor& result, const char* name, Body&& body) {
+  if (operand.dtype() == DType::bf16 && result.dtype() == DType::f32)
+    return body.template operator()<uint16_t>();
+  dispatch_float(operand.dtype(), name, std::forward<Body>(body));
+}
+
 }  // namespace
 
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
   if (is_channels_last(x)) return conv2d_forward_nhwc(x, w, bias, out, p);
-  dispatch_float(x.dtype(), "conv2d", [&]<typename T>() {
+  dispatch_conv(x, out, "conv2d", [&]<typename T>() {
+    using A = acc_t<T>;
     ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
-    const T* px = x.data<T>();
-    const T* pw = w.data<T>();
-    const T* pb = bias.defined() ? bias.data<T>() : nullptr;
-    T* po = out.data<T>();
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const T* pw = static_cast<const T*>(w.data_ptr());
+    const A* pb = bias.defined() ? bias.data<A>() : nullptr;
+    A* po = out.data<A>();
     std::vector<std::vector<T>> cols(omp_get_max_threads());
     for_each_item(g.N, [&](int64_t n, int t) {
       auto& col = cols[t];
@@ -154,9 +178,9 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
           im2col(xi, g, col.data());
           cols_of_x = row_major<T>(col.data(), g.col_ld());
         }
-        T* o = po + (n * g.O + gr * g.Og) * g.P;
-        cpu::gemm<T>(g.Og, g.P, g.Kdim, T(1), row_major(pw + gr * g.Og * g.Kdim, g.Kdim),
-                     cols_of_x, T(0), o, g.P);
+        A* o = po + (n * g.O + gr * g.Og) * g.P;
+        product<T>(g.Og, g.P, g.Kdim, row_major(pw + gr * g.Og * g.Kdim, g.Kdim), cols_of_x,
+                   A(0), o, g.P);
         if (pb) rmap(o, g.Og, g.P, g.P).colwise() += crmap(pb + gr * g.Og, g.Og, 1, 1).col(0);
       }
     });
@@ -166,24 +190,25 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
   if (is_channels_last(grad_x)) return conv2d_backward_input_nhwc(grad_out, w, grad_x, p);
-  dispatch_float(w.dtype(), "conv2d_backward_input", [&]<typename T>() {
+  dispatch_conv(w, grad_x, "conv2d_backward_input", [&]<typename T>() {
+    using A = acc_t<T>;
     ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
-    const T* pg = grad_out.data<T>();
-    const T* pw = w.data<T>();
-    T* px = grad_x.data<T>();
-    std::vector<std::vector<T>> cols(omp_get_max_threads());
+    const T* pg = static_cast<const T*>(grad_out.data_ptr());
+    const T* pw = static_cast<const T*>(w.data_ptr());
+    A* px = grad_x.data<A>();
+    std::vector<std::vector<A>> cols(omp_get_max_threads());
     for_each_item(g.N, [&](int64_t n, int t) {
       auto& col = cols[t];
       for (int64_t gr = 0; gr < g.G; ++gr) {
-        T* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
+        A* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
         auto Wt = row_major(pw + gr * g.Og * g.Kdim, g.Kdim).t();
         auto Gm = row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P);
         if (g.pointwise()) {
-          cpu::gemm<T>(g.Cg, g.P, g.Og, T(1), Wt, Gm, T(0), xi, g.P);
+          product<T>(g.Cg, g.P, g.Og, Wt, Gm, A(0), xi, g.P);
         } else {
           col.resize(size_t(g.Kdim * g.col_ld()));
-          cpu::gemm<T>(g.Kdim, g.P, g.Og, T(1), Wt, Gm, T(0), col.data(), g.col_ld());
-          std::memset(xi, 0, sizeof(T) * g.Cg * g.H * g.W);
+          product<T>(g.Kdim, g.P, g.Og, Wt, Gm, A(0), col.data(), g.col_ld());
+          std::memset(xi, 0, sizeof(A) * g.Cg * g.H * g.W);
           col2im(col.data(), g, xi);
         }
       }
@@ -194,13 +219,14 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                         const Conv2dParams& p) {
   if (is_channels_last(x)) return conv2d_backward_weight_nhwc(grad_out, x, grad_w, p);
-  dispatch_float(x.dtype(), "conv2d_backward_weight", [&]<typename T>() {
+  dispatch_conv(x, grad_w, "conv2d_backward_weight", [&]<typename T>() {
+    using A = acc_t<T>;
     ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
-    const T* pg = grad_out.data<T>();
-    const T* px = x.data<T>();
+    const T* pg = static_cast<const T*>(grad_out.data_ptr());
+    const T* px = static_cast<const T*>(x.data_ptr());
     int nt = omp_get_max_threads();
     // One private accumulator per thread, summed at the end.
-    std::vector<RowMat<T>> acc(nt, RowMat<T>::Zero(g.O, g.Kdim));
+    std::vector<RowMat<A>> acc(nt, RowMat<A>::Zero(g.O, g.Kdim));
     std::vector<std::vector<T>> cols(nt);
     for_each_item(g.N, [&](int64_t n, int t) {
       auto& col = cols[t];
@@ -212,11 +238,11 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
           im2col(xi, g, col.data());
           cols_of_x = row_major<T>(col.data(), g.col_ld());
         }
-        cpu::gemm<T>(g.Og, g.Kdim, g.P, T(1), row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P),
-                     cols_of_x.t(), T(1), acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
+        product<T>(g.Og, g.Kdim, g.P, row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P),
+                   cols_of_x.t(), A(1), acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
       }
     });
-    auto out = rmap(grad_w.data<T>(), g.O, g.Kdim, g.Kdim);
+    auto out = rmap(grad_w.data<A>(), g.O, g.Kdim, g.Kdim);
     out = acc[0];
     for (int t = 1; t < nt; ++t) out += acc[t];
   });

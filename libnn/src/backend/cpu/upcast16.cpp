@@ -6,6 +6,7 @@
 #include "backend/cpu/upcast16.h"
 
 #include "backend/cpu/gemm.h"
+#include "core/util.h"
 
 namespace nn::backend {
 namespace {
@@ -80,10 +81,8 @@ class Upcast16Backend final : public Backend {
   }
   void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override {
     if (!(is16(a) || is16(b) || is16(out))) return inner_.gemm(a, b, out, alpha, beta);
-    if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && cpu::bf16_gemm_native()) {
-      // The CPU multiplies bf16 itself (AVX512_BF16): only the result goes through f32.
-      Tensor out32 = beta != 0 ? up(out) : out.dtype() == DType::f32 ? out
-                     : empty(out.shape(), TensorOptions(DType::f32).device(out.device()));
+    if (native_bf16(a, b, out)) {
+      Tensor out32 = f32_result(out, beta != 0);
       inner_.gemm(a, b, out32, alpha, beta);
       down(out32, out);
       return;
@@ -96,6 +95,11 @@ class Upcast16Backend final : public Backend {
   }
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, const Conv2dParams& p) override {
     if (!(is16(x) || is16(w) || is16(bias) || is16(out))) return inner_.conv2d_forward(x, w, bias, out, p);
+    if (native_bf16(x, w, out)) {
+      Tensor out32 = f32_result(out, false);
+      inner_.conv2d_forward(x, w, up(bias), out32, p);
+      return down(out32, out);
+    }
     Tensor x32 = up(x);
     Tensor w32 = up(w);
     Tensor bias32 = up(bias);
@@ -105,6 +109,11 @@ class Upcast16Backend final : public Backend {
   }
   void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x, const Conv2dParams& p) override {
     if (!(is16(grad_out) || is16(w) || is16(grad_x))) return inner_.conv2d_backward_input(grad_out, w, grad_x, p);
+    if (native_bf16(grad_out, w, grad_x)) {
+      Tensor grad_x32 = f32_result(grad_x, false);
+      inner_.conv2d_backward_input(grad_out, w, grad_x32, p);
+      return down(grad_x32, grad_x);
+    }
     Tensor grad_out32 = up(grad_out);
     Tensor w32 = up(w);
     Tensor grad_x32 = up(grad_x);
@@ -113,6 +122,11 @@ class Upcast16Backend final : public Backend {
   }
   void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w, const Conv2dParams& p) override {
     if (!(is16(grad_out) || is16(x) || is16(grad_w))) return inner_.conv2d_backward_weight(grad_out, x, grad_w, p);
+    if (native_bf16(grad_out, x, grad_w)) {
+      Tensor grad_w32 = f32_result(grad_w, false);
+      inner_.conv2d_backward_weight(grad_out, x, grad_w32, p);
+      return down(grad_w32, grad_w);
+    }
     Tensor grad_out32 = up(grad_out);
     Tensor x32 = up(x);
     Tensor grad_w32 = up(grad_w);
@@ -340,6 +354,20 @@ class Upcast16Backend final : public Backend {
   }
 
  private:
+  // Products whose two operands are bf16 run natively on CPUs with AVX512_BF16
+  // (cpu::gemm_bf16): only their result goes through f32. Convolutions take that path in
+  // row-major layout only (bf16 is not channels-last native here, so the ops layer sends
+  // row-major tensors).
+  static bool native_bf16(const Tensor& a, const Tensor& b, const Tensor& result) {
+    return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && !is_channels_last(a) &&
+           !is_channels_last(b) && !is_channels_last(result) && cpu::bf16_gemm_native();
+  }
+  // The f32 tensor a native bf16 product writes: `t` itself when it is f32, else a new one,
+  // holding t's values when `read` (a product with beta != 0 reads its result).
+  Tensor f32_result(const Tensor& t, bool read) {
+    if (read || t.dtype() == DType::f32) return up(t);
+    return empty(t.shape(), TensorOptions(DType::f32).device(t.device()));
+  }
   // An f32 copy of a 16-bit tensor (other tensors pass through).
   Tensor up(const Tensor& t) {
     if (!is16(t)) return t;
