@@ -21,11 +21,13 @@
 # Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
 # fills it on a machine with Debian's packages, for GPU machines that reach no registry).
 set -uo pipefail
-if [[ -n "${GPU_SUITE_TIMEOUT:-}" && -z "${GPU_SUITE_TIMED:-}" ]]; then
+if [[ -n "${GPU_SUITE_TIMEOUT:-}" ]]; then
   [[ "$GPU_SUITE_TIMEOUT" =~ ^[1-9][0-9]*$ ]] \
     || { echo "gpu_suite: GPU_SUITE_TIMEOUT must be a number of seconds, got '$GPU_SUITE_TIMEOUT'" >&2; exit 2; }
-  GPU_SUITE_TIMED=1 exec timeout -s TERM "$GPU_SUITE_TIMEOUT" "$0" "$@"
+  # TERM at the limit (the suite still bundles), KILL 20 s later if a step ignores TERM
+  [[ -z "${GPU_SUITE_TIMED:-}" ]] && GPU_SUITE_TIMED=1 exec timeout -s TERM -k 20 "$GPU_SUITE_TIMEOUT" "$0" "$@"
 fi
+unset GPU_SUITE_TIMED GPU_SUITE_TIMEOUT  # not inherited by the steps (the tests run this script)
 cd "$(dirname "$0")/.."
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
@@ -167,7 +169,7 @@ if want resnet; then
 fi
 
 if want extras; then
-  log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the runs above are NHWC)"
+  log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the resnet step's runs are NHWC)"
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
       --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
       2>&1 | tee -a "$OUT/summary.md"

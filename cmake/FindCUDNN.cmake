@@ -10,6 +10,14 @@
 #
 #   find_package(CUDNN [REQUIRED] [COMPONENTS headers])   # headers: no library needed (emulator)
 
+# A root other than the one the cached results came from starts the search afresh.
+set(_cudnn_root_asked "${CUDNN_ROOT}|$ENV{CUDNN_ROOT}|$ENV{CUDNN_PATH}")
+if(DEFINED _CUDNN_ROOT_USED AND NOT _CUDNN_ROOT_USED STREQUAL _cudnn_root_asked)
+  unset(CUDNN_INCLUDE_DIR CACHE)
+  unset(CUDNN_LIBRARY CACHE)
+endif()
+set(_CUDNN_ROOT_USED "${_cudnn_root_asked}" CACHE INTERNAL "cuDNN roots of the last search")
+
 set(_cudnn_hints)
 foreach(root IN ITEMS "${CUDNN_ROOT}" "$ENV{CUDNN_ROOT}" "$ENV{CUDNN_PATH}")
   if(root)
@@ -29,14 +37,17 @@ endif()
 # The Python wheel's folder, asked only when nothing above or on the system has cuDNN.
 set(_cudnn_py_hint "")
 function(_cudnn_python_root out)
-  set(py "${Python3_EXECUTABLE}")
-  if(NOT py)
-    find_program(py NAMES python3 python)
-  endif()
   set(${out} "" PARENT_SCOPE)
-  if(py)
+  if(Python3_EXECUTABLE)
+    set(_cudnn_py "${Python3_EXECUTABLE}")
+  else()
+    find_program(_CUDNN_PYTHON NAMES python3 python)
+    mark_as_advanced(_CUDNN_PYTHON)
+    set(_cudnn_py "${_CUDNN_PYTHON}")
+  endif()
+  if(_cudnn_py)
     execute_process(
-      COMMAND "${py}" -c "import nvidia.cudnn as m; print(list(m.__path__)[0])"
+      COMMAND "${_cudnn_py}" -c "import nvidia.cudnn as m; print(list(m.__path__)[0])"
       OUTPUT_VARIABLE dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
     if(rc EQUAL 0 AND IS_DIRECTORY "${dir}")
       set(${out} "${dir}" PARENT_SCOPE)
@@ -61,11 +72,11 @@ endif()
 if(_cudnn_need_lib AND CUDNN_INCLUDE_DIR)
   # Look beside the headers first, so headers and library come from the same install.
   get_filename_component(_cudnn_root "${CUDNN_INCLUDE_DIR}" DIRECTORY)
-  find_library(CUDNN_LIBRARY NAMES ${_cudnn_lib_names}
+  find_library(CUDNN_LIBRARY NAMES ${_cudnn_lib_names} NAMES_PER_DIR
                HINTS "${_cudnn_root}" PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu
                NO_DEFAULT_PATH)
   if(NOT CUDNN_LIBRARY)
-    find_library(CUDNN_LIBRARY NAMES ${_cudnn_lib_names} HINTS ${_cudnn_hints}
+    find_library(CUDNN_LIBRARY NAMES ${_cudnn_lib_names} NAMES_PER_DIR HINTS ${_cudnn_hints}
                  PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
   endif()
 endif()
@@ -82,6 +93,16 @@ foreach(h IN ITEMS cudnn_version.h cudnn.h)
     endif()
   endif()
 endforeach()
+
+# Headers and library of different majors (two installs) would fail at run time: refuse.
+if(CUDNN_LIBRARY AND CUDNN_VERSION)
+  get_filename_component(_cudnn_real "${CUDNN_LIBRARY}" REALPATH)
+  string(REGEX MATCH "\\.so\\.([0-9]+)" _cudnn_so "${_cudnn_real}")
+  if(_cudnn_so AND NOT CMAKE_MATCH_1 STREQUAL _maj)
+    message(FATAL_ERROR "cuDNN: headers in ${CUDNN_INCLUDE_DIR} are version ${CUDNN_VERSION} but "
+            "${CUDNN_LIBRARY} is major ${CMAKE_MATCH_1}; point CUDNN_ROOT at one install")
+  endif()
+endif()
 
 set(_cudnn_required CUDNN_INCLUDE_DIR)
 if(_cudnn_need_lib)

@@ -124,8 +124,9 @@ TEST_CASE("f32 conv2d forward and both gradients equal f64's on the packed CPU p
 TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and widened", "[conv]") {
   // bf16 operands: on a CPU with AVX512_BF16 the three products run cpu::gemm_bf16 (f32
   // sums, one rounding of each result to bf16); with LIBNN_CPU_GEMM=avx2's kernel they run in
-  // f32 on widened copies. Both against the f64 convolution of the same bf16 values. Five
-  // images, so some thread sums several into its weight gradient.
+  // f32 on widened copies. Both against the f64 convolution of the same bf16 values. Nine
+  // images, so some thread sums several into its weight gradient; three input channels make
+  // the forward's K (27) odd.
   using nn::cpu::F32Kernel;
   struct Case { Shape x, w; Conv2dParams p; };
   const F32Kernel before = nn::cpu::f32_kernel();
@@ -134,7 +135,8 @@ TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and wid
     nn::cpu::set_f32_kernel(kernel);
     INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native());
     for (const Case& c : {Case{{2, 16, 32, 32}, {16, 16, 3, 3}, params(1, 1)},
-                          Case{{5, 16, 17, 15}, {32, 16, 3, 3}, params(2, 1)},
+                          Case{{9, 16, 17, 15}, {32, 16, 3, 3}, params(2, 1)},
+                          Case{{2, 3, 20, 20}, {32, 3, 3, 3}, params(1, 1)},
                           Case{{1, 8, 9, 9}, {8, 4, 3, 3}, params(1, 2, 2, 2)},
                           Case{{2, 8, 6, 6}, {40, 8, 1, 1}, params(1, 0)}}) {
       INFO("x " << shape_str(c.x) << " w " << shape_str(c.w));

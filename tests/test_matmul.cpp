@@ -239,10 +239,9 @@ TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout"
     for (int64_t M : {1, 2, 7, 8, 9, 150})
       for (int64_t N : {1, 31, 32, 33, 70})
         for (int64_t K : {0, 1, 2, 15, 16, 17, 33, 300})
-          for (int layouts = 0; layouts < 4; ++layouts) {
-            const double beta = layouts == 0 ? 0.0 : layouts == 1 ? 1.0 : -0.75;
-            check_gemm<nn::BFloat16>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
-          }
+          for (int layouts = 0; layouts < 4; ++layouts)
+            for (double beta : {0.0, -0.75})  // beta 0 (C not read) with every layout
+              check_gemm<nn::BFloat16>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
     check_gemm<nn::BFloat16>(23, 37, 29, 2, 2, 1.0, 0.5, seed++);  // general strides
     // threaded, several packed blocks and K slices (one odd), as for f32
     check_gemm<nn::BFloat16>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++);
@@ -254,10 +253,11 @@ TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout"
 }
 
 TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 kernel against the widened product", "[matmul]") {
-  // Through the ops layer (batched, a transposed operand, a broadcast batch): bf16 results of
-  // the native kernel and of the f32 product over widened operands (LIBNN_CPU_GEMM=avx2's
-  // path) agree within one bf16 rounding, and both match the double product of the bf16
-  // inputs.
+  // Through the ops layer (a batch of products, a transposed operand): bf16 results of the
+  // native kernel and of the f32 product over widened operands (LIBNN_CPU_GEMM=avx2's path)
+  // agree within one bf16 rounding, and both match the double product of the bf16 inputs.
+  // Two shapes: three large products (threads inside each) and many small ones (a thread
+  // per product).
   using nn::cpu::F32Kernel;
   if (!nn::cpu::f32_kernel_supported(F32Kernel::avx512)) {
     WARN("no AVX-512 here: not checked");
@@ -270,32 +270,37 @@ TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 kernel against the widened pr
     WARN("no AVX512_BF16 here: not checked");
     return;
   }
-  const Tensor a = rnd({3, 40, 70}, 1, false).to(kBF16);
-  const Tensor w = rnd({50, 70}, 2, false).to(kBF16);
-  const Tensor native = matmul(a, w.t());
-  nn::cpu::set_f32_kernel(F32Kernel::avx2);
-  REQUIRE_FALSE(nn::cpu::bf16_gemm_native());
-  const Tensor widened = matmul(a, w.t());
-  nn::cpu::set_f32_kernel(before);
-  REQUIRE(native.dtype() == kBF16);
-  REQUIRE(native.shape() == Shape{3, 40, 50});
-  const auto n = native.to_vector<double>(), f = widened.to_vector<double>();
-  const auto va = a.to_vector<double>(), vw = w.to_vector<double>();
-  for (int64_t b = 0; b < 3; ++b)
-    for (int64_t i = 0; i < 40; ++i)
-      for (int64_t j = 0; j < 50; ++j) {
-        double want = 0, mag = 0;
-        for (int64_t k = 0; k < 70; ++k) {
-          const double p = va[size_t((b * 40 + i) * 70 + k)] * vw[size_t(j * 70 + k)];
-          want += p;
-          mag += std::abs(p);
+  struct Case { int64_t B, M, N, K; };
+  for (const Case& c : {Case{3, 150, 70, 301}, Case{24, 9, 40, 33}}) {
+    const int64_t B = c.B, M = c.M, N = c.N, K = c.K;
+    nn::cpu::set_f32_kernel(F32Kernel::avx512);
+    const Tensor a = rnd({B, M, K}, 1, false).to(kBF16);
+    const Tensor w = rnd({B, N, K}, 2, false).to(kBF16);
+    const Tensor native = matmul(a, w.transpose(1, 2));
+    nn::cpu::set_f32_kernel(F32Kernel::avx2);
+    REQUIRE_FALSE(nn::cpu::bf16_gemm_native());
+    const Tensor widened = matmul(a, w.transpose(1, 2));
+    nn::cpu::set_f32_kernel(before);
+    REQUIRE(native.dtype() == kBF16);
+    REQUIRE(native.shape() == Shape{B, M, N});
+    const auto n = native.to_vector<double>(), f = widened.to_vector<double>();
+    const auto va = a.to_vector<double>(), vw = w.to_vector<double>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = va[size_t((b * M + i) * K + k)] * vw[size_t((b * N + j) * K + k)];
+            want += p;
+            mag += std::abs(p);
+          }
+          const size_t at = size_t((b * M + i) * N + j);
+          const double tol = std::abs(want) * 0x1p-8 + mag * 1e-6;  // bf16 rounding + f32 sums
+          INFO("(" << b << ", " << i << ", " << j << "): native " << n[at] << ", widened " << f[at]
+                   << ", double " << want);
+          REQUIRE(std::abs(n[at] - want) <= tol);
+          REQUIRE(std::abs(f[at] - want) <= tol);
+          REQUIRE(std::abs(n[at] - f[at]) <= std::abs(want) * 0x1p-7 + mag * 2e-6);
         }
-        const size_t at = size_t((b * 40 + i) * 50 + j);
-        const double tol = std::abs(want) * 0x1p-8 + mag * 1e-6;  // bf16 rounding + f32 sums
-        INFO("(" << b << ", " << i << ", " << j << "): native " << n[at] << ", widened " << f[at]
-                 << ", double " << want);
-        REQUIRE(std::abs(n[at] - want) <= tol);
-        REQUIRE(std::abs(f[at] - want) <= tol);
-        REQUIRE(std::abs(n[at] - f[at]) <= std::abs(want) * 0x1p-7 + mag * 2e-6);
-      }
+  }
 }

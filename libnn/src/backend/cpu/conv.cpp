@@ -146,13 +146,17 @@ void product(int64_t M, int64_t N, int64_t K, MatRef<T> A, MatRef<T> B, acc_t<T>
   else cpu::gemm<T>(M, N, K, T(1), A, B, beta, C, ldc);
 }
 
-// Runs body<T>() for x's float type, or body<uint16_t>() for bf16 operands into an f32
-// result (what upcast16 sends when cpu::bf16_gemm_native()).
+// Runs body<T>() for the operands' float type, or body<uint16_t>() for two bf16 operands
+// into an f32 result (what upcast16 sends when cpu::bf16_gemm_native()).
 template <typename Body>
-void dispatch_conv(const Tensor& operand, const Tensor& result, const char* name, Body&& body) {
-  if (operand.dtype() == DType::bf16 && result.dtype() == DType::f32)
+void dispatch_conv(const Tensor& a, const Tensor& b, const Tensor& result, const char* name,
+                   Body&& body) {
+  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && result.dtype() == DType::f32)
     return body.template operator()<uint16_t>();
-  dispatch_float(operand.dtype(), name, std::forward<Body>(body));
+  NN_CHECK(a.dtype() == b.dtype() && a.dtype() == result.dtype(), name, ": dtypes ",
+           dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " into ",
+           dtype_name(result.dtype()), " are not computed here");
+  dispatch_float(a.dtype(), name, std::forward<Body>(body));
 }
 
 }  // namespace
@@ -160,7 +164,7 @@ void dispatch_conv(const Tensor& operand, const Tensor& result, const char* name
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
   if (is_channels_last(x)) return conv2d_forward_nhwc(x, w, bias, out, p);
-  dispatch_conv(x, out, "conv2d", [&]<typename T>() {
+  dispatch_conv(x, w, out, "conv2d", [&]<typename T>() {
     using A = acc_t<T>;
     ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
     const T* px = static_cast<const T*>(x.data_ptr());
@@ -190,7 +194,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
   if (is_channels_last(grad_x)) return conv2d_backward_input_nhwc(grad_out, w, grad_x, p);
-  dispatch_conv(w, grad_x, "conv2d_backward_input", [&]<typename T>() {
+  dispatch_conv(grad_out, w, grad_x, "conv2d_backward_input", [&]<typename T>() {
     using A = acc_t<T>;
     ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
     const T* pg = static_cast<const T*>(grad_out.data_ptr());
@@ -219,7 +223,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                         const Conv2dParams& p) {
   if (is_channels_last(x)) return conv2d_backward_weight_nhwc(grad_out, x, grad_w, p);
-  dispatch_conv(x, grad_w, "conv2d_backward_weight", [&]<typename T>() {
+  dispatch_conv(grad_out, x, grad_w, "conv2d_backward_weight", [&]<typename T>() {
     using A = acc_t<T>;
     ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
     const T* pg = static_cast<const T*>(grad_out.data_ptr());
