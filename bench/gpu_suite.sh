@@ -79,7 +79,8 @@ fi
 
 if want test; then
   log "tests"
-  ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1
+  # eight tests at a time, two CPU threads each: the CPU tests do not oversubscribe the cores
+  OMP_NUM_THREADS=2 ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1
   rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
   "$bdir/bin/libnn_tests" "[cuda]" > "$OUT/cuda_tests.log" 2>&1
   rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
