@@ -129,3 +129,73 @@ TEST_CASE("maximum splits the gradient on ties", "[elementwise]") {
   require_values(a.grad(), {0.5, 0});
   require_values(b.grad(), {0.5, 1});
 }
+
+TEST_CASE("bf16 elementwise on the CPU: f32 math on the widened values, rounded once", "[elementwise]") {
+  // The CPU computes bf16 maps in one pass; each element must be exactly what widening to
+  // f32, computing and rounding back gives (the path every 16-bit op took before), also with
+  // broadcasting and transposed (strided) operands.
+  Tensor x = (rnd({37, 21}, 1, false) * 4.0).to(kBF16);
+  Tensor pos = (abs(rnd({37, 21}, 2, false)) + 0.1).to(kBF16);
+  Tensor y = rnd({21}, 3, false).to(kBF16);           // broadcast over the rows
+  Tensor xt = rnd({21, 37}, 4, false).to(kBF16).t();  // strided
+  auto same = [](const Tensor& got, const Tensor& want, const char* what) {
+    INFO(what);
+    REQUIRE(got.dtype() == kBF16);
+    REQUIRE(got.shape() == want.shape());
+    const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO("element " << i << ": " << g[i] << " against " << w[i]);
+      REQUIRE(g[i] == w[i]);
+    }
+  };
+  using U = Tensor (*)(const Tensor&);
+  const std::pair<const char*, U> unary[] = {
+      {"exp", [](const Tensor& t) { return exp(t); }},
+      {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+      {"relu", [](const Tensor& t) { return relu(t); }},
+      {"gelu", [](const Tensor& t) { return gelu(t); }},
+      {"abs", [](const Tensor& t) { return abs(t); }},
+      {"neg", [](const Tensor& t) { return neg(t); }},
+      {"square", [](const Tensor& t) { return square(t); }},
+      {"clamp", [](const Tensor& t) { return clamp(t, -1.5, 0.7); }},
+      {"add_scalar", [](const Tensor& t) { return t + 0.3; }},
+      {"mul_scalar", [](const Tensor& t) { return t * 1.7; }},
+      {"rsub_scalar", [](const Tensor& t) { return 2.0 - t; }}};
+  for (const auto& [name, f] : unary) {
+    same(f(x), f(x.to(kF32)).to(kBF16), name);
+    same(f(xt), f(xt.to(kF32)).to(kBF16), name);
+  }
+  same(log(pos), log(pos.to(kF32)).to(kBF16), "log");
+  same(sqrt(pos), sqrt(pos.to(kF32)).to(kBF16), "sqrt");
+  same(pow(pos, 1.5), pow(pos.to(kF32), 1.5).to(kBF16), "pow_scalar");
+  same(1.0 / pos, (1.0 / pos.to(kF32)).to(kBF16), "rdiv_scalar");
+  using B = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, B> binary[] = {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }}};
+  for (const auto& [name, f] : binary) {
+    same(f(x, y), f(x.to(kF32), y.to(kF32)).to(kBF16), name);
+    same(f(x, xt), f(x.to(kF32), xt.to(kF32)).to(kBF16), name);
+  }
+  same(pow(pos, x), pow(pos.to(kF32), x.to(kF32)).to(kBF16), "pow");
+  // the fused backwards against the f64 gradient of the same values: tanh and sigmoid read
+  // their bf16 outputs, so 1 - t^2 carries t's rounding (up to 2^-7 near |t| = 1) times g
+  for (const char* name : {"relu", "tanh", "sigmoid", "gelu"}) {
+    INFO(name);
+    auto f = [&](const Tensor& t) {
+      const std::string n = name;
+      return n == "relu" ? relu(t) : n == "tanh" ? tanh(t) : n == "sigmoid" ? sigmoid(t) : gelu(t);
+    };
+    Tensor g = rnd({37, 21}, 5, false).to(kBF16);
+    Tensor xb = x.detach().requires_grad_(true), x64 = x.to(kF64).requires_grad_(true);
+    (f(xb) * g).sum().backward();
+    (f(x64) * g.to(kF64)).sum().backward();
+    REQUIRE(xb.grad().dtype() == kBF16);
+    test::require_close(xb.grad().to(kF64), x64.grad(), 2e-2, 4e-2);
+  }
+}

@@ -37,6 +37,12 @@ class CpuBackend final : public Backend {
                       Tensor& grad_x) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
+  // bf16 maps computed here in one pass (f32 math per element, one rounding: the values the
+  // widened path gives); the upcast16 layer passes these through. GELU stays widened, for
+  // the vectorised f32 erf.
+  static bool bf16_native(UnaryOp op);
+  static bool bf16_native(BinaryOp op);
+  static bool bf16_native_backward(UnaryOp op);
 
   void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override;
   void argmax(const Tensor& x, int64_t dim, Tensor& out) override;

@@ -86,13 +86,15 @@ bool gelu_f32(const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
   return true;
 }
 
-template <typename T>
-void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, T a, T b) {
+// T is the tensors' element type, C the type computed in: T itself, or float for bf16
+// (each element widened, computed, rounded once: the values of the widened path, one pass).
+template <typename T, typename C = T>
+void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
   if (op == UnaryOp::gelu && gelu_f32(x, out)) return;
   // One instantiation per op keeps the switch out of the inner loop.
-#define NN_UNARY_CASE(OP)                                                         \
-  case UnaryOp::OP:                                                               \
-    map<T, T>(out, [a, b](T v) { return unary_value<T>(UnaryOp::OP, v, a, b); }, x); \
+#define NN_UNARY_CASE(OP)                                                                   \
+  case UnaryOp::OP:                                                                         \
+    map<T, T>(out, [a, b](T v) { return T(unary_value<C>(UnaryOp::OP, C(v), a, b)); }, x); \
     return;
   switch (op) {
     NN_UNARY_CASE(neg) NN_UNARY_CASE(exp) NN_UNARY_CASE(log) NN_UNARY_CASE(sqrt)
@@ -157,7 +159,13 @@ void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, u
   });
 }
 
+bool CpuBackend::bf16_native(UnaryOp op) { return op != UnaryOp::gelu; }
+bool CpuBackend::bf16_native(BinaryOp) { return true; }
+bool CpuBackend::bf16_native_backward(UnaryOp op) { return op != UnaryOp::gelu; }
+
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
+  if (x.dtype() == DType::bf16 && bf16_native(op))
+    return unary_typed<BFloat16, float>(op, x, out, float(a), float(b));
   dispatch_numeric(x.dtype(), "unary", [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) {
       unary_typed<T>(op, x, out, T(a), T(b));
@@ -168,47 +176,67 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, doubl
   });
 }
 
+namespace {
+// T, C as for unary_typed.
+template <typename T, typename C = T>
+void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+                          Tensor& grad_x) {
+  switch (op) {
+    case UnaryOp::relu:
+      map<T, T, T>(grad_x, [](T g, T v) { return C(v) > C(0) ? g : T(0); }, grad, x);
+      return;
+    case UnaryOp::gelu:
+      if (gelu_f32(x, grad_x, &grad)) return;
+      map<T, T, T>(grad_x, [](T g, T v_) {
+        const C v = C(v_);
+        C cdf = C(0.5) * (C(1) + std::erf(v * C(kInvSqrt2)));
+        C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * v * v);
+        return T(C(g) * (cdf + v * pdf));
+      }, grad, x);
+      return;
+    case UnaryOp::tanh:
+      map<T, T, T>(grad_x, [](T g, T t) { return T(C(g) * (C(1) - C(t) * C(t))); }, grad, y);
+      return;
+    case UnaryOp::sigmoid:
+      map<T, T, T>(grad_x, [](T g, T s) { return T(C(g) * C(s) * (C(1) - C(s))); }, grad, y);
+      return;
+    default:
+      NN_ERROR("unary_backward: no fused backward for this op");
+  }
+}
+}  // namespace
+
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
                                 const Tensor& y, Tensor& grad_x) {
+  if (x.dtype() == DType::bf16 && bf16_native_backward(op))
+    return unary_backward_typed<BFloat16, float>(op, grad, x, y, grad_x);
   dispatch_float(x.dtype(), "unary_backward", [&]<typename T>() {
-    switch (op) {
-      case UnaryOp::relu:
-        map<T, T, T>(grad_x, [](T g, T v) { return v > T(0) ? g : T(0); }, grad, x);
-        return;
-      case UnaryOp::gelu:
-        if (gelu_f32(x, grad_x, &grad)) return;
-        map<T, T, T>(grad_x, [](T g, T v) {
-          T cdf = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
-          T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * v * v);
-          return g * (cdf + v * pdf);
-        }, grad, x);
-        return;
-      case UnaryOp::tanh:
-        map<T, T, T>(grad_x, [](T g, T t) { return g * (T(1) - t * t); }, grad, y);
-        return;
-      case UnaryOp::sigmoid:
-        map<T, T, T>(grad_x, [](T g, T s) { return g * s * (T(1) - s); }, grad, y);
-        return;
-      default:
-        NN_ERROR("unary_backward: no fused backward for this op");
-    }
+    unary_backward_typed<T>(op, grad, x, y, grad_x);
   });
 }
 
-void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  dispatch_numeric(a.dtype(), "binary", [&]<typename T>() {
-#define NN_BINARY_CASE(OP)                                                               \
-  case BinaryOp::OP:                                                                     \
-    map<T, T, T>(out, [](T x, T y) { return binary_value<T>(BinaryOp::OP, x, y); }, a, b); \
+namespace {
+// T, C as for unary_typed.
+template <typename T, typename C = T>
+void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+#define NN_BINARY_CASE(OP)                                                                 \
+  case BinaryOp::OP:                                                                       \
+    map<T, T, T>(out, [](T x, T y) { return T(binary_value<C>(BinaryOp::OP, C(x), C(y))); }, \
+                 a, b);                                                                    \
     return;
-    switch (op) {
-      NN_BINARY_CASE(add) NN_BINARY_CASE(sub) NN_BINARY_CASE(mul) NN_BINARY_CASE(div)
-      NN_BINARY_CASE(pow) NN_BINARY_CASE(maximum) NN_BINARY_CASE(minimum) NN_BINARY_CASE(eq)
-      NN_BINARY_CASE(ne) NN_BINARY_CASE(lt) NN_BINARY_CASE(le) NN_BINARY_CASE(gt)
-      NN_BINARY_CASE(ge)
-    }
+  switch (op) {
+    NN_BINARY_CASE(add) NN_BINARY_CASE(sub) NN_BINARY_CASE(mul) NN_BINARY_CASE(div)
+    NN_BINARY_CASE(pow) NN_BINARY_CASE(maximum) NN_BINARY_CASE(minimum) NN_BINARY_CASE(eq)
+    NN_BINARY_CASE(ne) NN_BINARY_CASE(lt) NN_BINARY_CASE(le) NN_BINARY_CASE(gt)
+    NN_BINARY_CASE(ge)
+  }
 #undef NN_BINARY_CASE
-  });
+}
+}  // namespace
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (a.dtype() == DType::bf16 && bf16_native(op)) return binary_typed<BFloat16, float>(op, a, b, out);
+  dispatch_numeric(a.dtype(), "binary", [&]<typename T>() { binary_typed<T>(op, a, b, out); });
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {

@@ -5,6 +5,9 @@
 // types natively and pass straight through.
 #include "backend/cpu/upcast16.h"
 
+#include <initializer_list>
+
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "core/util.h"
 
@@ -34,6 +37,7 @@ class Upcast16Backend final : public Backend {
   void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed, uint64_t offset) override { return inner_.fill_random(dst, kind, a, b, seed, offset); }
   void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override {
     if (!(is16(x) || is16(out))) return inner_.unary(op, x, out, a, b);
+    if (all_bf16({&x, &out}) && CpuBackend::bf16_native(op)) return inner_.unary(op, x, out, a, b);
     Tensor x32 = up(x);
     Tensor out32 = up(out);
     inner_.unary(op, x32, out32, a, b);
@@ -41,6 +45,8 @@ class Upcast16Backend final : public Backend {
   }
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, Tensor& grad_x) override {
     if (!(is16(grad) || is16(x) || is16(y) || is16(grad_x))) return inner_.unary_backward(op, grad, x, y, grad_x);
+    if (all_bf16({&grad, &x, &y, &grad_x}) && CpuBackend::bf16_native_backward(op))
+      return inner_.unary_backward(op, grad, x, y, grad_x);
     Tensor grad32 = up(grad);
     Tensor x32 = up(x);
     Tensor y32 = up(y);
@@ -50,6 +56,7 @@ class Upcast16Backend final : public Backend {
   }
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
     if (!(is16(a) || is16(b) || is16(out))) return inner_.binary(op, a, b, out);
+    if (all_bf16({&a, &b, &out}) && CpuBackend::bf16_native(op)) return inner_.binary(op, a, b, out);
     Tensor a32 = up(a);
     Tensor b32 = up(b);
     Tensor out32 = up(out);
@@ -354,6 +361,12 @@ class Upcast16Backend final : public Backend {
   }
 
  private:
+  // Every defined tensor of the list is bf16 (undefined ones, an unused operand, are skipped).
+  static bool all_bf16(std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (t->defined() && t->dtype() != DType::bf16) return false;
+    return true;
+  }
   // Products whose two operands are bf16 run natively on CPUs with AVX512_BF16
   // (cpu::gemm_bf16): only their result goes through f32. Convolutions take that path in
   // row-major layout only (bf16 is not channels-last native here, so the ops layer sends
