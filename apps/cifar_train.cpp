@@ -159,7 +159,7 @@ int run(int argc, char** argv) {
     apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");
     for (auto& b : loader) {
       nn::Tensor x = b.data.to(device), y = b.target.to(device);
-      meter.step(apps::classifier_step(run, *model, opt, schedule, scaler, precision, x, y, ce), x.shape()[0]);
+      meter.step(apps::classifier_step(run, *model, opt, &schedule, scaler, precision, x, y, ce), x.shape()[0]);
     }
     apps::EpochSummary s = meter.finish();
     profile.end(meter);

@@ -45,6 +45,8 @@ int run(int argc, char** argv) {
       ("test-samples", "validate on only the first N test samples (0: all)",
        cxxopts::value<int64_t>()->default_value("0"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
+      ("precision", "fp32, fp16 (autocast + loss scaling) or bf16 (autocast)",
+       cxxopts::value<std::string>()->default_value("fp32"))
       ("seed", "random seed (weights, dropout, shuffling)",
        cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads (default: OMP_NUM_THREADS or all cores)", cxxopts::value<int>())
@@ -64,6 +66,8 @@ int run(int argc, char** argv) {
   apps::check_choice("optimizer", optim_name, {"adam", "adamw", "sgd"});
   const std::string schedule = a["lr-schedule"].as<std::string>();
   apps::check_choice("lr-schedule", schedule, {"cosine", "constant"});
+  const std::string precision = a["precision"].as<std::string>();
+  apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t epochs = a["epochs"].as<int64_t>(), batch = a["batch-size"].as<int64_t>();
   apps::check_positive("epochs", epochs);
   apps::check_positive("batch-size", batch);
@@ -142,12 +146,13 @@ int run(int argc, char** argv) {
     scheduler = std::make_unique<nn::optim::CosineLR>(*optimizer, 0,
                                                       epochs * train_loader.num_batches());
 
+  nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
   apps::Run run("mnist_train", a, argc, argv, par);
-  apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), nullptr, train_loader.num_batches()});
-  std::printf("mnist_train: %s %s on %s, %lld train / %lld test samples, %lld parameters, "
+  apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), &scaler, train_loader.num_batches()});
+  std::printf("mnist_train: %s %s on %s, %s, %lld train / %lld test samples, %lld parameters, "
               "batch %s, %s, %d threads\n",
               dataset.c_str(), model_name.c_str(), apps::describe_device(device).c_str(),
-              (long long)train_set->size(), (long long)test_set->size(),
+              precision.c_str(), (long long)train_set->size(), (long long)test_set->size(),
               (long long)model->num_parameters(), par.batch_note(batch).c_str(), optim_name.c_str(),
               nn::num_threads());
   apps::EpochProfile profile(a);
@@ -157,19 +162,18 @@ int run(int argc, char** argv) {
     model->train();
     train_loader.set_epoch(epoch - 1, pos.batch);
     apps::EpochMeter meter(run, pos, epochs, nb, device);
-    for (auto& b : train_loader) {
-      nn::Tensor loss = nn::cross_entropy(model->forward(b.data), b.target);
-      optimizer->zero_grad();
-      loss.backward();
-      run.sync_gradients();
-      optimizer->step();
-      if (scheduler) scheduler->step();
-      meter.step(loss, b.data.shape()[0]);
-    }
+    for (auto& b : train_loader)
+      meter.step(apps::classifier_step(run, *model, *optimizer, scheduler.get(), scaler, precision,
+                                       b.data, b.target, nn::CrossEntropyOptions{}),
+                 b.data.shape()[0]);
     apps::EpochSummary s = meter.finish();
     profile.end(meter);
-    std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader, std::nullopt, &par);
+    {
+      apps::PrecisionAutocast ac(precision);
+      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader, std::nullopt, &par);
+    }
     s.lr = optimizer->lr();
+    s.loss_scale = scaler.options().enabled ? scaler.get_scale() : 0;
     pos = apps::Position{epoch + 1, 0, pos.step, 0, 0, 0};
     run.end_epoch(s, pos);
   }

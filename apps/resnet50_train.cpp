@@ -139,7 +139,7 @@ int run(int argc, char** argv) {
       for (auto& batch_data : loader) {
         if (pos.batch >= per_epoch) break;
         nn::Tensor x = batch_data.data.to(device), y = batch_data.target.to(device);
-        meter.step(apps::classifier_step(run, *model, opt, schedule, scaler, precision, x, y, ce), x.shape()[0]);
+        meter.step(apps::classifier_step(run, *model, opt, &schedule, scaler, precision, x, y, ce), x.shape()[0]);
       }
     }
     apps::EpochSummary s = meter.finish();

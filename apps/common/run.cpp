@@ -101,7 +101,8 @@ Position Run::load() {
   } catch (const nn::Error& e) {
     NN_ERROR("checkpoint in '", ckpt_->dir(), "' does not fit this model: ", e.what());
   }
-  if (s.scaler) s.scaler->load_state(c->extra);
+  // A checkpoint without the scaler's state (written without loss scaling) leaves it fresh.
+  if (s.scaler && !c->extra.empty()) s.scaler->load_state(c->extra);
   nn::io::load_generator(c->meta, "rng", nn::default_generator());
   pos.epoch = int64_t(to_double(c->meta, "epoch"));
   pos.batch = int64_t(to_double(c->meta, "batch"));
@@ -329,7 +330,7 @@ void EpochProfile::report() const {
 }
 
 nn::Tensor classifier_step(Run& run, nn::Module& model, nn::optim::Optimizer& opt,
-                           nn::optim::LRScheduler& schedule, nn::amp::GradScaler& scaler,
+                           nn::optim::LRScheduler* schedule, nn::amp::GradScaler& scaler,
                            const std::string& precision, const nn::Tensor& x, const nn::Tensor& y,
                            const nn::CrossEntropyOptions& ce) {
   nn::Tensor loss;
@@ -342,7 +343,7 @@ nn::Tensor classifier_step(Run& run, nn::Module& model, nn::optim::Optimizer& op
   run.sync_gradients();
   scaler.step(opt);
   scaler.update();
-  schedule.step();
+  if (schedule) schedule->step();
   return loss;
 }
 

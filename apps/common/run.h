@@ -158,10 +158,10 @@ class EpochProfile {
 
 // One training step of an image classifier under --precision ("fp32", "fp16" or "bf16"):
 // forward and cross-entropy under autocast (fp16/bf16), backward of the scaled loss, the
-// gradients averaged over the ranks, the scaler's step and update, then the schedule's step.
-// Returns the loss.
+// gradients averaged over the ranks, the scaler's step and update, then the schedule's step
+// (none when `schedule` is null: a constant rate). Returns the loss.
 nn::Tensor classifier_step(Run& run, nn::Module& model, nn::optim::Optimizer& opt,
-                           nn::optim::LRScheduler& schedule, nn::amp::GradScaler& scaler,
+                           nn::optim::LRScheduler* schedule, nn::amp::GradScaler& scaler,
                            const std::string& precision, const nn::Tensor& x, const nn::Tensor& y,
                            const nn::CrossEntropyOptions& ce);
 

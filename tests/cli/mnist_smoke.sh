@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Trains the Keras CNN on 2,000 Fashion-MNIST images for one epoch and checks the metrics
-# line: every field present, accuracy well above chance (10%).
+# mnist_smoke.sh APP DATA [FLAG...]: trains the Keras CNN on 2,000 Fashion-MNIST images for one
+# epoch (with the extra flags, --precision bf16 say) and checks the metrics line: every field
+# present, accuracy well above chance (10%).
 set -euo pipefail
-app=$1; data=$2
+app=$1; data=$2; shift 2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$app" --dataset fashion-mnist --data-dir "$data" --train-samples 2000 --epochs 1 \
-       --metrics "$out/m.jsonl" --seed 3
+       --metrics "$out/m.jsonl" --seed 3 "$@"
 python3 - "$out/m.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
