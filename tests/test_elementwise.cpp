@@ -138,14 +138,21 @@ TEST_CASE("bf16 elementwise on the CPU: f32 math on the widened values, rounded 
   Tensor pos = (abs(rnd({37, 21}, 2, false)) + 0.1).to(kBF16);
   Tensor y = rnd({21}, 3, false).to(kBF16);           // broadcast over the rows
   Tensor xt = rnd({21, 37}, 4, false).to(kBF16).t();  // strided
+  // Special values too: infinities, NaN, -0, a large value (x * x overflows bf16's range).
+  {
+    auto v = x.to(kF32).to_vector<float>();
+    v[5] = INFINITY, v[6] = -INFINITY, v[7] = NAN, v[8] = -0.0f, v[9] = 3e38f, v[10] = -1e-30f;
+    x = tensor(std::vector<double>(v.begin(), v.end()), {37, 21}).to(kBF16);
+  }
   auto same = [](const Tensor& got, const Tensor& want, const char* what) {
     INFO(what);
     REQUIRE(got.dtype() == kBF16);
     REQUIRE(got.shape() == want.shape());
-    const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+    // bit for bit (tells -0 from +0, and NaN payloads apart)
+    const auto g = got.to_vector<float>(), w = want.to_vector<float>();
     for (size_t i = 0; i < g.size(); ++i) {
       INFO("element " << i << ": " << g[i] << " against " << w[i]);
-      REQUIRE(g[i] == w[i]);
+      REQUIRE(float_to_bits(g[i]) == float_to_bits(w[i]));
     }
   };
   using U = Tensor (*)(const Tensor&);
@@ -168,6 +175,7 @@ TEST_CASE("bf16 elementwise on the CPU: f32 math on the widened values, rounded 
   }
   same(log(pos), log(pos.to(kF32)).to(kBF16), "log");
   same(sqrt(pos), sqrt(pos.to(kF32)).to(kBF16), "sqrt");
+  same(rsqrt(pos), rsqrt(pos.to(kF32)).to(kBF16), "rsqrt");
   same(pow(pos, 1.5), pow(pos.to(kF32), 1.5).to(kBF16), "pow_scalar");
   same(1.0 / pos, (1.0 / pos.to(kF32)).to(kBF16), "rdiv_scalar");
   using B = Tensor (*)(const Tensor&, const Tensor&);
@@ -177,7 +185,13 @@ TEST_CASE("bf16 elementwise on the CPU: f32 math on the widened values, rounded 
       {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
       {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
       {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
-      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }}};
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
   for (const auto& [name, f] : binary) {
     same(f(x, y), f(x.to(kF32), y.to(kF32)).to(kBF16), name);
     same(f(x, xt), f(x.to(kF32), xt.to(kF32)).to(kBF16), name);
@@ -192,7 +206,8 @@ TEST_CASE("bf16 elementwise on the CPU: f32 math on the widened values, rounded 
       return n == "relu" ? relu(t) : n == "tanh" ? tanh(t) : n == "sigmoid" ? sigmoid(t) : gelu(t);
     };
     Tensor g = rnd({37, 21}, 5, false).to(kBF16);
-    Tensor xb = x.detach().requires_grad_(true), x64 = x.to(kF64).requires_grad_(true);
+    Tensor xf = (rnd({37, 21}, 1, false) * 4.0).to(kBF16);  // finite values
+    Tensor xb = xf.detach().requires_grad_(true), x64 = xf.to(kF64).requires_grad_(true);
     (f(xb) * g).sum().backward();
     (f(x64) * g.to(kF64)).sum().backward();
     REQUIRE(xb.grad().dtype() == kBF16);

@@ -101,8 +101,12 @@ Position Run::load() {
   } catch (const nn::Error& e) {
     NN_ERROR("checkpoint in '", ckpt_->dir(), "' does not fit this model: ", e.what());
   }
-  // A checkpoint without the scaler's state (written without loss scaling) leaves it fresh.
+  // Every app writes the loss scaler's state (fp32 runs too); a checkpoint of mnist_train from
+  // before it took --precision has none, and leaves the scaler fresh.
   if (s.scaler && !c->extra.empty()) s.scaler->load_state(c->extra);
+  if (s.scaler && c->extra.empty() && s.scaler->options().enabled)
+    std::printf("%s: the checkpoint holds no loss-scaler state: loss scaling starts afresh\n",
+                app_.c_str());
   nn::io::load_generator(c->meta, "rng", nn::default_generator());
   pos.epoch = int64_t(to_double(c->meta, "epoch"));
   pos.batch = int64_t(to_double(c->meta, "batch"));

@@ -7,7 +7,15 @@ app=$1; data=$2; shift 2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$app" --dataset fashion-mnist --data-dir "$data" --train-samples 2000 --epochs 1 \
-       --metrics "$out/m.jsonl" --seed 3 "$@"
+       --metrics "$out/m.jsonl" --seed 3 "$@" | tee "$out/log"
+# the header names the precision the run used (fp32 unless asked)
+precision=fp32
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
+  [[ ${args[i]} == --precision ]] && precision=${args[i + 1]}
+done
+grep -q "^mnist_train: fashion-mnist cnn on cpu, $precision, " "$out/log" \
+  || { echo "FAIL: the header does not say $precision" >&2; exit 1; }
 python3 - "$out/m.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
