@@ -133,39 +133,13 @@ void col2im(T* col, const ConvGeom& g, T* x) {
       }
 }
 
-// The products of the three passes. T is the operands' element type: float or double (the
-// result has the same type), or uint16_t for bf16 bits (cpu::gemm_bf16: f32 result, so the
-// passes accumulate and fold in f32 and the upcast16 layer rounds once at the end).
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, uint16_t>, float, T>;
-
-template <typename T>
-void product(int64_t M, int64_t N, int64_t K, MatRef<T> A, MatRef<T> B, acc_t<T> beta,
-             acc_t<T>* C, int64_t ldc) {
-  if constexpr (std::is_same_v<T, uint16_t>) cpu::gemm_bf16(M, N, K, 1.f, A, B, beta, C, ldc);
-  else cpu::gemm<T>(M, N, K, T(1), A, B, beta, C, ldc);
-}
-
-// Runs body<T>() for the operands' float type, or body<uint16_t>() for two bf16 operands
-// into an f32 result (what upcast16 sends when cpu::bf16_gemm_native()).
-template <typename Body>
-void dispatch_conv(const Tensor& a, const Tensor& b, const Tensor& result, const char* name,
-                   Body&& body) {
-  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && result.dtype() == DType::f32)
-    return body.template operator()<uint16_t>();
-  NN_CHECK(a.dtype() == b.dtype() && a.dtype() == result.dtype(), name, ": dtypes ",
-           dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " into ",
-           dtype_name(result.dtype()), " are not computed here");
-  dispatch_float(a.dtype(), name, std::forward<Body>(body));
-}
-
 }  // namespace
 
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
   if (is_channels_last(x)) return conv2d_forward_nhwc(x, w, bias, out, p);
-  dispatch_conv(x, w, out, "conv2d", [&]<typename T>() {
-    using A = acc_t<T>;
+  dispatch_product(x, w, out, "conv2d", [&]<typename T>() {
+    using A = gemm_result_t<T>;  // f32 sums and folds for bf16 operands
     ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
     const T* px = static_cast<const T*>(x.data_ptr());
     const T* pw = static_cast<const T*>(w.data_ptr());
@@ -183,7 +157,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
           cols_of_x = row_major<T>(col.data(), g.col_ld());
         }
         A* o = po + (n * g.O + gr * g.Og) * g.P;
-        product<T>(g.Og, g.P, g.Kdim, row_major(pw + gr * g.Og * g.Kdim, g.Kdim), cols_of_x,
+        gemm_of<T>(g.Og, g.P, g.Kdim, A(1), row_major(pw + gr * g.Og * g.Kdim, g.Kdim), cols_of_x,
                    A(0), o, g.P);
         if (pb) rmap(o, g.Og, g.P, g.P).colwise() += crmap(pb + gr * g.Og, g.Og, 1, 1).col(0);
       }
@@ -194,8 +168,8 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
   if (is_channels_last(grad_x)) return conv2d_backward_input_nhwc(grad_out, w, grad_x, p);
-  dispatch_conv(grad_out, w, grad_x, "conv2d_backward_input", [&]<typename T>() {
-    using A = acc_t<T>;
+  dispatch_product(grad_out, w, grad_x, "conv2d_backward_input", [&]<typename T>() {
+    using A = gemm_result_t<T>;  // f32 sums and folds for bf16 operands
     ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
     const T* pg = static_cast<const T*>(grad_out.data_ptr());
     const T* pw = static_cast<const T*>(w.data_ptr());
@@ -208,10 +182,10 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
         auto Wt = row_major(pw + gr * g.Og * g.Kdim, g.Kdim).t();
         auto Gm = row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P);
         if (g.pointwise()) {
-          product<T>(g.Cg, g.P, g.Og, Wt, Gm, A(0), xi, g.P);
+          gemm_of<T>(g.Cg, g.P, g.Og, A(1), Wt, Gm, A(0), xi, g.P);
         } else {
           col.resize(size_t(g.Kdim * g.col_ld()));
-          product<T>(g.Kdim, g.P, g.Og, Wt, Gm, A(0), col.data(), g.col_ld());
+          gemm_of<T>(g.Kdim, g.P, g.Og, A(1), Wt, Gm, A(0), col.data(), g.col_ld());
           std::memset(xi, 0, sizeof(A) * g.Cg * g.H * g.W);
           col2im(col.data(), g, xi);
         }
@@ -223,8 +197,8 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                         const Conv2dParams& p) {
   if (is_channels_last(x)) return conv2d_backward_weight_nhwc(grad_out, x, grad_w, p);
-  dispatch_conv(grad_out, x, grad_w, "conv2d_backward_weight", [&]<typename T>() {
-    using A = acc_t<T>;
+  dispatch_product(grad_out, x, grad_w, "conv2d_backward_weight", [&]<typename T>() {
+    using A = gemm_result_t<T>;  // f32 sums and folds for bf16 operands
     ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
     const T* pg = static_cast<const T*>(grad_out.data_ptr());
     const T* px = static_cast<const T*>(x.data_ptr());
@@ -242,7 +216,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
           im2col(xi, g, col.data());
           cols_of_x = row_major<T>(col.data(), g.col_ld());
         }
-        product<T>(g.Og, g.Kdim, g.P, row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P),
+        gemm_of<T>(g.Og, g.Kdim, g.P, A(1), row_major(pg + (n * g.O + gr * g.Og) * g.P, g.P),
                    cols_of_x.t(), A(1), acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
       }
     });

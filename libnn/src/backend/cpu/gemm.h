@@ -4,6 +4,7 @@
 // everything else runs Eigen's product.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 namespace nn::cpu {
 
@@ -45,5 +46,16 @@ void set_f32_kernel(F32Kernel k);
 bool bf16_gemm_native();
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
                MatRef<uint16_t> B, float beta, float* C, int64_t ldc);
+
+// One product whatever the operands: T float or double (gemm<T>, result T), or uint16_t for
+// bf16 bits (gemm_bf16, result f32). The backend's matmul and convolutions call this.
+template <typename T>
+using gemm_result_t = std::conditional_t<std::is_same_v<T, uint16_t>, float, T>;
+template <typename T>
+void gemm_of(int64_t M, int64_t N, int64_t K, gemm_result_t<T> alpha, MatRef<T> A, MatRef<T> B,
+             gemm_result_t<T> beta, gemm_result_t<T>* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, uint16_t>) gemm_bf16(M, N, K, alpha, A, B, beta, C, ldc);
+  else gemm<T>(M, N, K, alpha, A, B, beta, C, ldc);
+}
 
 }  // namespace nn::cpu

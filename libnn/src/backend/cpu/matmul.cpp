@@ -35,22 +35,23 @@ MatRef<T> ref(const T* p, const Operand& o) {
   return o.row_major ? MatRef<T>{p, o.ld, 1} : MatRef<T>{p, 1, o.ld};
 }
 
-// out = alpha * a @ b + beta * out over the batch, with In the operands' element type and T
-// the result's; `product` runs one (M x N x K) product.
-template <typename In, typename T, typename Product>
-void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, Product product) {
+// out = alpha * a @ b + beta * out over the batch, T the operands' element type
+// (cpu::gemm_of: bf16 bits into an f32 result, else T into T).
+template <typename T>
+void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha, double beta) {
+  using R = gemm_result_t<T>;
   Tensor a = a_in, b = b_in;
   Operand oa, ob;
   if (!describe(a, oa)) { a = a.contiguous(); describe(a, oa); }
   if (!describe(b, ob)) { b = b.contiguous(); describe(b, ob); }
   const int64_t B = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
   const int64_t K = a.shape()[2];
-  const In* pa = static_cast<const In*>(a.data_ptr());
-  const In* pb = static_cast<const In*>(b.data_ptr());
-  T* pc = out.data<T>();
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  R* pc = out.data<R>();
   auto one = [&](int64_t i) {
-    product(M, N, K, ref(pa + i * oa.batch_stride, oa), ref(pb + i * ob.batch_stride, ob),
-            pc + i * M * N);
+    gemm_of<T>(M, N, K, R(alpha), ref(pa + i * oa.batch_stride, oa),
+               ref(pb + i * ob.batch_stride, ob), R(beta), pc + i * M * N, N);
   };
   // Many small products: one thread per product. Few large ones: threads inside each.
   double flops = 2.0 * double(M) * double(N) * double(K);
@@ -62,22 +63,10 @@ void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, Product produc
 }
 }  // namespace
 
-void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha,
+void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha,
                       double beta) {
-  // bf16 operands into an f32 result (the upcast16 layer sends them when bf16_gemm_native()).
-  if (a_in.dtype() == DType::bf16 && b_in.dtype() == DType::bf16 && out.dtype() == DType::f32) {
-    return batched<uint16_t, float>(
-        a_in, b_in, out, [&](int64_t M, int64_t N, int64_t K, MatRef<uint16_t> A,
-                             MatRef<uint16_t> B, float* C) {
-          cpu::gemm_bf16(M, N, K, float(alpha), A, B, float(beta), C, N);
-        });
-  }
-  dispatch_float(out.dtype(), "matmul", [&]<typename T>() {
-    batched<T, T>(a_in, b_in, out,
-                  [&](int64_t M, int64_t N, int64_t K, MatRef<T> A, MatRef<T> B, T* C) {
-                    cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), C, N);
-                  });
-  });
+  dispatch_product(a, b, out, "matmul",
+                   [&]<typename T>() { batched<T>(a, b, out, alpha, beta); });
 }
 
 }  // namespace nn::backend

@@ -116,6 +116,19 @@ void dispatch_float(DType t, const char* op, F&& f) {
     default: unsupported_dtype(op, t);
   }
 }
+// For the GEMM families: f<T>() with T the operands' float type (a, b and the result all of
+// it), or f<uint16_t>() for two bf16 operands into an f32 result (what the upcast16 layer
+// sends when cpu::bf16_gemm_native(); cpu::gemm_of runs either).
+template <typename F>
+void dispatch_product(const Tensor& a, const Tensor& b, const Tensor& result, const char* op,
+                      F&& f) {
+  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && result.dtype() == DType::f32)
+    return f.template operator()<uint16_t>();
+  NN_CHECK(a.dtype() == b.dtype() && a.dtype() == result.dtype(), op, ": dtypes ",
+           dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " into ",
+           dtype_name(result.dtype()), " are not computed here");
+  dispatch_float(a.dtype(), op, std::forward<F>(f));
+}
 template <typename F>
 void dispatch_numeric(DType t, const char* op, F&& f) {
   switch (t) {

@@ -373,9 +373,9 @@ class Upcast16Backend final : public Backend {
   // row-major tensors).
   static bool native_bf16(const Tensor& a, const Tensor& b, const Tensor& result) {
     const DType r = result.dtype();
-    return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
-           (r == DType::f32 || r == DType::bf16 || r == DType::f16) && !is_channels_last(a) &&
-           !is_channels_last(b) && !is_channels_last(result) && cpu::bf16_gemm_native();
+    return all_bf16({&a, &b}) && (r == DType::f32 || r == DType::bf16 || r == DType::f16) &&
+           !is_channels_last(a) && !is_channels_last(b) && !is_channels_last(result) &&
+           cpu::bf16_gemm_native();
   }
   // The f32 tensor a native bf16 product writes: `t` itself when it is f32, else a new one,
   // holding t's values when `read` (a product with beta != 0 reads its result).
