@@ -62,6 +62,55 @@ TEST_CASE("expand broadcasts with stride 0", "[tensor][views]") {
   REQUIRE(test::error_of([&] { col.expand({2, 4}); }).find("cannot expand") != std::string::npos);
 }
 
+TEST_CASE("in-place writes: a source sharing memory is read before the write, an expanded "
+          "target is refused", "[tensor][views]") {
+  NoGradGuard ng;
+  for (DType dt : {kF64, kF32, kBF16}) {
+    CAPTURE(dt);
+    // shifted slices of one buffer, both directions
+    Tensor a = arange(6, dt);
+    a.narrow(0, 1, 5).copy_(a.narrow(0, 0, 5));
+    require_values(a, {0, 0, 1, 2, 3, 4});
+    Tensor b = arange(6, dt);
+    b.narrow(0, 0, 5).copy_(b.narrow(0, 1, 5));
+    require_values(b, {1, 2, 3, 4, 5, 5});
+    Tensor c = arange(6, dt);
+    c.narrow(0, 1, 5).add_(c.narrow(0, 0, 5));
+    require_values(c, {0, 1, 3, 5, 7, 9});
+    // a square matrix from its own transpose, and a row broadcast over its own matrix
+    Tensor m = arange(9, dt).reshape({3, 3});
+    m.copy_(m.t());
+    require_values(m, {0, 3, 6, 1, 4, 7, 2, 5, 8});
+    Tensor r = arange(9, dt).reshape({3, 3});
+    r.copy_(r.select(0, 1));
+    require_values(r, {3, 4, 5, 3, 4, 5, 3, 4, 5});
+    // the same view, and a permuted target that holds each element once
+    Tensor s = arange(4, dt);
+    s.copy_(s);
+    require_values(s, {0, 1, 2, 3});
+    Tensor p = arange(6, dt).reshape({2, 3});
+    p.t().mul_(2);
+    require_values(p, {0, 2, 4, 6, 8, 10});
+  }
+
+  Tensor col = tensor({1, 2, 3}, kF64).reshape({3, 1});
+  Tensor e = col.expand({3, 4});
+  for (auto& [name, write] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"mul_", [&] { e.mul_(2); }},
+           {"add_", [&] { e.add_(ones({3, 4}, kF64)); }},
+           {"copy_", [&] { e.copy_(arange(12, kF64).reshape({3, 4})); }},
+           {"uniform_", [&] { e.uniform_(0, 1); }},
+           {"normal_", [&] { e.normal_(0, 1); }}}) {
+    CAPTURE(name);
+    std::string err = test::error_of(write);
+    REQUIRE(err.find(name + ": the tensor of shape [3, 4]") != std::string::npos);
+    REQUIRE(err.find("more than one index") != std::string::npos);
+    require_values(col, {1, 2, 3});  // nothing written
+  }
+  e.fill_(5);  // one value for every index: well defined
+  require_values(col, {5, 5, 5});
+}
+
 TEST_CASE("view refuses incompatible strides, reshape copies", "[tensor][views]") {
   Tensor t = arange(6, kF64).reshape({2, 3}).t();
   REQUIRE(test::error_of([&] { t.view({6}); }).find("reshape") != std::string::npos);

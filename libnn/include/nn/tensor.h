@@ -145,7 +145,9 @@ class Tensor {
 
   // ---- in-place (never recorded by autograd) ---------------------------------------------
   // Refused on a tensor that requires grad while grad mode is on; use NoGradGuard (as the
-  // optimizers and initialisers do).
+  // optimizers and initialisers do). Refused too, except fill_/zero_, on a view that holds one
+  // element under several indices (expand). A source sharing memory with the target (a
+  // shifted slice, a transpose) is read whole before anything is written.
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);                   // src broadcast to this shape; casts

@@ -23,6 +23,48 @@ void check_inplace(const Tensor& t, const char* op) {
            ": in-place change of a tensor that requires grad while grad mode is on (wrap it "
            "in nn::NoGradGuard)");
 }
+
+// The lowest and highest element (in storage units) a view reaches. Strides are never negative.
+std::pair<int64_t, int64_t> element_span(const Tensor& t) {
+  int64_t hi = t.offset();
+  for (int64_t d = 0; d < t.dim(); ++d) hi += (t.size(d) - 1) * t.stride(d);
+  return {t.offset(), hi};
+}
+
+// True when two indices of `t` reach one element: a size>1 dim of stride 0 (an expanded view)
+// or strides that interleave. Views made by slicing, permuting and selecting never do.
+bool has_internal_overlap(const Tensor& t) {
+  if (t.numel() <= 1) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that count
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // furthest offset the smaller strides reach from a dim's origin
+  for (auto [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += (size - 1) * stride;
+  }
+  return false;
+}
+
+// An in-place write whose target holds one element under several indices would depend on
+// the order the elements are visited in: refused, like PyTorch.
+void check_no_internal_overlap(const Tensor& t, const char* op) {
+  NN_CHECK(!has_internal_overlap(t), op, ": the tensor of shape ", shape_str(t.shape()),
+           " and strides ", shape_str(t.strides()), " holds some elements under more than one "
+           "index (an expanded view?), so an in-place write is ill-defined; write into a copy "
+           "(contiguous()) instead");
+}
+
+// True when writing `dst` element by element could change `src` before it is read: both in
+// one storage, their spans intersecting, and not the very same view.
+bool may_read_own_writes(const Tensor& dst, const Tensor& src) {
+  if (dst.storage() != src.storage() || dst.numel() == 0) return false;
+  if (dst.offset() == src.offset() && dst.strides() == src.strides()) return false;
+  auto [dlo, dhi] = element_span(dst);
+  auto [slo, shi] = element_span(src);
+  return dlo <= shi && slo <= dhi;
+}
 }  // namespace
 
 const Shape& Tensor::shape() const { return impl_of(*this).shape; }
@@ -244,17 +286,24 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Shape bs = broadcast_shapes(s.shape(), shape());
   NN_CHECK(bs == shape(), "copy_: source of shape ", shape_str(src.shape()),
            " does not broadcast to ", shape_str(shape()));
-  backend::of(*this).copy(s.expand(shape()), *this);
+  check_no_internal_overlap(*this, "copy_");
+  s = s.expand(shape());
+  // a source that shares memory with this view (a shifted slice, a transpose of a square
+  // matrix) is read whole before anything is written
+  if (may_read_own_writes(*this, s)) s = s.clone();
+  backend::of(*this).copy(s, *this);
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace(*this, "add_");
+  check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;
   copy_(alpha == 1.0 ? add(*this, other) : add(*this, mul(other, alpha)));
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
   check_inplace(*this, "mul_");
+  check_no_internal_overlap(*this, "mul_");
   NoGradGuard ng;
   backend::of(*this).unary(backend::UnaryOp::mul_scalar, *this, *this, value, 0);
   return *this;
@@ -263,6 +312,7 @@ Tensor& Tensor::mul_(double value) {
 static Tensor& fill_random_(Tensor& t, backend::RandomKind kind, double a, double b,
                             Generator* gen, const char* op) {
   check_inplace(t, op);
+  check_no_internal_overlap(t, op);
   NN_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", dtype_name(t.dtype()));
   NoGradGuard ng;
   Generator& g = gen ? *gen : default_generator();
