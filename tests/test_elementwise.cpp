@@ -91,6 +91,30 @@ TEST_CASE("elementwise ops on large and strided tensors use every path", "[eleme
           Approx(a.select(0, 299).select(0, 7).item() + row.select(0, 7).item()));
 }
 
+TEST_CASE("copies into permuted and channels-last targets follow the target's memory order",
+          "[elementwise][layout]") {
+  // The loops visit dims in the target's memory order: a channels-last to channels-last copy
+  // is one flat run, a row-major source read across it; every element lands where it belongs.
+  Generator g(12);
+  const Tensor src = randn({3, 5, 7, 4}, kF64, &g);
+  const std::vector<double> want = src.to_vector<double>();
+  for (const Tensor& from : {src, src.contiguous(MemoryFormat::channels_last)}) {
+    Tensor cl = empty(src.shape(), kF64, MemoryFormat::channels_last);
+    cl.copy_(from);
+    REQUIRE(cl.to_vector<double>() == want);
+    Tensor f32 = empty(src.shape(), kF32, MemoryFormat::channels_last);
+    f32.copy_(from);  // a conversion, the same walk
+    REQUIRE(f32.to_vector<double>() == src.to(kF32).to_vector<double>());
+    Tensor perm = empty({4, 7, 3, 5}, kF64).permute({2, 3, 1, 0});  // strides (5, 1, 15, 105)
+    perm.copy_(from);
+    REQUIRE(perm.to_vector<double>() == want);
+  }
+  // a broadcast source across a channels-last target
+  Tensor cl = empty({2, 3, 4, 5}, kF64, MemoryFormat::channels_last);
+  cl.copy_(arange(3, kF64).reshape({1, 3, 1, 1}));
+  REQUIRE(cl.select(0, 1).select(1, 2).select(1, 4).to_vector<double>() == std::vector<double>{0, 1, 2});
+}
+
 TEST_CASE("gradcheck: unary ops", "[elementwise][gradcheck]") {
   Tensor x = rnd({3, 4}, 1);
   for (auto f : std::vector<Tensor (*)(const Tensor&)>{exp, tanh, sigmoid, gelu, neg, square, abs, relu}) {

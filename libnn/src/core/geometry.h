@@ -2,14 +2,19 @@
 #pragma once
 #include <nn/tensor.h>
 
+#include <algorithm>
 #include <array>
+#include <numeric>
 #include <vector>
 
 namespace nn {
 
-// Out (contiguous or not) and inputs share a shape (inputs broadcast with stride 0). Dims of
-// size 1 are dropped and adjacent dims that are contiguous for every operand are merged, so a
-// loop runs over as few, as long, dims as possible.
+// Out (contiguous or not) and inputs share a shape (inputs broadcast with stride 0). The dims
+// are visited in out's memory order (largest stride outermost; logical order among equals), so
+// a channels-last or transposed out is walked like a row-major one; dims of size 1 are dropped
+// and adjacent dims that are contiguous for every operand are merged, so a loop runs over as
+// few, as long, dims as possible. Each element's value depends on its operands only, so the
+// order is free to choose.
 template <size_t N>
 struct Geometry {
   std::vector<int64_t> shape;                   // merged dims, outermost first
@@ -19,7 +24,11 @@ struct Geometry {
 template <size_t N>
 Geometry<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
   Geometry<N> g;
-  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+  std::vector<int64_t> order(shape.size());
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return (*strides[0])[a] > (*strides[0])[b]; });
+  for (int64_t d : order) {
     if (shape[d] == 1) continue;
     bool merge = !g.shape.empty();
     for (size_t k = 0; k < N && merge; ++k)

@@ -168,19 +168,20 @@ void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const*
   if (n == 0) return;
   TO* po = static_cast<TO*>(out.data_ptr());
   std::tuple<const TI*...> pi{static_cast<const TI*>(ins[I]->data_ptr())...};
-  bool contiguous = out.is_contiguous() && (ins[I]->is_contiguous() && ...);
-  if (contiguous) {
+  auto flat = [&] {
     parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
       TO* o = po;
       [[maybe_unused]] auto p = pi;
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) o[i] = f(std::get<I>(p)[i]...);
     });
-    return;
-  }
+  };
+  if (out.is_contiguous() && (ins[I]->is_contiguous() && ...)) return flat();
   std::array<const Shape*, N> st{&out.strides(), &ins[I]->strides()...};
   Geometry<N> g = coalesce<N>(out.shape(), st);
   const int64_t nd = int64_t(g.shape.size());
+  // every operand dense in one and the same order (all channels-last, say): one flat run
+  if (nd == 1 && g.strides[0][0] == 1 && ((g.strides[1 + I][0] == 1) && ...)) return flat();
   const int64_t inner = g.shape.back();
   const int64_t rows = n / inner;
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
