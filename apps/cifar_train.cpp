@@ -42,7 +42,7 @@ int run(int argc, char** argv) {
       ("test-samples", "validate on only the first N test images (0: all)", cxxopts::value<int64_t>()->default_value("0"))
       ("precision", "fp32, fp16 (autocast + loss scaling) or bf16", cxxopts::value<std::string>()->default_value("fp32"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))
-      ("layout", "memory format: nhwc (channels-last), nchw, or auto (the one the device computes --precision in natively: nhwc on CUDA, and for fp32 on the CPU)",
+      ("layout", "memory format: nhwc (channels-last), nchw, or auto (the one the device computes --precision in natively: nhwc, on CUDA and on the CPU)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed (weights, shuffling, augmentation)", cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads (default: OMP_NUM_THREADS or all cores)", cxxopts::value<int>())

@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
       ("label-smoothing", "label smoothing", cxxopts::value<double>()->default_value("0.1"))
       ("warmup-epochs", "linear warm-up before the cosine decay", cxxopts::value<double>()->default_value("0"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
-      ("layout", "memory format: nhwc (channels-last), nchw, or auto (the one the device computes --precision in natively: nhwc on CUDA, and for fp32 on the CPU)",
+      ("layout", "memory format: nhwc (channels-last), nchw, or auto (the one the device computes --precision in natively: nhwc, on CUDA and on the CPU)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads", cxxopts::value<int>())

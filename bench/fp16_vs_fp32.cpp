@@ -112,7 +112,7 @@ int body(int argc, char** argv) {
       ("synthetic-batches", "distinct synthetic batches cycled through",
        cxxopts::value<int64_t>()->default_value("4"))
       ("device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cuda"))
-      ("layout", "ResNet memory format: nhwc (channels-last), nchw, or auto (per precision, the one the device computes natively: nhwc on CUDA, and for fp32 on the CPU)",
+      ("layout", "ResNet memory format: nhwc (channels-last), nchw, or auto (per precision, the one the device computes natively: nhwc, on CUDA and on the CPU)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("json", "write results (schema libnn-bench-1) to FILE", cxxopts::value<std::string>())

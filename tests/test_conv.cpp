@@ -124,31 +124,39 @@ TEST_CASE("f32 conv2d forward and both gradients equal f64's on the packed CPU p
 TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and widened", "[conv]") {
   // bf16 operands: on a CPU with AVX512_BF16 the three products run cpu::gemm_bf16 (f32
   // sums, one rounding of each result to bf16); with LIBNN_CPU_GEMM=avx2's kernel they run in
-  // f32 on widened copies. Both against the f64 convolution of the same bf16 values. Nine
-  // images, so some thread sums several into its weight gradient; three input channels make
-  // the forward's K (27) odd.
+  // f32 on widened copies. Both against the f64 convolution of the same bf16 values, with the
+  // input row-major and channels-last (conv_nhwc.cpp's paths). Nine images, so some thread
+  // sums several into its weight gradient; three input channels make the forward's K (27) odd.
   using nn::cpu::F32Kernel;
   struct Case { Shape x, w; Conv2dParams p; };
   const F32Kernel before = nn::cpu::f32_kernel();
-  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2}) {
+  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2})
+  for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
     if (!nn::cpu::f32_kernel_supported(kernel)) continue;
     nn::cpu::set_f32_kernel(kernel);
-    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native());
+    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native()
+         << ", channels-last " << (format == MemoryFormat::channels_last));
     for (const Case& c : {Case{{2, 16, 32, 32}, {16, 16, 3, 3}, params(1, 1)},
                           Case{{9, 16, 17, 15}, {32, 16, 3, 3}, params(2, 1)},
                           Case{{2, 3, 20, 20}, {32, 3, 3, 3}, params(1, 1)},
                           Case{{1, 8, 9, 9}, {8, 4, 3, 3}, params(1, 2, 2, 2)},
-                          Case{{2, 8, 6, 6}, {40, 8, 1, 1}, params(1, 0)}}) {
+                          Case{{2, 8, 6, 6}, {40, 8, 1, 1}, params(1, 0)},
+                          Case{{3, 5, 7, 6}, {6, 5, 3, 3}, params(1, 1)},
+                          // channels-last bf16 tiles: 49 pixels (an odd pixel pair), 20
+                          // output channels (partial rows and panels), K 144 (partial columns)
+                          Case{{2, 16, 7, 7}, {20, 16, 3, 3}, params(1, 1)},
+                          Case{{3, 32, 5, 5}, {16, 32, 3, 3}, params(1, 0)}}) {
       INFO("x " << shape_str(c.x) << " w " << shape_str(c.w));
-      Tensor xb = rnd(c.x, 40, false).to(kBF16).requires_grad_(true);
+      Tensor xb = rnd(c.x, 40, false).to(kBF16).contiguous(format).requires_grad_(true);
       Tensor wb = rnd(c.w, 41, false).to(kBF16).requires_grad_(true);
       Tensor bb = rnd({c.w[0]}, 42, false).to(kBF16).requires_grad_(true);
-      Tensor x64 = xb.detach().to(kF64).requires_grad_(true);
+      Tensor x64 = xb.detach().to(kF64).contiguous().requires_grad_(true);
       Tensor w64 = wb.detach().to(kF64).requires_grad_(true);
       Tensor b64 = bb.detach().to(kF64).requires_grad_(true);
       Tensor yb = conv2d(xb, wb, bb, c.p), y64 = conv2d(x64, w64, b64, c.p);
       REQUIRE(yb.dtype() == kBF16);
-      Tensor gb = rnd(yb.shape(), 43, false).to(kBF16);
+      REQUIRE(yb.is_contiguous(format));
+      Tensor gb = rnd(yb.shape(), 43, false).to(kBF16).contiguous(format);
       yb.backward(gb);
       y64.backward(gb.to(kF64));
       REQUIRE(xb.grad().dtype() == kBF16);

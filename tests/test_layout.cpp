@@ -169,12 +169,49 @@ TEST_CASE("a ResNet fed channels-last input gives the row-major logits and gradi
   }
 }
 
-TEST_CASE("preferred_memory_format: the CPU computes f32 and f64 channels-last, 16-bit row-major", "[layout]") {
-  REQUIRE(preferred_memory_format(kCPU, kF32) == kCL);
-  REQUIRE(preferred_memory_format(kCPU, kF64) == kCL);
-  REQUIRE(preferred_memory_format(kCPU, kF16) == MemoryFormat::contiguous);
-  REQUIRE(preferred_memory_format(kCPU, kBF16) == MemoryFormat::contiguous);
-  // and a channels-last f16 convolution still gives channels-last results (through copies)
-  Tensor x = rnd({1, 4, 5, 5}, 50, false).to(kF16).contiguous(kCL), w = rnd({3, 4, 3, 3}, 51, false).to(kF16);
-  REQUIRE(conv2d(x, w, {}, conv(1, 1)).is_contiguous(kCL));
+TEST_CASE("preferred_memory_format: the CPU computes every float type channels-last", "[layout]") {
+  for (DType t : {kF32, kF64, kF16, kBF16}) REQUIRE(preferred_memory_format(kCPU, t) == kCL);
+}
+
+TEST_CASE("16-bit conv, pools and batch norm on channels-last input equal row-major",
+          "[layout][pool][norm][conv]") {
+  // f16 and bf16 compute through f32 copies of the same layout (bf16 convolutions natively
+  // where the CPU has AVX512_BF16): the channels-last results, gradients included, are
+  // channels-last and equal the row-major ones within a 16-bit rounding.
+  Pool2dParams mp;
+  mp.kernel = {3, 3};
+  mp.stride = {2, 2};
+  mp.padding = {1, 1};
+  for (DType dt : {kBF16, kF16}) {
+    CAPTURE(dt);
+    Tensor w = rnd({6, 5, 3, 3}, 60, false).to(dt).requires_grad_(true);
+    Tensor bn_w = rnd({6}, 61, false).to(dt).requires_grad_(true);
+    Tensor bn_b = rnd({6}, 62, false).to(dt).requires_grad_(true);
+    auto net = [&](const Tensor& x, Tensor& rm, Tensor& rv) {
+      Tensor h = relu(batch_norm(conv2d(x, w, {}, conv(1, 1)), rm, rv, bn_w, bn_b, true, 0.1, 1e-5));
+      return add(avg_pool2d(h, mp), max_pool2d(h, mp));
+    };
+    const Tensor x0 = rnd({3, 5, 9, 8}, 63, false).to(dt);
+    std::vector<Tensor> outs, grads;
+    for (MemoryFormat f : {MemoryFormat::contiguous, kCL}) {
+      Tensor rm = zeros({6}, kF32), rv = ones({6}, kF32);
+      Tensor x = x0.contiguous(f).detach().requires_grad_(true);
+      Tensor y = net(x, rm, rv);
+      REQUIRE(y.dtype() == dt);
+      REQUIRE(y.is_contiguous(f));
+      sum(mul(y.to(kF32), rnd(y.shape(), 64, false).to(kF32))).backward();
+      outs.push_back(y.to(kF64));
+      for (Tensor* t : {&x, &w, &bn_w, &bn_b}) {
+        grads.push_back(t->grad().to(kF64));
+        t->set_grad(Tensor());
+      }
+      grads.push_back(rm.to(kF64));
+    }
+    const double tol = dt == kBF16 ? 3e-2 : 4e-3;
+    require_close(outs[1], outs[0], tol, tol);
+    for (size_t i = 0; i < 5; ++i) {
+      INFO("gradient or statistic " << i);
+      require_close(grads[5 + i], grads[i], tol, 4 * tol);
+    }
+  }
 }

@@ -72,6 +72,39 @@ TEST_CASE("batch_norm of zero channels is empty in both formats", "[norm][layout
   }
 }
 
+TEST_CASE("bf16 batch_norm with f32 parameters equals f32's, rounded once, in both formats",
+          "[norm][layout]") {
+  // Autocast's mix (bf16 activations, f32 weight, bias and statistics) runs natively: f32 math
+  // on the bf16 values, each result rounded to bf16 once. So the results are the f32 batch
+  // norm's of the same values, rounded: within one bf16 step (2^-8 relative). The gradients
+  // of weight and bias, and the running statistics, are f32 sums of the same terms.
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
+    for (bool training : {true, false}) {
+      INFO("channels-last " << (f == MemoryFormat::channels_last) << " training " << training);
+      const Tensor x0 = (rnd({6, 20, 5, 7}, 70, false) * 2.0 + 0.5).to(kBF16).contiguous(f);
+      const Tensor w0 = rnd({20}, 71, false).to(kF32), b0 = rnd({20}, 72, false).to(kF32);
+      const Tensor g0 = rnd(x0.shape(), 73, false).to(kBF16).contiguous(f);
+      std::vector<Tensor> got;
+      for (DType dt : {kBF16, kF32}) {
+        Tensor x = x0.to(dt).detach().requires_grad_(true);
+        Tensor w = w0.detach().requires_grad_(true), b = b0.detach().requires_grad_(true);
+        Tensor rm = rnd({20}, 74, false).to(kF32) * 0.1, rv = ones({20}, kF32) * 1.5;
+        Tensor y = batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5);
+        REQUIRE(y.dtype() == dt);
+        REQUIRE(y.is_contiguous(f));
+        y.backward(g0.to(dt));
+        got.insert(got.end(), {y, x.grad(), w.grad(), b.grad(), rm, rv});
+      }
+      const char* names[] = {"y", "grad x", "grad weight", "grad bias", "running mean", "running var"};
+      for (size_t i = 0; i < 6; ++i) {
+        INFO(names[i]);
+        const Tensor want = i < 2 ? got[6 + i].to(kBF16).to(kF64) : got[6 + i].to(kF64);
+        const double rtol = i < 2 ? 1.0 / 256 : 1e-5;
+        test::require_close(got[i].to(kF64), want, rtol, i < 2 ? 1e-6 : 1e-5);
+      }
+    }
+}
+
 TEST_CASE("layer_norm matches the definition", "[norm]") {
   Tensor x = rnd({2, 3, 4}, 7, false);
   Tensor w = rnd({4}, 8, false), b = rnd({4}, 9, false);

@@ -65,11 +65,13 @@ inline uint16_t float_to_half_bits(float f) {
   return uint16_t(sign | o);
 }
 inline float bf16_bits_to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
+// Round to nearest even; a nan stays a (quiet) nan. Written as a select, not a branch, so loops
+// of conversions vectorise.
 inline uint16_t float_to_bf16_bits(float f) {
-  uint32_t u = float_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet nan
-  u += 0x7fffu + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
+  const uint32_t u = float_to_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 struct Half {

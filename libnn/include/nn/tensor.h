@@ -57,11 +57,11 @@ struct TensorOptions {
 // channels-last inputs, so converting a network's input once is enough.
 enum class MemoryFormat { contiguous, channels_last };
 // The format whose convolutions, pools and batch norms `device` computes `compute` in
-// natively: channels_last on CUDA (every floating type but f64) and on the CPU (f32 and f64),
-// contiguous elsewhere (16-bit types on the CPU, whose kernels are row-major). A model fed the
-// other format gets its results all the same, through copies. This is what the apps' and
-// benchmarks' --layout auto picks; on the CPU, channels-last f32 runs the tile kernels of the
-// NHWC convolutions (docs/architecture.md).
+// natively: channels_last on CUDA (every floating type but f64) and on the CPU (every floating
+// type), contiguous elsewhere. A model fed the other format gets its results all the same,
+// through copies. This is what the apps' and benchmarks' --layout auto picks; on the CPU,
+// channels-last f32 and bf16 run the tile kernels of the NHWC convolutions
+// (docs/architecture.md).
 MemoryFormat preferred_memory_format(const Device& device, DType compute);
 
 class Tensor {

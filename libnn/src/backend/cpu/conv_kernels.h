@@ -1,4 +1,4 @@
-// The f32 tile kernels of the CPU backend's channels-last convolutions (internal).
+// The tile kernels of the CPU backend's channels-last convolutions (internal).
 //
 // A channels-last (NHWC) convolution is a matrix product whose rows are output pixels and
 // whose inner dimension runs over the taps of the kernel window and, within a tap, over the
@@ -17,27 +17,39 @@ namespace nn::cpu {
 // plus c itself when accumulating, or bias[j] (if given) when not. Rows past `rows` read
 // valid memory (the caller points them at zeros) and are not stored; b is packed nr wide,
 // 64-byte aligned, zero past `cols`.
-struct ConvForwardArgs {
+// The bf16 tiles (ConvForwardBf16Args) take k in pairs: a's pointers are to bf16 channels,
+// kc even, and b holds each pair of consecutive k (one 32-bit word) for each of the nr
+// columns, as VDPBF16PS wants; c, the bias and the sums are f32.
+template <typename T, typename P>
+struct ConvForwardArgsOf {
   int64_t taps, kc;
-  const float* const* a;
+  const T* const* a;
   int64_t a_stride, a_off;
-  const float* b;
+  const P* b;
   const float* bias;
   float* c;
   int64_t ldc;
   int rows, cols;
   bool accumulate;
 };
+using ConvForwardArgs = ConvForwardArgsOf<float, float>;
+using ConvForwardBf16Args = ConvForwardArgsOf<uint16_t, uint32_t>;
 
 // Weight-gradient tile: c (rows x cols, leading dimension ldc) += sum over the pixels p of
 //   dy[p * ldy + r] * (ptab[p * taps + tap[v]] + chan[v])[l]   for column j = v * vec + l,
 // i.e. output channels down the rows and vec-wide runs of one tap's channels across the
-// columns. Columns past `cols` must still name readable memory; they are not stored.
-struct ConvWeightGradArgs {
-  int64_t pixels;
-  const float* dy;
+// columns, over `steps` pixels. Columns past `cols` must still name readable memory; they are
+// not stored.
+// The bf16 tile (ConvWeightGradBf16Args) steps over pixel pairs q (pixels 2q, 2q + 1), dy
+// packed as one 32-bit word per pair and row, dy[q * ldy + r] = (bf16 of pixel 2q) | (bf16 of
+// pixel 2q + 1) << 16, with at least `mr` rows a pair (zeros past `rows`); ptab holds the taps
+// of 2 * steps pixels. Its runs of a tap's channels are 16 wide (C a multiple of 16).
+template <typename T, typename Y>
+struct ConvWeightGradArgsOf {
+  int64_t steps;
+  const Y* dy;
   int64_t ldy;
-  const float* const* ptab;
+  const T* const* ptab;
   int64_t taps;
   const int64_t* tap;
   const int64_t* chan;
@@ -45,6 +57,8 @@ struct ConvWeightGradArgs {
   int64_t ldc;
   int rows, cols;
 };
+using ConvWeightGradArgs = ConvWeightGradArgsOf<float, float>;
+using ConvWeightGradBf16Args = ConvWeightGradArgsOf<uint16_t, uint32_t>;
 
 struct ConvTile {
   int mr, nr;  // tile rows and columns
@@ -62,5 +76,15 @@ struct ConvKernels {
 // or nullptr where there are none (another CPU, or LIBNN_CPU_GEMM=eigen): the callers then
 // take the column-matrix path.
 const ConvKernels* conv_kernels();
+
+// The tiles for bf16 operands (ConvForwardBf16Args, ConvWeightGradBf16Args), on CPUs with
+// AVX512_BF16 while cpu::bf16_gemm_native(); else nullptr.
+struct ConvBf16Kernels {
+  int vec;                  // f32 sums per vector register: 16
+  ConvTile forward_narrow;  // one vector of output channels
+  ConvTile forward_wide;    // two vectors
+  ConvTile weight_grad;     // two vectors (ConvWeightGradBf16Args)
+};
+const ConvBf16Kernels* conv_bf16_kernels();
 
 }  // namespace nn::cpu

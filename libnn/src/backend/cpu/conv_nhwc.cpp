@@ -33,7 +33,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // This thread's buffer number Tag, at least n long: it outlives the call and only grows, so
 // large scratch (packed weights, gradient accumulators) does not come fresh from the system,
 // page faults and all, on every call. Contents are whatever the last user left.
-enum BufferTag { kOffsets, kPacked, kMirrored, kZeros, kPointers, kAccumulator };
+enum BufferTag { kOffsets, kPacked, kMirrored, kZeros, kPointers, kAccumulator, kPackedDy };
 template <typename T, BufferTag Tag>
 T* thread_buffer(size_t n) {
   static thread_local std::vector<T> v;
@@ -101,16 +101,18 @@ MatRef<T> columns(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr,
   return row_major<T>(buf.data(), g.Kdim);
 }
 
-template <typename T>
-void forward_cols(const ConvGeom& g, const T* x, const T* w, const T* bias, T* y) {
+// T is the operands' type: float, double, or uint16_t for bf16 bits, whose products
+// (cpu::gemm_of) sum into A = f32 results.
+template <typename T, typename A = gemm_result_t<T>>
+void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, A* y) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<T>> cols(omp_get_max_threads());
   for_each_item(g.N, [&](int64_t n, int t) {
     const T* xi = x + n * g.H * g.W * g.C;
-    T* yi = y + n * g.P * g.O;
+    A* yi = y + n * g.P * g.O;
     for (int64_t gr = 0; gr < g.G; ++gr) {
-      cpu::gemm<T>(g.P, g.Og, g.Kdim, T(1), columns(g, off, xi, gr, cols[t]),
-                   group_weights(g, w, gr).t(), T(0), yi + gr * g.Og, g.O);
+      gemm_of<T>(g.P, g.Og, g.Kdim, A(1), columns(g, off, xi, gr, cols[t]),
+                 group_weights(g, w, gr).t(), A(0), yi + gr * g.Og, g.O);
     }
     if (bias)
       for (int64_t p = 0; p < g.P; ++p)
@@ -118,67 +120,70 @@ void forward_cols(const ConvGeom& g, const T* x, const T* w, const T* bias, T* y
   });
 }
 
-template <typename T>
-void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, T* dx) {
+template <typename T, typename A = gemm_result_t<T>>
+void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, A* dx) {
   const int64_t* off = tap_offsets(g);
-  std::vector<std::vector<T>> cols(omp_get_max_threads());
+  std::vector<std::vector<A>> cols(omp_get_max_threads());
   for_each_item(g.N, [&](int64_t n, int t) {
     const T* dyi = dy + n * g.P * g.O;
-    T* dxi = dx + n * g.H * g.W * g.C;
-    if (!g.pointwise()) std::fill(dxi, dxi + g.H * g.W * g.C, T(0));
+    A* dxi = dx + n * g.H * g.W * g.C;
+    if (!g.pointwise()) std::fill(dxi, dxi + g.H * g.W * g.C, A(0));
     for (int64_t gr = 0; gr < g.G; ++gr) {
       const MatRef<T> dyg{dyi + gr * g.Og, g.O, 1};  // (P, Og)
       if (g.pointwise()) {  // the gradient of the group's pixels directly, no folding
-        cpu::gemm<T>(g.P, g.Cg, g.Og, T(1), dyg, group_weights(g, w, gr), T(0), dxi + gr * g.Cg, g.C);
+        gemm_of<T>(g.P, g.Cg, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), dxi + gr * g.Cg, g.C);
         continue;
       }
       cols[t].resize(size_t(g.P * g.Kdim));
-      cpu::gemm<T>(g.P, g.Kdim, g.Og, T(1), dyg, group_weights(g, w, gr), T(0), cols[t].data(), g.Kdim);
+      gemm_of<T>(g.P, g.Kdim, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), cols[t].data(), g.Kdim);
       col2im(g, off, cols[t].data(), gr, dxi);
     }
   });
 }
 
-template <typename T>
-void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, T* dw) {
+template <typename T, typename A = gemm_result_t<T>>
+void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, A* dw) {
   const int64_t* off = tap_offsets(g);
   const int nt = omp_get_max_threads();
-  std::vector<std::vector<T>> acc(nt), cols(nt);  // one accumulator per thread, summed below
+  std::vector<std::vector<A>> acc(nt);  // one accumulator per thread, summed below
+  std::vector<std::vector<T>> cols(nt);
   for_each_item(g.N, [&](int64_t n, int t) {
-    acc[t].resize(size_t(g.O * g.Kdim), T(0));
+    acc[t].resize(size_t(g.O * g.Kdim), A(0));
     const T* xi = x + n * g.H * g.W * g.C;
     const T* dyi = dy + n * g.P * g.O;
     for (int64_t gr = 0; gr < g.G; ++gr) {
       const MatRef<T> dygt{dyi + gr * g.Og, 1, g.O};  // (Og, P)
-      cpu::gemm<T>(g.Og, g.Kdim, g.P, T(1), dygt, columns(g, off, xi, gr, cols[t]), T(1),
-                   acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
+      gemm_of<T>(g.Og, g.Kdim, g.P, A(1), dygt, columns(g, off, xi, gr, cols[t]), A(1),
+                 acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
     }
   });
-  std::fill(dw, dw + g.O * g.Kdim, T(0));
+  std::fill(dw, dw + g.O * g.Kdim, A(0));
   for (const auto& a : acc)
     for (size_t i = 0; i < a.size(); ++i) dw[i] += a[i];
 }
 
 // ---- the tile kernels' path (f32, one group) ------------------------------------------------
 
-// n zeros, 64-byte aligned, in this thread's buffer Tag.
-template <BufferTag Tag>
-float* aligned_zeros(size_t n) {
-  float* v = thread_buffer<float, Tag>(n + 16);
-  v += (64 - reinterpret_cast<uintptr_t>(v) % 64) % 64 / sizeof(float);
-  std::fill(v, v + n, 0.f);
+// n zeros of type P, 64-byte aligned, in this thread's buffer Tag.
+template <typename P, BufferTag Tag>
+P* aligned_zeros(size_t n) {
+  P* v = thread_buffer<P, Tag>(n + 64 / sizeof(P));
+  v += (64 - reinterpret_cast<uintptr_t>(v) % 64) % 64 / sizeof(P);
+  std::fill(v, v + n, P(0));
   return v;
 }
 
-// At least n floats of zeros, where the pointer tables point for taps in the padding.
-const float* zeros_for(int64_t n) { return thread_buffer<float, kZeros>(size_t(n)); }  // never written
+// At least n elements of zeros, where the pointer tables point for taps in the padding.
+template <typename T>
+const T* zeros_for(int64_t n) { return thread_buffer<T, kZeros>(size_t(n)); }  // never written
 
 // This thread's pointers of pixels [p0, p1) of image x: tab[(p - p0) * taps + t] from the
-// offsets, `zero` (at least C floats of zeros) in the padding and for `extra` more rows of taps.
-const float** fill_pointers(const int64_t* off, int64_t taps, const float* x, const float* zero,
-                            int64_t p0, int64_t p1, int64_t extra) {
+// offsets, `zero` (at least C zeros) in the padding and for `extra` more rows of taps.
+template <typename T>
+const T** fill_pointers(const int64_t* off, int64_t taps, const T* x, const T* zero, int64_t p0,
+                        int64_t p1, int64_t extra) {
   const int64_t n = (p1 - p0) * taps;
-  const float** tab = thread_buffer<const float*, kPointers>(size_t(n + extra * taps));
+  const T** tab = thread_buffer<const T*, kPointers>(size_t(n + extra * taps));
   const int64_t* o = off + p0 * taps;
   for (int64_t i = 0; i < n; ++i) tab[i] = o[i] < 0 ? zero : x + o[i];
   std::fill(tab + n, tab + n + extra * taps, zero);
@@ -194,47 +199,71 @@ int64_t finer_for_threads(int64_t N, int64_t P, int64_t unit, int64_t chunk) {
   return std::min(chunk, std::max(unit, ceil_div(ceil_div(P, ceil_div(want, N)), unit) * unit));
 }
 
-// y (N, P, O) = the convolution of x (N, H, W, C) with w (O, taps, C), plus bias (O) if given.
-void forward_tiles(const ConvGeom& g, const ConvKernels& k, const float* x, const float* w,
+// How the forward tiles take operands of type T: f32 one channel a step, bf16 (uint16_t bits)
+// a pair of channels a step, packed as one 32-bit word per output channel (P); sums are f32.
+template <typename T>
+struct TileOperand;
+template <>
+struct TileOperand<float> {
+  using P = float;
+  static constexpr int64_t KP = 1;  // channels a packed element holds
+  using Args = ConvForwardArgs;
+  static P pack(const float* k) { return k[0]; }
+};
+template <>
+struct TileOperand<uint16_t> {
+  using P = uint32_t;
+  static constexpr int64_t KP = 2;
+  using Args = ConvForwardBf16Args;
+  static P pack(const uint16_t* k) { return uint32_t(k[0]) | uint32_t(k[1]) << 16; }
+};
+
+// y (N, P, O) = the convolution of x (N, H, W, C) with w (O, taps, C), plus bias (O) if given,
+// on the tiles of k (ConvKernels for f32, ConvBf16Kernels for bf16, which need C even).
+template <typename T, class Kernels>
+void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
                    const float* bias, float* y) {
+  using Op = TileOperand<T>;
+  using P = typename Op::P;
+  constexpr int64_t KP = Op::KP;
   const ConvTile& tile = g.O <= k.vec ? k.forward_narrow : k.forward_wide;
-  const int64_t MR = tile.mr, NR = tile.nr, T = g.taps(), C = g.C, O = g.O, P = g.P;
-  // Channels in slices of kc, so that a packed block of the weights (taps x kc x NR floats,
-  // read once per tile) stays within 128 KB.
-  const int64_t slices = ceil_div(C, std::max<int64_t>(1, 32768 / (T * NR)));
-  const int64_t kc = ceil_div(C, slices), panels = ceil_div(O, NR);
-  // Panel j (output channels j NR ..), slice s: (taps, kcs, NR) at (j C + s kc) taps NR.
-  float* bp = aligned_zeros<kPacked>(size_t(panels * T * C * NR));
-  parallel_for(0, panels, std::max<int64_t>(1, kGrain / (T * C * NR)), [&](int64_t j0, int64_t j1) {
+  const int64_t MR = tile.mr, NR = tile.nr, T_ = g.taps(), C = g.C, O = g.O, P_ = g.P;
+  // Channels in slices of kc (a multiple of KP), so that a packed block of the weights (taps x
+  // kc / KP x NR elements, read once per tile) stays within 128 KB.
+  const int64_t slices = ceil_div(C, std::max<int64_t>(KP, 32768 * KP / (T_ * NR)));
+  const int64_t kc = ceil_div(ceil_div(C, slices), KP) * KP, panels = ceil_div(O, NR);
+  // Panel j (output channels j NR ..), slice s: (taps, kcs / KP, NR) at (j C + s kc) / KP taps NR.
+  P* bp = aligned_zeros<P, kPacked>(size_t(panels * T_ * C / KP * NR));
+  parallel_for(0, panels, std::max<int64_t>(1, kGrain / (T_ * C * NR)), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j)
-      for (int64_t s = 0; s < slices; ++s) {
-        const int64_t c0 = s * kc, kcs = std::min(kc, C - c0);
-        float* blk = bp + (j * C + c0) * T * NR;
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t c = 0; c < kcs; ++c)
+      for (int64_t c0 = 0; c0 < C; c0 += kc) {
+        const int64_t kcs = std::min(kc, C - c0);
+        P* blk = bp + (j * C + c0) / KP * T_ * NR;
+        for (int64_t t = 0; t < T_; ++t)
+          for (int64_t c = 0; c < kcs; c += KP)
             for (int64_t jj = 0; jj < NR && j * NR + jj < O; ++jj)
-              blk[(t * kcs + c) * NR + jj] = w[((j * NR + jj) * T + t) * C + c0 + c];
+              blk[(t * kcs + c) / KP * NR + jj] = Op::pack(w + ((j * NR + jj) * T_ + t) * C + c0 + c);
       }
   });
   const int64_t* off = tap_offsets(g);
-  const float* zero = zeros_for(C);
+  const T* zero = zeros_for<T>(C);
   // Pixels in chunks whose inputs for one slice stay in L2 while every panel passes over them.
   const int64_t chunk = finer_for_threads(
-      g.N, P, MR, std::clamp<int64_t>(8192 / kc / MR * MR, MR, ceil_div(P, MR) * MR));
-  const int64_t chunks = ceil_div(P, chunk);
+      g.N, P_, MR, std::clamp<int64_t>(8192 / kc / MR * MR, MR, ceil_div(P_, MR) * MR));
+  const int64_t chunks = ceil_div(P_, chunk);
   for_each_item(g.N * chunks, [&](int64_t item, int) {
     const FlushDenormals ftz;
-    const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P, p0 + chunk);
-    const float** tab = fill_pointers(off, T, x + n * g.H * g.W * C, zero, p0, p1, MR);
-    float* yi = y + (n * P + p0) * O;
+    const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P_, p0 + chunk);
+    const T** tab = fill_pointers<T>(off, T_, x + n * g.H * g.W * C, zero, p0, p1, MR);
+    float* yi = y + (n * P_ + p0) * O;
     for (int64_t j = 0; j < panels; ++j)
-      for (int64_t s = 0; s < slices; ++s) {
-        const int64_t c0 = s * kc, kcs = std::min(kc, C - c0);
+      for (int64_t c0 = 0; c0 < C; c0 += kc) {
+        const int64_t kcs = std::min(kc, C - c0);
         for (int64_t r = 0; r < p1 - p0; r += MR) {
-          const ConvForwardArgs a{T, kcs, tab + r * T, T, c0, bp + (j * C + c0) * T * NR,
-                                  s == 0 && bias ? bias + j * NR : nullptr, yi + r * O + j * NR, O,
-                                  int(std::min(MR, p1 - p0 - r)), int(std::min(NR, O - j * NR)),
-                                  s > 0};
+          const typename Op::Args a{T_, kcs, tab + r * T_, T_, c0, bp + (j * C + c0) / KP * T_ * NR,
+                                    c0 == 0 && bias ? bias + j * NR : nullptr, yi + r * O + j * NR,
+                                    O, int(std::min(MR, p1 - p0 - r)), int(std::min(NR, O - j * NR)),
+                                    c0 > 0};
           tile.run(&a);
         }
       }
@@ -243,31 +272,37 @@ void forward_tiles(const ConvGeom& g, const ConvKernels& k, const float* x, cons
 
 // dx of a stride-1 convolution: the forward convolution of dy with w (O, taps, C) turned into
 // (C, taps, O) with its taps mirrored, padded by the kernel's extent less the padding.
-void backward_input_tiles(const ConvGeom& g, const ConvKernels& k, const float* dy,
-                          const float* w, float* dx) {
-  const int64_t T = g.taps();
-  float* wt = thread_buffer<float, kMirrored>(size_t(g.C * T * g.O));
+template <typename T, class Kernels>
+void backward_input_tiles(const ConvGeom& g, const Kernels& k, const T* dy, const T* w,
+                          float* dx) {
+  const int64_t T_ = g.taps();
+  T* wt = thread_buffer<T, kMirrored>(size_t(g.C * T_ * g.O));
   for (int64_t o = 0; o < g.O; ++o)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < g.C; ++c) wt[(c * T + (T - 1 - t)) * g.O + o] = w[(o * T + t) * g.C + c];
+    for (int64_t t = 0; t < T_; ++t)
+      for (int64_t c = 0; c < g.C; ++c) wt[(c * T_ + (T_ - 1 - t)) * g.O + o] = w[(o * T_ + t) * g.C + c];
   ConvGeom tg = g;
   tg.H = g.OH; tg.W = g.OW; tg.C = tg.Cg = g.O;
   tg.OH = g.H; tg.OW = g.W; tg.O = tg.Og = g.C;
-  tg.P = g.H * g.W; tg.Kdim = T * g.O;
+  tg.P = g.H * g.W; tg.Kdim = T_ * g.O;
   tg.ph = (g.KH - 1) * g.dh - g.ph;
   tg.pw = (g.KW - 1) * g.dw - g.pw;
   forward_tiles(tg, k, dy, wt, nullptr, dx);
 }
 
 // dw (O, taps, C) = sum over images and pixels of dy (N, P, O) times the taps of x. Needs C a
-// multiple of the vector width (a vector of columns never straddles two taps).
-void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float* x,
-                           const float* dy, float* dw) {
+// multiple of the vector width (a vector of columns never straddles two taps). bf16 x and dy
+// (f32 dw) take the pixels in pairs: each item's dy rows are first packed into pair words,
+// ldy = O rounded up to whole tiles of rows, with a zero pixel after an odd count.
+template <typename T, class Kernels>
+void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* dy,
+                           float* dw) {
+  constexpr bool pairs = std::is_same_v<T, uint16_t>;
+  using Y = std::conditional_t<pairs, uint32_t, float>;  // what the tile reads of dy
   const ConvTile& tile = k.weight_grad;
-  const int64_t MR = tile.mr, NR = tile.nr, NV = NR / k.vec, T = g.taps(), C = g.C, O = g.O;
-  const int64_t P = g.P, Kdim = T * C;
+  const int64_t MR = tile.mr, NR = tile.nr, NV = NR / k.vec, T_ = g.taps(), C = g.C, O = g.O;
+  const int64_t P = g.P, Kdim = T_ * C, ldy = pairs ? ceil_div(O, MR) * MR : O;
   const int64_t* off = tap_offsets(g);
-  const float* zero = zeros_for(C);
+  const T* zero = zeros_for<T>(C);
   // Pixels in chunks whose dy rows and inputs stay in L2 while every tile passes over them.
   const int64_t chunk = finer_for_threads(g.N, P, 16, std::min(P, std::max<int64_t>(16, 32768 / (C + O))));
   const int64_t chunks = ceil_div(P, chunk);
@@ -280,7 +315,24 @@ void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float*
       acc[th] = thread_buffer<float, kAccumulator>(size_t(O * Kdim));
       std::fill(acc[th], acc[th] + O * Kdim, 0.f);
     }
-    const float* const* tab = fill_pointers(off, T, x + n * g.H * g.W * C, zero, p0, p1, 0);
+    const T* const* tab = fill_pointers<T>(off, T_, x + n * g.H * g.W * C, zero, p0, p1, pairs);
+    const T* dyi = dy + (n * P + p0) * O;
+    int64_t steps = p1 - p0;
+    const Y* ys;
+    if constexpr (pairs) {
+      steps = ceil_div(p1 - p0, 2);
+      uint32_t* packed = thread_buffer<uint32_t, kPackedDy>(size_t(steps * ldy));
+      for (int64_t q = 0; q < steps; ++q) {
+        const uint16_t* d0 = dyi + 2 * q * O;
+        const bool odd = p0 + 2 * q + 1 == p1;
+        for (int64_t o = 0; o < O; ++o)
+          packed[q * ldy + o] = uint32_t(d0[o]) | uint32_t(odd ? 0 : d0[O + o]) << 16;
+        std::fill(packed + q * ldy + O, packed + (q + 1) * ldy, 0u);
+      }
+      ys = packed;
+    } else {
+      ys = dyi;
+    }
     for (int64_t o0 = 0; o0 < O; o0 += MR)
       for (int64_t k0 = 0; k0 < Kdim; k0 += NR) {
         int64_t tap[4] = {}, chan[4] = {};  // columns past Kdim read tap 0, channel 0
@@ -288,9 +340,9 @@ void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float*
           tap[v] = (k0 + v * k.vec) / C;
           chan[v] = (k0 + v * k.vec) % C;
         }
-        const ConvWeightGradArgs a{p1 - p0, dy + (n * P + p0) * O + o0, O, tab, T, tap,
-                                   chan, acc[th] + o0 * Kdim + k0, Kdim,
-                                   int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
+        const ConvWeightGradArgsOf<T, Y> a{steps, ys + o0, ldy, tab, T_, tap, chan,
+                                           acc[th] + o0 * Kdim + k0, Kdim,
+                                           int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
         tile.run(&a);
       }
   });
@@ -305,46 +357,69 @@ void backward_weight_tiles(const ConvGeom& g, const ConvKernels& k, const float*
 const ConvKernels* tiles_for(const ConvGeom& g) {
   return g.G == 1 && g.C > 0 && g.O > 0 ? conv_kernels() : nullptr;
 }
+// The bf16 tile kernels, where this CPU has them and the product's inner channels (`inner`: C
+// forward, O for the input gradient) come in pairs.
+const ConvBf16Kernels* bf16_tiles_for(const ConvGeom& g, int64_t inner) {
+  return g.G == 1 && g.C > 0 && g.O > 0 && inner % 2 == 0 ? conv_bf16_kernels() : nullptr;
+}
 }  // namespace
 
 void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                          const Conv2dParams& p) {
-  dispatch_float(x.dtype(), "conv2d", [&]<typename T>() {
+  dispatch_product(x, w, out, "conv2d", [&]<typename T>() {
+    using A = gemm_result_t<T>;
     const ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
-    const T* pb = bias.defined() ? bias.data<T>() : nullptr;
+    const A* pb = bias.defined() ? bias.data<A>() : nullptr;
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const T* pw = static_cast<const T*>(w.data_ptr());
     if constexpr (std::is_same_v<T, float>) {
       if (const ConvKernels* k = tiles_for(g))
-        return forward_tiles(g, *k, x.data<float>(), w.data<float>(), pb, out.data<float>());
+        return forward_tiles(g, *k, px, pw, pb, out.data<float>());
+    } else if constexpr (std::is_same_v<T, uint16_t>) {
+      if (const ConvBf16Kernels* k = bf16_tiles_for(g, g.C))
+        return forward_tiles(g, *k, px, pw, pb, out.data<float>());
     }
-    forward_cols(g, x.data<T>(), w.data<T>(), pb, out.data<T>());
+    forward_cols(g, px, pw, pb, out.data<A>());
   });
 }
 
 void conv2d_backward_input_nhwc(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                 const Conv2dParams& p) {
-  dispatch_float(w.dtype(), "conv2d_backward_input", [&]<typename T>() {
+  dispatch_product(grad_out, w, grad_x, "conv2d_backward_input", [&]<typename T>() {
+    using A = gemm_result_t<T>;
     const ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
+    const T* pg = static_cast<const T*>(grad_out.data_ptr());
+    const T* pw = static_cast<const T*>(w.data_ptr());
     if constexpr (std::is_same_v<T, float>) {
       const ConvKernels* k = tiles_for(g);
       if (k && g.sh == 1 && g.sw == 1)
-        return backward_input_tiles(g, *k, grad_out.data<float>(), w.data<float>(),
-                                    grad_x.data<float>());
+        return backward_input_tiles(g, *k, pg, pw, grad_x.data<float>());
+    } else if constexpr (std::is_same_v<T, uint16_t>) {
+      const ConvBf16Kernels* k = bf16_tiles_for(g, g.O);  // dy's O channels are the inner ones
+      if (k && g.sh == 1 && g.sw == 1)
+        return backward_input_tiles(g, *k, pg, pw, grad_x.data<float>());
     }
-    backward_input_cols(g, grad_out.data<T>(), w.data<T>(), grad_x.data<T>());
+    backward_input_cols(g, pg, pw, grad_x.data<A>());
   });
 }
 
 void conv2d_backward_weight_nhwc(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                  const Conv2dParams& p) {
-  dispatch_float(x.dtype(), "conv2d_backward_weight", [&]<typename T>() {
+  dispatch_product(grad_out, x, grad_w, "conv2d_backward_weight", [&]<typename T>() {
+    using A = gemm_result_t<T>;
     const ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
+    const T* pg = static_cast<const T*>(grad_out.data_ptr());
+    const T* px = static_cast<const T*>(x.data_ptr());
     if constexpr (std::is_same_v<T, float>) {
       const ConvKernels* k = tiles_for(g);
       if (k && g.C % k->vec == 0)
-        return backward_weight_tiles(g, *k, x.data<float>(), grad_out.data<float>(),
-                                     grad_w.data<float>());
+        return backward_weight_tiles(g, *k, px, pg, grad_w.data<float>());
+    } else if constexpr (std::is_same_v<T, uint16_t>) {
+      const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
+      if (k && g.C % k->vec == 0)
+        return backward_weight_tiles(g, *k, px, pg, grad_w.data<float>());
     }
-    backward_weight_cols(g, x.data<T>(), grad_out.data<T>(), grad_w.data<T>());
+    backward_weight_cols(g, px, pg, grad_w.data<A>());
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,14 @@ template <typename T>
 const T* opt(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <typename T>
 T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+
+// o = v in o's type: a bf16 destination takes the rounded bits as one 16-bit store (a
+// BFloat16 temporary copied in keeps GCC from vectorising the loop).
+template <typename T, typename V>
+inline void put(T& o, V v) {
+  if constexpr (std::is_same_v<T, BFloat16>) o.bits = float_to_bf16_bits(float(v));
+  else o = T(v);
+}
 
 // ---- channels-last reductions (for_row_blocks and add_row_sums: parallel.h) --------------
 
@@ -95,9 +104,11 @@ std::pair<T, T> bn_channel(const BnArgs<T>& p, int64_t c, double mean, double va
 }
 
 // Channels-last: rows of C channels, each channel's sums vectorised across the channels.
-template <typename T>
-void bn_forward_nhwc(int64_t R, int64_t C, const T* px, const BnArgs<T>& p, bool training,
-                     double momentum, double eps, T* po) {
+// D is the data's type (x, y, gradients), T the parameters' and statistics': both T, or bf16
+// data with f32 parameters (computed in f32, each result rounded once).
+template <typename D, typename T>
+void bn_forward_nhwc(int64_t R, int64_t C, const D* px, const BnArgs<T>& p, bool training,
+                     double momentum, double eps, D* po) {
   std::vector<double> mean(size_t(C), 0.0), var(size_t(C), 0.0);
   if (training) channel_moments(R, C, px, mean, var);
   std::vector<T> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
@@ -105,17 +116,17 @@ void bn_forward_nhwc(int64_t R, int64_t C, const T* px, const BnArgs<T>& p, bool
     std::tie(a[c], b[c]) = bn_channel(p, c, mean[c], var[c], R, training, momentum, eps);
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
-      const T* x = px + r * C;
-      T* o = po + r * C;
+      const D* x = px + r * C;
+      D* o = po + r * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = x[c] * a[c] + b[c];
+      for (int64_t c = 0; c < C; ++c) put(o[c], T(x[c]) * a[c] + b[c]);
     }
   });
 }
 
-template <typename T>
-void bn_backward_nhwc(int64_t R, int64_t C, const T* pg, const T* px, const T* pw, const T* sm,
-                      const T* si, bool training, T* gx, T* gw, T* gb) {
+template <typename D, typename T>
+void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* pw, const T* sm,
+                      const T* si, bool training, D* gx, T* gw, T* gb) {
   // sum(g) and sum(g * (x - mean)) per channel, the second sweep of each block from L2
   std::vector<double> part(size_t(row_block_slots(R, C) * 2 * C), 0.0);
   const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
@@ -140,63 +151,129 @@ void bn_backward_nhwc(int64_t R, int64_t C, const T* pg, const T* px, const T* p
   if (!gx) return;
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
-      const T* x = px + r * C;
-      const T* g = pg + r * C;
-      T* d = gx + r * C;
+      const D* x = px + r * C;
+      const D* g = pg + r * C;
+      D* d = gx + r * C;
       if (training) {
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c)
-          d[c] = T(k1[c] * (double(g[c]) - k2[c] - (double(x[c]) - double(sm[c])) * k3[c]));
+          put(d[c], T(k1[c] * (double(g[c]) - k2[c] - (double(x[c]) - double(sm[c])) * k3[c])));
       } else {
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) d[c] = g[c] * T(k1[c]);
+        for (int64_t c = 0; c < C; ++c) put(d[c], T(g[c]) * T(k1[c]));
       }
     }
   });
 }
 }  // namespace
 
+namespace {
+template <typename D, typename T>
+void bn_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                Tensor& running_var, bool training, double momentum, double eps, Tensor& out,
+                Tensor& save_mean, Tensor& save_invstd) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
+  const D* px = x.data<D>();
+  D* po = out.data<D>();
+  const BnArgs<T> args{opt<T>(weight), opt<T>(bias), opt_mut<T>(running_mean),
+                       opt_mut<T>(running_var), save_mean.data<T>(), save_invstd.data<T>()};
+  const int64_t count = N * S;
+  if (is_channels_last(x)) return bn_forward_nhwc(count, C, px, args, training, momentum, eps, po);
+  parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      double mean = 0, var = 0;
+      if (training) {
+        // The sums are reductions the compiler may reorder (omp simd): one serial chain of
+        // double additions would cost its latency, four cycles, per element.
+        double s = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const D* p = px + (n * C + c) * S;
+#pragma omp simd reduction(+ : s)
+          for (int64_t k = 0; k < S; ++k) s += double(p[k]);
+        }
+        mean = s / double(count);
+        double q = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const D* p = px + (n * C + c) * S;
+#pragma omp simd reduction(+ : q)
+          for (int64_t k = 0; k < S; ++k) { double d = double(p[k]) - mean; q += d * d; }
+        }
+        var = q / double(count);
+      }
+      const auto [a, b] = bn_channel(args, c, mean, var, count, training, momentum, eps);
+      for (int64_t n = 0; n < N; ++n) {
+        const D* p = px + (n * C + c) * S;
+        D* o = po + (n * C + c) * S;
+        for (int64_t k = 0; k < S; ++k) put(o[k], T(p[k]) * a + b);
+      }
+    }
+  });
+}
+
+template <typename D, typename T>
+void bn_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                 const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                 Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
+  const D* px = x.data<D>();
+  const D* pg = grad.data<D>();
+  const T* pw = opt<T>(weight);
+  const T* sm = save_mean.data<T>();
+  const T* si = save_invstd.data<T>();
+  D* gx = opt_mut<D>(grad_x);
+  T* gw = opt_mut<T>(grad_weight);
+  T* gb = opt_mut<T>(grad_bias);
+  if (is_channels_last(x)) return bn_backward_nhwc(N * S, C, pg, px, pw, sm, si, training, gx, gw, gb);
+  const double count = double(N * S);
+  parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const double mean = sm[c], inv = si[c];
+      double sg = 0, sgx = 0;  // sum(g), sum(g * xhat)
+      for (int64_t n = 0; n < N; ++n) {
+        const D* p = px + (n * C + c) * S;
+        const D* g = pg + (n * C + c) * S;
+#pragma omp simd reduction(+ : sg, sgx)
+        for (int64_t k = 0; k < S; ++k) {
+          sg += double(g[k]);
+          sgx += double(g[k]) * (double(p[k]) - mean);
+        }
+      }
+      sgx *= inv;  // sum(g * xhat), the common factor taken out of the loop
+      if (gw) gw[c] = T(sgx);
+      if (gb) gb[c] = T(sg);
+      if (!gx) continue;
+      const double w = pw ? pw[c] : 1.0;
+      for (int64_t n = 0; n < N; ++n) {
+        const D* p = px + (n * C + c) * S;
+        const D* g = pg + (n * C + c) * S;
+        D* d = gx + (n * C + c) * S;
+        if (training) {
+          // dx = w * inv / m * (m * g - sum(g) - xhat * sum(g * xhat))
+          const double k1 = w * inv, k2 = sg / count, k3 = sgx / count;
+          for (int64_t k = 0; k < S; ++k)
+            put(d[k], T(k1 * (double(g[k]) - k2 - (double(p[k]) - mean) * inv * k3)));
+        } else {
+          const T k1 = T(w * inv);
+          for (int64_t k = 0; k < S; ++k) put(d[k], T(g[k]) * k1);
+        }
+      }
+    }
+  });
+}
+}  // namespace
+
+// bf16 data with f32 parameters and statistics (what autocast gives, sent natively by the
+// upcast16 layer), else one float type throughout.
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     Tensor& running_mean, Tensor& running_var, bool training,
                                     double momentum, double eps, Tensor& out, Tensor& save_mean,
                                     Tensor& save_invstd) {
+  if (x.dtype() == DType::bf16)
+    return bn_forward<BFloat16, float>(x, weight, bias, running_mean, running_var, training,
+                                       momentum, eps, out, save_mean, save_invstd);
   dispatch_float(x.dtype(), "batch_norm", [&]<typename T>() {
-    const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
-    const T* px = x.data<T>();
-    T* po = out.data<T>();
-    const BnArgs<T> args{opt<T>(weight), opt<T>(bias), opt_mut<T>(running_mean),
-                         opt_mut<T>(running_var), save_mean.data<T>(), save_invstd.data<T>()};
-    const int64_t count = N * S;
-    if (is_channels_last(x)) return bn_forward_nhwc(count, C, px, args, training, momentum, eps, po);
-    parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
-      for (int64_t c = cb; c < ce; ++c) {
-        double mean = 0, var = 0;
-        if (training) {
-          // The sums are reductions the compiler may reorder (omp simd): one serial chain of
-          // double additions would cost its latency, four cycles, per element.
-          double s = 0;
-          for (int64_t n = 0; n < N; ++n) {
-            const T* p = px + (n * C + c) * S;
-#pragma omp simd reduction(+ : s)
-            for (int64_t k = 0; k < S; ++k) s += double(p[k]);
-          }
-          mean = s / double(count);
-          double q = 0;
-          for (int64_t n = 0; n < N; ++n) {
-            const T* p = px + (n * C + c) * S;
-#pragma omp simd reduction(+ : q)
-            for (int64_t k = 0; k < S; ++k) { double d = double(p[k]) - mean; q += d * d; }
-          }
-          var = q / double(count);
-        }
-        const auto [a, b] = bn_channel(args, c, mean, var, count, training, momentum, eps);
-        for (int64_t n = 0; n < N; ++n) {
-          const T* p = px + (n * C + c) * S;
-          T* o = po + (n * C + c) * S;
-          for (int64_t k = 0; k < S; ++k) o[k] = p[k] * a + b;
-        }
-      }
-    });
+    bn_forward<T, T>(x, weight, bias, running_mean, running_var, training, momentum, eps, out,
+                     save_mean, save_invstd);
   });
 }
 
@@ -204,52 +281,12 @@ void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const 
                                      const Tensor& save_mean, const Tensor& save_invstd,
                                      bool training, Tensor& grad_x, Tensor& grad_weight,
                                      Tensor& grad_bias) {
+  if (x.dtype() == DType::bf16)
+    return bn_backward<BFloat16, float>(grad, x, weight, save_mean, save_invstd, training, grad_x,
+                                        grad_weight, grad_bias);
   dispatch_float(x.dtype(), "batch_norm_backward", [&]<typename T>() {
-    const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
-    const T* px = x.data<T>();
-    const T* pg = grad.data<T>();
-    const T* pw = opt<T>(weight);
-    const T* sm = save_mean.data<T>();
-    const T* si = save_invstd.data<T>();
-    T* gx = opt_mut<T>(grad_x);
-    T* gw = opt_mut<T>(grad_weight);
-    T* gb = opt_mut<T>(grad_bias);
-    if (is_channels_last(x)) return bn_backward_nhwc(N * S, C, pg, px, pw, sm, si, training, gx, gw, gb);
-    const double count = double(N * S);
-    parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
-      for (int64_t c = cb; c < ce; ++c) {
-        const double mean = sm[c], inv = si[c];
-        double sg = 0, sgx = 0;  // sum(g), sum(g * xhat)
-        for (int64_t n = 0; n < N; ++n) {
-          const T* p = px + (n * C + c) * S;
-          const T* g = pg + (n * C + c) * S;
-#pragma omp simd reduction(+ : sg, sgx)
-          for (int64_t k = 0; k < S; ++k) {
-            sg += double(g[k]);
-            sgx += double(g[k]) * (double(p[k]) - mean);
-          }
-        }
-        sgx *= inv;  // sum(g * xhat), the common factor taken out of the loop
-        if (gw) gw[c] = T(sgx);
-        if (gb) gb[c] = T(sg);
-        if (!gx) continue;
-        const double w = pw ? pw[c] : 1.0;
-        for (int64_t n = 0; n < N; ++n) {
-          const T* p = px + (n * C + c) * S;
-          const T* g = pg + (n * C + c) * S;
-          T* d = gx + (n * C + c) * S;
-          if (training) {
-            // dx = w * inv / m * (m * g - sum(g) - xhat * sum(g * xhat))
-            const double k1 = w * inv, k2 = sg / count, k3 = sgx / count;
-            for (int64_t k = 0; k < S; ++k)
-              d[k] = T(k1 * (double(g[k]) - k2 - (double(p[k]) - mean) * inv * k3));
-          } else {
-            const T k1 = T(w * inv);
-            for (int64_t k = 0; k < S; ++k) d[k] = g[k] * k1;
-          }
-        }
-      }
-    });
+    bn_backward<T, T>(grad, x, weight, save_mean, save_invstd, training, grad_x, grad_weight,
+                      grad_bias);
   });
 }
 

@@ -23,7 +23,12 @@ class Upcast16Backend final : public Backend {
   explicit Upcast16Backend(Backend& inner) : inner_(inner) {}
 
   Device device() const override { return inner_.device(); }
-  bool channels_last_native(DType t) const override { return inner_.channels_last_native(t); }
+  // 16-bit tensors go through f32 copies of the same layout, so they compute channels-last
+  // wherever f32 does (and bf16 convolutions natively, below).
+  bool channels_last_native(DType t) const override {
+    return ((t == DType::f16 || t == DType::bf16) && inner_.channels_last_native(DType::f32)) ||
+           inner_.channels_last_native(t);
+  }
   void* allocate(size_t nbytes) override { return inner_.allocate(nbytes); }
   void deallocate(void* p, size_t nbytes) override { return inner_.deallocate(p, nbytes); }
   MemoryStats memory_stats() const override { return inner_.memory_stats(); }
@@ -239,6 +244,9 @@ class Upcast16Backend final : public Backend {
   }
   void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) override {
     if (!(is16(x) || is16(weight) || is16(bias) || is16(running_mean) || is16(running_var) || is16(out) || is16(save_mean) || is16(save_invstd))) return inner_.batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
+    // bf16 activations with f32 parameters and statistics (autocast's mix): natively
+    if (all_bf16({&x, &out}) && all_f32({&weight, &bias, &running_mean, &running_var, &save_mean, &save_invstd}))
+      return inner_.batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
     Tensor x32 = up(x);
     Tensor weight32 = up(weight);
     Tensor bias32 = up(bias);
@@ -256,6 +264,8 @@ class Upcast16Backend final : public Backend {
   }
   void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, bool training, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
     if (!(is16(grad) || is16(x) || is16(weight) || is16(save_mean) || is16(save_invstd) || is16(grad_x) || is16(grad_weight) || is16(grad_bias))) return inner_.batch_norm_backward(grad, x, weight, save_mean, save_invstd, training, grad_x, grad_weight, grad_bias);
+    if (all_bf16({&grad, &x, &grad_x}) && all_f32({&weight, &save_mean, &save_invstd, &grad_weight, &grad_bias}))
+      return inner_.batch_norm_backward(grad, x, weight, save_mean, save_invstd, training, grad_x, grad_weight, grad_bias);
     Tensor grad32 = up(grad);
     Tensor x32 = up(x);
     Tensor weight32 = up(weight);
@@ -367,26 +377,29 @@ class Upcast16Backend final : public Backend {
       if (t->defined() && t->dtype() != DType::bf16) return false;
     return true;
   }
+  // Every defined tensor of the list is f32.
+  static bool all_f32(std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (t->defined() && t->dtype() != DType::f32) return false;
+    return true;
+  }
   // Products whose two operands are bf16 run natively on CPUs with AVX512_BF16
-  // (cpu::gemm_bf16): only their result goes through f32. Convolutions take that path in
-  // row-major layout only (bf16 is not channels-last native here, so the ops layer sends
-  // row-major tensors).
+  // (cpu::gemm_bf16), in either layout: only their result goes through f32.
   static bool native_bf16(const Tensor& a, const Tensor& b, const Tensor& result) {
     const DType r = result.dtype();
     return all_bf16({&a, &b}) && (r == DType::f32 || r == DType::bf16 || r == DType::f16) &&
-           !is_channels_last(a) && !is_channels_last(b) && !is_channels_last(result) &&
            cpu::bf16_gemm_native();
   }
-  // The f32 tensor a native bf16 product writes: `t` itself when it is f32, else a new one,
-  // holding t's values when `read` (a product with beta != 0 reads its result).
+  // The f32 tensor a native bf16 product writes: `t` itself when it is f32, else a new one in
+  // t's layout, holding t's values when `read` (a product with beta != 0 reads its result).
   Tensor f32_result(const Tensor& t, bool read) {
     if (read || t.dtype() == DType::f32) return up(t);
-    return empty(t.shape(), TensorOptions(DType::f32).device(t.device()));
+    return empty(t.shape(), TensorOptions(DType::f32).device(t.device()), format_of(t));
   }
-  // An f32 copy of a 16-bit tensor (other tensors pass through).
+  // An f32 copy of a 16-bit tensor, channels-last where t is (other tensors pass through).
   Tensor up(const Tensor& t) {
     if (!is16(t)) return t;
-    Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()));
+    Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()), format_of(t));
     inner_.copy(t, f);
     return f;
   }
