@@ -56,6 +56,7 @@ int run(int argc, char** argv) {
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("threads", "CPU threads", cxxopts::value<int>())
       ("metrics", "append one JSON object per epoch to FILE", cxxopts::value<std::string>())
+      ("profile", "time every backend primitive and print where the training time went")
       ("h,help", "show this help");
   apps::add_run_options(opts);
   auto args = apps::parse(opts, argc, argv);
@@ -131,7 +132,9 @@ int run(int argc, char** argv) {
               "epoch\n", data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
               par.batch_note(batch).c_str(), precision.c_str(), nhwc ? "nhwc" : "nchw",
               apps::describe_device(device).c_str(), (long long)per_epoch);
+  apps::EpochProfile profile(a);
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
+    profile.begin();
     model->train();
     apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");
     loader.set_epoch(epoch - 1, data == "synthetic" ? 0 : pos.batch);
@@ -143,6 +146,7 @@ int run(int argc, char** argv) {
       }
     }
     apps::EpochSummary s = meter.finish();
+    profile.end(meter);
     if (val_set) {
       nn::data::DataLoaderOptions vo;
       vo.batch_size = batch;
@@ -161,6 +165,7 @@ int run(int argc, char** argv) {
     run.end_epoch(s, pos);
   }
   run.finish();
+  profile.report();
   return 0;
 }
 

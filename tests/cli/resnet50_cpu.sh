@@ -22,7 +22,10 @@ PY
 
 # Channels-last gives the row-major run's losses (same seed, same arithmetic on the CPU).
 for l in nchw nhwc; do
-  "$app" "${small[@]}" --num-classes 4 --num-batches 2 --epochs 2 --layout $l --metrics "$out/$l.jsonl"
+  "$app" "${small[@]}" --num-classes 4 --num-batches 2 --epochs 2 --layout $l --metrics "$out/$l.jsonl" \
+    --profile > "$out/$l.log"
+  grep -q "where the training time went" "$out/$l.log"  # --profile's table
+  grep -q "^conv2d_backward_weight " "$out/$l.log"
 done
 python3 - "$out/nchw.jsonl" "$out/nhwc.jsonl" <<'PY'
 import json, sys

@@ -304,7 +304,7 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
   const int64_t* off = tap_offsets(g);
   const T* zero = zeros_for<T>(C);
   // Pixels in chunks whose dy rows and inputs stay in L2 while every tile passes over them.
-  const int64_t chunk = finer_for_threads(g.N, P, 16, std::min(P, std::max<int64_t>(16, 32768 / (C + O))));
+  const int64_t chunk = finer_for_threads(g.N, P, 16, std::min(P, std::max<int64_t>(16, 131072 / (C + O))));
   const int64_t chunks = ceil_div(P, chunk);
   // One accumulator per thread (its buffer, zeroed at its first item), summed below.
   std::vector<float*> acc(size_t(omp_get_max_threads()), nullptr);
