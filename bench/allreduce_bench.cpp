@@ -9,10 +9,8 @@
 
 #include "common/cli.h"
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 namespace {
 
@@ -31,17 +29,7 @@ int body(int argc, char** argv) {
   const auto& a = *args;
   const int iters = apps::check_positive("iters", a["iters"].as<int>());
   const int warmup = apps::check_non_negative("warmup", a["warmup"].as<int>());
-  std::vector<int64_t> sizes;
-  std::stringstream ss(a["sizes"].as<std::string>());
-  for (std::string item; std::getline(ss, item, ',');) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || errno != 0 || v <= 0)
-      throw apps::UsageError("--sizes: '" + item + "' is not a positive whole number");
-    sizes.push_back(v);
-  }
-  if (sizes.empty()) throw apps::UsageError("--sizes names no size");
+  const std::vector<int64_t> sizes = apps::check_positive_list("sizes", a["sizes"].as<std::string>());
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   nn::dist::ProcessGroup pg(nn::dist::options_from_env());

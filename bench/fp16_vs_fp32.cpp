@@ -131,22 +131,15 @@ int body(int argc, char** argv) {
   const int64_t image_size = apps::check_positive("image-size", a["image-size"].as<int64_t>());
   const std::string layout_arg = a["layout"].as<std::string>();
   apps::check_choice("layout", layout_arg, {"auto", "nhwc", "nchw"});
-  std::vector<std::string> precisions;
-  {
-    std::stringstream ss(a["precisions"].as<std::string>());
-    for (std::string p; std::getline(ss, p, ',');) {
-      apps::check_choice("precisions", p, {"fp32", "fp16", "bf16"});
-      precisions.push_back(p);
-    }
-    if (precisions.empty()) throw apps::UsageError("--precisions names no precision");
-  }
+  const std::vector<std::string> precisions =
+      apps::check_choices("precisions", a["precisions"].as<std::string>(), {"fp32", "fp16", "bf16"});
   // Files written after the runs: refused now, not after minutes of training.
   const std::string json_file = a.count("json") ? apps::check_output_file(a, "json") : "";
   const std::string curve_file = a.count("loss-curve") ? apps::check_output_file(a, "loss-curve") : "";
   const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(dev);
   // auto: per precision, the format the device computes it in natively (channels-last on
-  // CUDA; on the CPU for fp32, whose 16-bit math is row-major)
+  // CUDA and on the CPU)
   auto nhwc_for = [&](const std::string& p) {
     if (model == "mnist_cnn" || layout_arg != "auto") return model != "mnist_cnn" && layout_arg == "nhwc";
     const nn::DType compute = p == "fp32" ? nn::kF32 : p == "bf16" ? nn::kBF16 : nn::kF16;

@@ -11,21 +11,11 @@
 #include "common/cli.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <sstream>
 
 namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 struct Shape {
   std::string model;  // mlp or bert
@@ -191,26 +181,11 @@ int body(int argc, char** argv) {
   apps::check_choice("preset", preset, {"tiny", "mini", "base"});
   const int64_t steps = apps::check_positive("num-batches", a["num-batches"].as<int64_t>());
   const int64_t warmup = apps::check_non_negative("num-warmup-batches", a["num-warmup-batches"].as<int64_t>());
-  // A comma-separated list flag: every item one of `allowed`, at least one item.
-  auto choices = [&](const char* flag, std::initializer_list<const char*> allowed) {
-    auto items = split(a[flag].as<std::string>());
-    for (auto& item : items) apps::check_choice(flag, item, allowed);
-    if (items.empty()) throw apps::UsageError(std::string("--") + flag + " names nothing");
-    return items;
-  };
-  const auto models = choices("models", {"mlp", "bert"});
-  const auto precisions = choices("precisions", {"fp32", "fp16", "bf16"});
-  const auto phases = choices("phases", {"train", "infer"});
-  std::vector<int64_t> class_counts;
-  for (auto& item : split(a["classes"].as<std::string>())) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0' || errno != 0 || v <= 0)
-      throw apps::UsageError("--classes must list positive whole numbers, got '" + item + "'");
-    class_counts.push_back(v);
-  }
-  if (class_counts.empty()) throw apps::UsageError("--classes names nothing");
+  const auto models = apps::check_choices("models", a["models"].as<std::string>(), {"mlp", "bert"});
+  const auto precisions =
+      apps::check_choices("precisions", a["precisions"].as<std::string>(), {"fp32", "fp16", "bf16"});
+  const auto phases = apps::check_choices("phases", a["phases"].as<std::string>(), {"train", "infer"});
+  const std::vector<int64_t> class_counts = apps::check_positive_list("classes", a["classes"].as<std::string>());
   for (const char* f : {"mlp-batch", "bert-batch"}) apps::check_positive(f, a[f].as<int64_t>());
   for (const char* f : {"mlp-seq-len", "bert-seq-len"})
     if (a[f].as<int64_t>() < 2)

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/run.h"
 
@@ -50,6 +51,43 @@ inline void check_choice(const std::string& flag, const std::string& value,
     list += (list.empty() ? "" : ", ") + std::string(a);
   }
   throw UsageError("--" + flag + " must be one of " + list + ", got '" + value + "'");
+}
+
+// The items of a comma-separated list flag ("fp32,bf16"). A list of no items is a usage error,
+// and so is an empty item in a list that has others ("fp32,,bf16").
+inline std::vector<std::string> list_items(const std::string& flag, const std::string& value) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = value.find(',', start)) != std::string::npos; start = comma + 1)
+    items.push_back(value.substr(start, comma - start));
+  items.push_back(value.substr(start));
+  size_t empty = 0;
+  for (const auto& item : items) empty += item.empty();
+  if (empty == items.size()) throw UsageError("--" + flag + " names nothing");
+  if (empty) throw UsageError("--" + flag + " has an empty item: '" + value + "'");
+  return items;
+}
+
+// A comma-separated list flag whose items are each one of `allowed`.
+inline std::vector<std::string> check_choices(const std::string& flag, const std::string& value,
+                                              std::initializer_list<const char*> allowed) {
+  std::vector<std::string> items = list_items(flag, value);
+  for (const auto& item : items) check_choice(flag, item, allowed);
+  return items;
+}
+
+// A comma-separated list flag of positive whole numbers ("2,10,1000").
+inline std::vector<int64_t> check_positive_list(const std::string& flag, const std::string& value) {
+  std::vector<int64_t> out;
+  for (const auto& item : list_items(flag, value)) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || v <= 0)
+      throw UsageError("--" + flag + " must list positive whole numbers, got '" + item + "'");
+    out.push_back(v);
+  }
+  return out;
 }
 
 template <typename T>

@@ -17,7 +17,8 @@ f="$bin/fp16_vs_fp32"
 "$e" 2 "--num-warmup-batches must be 0 or more, got -1" -- "$f" --device cpu --num-warmup-batches -1
 "$e" 2 "--image-size must be positive, got 0" -- "$f" --device cpu --image-size 0
 "$e" 2 "--precisions must be one of fp32, fp16, bf16, got 'fp8'" -- "$f" --device cpu --precisions fp32,fp8
-"$e" 2 "--precisions names no precision" -- "$f" --device cpu --precisions ''
+"$e" 2 "--precisions names nothing" -- "$f" --device cpu --precisions ''
+"$e" 2 "--precisions has an empty item: 'fp32,,bf16'" -- "$f" --device cpu --precisions fp32,,bf16
 "$e" 2 "--layout must be one of auto, nhwc, nchw, got 'nwhc'" -- "$f" --device cpu --layout nwhc
 "$e" 2 "--device: unknown device 'tpu'" -- "$f" --device tpu
 # result files are checked before the runs (a ResNet-50 step on the CPU takes seconds)
@@ -57,6 +58,7 @@ t="$bin/text_bench"
 "$e" 2 "--classes must list positive whole numbers, got '0'" -- "$t" --classes 2,0
 "$e" 2 "--classes must list positive whole numbers, got 'ten'" -- "$t" --classes ten
 "$e" 2 "--classes names nothing" -- "$t" --classes ,
+"$e" 2 "--models has an empty item: 'mlp,'" -- "$t" --models mlp,
 "$e" 2 "--phases must be one of train, infer, got 'eval'" -- "$t" --phases eval
 "$e" 2 "--preset must be one of tiny, mini, base, got 'huge'" -- "$t" --preset huge
 "$e" 2 "--bert-seq-len must be at least 2, got 1" -- "$t" --bert-seq-len 1
@@ -73,7 +75,9 @@ c="$bin/cpu_ceiling"
 "$e" 2 "-n must be positive, got 0" -- "$c" -n 0
 
 r="$bin/allreduce_bench"
-"$e" 2 "--sizes: '1k' is not a positive whole number" -- "$r" --sizes 1024,1k
+"$e" 2 "--sizes must list positive whole numbers, got '1k'" -- "$r" --sizes 1024,1k
+"$e" 2 "--sizes must list positive whole numbers, got '99999999999999999999'" -- "$r" --sizes 99999999999999999999
+"$e" 2 "--sizes names nothing" -- "$r" --sizes ''
 "$e" 2 "--iters must be positive, got 0" -- "$r" --iters 0
 "$e" 1 "cannot open '/nonexistent/a.jsonl' for writing \(--json\)" -- "$r" --json /nonexistent/a.jsonl
 echo "bench flags ok"
