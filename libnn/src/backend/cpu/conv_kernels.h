@@ -19,7 +19,8 @@ namespace nn::cpu {
 // 64-byte aligned, zero past `cols`.
 // The bf16 tiles (ConvForwardBf16Args) take k in pairs: a's pointers are to bf16 channels,
 // kc even, and b holds each pair of consecutive k (one 32-bit word) for each of the nr
-// columns, as VDPBF16PS wants; c, the bias and the sums are f32.
+// columns, as VDPBF16PS wants; the bias and the sums are f32. With c_bf16 set (and not
+// accumulating) they store the results rounded to bf16 there instead of into c.
 template <typename T, typename P>
 struct ConvForwardArgsOf {
   int64_t taps, kc;
@@ -31,6 +32,7 @@ struct ConvForwardArgsOf {
   int64_t ldc;
   int rows, cols;
   bool accumulate;
+  uint16_t* c_bf16 = nullptr;
 };
 using ConvForwardArgs = ConvForwardArgsOf<float, float>;
 using ConvForwardBf16Args = ConvForwardArgsOf<uint16_t, uint32_t>;

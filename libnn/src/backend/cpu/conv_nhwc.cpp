@@ -218,19 +218,34 @@ struct TileOperand<uint16_t> {
   static P pack(const uint16_t* k) { return uint32_t(k[0]) | uint32_t(k[1]) << 16; }
 };
 
+// The forward tile for g's output channels.
+template <class Kernels>
+const ConvTile& forward_tile(const ConvGeom& g, const Kernels& k) {
+  return g.O <= k.vec ? k.forward_narrow : k.forward_wide;
+}
+
+// The forward's channel slices: a packed block of the weights (taps x kc / KP x NR elements,
+// read once per tile) stays within 128 KB.
+template <typename T>
+int64_t forward_slices(const ConvGeom& g, const ConvTile& tile) {
+  constexpr int64_t KP = TileOperand<T>::KP;
+  return ceil_div(g.C, std::max<int64_t>(KP, 32768 * KP / (g.taps() * tile.nr)));
+}
+
 // y (N, P, O) = the convolution of x (N, H, W, C) with w (O, taps, C), plus bias (O) if given,
-// on the tiles of k (ConvKernels for f32, ConvBf16Kernels for bf16, which need C even).
+// on the tiles of k (ConvKernels for f32, ConvBf16Kernels for bf16, which need C even). With
+// y16 (bf16 tiles in one channel slice only) the results go there rounded to bf16 instead.
 template <typename T, class Kernels>
 void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
-                   const float* bias, float* y) {
+                   const float* bias, float* y, uint16_t* y16 = nullptr) {
   using Op = TileOperand<T>;
   using P = typename Op::P;
   constexpr int64_t KP = Op::KP;
-  const ConvTile& tile = g.O <= k.vec ? k.forward_narrow : k.forward_wide;
+  const ConvTile& tile = forward_tile(g, k);
   const int64_t MR = tile.mr, NR = tile.nr, T_ = g.taps(), C = g.C, O = g.O, P_ = g.P;
-  // Channels in slices of kc (a multiple of KP), so that a packed block of the weights (taps x
-  // kc / KP x NR elements, read once per tile) stays within 128 KB.
-  const int64_t slices = ceil_div(C, std::max<int64_t>(KP, 32768 * KP / (T_ * NR)));
+  // Channels in slices of kc (a multiple of KP).
+  const int64_t slices = forward_slices<T>(g, tile);
+  NN_CHECK(!y16 || slices == 1, "conv2d: bf16 results of a convolution in ", slices, " slices");
   const int64_t kc = ceil_div(ceil_div(C, slices), KP) * KP, panels = ceil_div(O, NR);
   // Panel j (output channels j NR ..), slice s: (taps, kcs / KP, NR) at (j C + s kc) / KP taps NR.
   P* bp = aligned_zeros<P, kPacked>(size_t(panels * T_ * C / KP * NR));
@@ -255,15 +270,16 @@ void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
     const FlushDenormals ftz;
     const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P_, p0 + chunk);
     const T** tab = fill_pointers<T>(off, T_, x + n * g.H * g.W * C, zero, p0, p1, MR);
-    float* yi = y + (n * P_ + p0) * O;
+    const int64_t yo = (n * P_ + p0) * O;
     for (int64_t j = 0; j < panels; ++j)
       for (int64_t c0 = 0; c0 < C; c0 += kc) {
         const int64_t kcs = std::min(kc, C - c0);
         for (int64_t r = 0; r < p1 - p0; r += MR) {
+          const int64_t at = yo + r * O + j * NR;
           const typename Op::Args a{T_, kcs, tab + r * T_, T_, c0, bp + (j * C + c0) / KP * T_ * NR,
-                                    c0 == 0 && bias ? bias + j * NR : nullptr, yi + r * O + j * NR,
+                                    c0 == 0 && bias ? bias + j * NR : nullptr, y ? y + at : nullptr,
                                     O, int(std::min(MR, p1 - p0 - r)), int(std::min(NR, O - j * NR)),
-                                    c0 > 0};
+                                    c0 > 0, y16 ? y16 + at : nullptr};
           tile.run(&a);
         }
       }
@@ -271,22 +287,26 @@ void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
 }
 
 // dx of a stride-1 convolution: the forward convolution of dy with w (O, taps, C) turned into
-// (C, taps, O) with its taps mirrored, padded by the kernel's extent less the padding.
+// (C, taps, O) with its taps mirrored, padded by the kernel's extent less the padding. This is
+// that forward's geometry.
+ConvGeom transposed(const ConvGeom& g) {
+  ConvGeom tg = g;
+  tg.H = g.OH; tg.W = g.OW; tg.C = tg.Cg = g.O;
+  tg.OH = g.H; tg.OW = g.W; tg.O = tg.Og = g.C;
+  tg.P = g.H * g.W; tg.Kdim = g.taps() * g.O;
+  tg.ph = (g.KH - 1) * g.dh - g.ph;
+  tg.pw = (g.KW - 1) * g.dw - g.pw;
+  return tg;
+}
 template <typename T, class Kernels>
 void backward_input_tiles(const ConvGeom& g, const Kernels& k, const T* dy, const T* w,
-                          float* dx) {
+                          float* dx, uint16_t* dx16 = nullptr) {
   const int64_t T_ = g.taps();
   T* wt = thread_buffer<T, kMirrored>(size_t(g.C * T_ * g.O));
   for (int64_t o = 0; o < g.O; ++o)
     for (int64_t t = 0; t < T_; ++t)
       for (int64_t c = 0; c < g.C; ++c) wt[(c * T_ + (T_ - 1 - t)) * g.O + o] = w[(o * T_ + t) * g.C + c];
-  ConvGeom tg = g;
-  tg.H = g.OH; tg.W = g.OW; tg.C = tg.Cg = g.O;
-  tg.OH = g.H; tg.OW = g.W; tg.O = tg.Og = g.C;
-  tg.P = g.H * g.W; tg.Kdim = T_ * g.O;
-  tg.ph = (g.KH - 1) * g.dh - g.ph;
-  tg.pw = (g.KW - 1) * g.dw - g.pw;
-  forward_tiles(tg, k, dy, wt, nullptr, dx);
+  forward_tiles(transposed(g), k, dy, wt, nullptr, dx, dx16);
 }
 
 // dw (O, taps, C) = sum over images and pixels of dy (N, P, O) times the taps of x. Needs C a
@@ -381,6 +401,30 @@ void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, T
     }
     forward_cols(g, px, pw, pb, out.data<A>());
   });
+}
+
+bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                              const Conv2dParams& p) {
+  const ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
+  const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
+  if (!k || forward_slices<uint16_t>(g, forward_tile(g, *k)) > 1) return false;
+  forward_tiles(g, *k, static_cast<const uint16_t*>(x.data_ptr()),
+                static_cast<const uint16_t*>(w.data_ptr()), bias.defined() ? bias.data<float>() : nullptr,
+                nullptr, static_cast<uint16_t*>(out.data_ptr()));
+  return true;
+}
+
+bool conv2d_backward_input_nhwc_bf16(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                                     const Conv2dParams& p) {
+  const ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
+  const ConvBf16Kernels* k = bf16_tiles_for(g, g.O);
+  if (!k || g.sh != 1 || g.sw != 1) return false;
+  const ConvGeom tg = transposed(g);
+  if (forward_slices<uint16_t>(tg, forward_tile(tg, *k)) > 1) return false;
+  backward_input_tiles(g, *k, static_cast<const uint16_t*>(grad_out.data_ptr()),
+                       static_cast<const uint16_t*>(w.data_ptr()), nullptr,
+                       static_cast<uint16_t*>(grad_x.data_ptr()));
+  return true;
 }
 
 void conv2d_backward_input_nhwc(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,

@@ -15,4 +15,12 @@ void conv2d_backward_input_nhwc(const Tensor& grad_out, const Tensor& w, Tensor&
 void conv2d_backward_weight_nhwc(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                  const Conv2dParams& p);
 
+// bf16 operands straight into a bf16 result (each rounded once from its f32 sum), where the
+// bf16 tile kernels do the whole call (this CPU has them, the channels pair up, the weights
+// fit one slice, stride 1 for the input gradient); false, with nothing written, elsewhere.
+bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                              const Conv2dParams& p);
+bool conv2d_backward_input_nhwc_bf16(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
+                                     const Conv2dParams& p);
+
 }  // namespace nn::backend
