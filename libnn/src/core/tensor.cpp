@@ -31,8 +31,9 @@ std::pair<int64_t, int64_t> element_span(const Tensor& t) {
   return {t.offset(), hi};
 }
 
-// True when two indices of `t` reach one element: a size>1 dim of stride 0 (an expanded view)
-// or strides that interleave. Views made by slicing, permuting and selecting never do.
+// True when two indices of `t` may reach one element: a size>1 dim of stride 0 (an expanded
+// view), or strides that interleave (refused without checking whether two indices really
+// meet; views made by slicing, permuting and selecting never interleave).
 bool has_internal_overlap(const Tensor& t) {
   if (t.numel() <= 1) return false;
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that count
@@ -287,11 +288,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
   NN_CHECK(bs == shape(), "copy_: source of shape ", shape_str(src.shape()),
            " does not broadcast to ", shape_str(shape()));
   check_no_internal_overlap(*this, "copy_");
-  s = s.expand(shape());
+  Tensor e = s.expand(shape());
   // a source that shares memory with this view (a shifted slice, a transpose of a square
-  // matrix) is read whole before anything is written
-  if (may_read_own_writes(*this, s)) s = s.clone();
-  backend::of(*this).copy(s, *this);
+  // matrix) is read whole before anything is written: a copy of it at its own size
+  if (may_read_own_writes(*this, e)) e = s.clone().expand(shape());
+  backend::of(*this).copy(e, *this);
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {

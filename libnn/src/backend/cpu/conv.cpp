@@ -139,7 +139,7 @@ void col2im(T* col, const ConvGeom& g, T* x) {
 // kernels where they do the whole call, else from f32 sums rounded in one pass after.
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
-  if (out.dtype() == DType::bf16) {
+  if (out.dtype() == DType::bf16 && x.dtype() == DType::bf16 && w.dtype() == DType::bf16) {
     if (is_channels_last(x) && conv2d_forward_nhwc_bf16(x, w, bias, out, p)) return;
     Tensor out32 = empty(out.shape(), TensorOptions(DType::f32), format_of(out));
     conv2d_forward(x, w, bias, out32, p);
@@ -175,7 +175,8 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
-  if (grad_x.dtype() == DType::bf16) {  // as conv2d_forward's bf16 result
+  if (grad_x.dtype() == DType::bf16 && grad_out.dtype() == DType::bf16 &&
+      w.dtype() == DType::bf16) {  // as conv2d_forward's bf16 result
     if (is_channels_last(grad_x) && conv2d_backward_input_nhwc_bf16(grad_out, w, grad_x, p)) return;
     Tensor grad_x32 = empty(grad_x.shape(), TensorOptions(DType::f32), format_of(grad_x));
     conv2d_backward_input(grad_out, w, grad_x32, p);
