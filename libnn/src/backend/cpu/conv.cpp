@@ -135,16 +135,8 @@ void col2im(T* col, const ConvGeom& g, T* x) {
 
 }  // namespace
 
-// A bf16 result (of bf16 operands, from the upcast16 layer) comes straight from the bf16 tile
-// kernels where they do the whole call, else from f32 sums rounded in one pass after.
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 Tensor& out, const Conv2dParams& p) {
-  if (out.dtype() == DType::bf16 && x.dtype() == DType::bf16 && w.dtype() == DType::bf16) {
-    if (is_channels_last(x) && conv2d_forward_nhwc_bf16(x, w, bias, out, p)) return;
-    Tensor out32 = empty(out.shape(), TensorOptions(DType::f32), format_of(out));
-    conv2d_forward(x, w, bias, out32, p);
-    return copy(out32, out);
-  }
   if (is_channels_last(x)) return conv2d_forward_nhwc(x, w, bias, out, p);
   dispatch_product(x, w, out, "conv2d", [&]<typename T>() {
     using A = gemm_result_t<T>;  // f32 sums and folds for bf16 operands
@@ -175,13 +167,6 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                        const Conv2dParams& p) {
-  if (grad_x.dtype() == DType::bf16 && grad_out.dtype() == DType::bf16 &&
-      w.dtype() == DType::bf16) {  // as conv2d_forward's bf16 result
-    if (is_channels_last(grad_x) && conv2d_backward_input_nhwc_bf16(grad_out, w, grad_x, p)) return;
-    Tensor grad_x32 = empty(grad_x.shape(), TensorOptions(DType::f32), format_of(grad_x));
-    conv2d_backward_input(grad_out, w, grad_x32, p);
-    return copy(grad_x32, grad_x);
-  }
   if (is_channels_last(grad_x)) return conv2d_backward_input_nhwc(grad_out, w, grad_x, p);
   dispatch_product(grad_out, w, grad_x, "conv2d_backward_input", [&]<typename T>() {
     using A = gemm_result_t<T>;  // f32 sums and folds for bf16 operands

@@ -382,6 +382,14 @@ const ConvKernels* tiles_for(const ConvGeom& g) {
 const ConvBf16Kernels* bf16_tiles_for(const ConvGeom& g, int64_t inner) {
   return g.G == 1 && g.C > 0 && g.O > 0 && inner % 2 == 0 ? conv_bf16_kernels() : nullptr;
 }
+// Operand types with tile kernels (f32, bf16 bits), and those kernels for g (or null).
+template <typename T>
+constexpr bool has_tiles = std::is_same_v<T, float> || std::is_same_v<T, uint16_t>;
+template <typename T>
+auto tiles_of(const ConvGeom& g, int64_t inner) {
+  if constexpr (std::is_same_v<T, float>) return tiles_for(g);
+  else return bf16_tiles_for(g, inner);
+}
 }  // namespace
 
 void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
@@ -392,13 +400,8 @@ void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, T
     const A* pb = bias.defined() ? bias.data<A>() : nullptr;
     const T* px = static_cast<const T*>(x.data_ptr());
     const T* pw = static_cast<const T*>(w.data_ptr());
-    if constexpr (std::is_same_v<T, float>) {
-      if (const ConvKernels* k = tiles_for(g))
-        return forward_tiles(g, *k, px, pw, pb, out.data<float>());
-    } else if constexpr (std::is_same_v<T, uint16_t>) {
-      if (const ConvBf16Kernels* k = bf16_tiles_for(g, g.C))
-        return forward_tiles(g, *k, px, pw, pb, out.data<float>());
-    }
+    if constexpr (has_tiles<T>)
+      if (const auto* k = tiles_of<T>(g, g.C)) return forward_tiles(g, *k, px, pw, pb, out.data<float>());
     forward_cols(g, px, pw, pb, out.data<A>());
   });
 }
@@ -434,12 +437,8 @@ void conv2d_backward_input_nhwc(const Tensor& grad_out, const Tensor& w, Tensor&
     const ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
     const T* pg = static_cast<const T*>(grad_out.data_ptr());
     const T* pw = static_cast<const T*>(w.data_ptr());
-    if constexpr (std::is_same_v<T, float>) {
-      const ConvKernels* k = tiles_for(g);
-      if (k && g.sh == 1 && g.sw == 1)
-        return backward_input_tiles(g, *k, pg, pw, grad_x.data<float>());
-    } else if constexpr (std::is_same_v<T, uint16_t>) {
-      const ConvBf16Kernels* k = bf16_tiles_for(g, g.O);  // dy's O channels are the inner ones
+    if constexpr (has_tiles<T>) {
+      const auto* k = tiles_of<T>(g, g.O);  // dy's O channels are the inner ones
       if (k && g.sh == 1 && g.sw == 1)
         return backward_input_tiles(g, *k, pg, pw, grad_x.data<float>());
     }
@@ -454,12 +453,8 @@ void conv2d_backward_weight_nhwc(const Tensor& grad_out, const Tensor& x, Tensor
     const ConvGeom g = geom(x.shape(), grad_w.shape(), grad_out.shape(), p);
     const T* pg = static_cast<const T*>(grad_out.data_ptr());
     const T* px = static_cast<const T*>(x.data_ptr());
-    if constexpr (std::is_same_v<T, float>) {
-      const ConvKernels* k = tiles_for(g);
-      if (k && g.C % k->vec == 0)
-        return backward_weight_tiles(g, *k, px, pg, grad_w.data<float>());
-    } else if constexpr (std::is_same_v<T, uint16_t>) {
-      const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
+    if constexpr (has_tiles<T>) {
+      const auto* k = tiles_of<T>(g, g.C);
       if (k && g.C % k->vec == 0)
         return backward_weight_tiles(g, *k, px, pg, grad_w.data<float>());
     }

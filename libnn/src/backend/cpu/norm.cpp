@@ -165,9 +165,7 @@ void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* p
     }
   });
 }
-}  // namespace
 
-namespace {
 template <typename D, typename T>
 void bn_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                 Tensor& running_var, bool training, double momentum, double eps, Tensor& out,

@@ -7,6 +7,7 @@
 
 #include <initializer_list>
 
+#include "backend/cpu/conv_nhwc.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "core/util.h"
@@ -108,9 +109,12 @@ class Upcast16Backend final : public Backend {
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, const Conv2dParams& p) override {
     if (!(is16(x) || is16(w) || is16(bias) || is16(out))) return inner_.conv2d_forward(x, w, bias, out, p);
     if (native_bf16(x, w, out)) {
-      if (out.dtype() == DType::bf16) return inner_.conv2d_forward(x, w, up(bias), out, p);
+      // a bf16 result straight from the channels-last bf16 tiles where they do the whole call
+      Tensor bias32 = up(bias);
+      if (out.dtype() == DType::bf16 && is_channels_last(x) && conv2d_forward_nhwc_bf16(x, w, bias32, out, p))
+        return;
       Tensor out32 = f32_result(out, false);
-      inner_.conv2d_forward(x, w, up(bias), out32, p);
+      inner_.conv2d_forward(x, w, bias32, out32, p);
       return down(out32, out);
     }
     Tensor x32 = up(x);
@@ -123,7 +127,9 @@ class Upcast16Backend final : public Backend {
   void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, Tensor& grad_x, const Conv2dParams& p) override {
     if (!(is16(grad_out) || is16(w) || is16(grad_x))) return inner_.conv2d_backward_input(grad_out, w, grad_x, p);
     if (native_bf16(grad_out, w, grad_x)) {
-      if (grad_x.dtype() == DType::bf16) return inner_.conv2d_backward_input(grad_out, w, grad_x, p);
+      if (grad_x.dtype() == DType::bf16 && is_channels_last(grad_x) &&
+          conv2d_backward_input_nhwc_bf16(grad_out, w, grad_x, p))
+        return;
       Tensor grad_x32 = f32_result(grad_x, false);
       inner_.conv2d_backward_input(grad_out, w, grad_x32, p);
       return down(grad_x32, grad_x);
