@@ -154,87 +154,109 @@ TEST_CASE("maximum splits the gradient on ties", "[elementwise]") {
   require_values(b.grad(), {0.5, 1});
 }
 
-TEST_CASE("bf16 elementwise on the CPU: f32 math on the widened values, rounded once", "[elementwise]") {
-  // The CPU computes bf16 maps in one pass; each element must be exactly what widening to
+TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, rounded once", "[elementwise]") {
+  // The CPU computes 16-bit maps in one pass; each element must be exactly what widening to
   // f32, computing and rounding back gives (the path every 16-bit op took before), also with
   // broadcasting and transposed (strided) operands.
-  Tensor x = (rnd({37, 21}, 1, false) * 4.0).to(kBF16);
-  Tensor pos = (abs(rnd({37, 21}, 2, false)) + 0.1).to(kBF16);
-  Tensor y = rnd({21}, 3, false).to(kBF16);           // broadcast over the rows
-  Tensor xt = rnd({21, 37}, 4, false).to(kBF16).t();  // strided
-  // Special values too: infinities, NaN, -0, a large value (x * x overflows bf16's range).
-  {
-    auto v = x.to(kF32).to_vector<float>();
-    v[5] = INFINITY, v[6] = -INFINITY, v[7] = NAN, v[8] = -0.0f, v[9] = 3e38f, v[10] = -1e-30f;
-    x = tensor(std::vector<double>(v.begin(), v.end()), {37, 21}).to(kBF16);
-  }
-  auto same = [](const Tensor& got, const Tensor& want, const char* what) {
-    INFO(what);
-    REQUIRE(got.dtype() == kBF16);
-    REQUIRE(got.shape() == want.shape());
-    // bit for bit (tells -0 from +0, and NaN payloads apart)
-    const auto g = got.to_vector<float>(), w = want.to_vector<float>();
-    for (size_t i = 0; i < g.size(); ++i) {
-      INFO("element " << i << ": " << g[i] << " against " << w[i]);
-      REQUIRE(float_to_bits(g[i]) == float_to_bits(w[i]));
+  for (DType h : {kBF16, kF16}) {
+    INFO(dtype_name(h));
+    Tensor x = (rnd({37, 21}, 1, false) * 4.0).to(h);
+    Tensor pos = (abs(rnd({37, 21}, 2, false)) + 0.1).to(h);
+    Tensor y = rnd({21}, 3, false).to(h);           // broadcast over the rows
+    Tensor xt = rnd({21, 37}, 4, false).to(h).t();  // strided
+    // Special values too: infinities, NaN, -0, a large value (x * x overflows either range; f16
+    // takes 3e38 as inf), a tiny one (an f16 subnormal).
+    {
+      auto v = x.to(kF32).to_vector<float>();
+      v[5] = INFINITY, v[6] = -INFINITY, v[7] = NAN, v[8] = -0.0f, v[9] = 3e38f, v[10] = -1e-30f;
+      v[11] = 3e-6f, v[12] = 200.0f;
+      x = tensor(std::vector<double>(v.begin(), v.end()), {37, 21}).to(h);
     }
-  };
-  using U = Tensor (*)(const Tensor&);
-  const std::pair<const char*, U> unary[] = {
-      {"exp", [](const Tensor& t) { return exp(t); }},
-      {"tanh", [](const Tensor& t) { return tanh(t); }},
-      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
-      {"relu", [](const Tensor& t) { return relu(t); }},
-      {"gelu", [](const Tensor& t) { return gelu(t); }},
-      {"abs", [](const Tensor& t) { return abs(t); }},
-      {"neg", [](const Tensor& t) { return neg(t); }},
-      {"square", [](const Tensor& t) { return square(t); }},
-      {"clamp", [](const Tensor& t) { return clamp(t, -1.5, 0.7); }},
-      {"add_scalar", [](const Tensor& t) { return t + 0.3; }},
-      {"mul_scalar", [](const Tensor& t) { return t * 1.7; }},
-      {"rsub_scalar", [](const Tensor& t) { return 2.0 - t; }}};
-  for (const auto& [name, f] : unary) {
-    same(f(x), f(x.to(kF32)).to(kBF16), name);
-    same(f(xt), f(xt.to(kF32)).to(kBF16), name);
-  }
-  same(log(pos), log(pos.to(kF32)).to(kBF16), "log");
-  same(sqrt(pos), sqrt(pos.to(kF32)).to(kBF16), "sqrt");
-  same(rsqrt(pos), rsqrt(pos.to(kF32)).to(kBF16), "rsqrt");
-  same(pow(pos, 1.5), pow(pos.to(kF32), 1.5).to(kBF16), "pow_scalar");
-  same(1.0 / pos, (1.0 / pos.to(kF32)).to(kBF16), "rdiv_scalar");
-  using B = Tensor (*)(const Tensor&, const Tensor&);
-  const std::pair<const char*, B> binary[] = {
-      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
-      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
-      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
-      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
-      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
-      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
-      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
-      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
-      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
-      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
-      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
-      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
-  for (const auto& [name, f] : binary) {
-    same(f(x, y), f(x.to(kF32), y.to(kF32)).to(kBF16), name);
-    same(f(x, xt), f(x.to(kF32), xt.to(kF32)).to(kBF16), name);
-  }
-  same(pow(pos, x), pow(pos.to(kF32), x.to(kF32)).to(kBF16), "pow");
-  // the fused backwards against the f64 gradient of the same values: tanh and sigmoid read
-  // their bf16 outputs, so 1 - t^2 carries t's rounding (up to 2^-7 near |t| = 1) times g
-  for (const char* name : {"relu", "tanh", "sigmoid", "gelu"}) {
-    INFO(name);
-    auto f = [&](const Tensor& t) {
-      const std::string n = name;
-      return n == "relu" ? relu(t) : n == "tanh" ? tanh(t) : n == "sigmoid" ? sigmoid(t) : gelu(t);
+    auto same = [&](const Tensor& got, const Tensor& want, const char* what) {
+      INFO(what);
+      REQUIRE(got.dtype() == h);
+      test::require_same(got, want);
     };
-    Tensor g = rnd({37, 21}, 5, false).to(kBF16);
-    Tensor xf = (rnd({37, 21}, 1, false) * 4.0).to(kBF16);  // finite values
-    Tensor xb = xf.detach().requires_grad_(true), x64 = xf.to(kF64).requires_grad_(true);
-    (f(xb) * g).sum().backward();
-    (f(x64) * g.to(kF64)).sum().backward();
-    REQUIRE(xb.grad().dtype() == kBF16);
-    test::require_close(xb.grad().to(kF64), x64.grad(), 2e-2, 4e-2);
+    using U = Tensor (*)(const Tensor&);
+    const std::pair<const char*, U> unary[] = {
+        {"exp", [](const Tensor& t) { return exp(t); }},
+        {"tanh", [](const Tensor& t) { return tanh(t); }},
+        {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+        {"relu", [](const Tensor& t) { return relu(t); }},
+        {"gelu", [](const Tensor& t) { return gelu(t); }},
+        {"abs", [](const Tensor& t) { return abs(t); }},
+        {"neg", [](const Tensor& t) { return neg(t); }},
+        {"square", [](const Tensor& t) { return square(t); }},
+        {"clamp", [](const Tensor& t) { return clamp(t, -1.5, 0.7); }},
+        {"add_scalar", [](const Tensor& t) { return t + 0.3; }},
+        {"mul_scalar", [](const Tensor& t) { return t * 1.7; }},
+        {"rsub_scalar", [](const Tensor& t) { return 2.0 - t; }}};
+    for (const auto& [name, f] : unary) {
+      same(f(x), f(x.to(kF32)).to(h), name);
+      same(f(xt), f(xt.to(kF32)).to(h), name);
+    }
+    same(log(pos), log(pos.to(kF32)).to(h), "log");
+    same(sqrt(pos), sqrt(pos.to(kF32)).to(h), "sqrt");
+    same(rsqrt(pos), rsqrt(pos.to(kF32)).to(h), "rsqrt");
+    same(pow(pos, 1.5), pow(pos.to(kF32), 1.5).to(h), "pow_scalar");
+    same(1.0 / pos, (1.0 / pos.to(kF32)).to(h), "rdiv_scalar");
+    using B = Tensor (*)(const Tensor&, const Tensor&);
+    const std::pair<const char*, B> binary[] = {
+        {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+        {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+        {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+        {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+        {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+        {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+        {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+        {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+        {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+        {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+        {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+        {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
+    for (const auto& [name, f] : binary) {
+      same(f(x, y), f(x.to(kF32), y.to(kF32)).to(h), name);
+      same(f(x, xt), f(x.to(kF32), xt.to(kF32)).to(h), name);
+    }
+    same(pow(pos, x), pow(pos.to(kF32), x.to(kF32)).to(h), "pow");
+    // the fused backwards against the f64 gradient of the same values: tanh and sigmoid read
+    // their 16-bit outputs, so 1 - t^2 carries t's rounding (up to 2^-7 near |t| = 1) times g
+    for (const char* name : {"relu", "tanh", "sigmoid", "gelu"}) {
+      INFO(name);
+      auto f = [&](const Tensor& t) {
+        const std::string n = name;
+        return n == "relu" ? relu(t) : n == "tanh" ? tanh(t) : n == "sigmoid" ? sigmoid(t) : gelu(t);
+      };
+      Tensor g = rnd({37, 21}, 5, false).to(h);
+      Tensor xf = (rnd({37, 21}, 1, false) * 4.0).to(h);  // finite values
+      Tensor xb = xf.detach().requires_grad_(true), x64 = xf.to(kF64).requires_grad_(true);
+      (f(xb) * g).sum().backward();
+      (f(x64) * g.to(kF64)).sum().backward();
+      REQUIRE(xb.grad().dtype() == h);
+      test::require_close(xb.grad().to(kF64), x64.grad(), 2e-2, 4e-2);
+      // relu's and GELU's read x alone: bit for bit the f32 backward's, rounded once
+      if (std::string(name) == "relu" || std::string(name) == "gelu") {
+        Tensor x32 = xf.to(kF32).requires_grad_(true);
+        (f(x32) * g.to(kF32)).sum().backward();
+        same(xb.grad(), x32.grad().to(h), name);
+      }
+    }
+  }
+}
+
+TEST_CASE("16-bit GELU over several threads' blocks equals f32 GELU rounded once", "[elementwise]") {
+  // Long enough for both threads and several of the widening blocks, with an odd length so
+  // the second thread's run starts off a block boundary, and a view at an odd offset.
+  for (DType h : {kBF16, kF16}) {
+    INFO(dtype_name(h));
+    Tensor x = (rnd({100003}, 11, false) * 3.0).to(h);
+    Tensor g = rnd({100003}, 12, false).to(h);
+    test::require_same(gelu(x), gelu(x.to(kF32)).to(h));
+    Tensor xv = x.narrow(0, 1, 70001);
+    test::require_same(gelu(xv), gelu(xv.to(kF32)).to(h));
+    Tensor xb = x.detach().requires_grad_(true), x32 = x.to(kF32).requires_grad_(true);
+    (gelu(xb) * g).sum().backward();
+    (gelu(x32) * g.to(kF32)).sum().backward();
+    test::require_same(xb.grad(), x32.grad().to(h));
   }
 }

@@ -104,3 +104,35 @@ TEST_CASE("gradcheck: reductions", "[reduce][gradcheck]") {
   require_gradcheck([](const std::vector<Tensor>& in) { return var(in[0], {1}); }, {x});
   require_gradcheck([](const std::vector<Tensor>& in) { return sum_to(in[0], {3, 1}); }, {x});
 }
+
+TEST_CASE("f16 and bf16 reductions equal f32's of the widened values, rounded once", "[reduce]") {
+  // Computed in one pass on the CPU: sums in double as for f32, extrema compared as f32
+  // values. (64, 33, 40) is large enough to share out over threads; each set of dims takes
+  // another path: kept dims in the middle, the column sums of a (rows, 40) matrix, a single
+  // output, long rows, and a strided input that is copied first.
+  Tensor base = rnd({64, 33, 40}, 21, false) * 3.0;
+  {  // a NaN and infinities for the extrema
+    auto v = base.to_vector<double>();
+    v[7] = NAN, v[1000] = INFINITY, v[2000] = -INFINITY;
+    base = tensor(v, base.shape(), kF64);
+  }
+  for (DType h : {kBF16, kF16}) {
+    INFO(dtype_name(h));
+    const Tensor x = base.to(h);
+    const Tensor xp = x.permute({2, 0, 1});  // strided
+    for (const Tensor& in : {x, xp})
+      for (const Shape& dims : {Shape{0}, Shape{1}, Shape{2}, Shape{0, 2}, Shape{0, 1}, Shape{}}) {
+        INFO("dims " << shape_str(dims) << (in.is_contiguous() ? "" : ", strided"));
+        const Tensor in32 = in.to(kF32);
+        // equal values; a NaN's sign depends on whether inf - inf or the NaN came first
+        test::require_close(sum(in, dims), sum(in32, dims).to(h), 0, 0);
+        test::require_close(mean(in, dims), mean(in32, dims).to(h), 0, 0);
+        test::require_same(amax(in, dims), amax(in32, dims).to(h));
+        test::require_same(amin(in, dims), amin(in32, dims).to(h));
+      }
+    // finite values: the sums against an f64 reference (one rounding of a double sum)
+    const Tensor xf = (rnd({300, 7}, 22, false) + 1.0).to(h);
+    test::require_close(sum(xf, {0}).to(kF64), sum(xf.to(kF64), {0}), 1e-2, 1e-2);
+    REQUIRE(sum(xf, {0}).dtype() == h);
+  }
+}

@@ -87,3 +87,42 @@ TEST_CASE("softmax log_softmax and cross_entropy on long rows equal a by-hand re
     REQUIRE(std::isfinite(pn[0]));
   }
 }
+
+TEST_CASE("f16 and bf16 softmax equal f32's of the widened values, rounded once", "[softmax]") {
+  // One pass on the CPU, each row widened into f32 buffers. Rows of 64 sit at the same
+  // alignment as the f32 tensor's rows, so Eigen splits them into the same packets and the
+  // outputs are equal bit for bit; rows of 37 are compared with the f64 values, and so are
+  // the gradients (computed from the rounded outputs, so not the f32 gradients rounded).
+  for (DType h : {kBF16, kF16}) {
+    INFO(dtype_name(h));
+    for (bool log : {false, true}) {
+      INFO((log ? "log_softmax" : "softmax"));
+      auto f = [log](const Tensor& t, int64_t d) { return log ? log_softmax(t, d) : softmax(t, d); };
+      Tensor x = (rnd({3, 50, 64}, 31, false) * 3.0).to(h);
+      Tensor g = rnd({3, 50, 64}, 32, false).to(h);
+      Tensor xb = x.detach().requires_grad_(true), x64 = x.to(kF64).requires_grad_(true);
+      Tensor y = f(xb, -1);
+      test::require_same(y, f(x.to(kF32), -1).to(h));
+      (y * g).sum().backward();
+      (f(x64, -1) * g.to(kF64)).sum().backward();
+      REQUIRE(xb.grad().dtype() == h);
+      // log_softmax's backward takes exp of the rounded log-probabilities: |y| up to ~10
+      // rounded to 8 bits moves exp(y) by up to 4%, times sum(g)
+      const double atol = log ? 2e-2 : 3e-3;
+      test::require_close(xb.grad().to(kF64), x64.grad(), 3e-2, atol);
+      // odd rows, and a softmax over the first dim (widened: its elements are strided)
+      for (int64_t d : {-1, 0}) {
+        INFO("dim " << d);
+        Tensor xo = (rnd({40, 37}, 33, false) * 3.0).to(h);
+        Tensor go = rnd({40, 37}, 34, false).to(h);
+        Tensor xo16 = xo.detach().requires_grad_(true), x64 = xo.to(kF64).requires_grad_(true);
+        Tensor yo = f(xo16, d), y64 = f(x64, d);
+        REQUIRE(yo.dtype() == h);
+        test::require_close(yo.to(kF64), y64, 1e-2, 1e-3);
+        (yo * go).sum().backward();
+        (y64 * go.to(kF64)).sum().backward();
+        test::require_close(xo16.grad().to(kF64), x64.grad(), 3e-2, log ? 2e-2 : 3e-3);
+      }
+    }
+  }
+}

@@ -157,6 +157,44 @@ TEST_CASE("f16 and bf16 conversions round to nearest even", "[tensor][dtype]") {
   require_values(tensor({1.7, -2.2, 300}).to(kU8).to(kI64), {1, 254, 44});
 }
 
+TEST_CASE("f16 conversions: every half value, and every rounding boundary between them", "[tensor][dtype]") {
+  // The conversions are branch-free selects (so loops of them vectorise); checked here
+  // against the definition for all 65536 halves.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint32_t sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    const float f = half_bits_to_float(uint16_t(h));
+    INFO("half 0x" << std::hex << h);
+    if (exp == 0x1f) {
+      REQUIRE((man ? std::isnan(f) : std::isinf(f)));
+      REQUIRE(std::signbit(f) == bool(sign));
+      continue;
+    }
+    const double mag = exp ? std::ldexp(1024.0 + man, int(exp) - 25) : std::ldexp(double(man), -24);
+    REQUIRE(double(f) == (sign ? -mag : mag));
+    REQUIRE(std::signbit(f) == bool(sign));
+    REQUIRE(float_to_half_bits(f) == h);  // exact values round trip, -0 included
+    // the midpoint to the next half up in magnitude (exact in f32) rounds to the even one,
+    // and the floats either side of it to the nearer one
+    if ((h & 0x7fff) == 0x7bff) continue;  // 65504: above it lies the overflow threshold
+    const float next = half_bits_to_float(uint16_t(h + 1));
+    const float mid = float((double(f) + double(next)) / 2);
+    REQUIRE(double(mid) == (double(f) + double(next)) / 2);
+    REQUIRE(float_to_half_bits(mid) == ((h & 1) ? h + 1 : h));
+    REQUIRE(float_to_half_bits(std::nextafter(mid, f)) == h);
+    REQUIRE(float_to_half_bits(std::nextafter(mid, next)) == h + 1);
+  }
+  // overflow: 65520 (the midpoint above 65504) and beyond go to inf; NaN stays NaN
+  REQUIRE(float_to_half_bits(std::nextafter(65520.0f, 0.0f)) == 0x7bff);
+  REQUIRE(float_to_half_bits(65520.0f) == 0x7c00);
+  REQUIRE(float_to_half_bits(-1e30f) == 0xfc00);
+  REQUIRE(float_to_half_bits(INFINITY) == 0x7c00);
+  REQUIRE((float_to_half_bits(NAN) & 0x7fff) == 0x7e00);
+  // below half the smallest subnormal: zero of the same sign; f32 subnormals too
+  REQUIRE(float_to_half_bits(0x1p-25f) == 0x0000);  // a tie between 0 and 2^-24: even
+  REQUIRE(float_to_half_bits(std::nextafter(0x1p-25f, 1.0f)) == 0x0001);
+  REQUIRE(float_to_half_bits(-1e-40f) == 0x8000);
+}
+
 TEST_CASE("seeded random init is reproducible", "[tensor][random]") {
   Generator g1(7), g2(7), g3(8);
   auto a = randn({1000}, kF32, &g1).to_vector<float>();

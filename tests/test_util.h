@@ -34,6 +34,19 @@ inline void require_close(const Tensor& got, const Tensor& want, double rtol = 1
   }
 }
 
+// The same dtype, shape and values bit for bit, compared as f32 (which tells -0 from +0 and
+// NaN payloads apart): for 16-bit results that must equal a reference rounded once.
+inline void require_same(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dtype() == want.dtype());
+  REQUIRE(got.shape() == want.shape());
+  const auto g = got.to_vector<float>(), w = want.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (nn::float_to_bits(g[i]) == nn::float_to_bits(w[i])) continue;
+    INFO("element " << i << ": got " << g[i] << ", expected " << w[i]);
+    REQUIRE(nn::float_to_bits(g[i]) == nn::float_to_bits(w[i]));
+  }
+}
+
 inline void require_values(const Tensor& got, const std::vector<double>& want,
                            double tol = 1e-6) {
   REQUIRE(got.numel() == int64_t(want.size()));

@@ -35,38 +35,33 @@ DType dtype_from_name(const std::string& name);  // throws nn::Error on an unkno
 inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
+// Both directions are written as selects, not branches, so loops of conversions vectorise.
 inline float half_bits_to_float(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));  // inf / nan
-  if (exp == 0) {
-    if (man == 0) return bits_to_float(sign);
-    // subnormal: value = man * 2^-24
-    float f = float(man) * 5.9604644775390625e-8f;
-    return sign ? -f : f;
-  }
-  return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t em = uint32_t(h & 0x7fff) << 13;  // exponent and mantissa in f32's places
+  const uint32_t exp = em & 0x0f800000u;
+  const uint32_t normal = em + (112u << 23);        // re-bias the exponent: 15 -> 127
+  const uint32_t special = em | 0x7f800000u;        // inf / nan
+  // zero or subnormal: man * 2^-24, exactly (2^-14 + man * 2^-24) - 2^-14
+  const uint32_t sub = float_to_bits(bits_to_float(em + (113u << 23)) - bits_to_float(113u << 23));
+  return bits_to_float(sign | (exp == 0x0f800000u ? special : exp == 0 ? sub : normal));
 }
 inline uint16_t float_to_half_bits(float f) {
-  uint32_t u = float_to_bits(f);
-  uint32_t sign = (u >> 16) & 0x8000;
-  uint32_t absu = u & 0x7fffffffu;
-  uint32_t o;
-  if (absu >= 0x47800000u) {  // >= 65536: inf, or nan kept quiet
-    o = absu > 0x7f800000u ? 0x7e00 : 0x7c00;
-  } else if (absu < 0x38800000u) {  // below 2^-14: subnormal or zero
-    // Adding 0.5 aligns the 10 mantissa bits at the bottom; the FPU rounds to nearest even.
-    o = float_to_bits(bits_to_float(absu) + 0.5f) - float_to_bits(0.5f);
-  } else {
-    uint32_t mant_odd = (absu >> 13) & 1;
-    absu += 0xc8000fffu + mant_odd;  // re-bias exponent (-112 << 23), round to nearest even
-    o = absu >> 13;                   // a carry into exponent 31 gives inf, as it should
-  }
-  return uint16_t(sign | o);
+  const uint32_t u = float_to_bits(f);
+  const uint32_t sign = (u >> 16) & 0x8000;
+  const uint32_t absu = u & 0x7fffffffu;
+  // >= 65536: inf, or nan kept quiet
+  const uint32_t big = absu > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // below 2^-14, subnormal or zero: adding 0.5 aligns the 10 mantissa bits at the bottom and
+  // the FPU rounds to nearest even
+  const uint32_t small = float_to_bits(bits_to_float(absu) + 0.5f) - float_to_bits(0.5f);
+  // re-bias the exponent (-112 << 23) and round to nearest even; a carry into exponent 31
+  // gives inf, as it should
+  const uint32_t normal = (absu + 0xc8000fffu + ((absu >> 13) & 1)) >> 13;
+  return uint16_t(sign | (absu >= 0x47800000u ? big : absu < 0x38800000u ? small : normal));
 }
 inline float bf16_bits_to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
-// Round to nearest even; a nan stays a (quiet) nan. Written as a select, not a branch, so loops
-// of conversions vectorise.
+// Round to nearest even; a nan stays a (quiet) nan.
 inline uint16_t float_to_bf16_bits(float f) {
   const uint32_t u = float_to_bits(f);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;

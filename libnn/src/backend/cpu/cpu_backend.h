@@ -37,12 +37,14 @@ class CpuBackend final : public Backend {
                       Tensor& grad_x) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
-  // bf16 maps computed here in one pass (f32 math per element, one rounding: the values the
-  // widened path gives); the upcast16 layer passes these through. GELU stays widened, for
-  // the vectorised f32 erf.
-  static bool bf16_native(UnaryOp op);
-  static bool bf16_native(BinaryOp op);
-  static bool bf16_native_backward(UnaryOp op);
+  // f16 and bf16 maps, their fused backwards, reductions and softmax are computed here in one
+  // pass when all the call's floating tensors have one 16-bit type: f32 math on each widened
+  // element, one rounding per result (the values the widened path gives). The upcast16 layer
+  // passes those calls through and widens the rest. GELU is native on dense operands only
+  // (its vectorised erf runs on widened blocks); native16 says whether a map call is.
+  static bool native16(UnaryOp op, const Tensor& x, const Tensor& out);
+  // ... and softmax over a dim whose elements are adjacent (the last dim, say).
+  static bool native16_softmax(const Tensor& x, int64_t dim);
 
   void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override;
   void argmax(const Tensor& x, int64_t dim, Tensor& out) override;

@@ -60,41 +60,76 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
   return x;
 }
 
-// f32 GELU and its gradient over contiguous tensors, on Eigen's vectorised erf (a rational
+// GELU and its gradient over contiguous tensors, on Eigen's vectorised erf (a rational
 // approximation accurate to a few ulp; libm's erf is a scalar call per element) and exp.
-// Returns false, doing nothing, for any other dtype or layout.
-bool gelu_f32(const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
-  if (x.dtype() != kF32 || !x.is_contiguous() || !out.is_contiguous() ||
-      (grad && !grad->is_contiguous()))
-    return false;
+// f32 runs in place; f16 and bf16 are widened a block at a time into a buffer, computed in
+// f32 and rounded once (the values of the widened path, one pass over memory). Returns false,
+// doing nothing, for any other dtype or layout.
+void gelu_block(const float* px, const float* pg, float* po, int64_t n) {
   using Arr = Eigen::Array<float, Eigen::Dynamic, 1>;
-  const float* px = x.data<float>();
-  const float* pg = grad ? grad->data<float>() : nullptr;
-  float* po = out.data<float>();
-  parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
-    // one expression each, so Eigen evaluates it in a single pass without temporaries
-    Eigen::Map<const Arr> v(px + b, e - b);
-    Eigen::Map<Arr> o(po + b, e - b);
-    if (!grad) {
-      o = 0.5f * v * (1.f + (v * float(kInvSqrt2)).erf());
+  Eigen::Map<const Arr> v(px, n);
+  Eigen::Map<Arr> o(po, n);
+  // one expression each, so Eigen evaluates it in a single pass without temporaries
+  if (!pg) {
+    o = 0.5f * v * (1.f + (v * float(kInvSqrt2)).erf());
+  } else {
+    o = Eigen::Map<const Arr>(pg, n) *
+        (0.5f * (1.f + (v * float(kInvSqrt2)).erf()) +
+         float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp());
+  }
+}
+template <typename T>
+void gelu_typed(const T* px, const T* pg, T* po, int64_t n) {
+  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, float>) {
+      gelu_block(px + b, pg ? pg + b : nullptr, po + b, e - b);
     } else {
-      o = Eigen::Map<const Arr>(pg + b, e - b) *
-          (0.5f * (1.f + (v * float(kInvSqrt2)).erf()) +
-           float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp());
+      // Blocks start at multiples of kBlock and sit at the same place in the buffer as in a
+      // block-aligned tensor, so Eigen splits them into packets as it would the f32 tensor.
+      constexpr int64_t kBlock = 2048;
+      alignas(64) float xs[kBlock], gs[kBlock];
+      for (int64_t i0 = b; i0 < e;) {
+        const int64_t at = i0 % kBlock, i1 = std::min(e, i0 - at + kBlock), m = i1 - i0;
+#pragma omp simd
+        for (int64_t i = 0; i < m; ++i) xs[at + i] = float(px[i0 + i]);
+        if (pg)
+#pragma omp simd
+          for (int64_t i = 0; i < m; ++i) gs[at + i] = float(pg[i0 + i]);
+        gelu_block(xs + at, pg ? gs + at : nullptr, xs + at, m);
+#pragma omp simd
+        for (int64_t i = 0; i < m; ++i) put(po[i0 + i], xs[at + i]);
+        i0 = i1;
+      }
     }
   });
-  return true;
+}
+bool gelu_dense(const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
+  if (!x.is_contiguous() || !out.is_contiguous() || (grad && !grad->is_contiguous()) ||
+      out.dtype() != x.dtype() || (grad && grad->dtype() != x.dtype()))
+    return false;
+  bool done = true;
+  auto run = [&]<typename T>() {
+    gelu_typed<T>(x.data<T>(), grad ? grad->data<T>() : nullptr, out.data<T>(), x.numel());
+  };
+  switch (x.dtype()) {
+    case DType::f32: run.template operator()<float>(); break;
+    case DType::f16: run.template operator()<Half>(); break;
+    case DType::bf16: run.template operator()<BFloat16>(); break;
+    default: done = false;
+  }
+  return done;
 }
 
-// T is the tensors' element type, C the type computed in: T itself, or float for bf16
-// (each element widened, computed, rounded once: the values of the widened path, one pass).
+// T is the tensors' element type, C the type computed in: T itself, or float for f16 and
+// bf16 (each element widened, computed, rounded once: the values of the widened path, one
+// pass).
 template <typename T, typename C = T>
 void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
-  if (op == UnaryOp::gelu && gelu_f32(x, out)) return;
+  if (op == UnaryOp::gelu && gelu_dense(x, out)) return;
   // One instantiation per op keeps the switch out of the inner loop.
 #define NN_UNARY_CASE(OP)                                                                   \
   case UnaryOp::OP:                                                                         \
-    map<T, T>(out, [a, b](T v) { return T(unary_value<C>(UnaryOp::OP, C(v), a, b)); }, x); \
+    map<T, T>(out, [a, b](T v) { return unary_value<C>(UnaryOp::OP, C(v), a, b); }, x);    \
     return;
   switch (op) {
     NN_UNARY_CASE(neg) NN_UNARY_CASE(exp) NN_UNARY_CASE(log) NN_UNARY_CASE(sqrt)
@@ -159,13 +194,13 @@ void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, u
   });
 }
 
-bool CpuBackend::bf16_native(UnaryOp op) { return op != UnaryOp::gelu; }
-bool CpuBackend::bf16_native(BinaryOp) { return true; }
-bool CpuBackend::bf16_native_backward(UnaryOp op) { return op != UnaryOp::gelu; }
+bool CpuBackend::native16(UnaryOp op, const Tensor& x, const Tensor& out) {
+  return op != UnaryOp::gelu || (x.is_contiguous() && out.is_contiguous());
+}
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
-  if (x.dtype() == DType::bf16 && bf16_native(op))
-    return unary_typed<BFloat16, float>(op, x, out, float(a), float(b));
+  if (x.dtype() == DType::bf16) return unary_typed<BFloat16, float>(op, x, out, float(a), float(b));
+  if (x.dtype() == DType::f16) return unary_typed<Half, float>(op, x, out, float(a), float(b));
   dispatch_numeric(x.dtype(), "unary", [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) {
       unary_typed<T>(op, x, out, T(a), T(b));
@@ -183,22 +218,22 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
                           Tensor& grad_x) {
   switch (op) {
     case UnaryOp::relu:
-      map<T, T, T>(grad_x, [](T g, T v) { return C(v) > C(0) ? g : T(0); }, grad, x);
+      map<T, T, T>(grad_x, [](T g, T v) { return C(v) > C(0) ? C(g) : C(0); }, grad, x);
       return;
     case UnaryOp::gelu:
-      if (gelu_f32(x, grad_x, &grad)) return;
+      if (gelu_dense(x, grad_x, &grad)) return;
       map<T, T, T>(grad_x, [](T g, T v_) {
         const C v = C(v_);
         C cdf = C(0.5) * (C(1) + std::erf(v * C(kInvSqrt2)));
         C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * v * v);
-        return T(C(g) * (cdf + v * pdf));
+        return C(g) * (cdf + v * pdf);
       }, grad, x);
       return;
     case UnaryOp::tanh:
-      map<T, T, T>(grad_x, [](T g, T t) { return T(C(g) * (C(1) - C(t) * C(t))); }, grad, y);
+      map<T, T, T>(grad_x, [](T g, T t) { return C(g) * (C(1) - C(t) * C(t)); }, grad, y);
       return;
     case UnaryOp::sigmoid:
-      map<T, T, T>(grad_x, [](T g, T s) { return T(C(g) * C(s) * (C(1) - C(s))); }, grad, y);
+      map<T, T, T>(grad_x, [](T g, T s) { return C(g) * C(s) * (C(1) - C(s)); }, grad, y);
       return;
     default:
       NN_ERROR("unary_backward: no fused backward for this op");
@@ -208,8 +243,8 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
                                 const Tensor& y, Tensor& grad_x) {
-  if (x.dtype() == DType::bf16 && bf16_native_backward(op))
-    return unary_backward_typed<BFloat16, float>(op, grad, x, y, grad_x);
+  if (x.dtype() == DType::bf16) return unary_backward_typed<BFloat16, float>(op, grad, x, y, grad_x);
+  if (x.dtype() == DType::f16) return unary_backward_typed<Half, float>(op, grad, x, y, grad_x);
   dispatch_float(x.dtype(), "unary_backward", [&]<typename T>() {
     unary_backward_typed<T>(op, grad, x, y, grad_x);
   });
@@ -221,7 +256,7 @@ template <typename T, typename C = T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 #define NN_BINARY_CASE(OP)                                                                 \
   case BinaryOp::OP:                                                                       \
-    map<T, T, T>(out, [](T x, T y) { return T(binary_value<C>(BinaryOp::OP, C(x), C(y))); }, \
+    map<T, T, T>(out, [](T x, T y) { return binary_value<C>(BinaryOp::OP, C(x), C(y)); },    \
                  a, b);                                                                    \
     return;
   switch (op) {
@@ -235,7 +270,8 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  if (a.dtype() == DType::bf16 && bf16_native(op)) return binary_typed<BFloat16, float>(op, a, b, out);
+  if (a.dtype() == DType::bf16) return binary_typed<BFloat16, float>(op, a, b, out);
+  if (a.dtype() == DType::f16) return binary_typed<Half, float>(op, a, b, out);
   dispatch_numeric(a.dtype(), "binary", [&]<typename T>() { binary_typed<T>(op, a, b, out); });
 }
 

@@ -20,14 +20,6 @@ const T* opt(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <typename T>
 T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
-// o = v in o's type: a bf16 destination takes the rounded bits as one 16-bit store (a
-// BFloat16 temporary copied in keeps GCC from vectorising the loop).
-template <typename T, typename V>
-inline void put(T& o, V v) {
-  if constexpr (std::is_same_v<T, BFloat16>) o.bits = float_to_bf16_bits(float(v));
-  else o = T(v);
-}
-
 // ---- channels-last reductions (for_row_blocks and add_row_sums: parallel.h) --------------
 
 // Each channel's mean and biased variance: per block its own mean and sum of squared

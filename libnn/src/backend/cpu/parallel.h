@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <nn/tensor.h>
@@ -159,8 +160,19 @@ inline int64_t index_at(const Tensor& idx, int64_t i) {
                                    : static_cast<const int32_t*>(idx.data_ptr())[i];
 }
 
+// o = v in o's type: an f16 or bf16 destination takes the rounded bits as one 16-bit store
+// (a Half or BFloat16 temporary copied in keeps GCC from vectorising the loop).
+template <typename T, typename V>
+inline void put(T& o, V v) {
+  if constexpr (std::is_same_v<T, V>) o = v;
+  else if constexpr (std::is_same_v<T, BFloat16>) o.bits = float_to_bf16_bits(float(v));
+  else if constexpr (std::is_same_v<T, Half>) o.bits = float_to_half_bits(float(v));
+  else o = T(v);
+}
+
 // ---- strided elementwise loops (dims merged by core/geometry.h) ------------------------
-// out[i] = f(in0[i], in1[i], ...) over the broadcast shape of `out`.
+// out[i] = f(in0[i], in1[i], ...) over the broadcast shape of `out`, converted to TO by put
+// (so f may return its compute type, f32 for 16-bit outputs, which put rounds).
 template <typename TO, typename... TI, typename F, size_t... I>
 void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const* ins) {
   constexpr size_t N = 1 + sizeof...(TI);
@@ -173,7 +185,7 @@ void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const*
       TO* o = po;
       [[maybe_unused]] auto p = pi;
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) o[i] = f(std::get<I>(p)[i]...);
+      for (int64_t i = b; i < e; ++i) put(o[i], f(std::get<I>(p)[i]...));
     });
   };
   if (out.is_contiguous() && (ins[I]->is_contiguous() && ...)) return flat();
@@ -201,9 +213,9 @@ void map_impl(Tensor& out, F& f, std::index_sequence<I...>, const Tensor* const*
       std::tuple<const TI*...> p{(std::get<I>(pi) + off[1 + I])...};
       if (so == 1 && ((si[I] == 1) && ...)) {
 #pragma omp simd
-        for (int64_t i = 0; i < inner; ++i) o[i] = f(std::get<I>(p)[i]...);
+        for (int64_t i = 0; i < inner; ++i) put(o[i], f(std::get<I>(p)[i]...));
       } else {
-        for (int64_t i = 0; i < inner; ++i) o[i * so] = f(std::get<I>(p)[i * si[I]]...);
+        for (int64_t i = 0; i < inner; ++i) put(o[i * so], f(std::get<I>(p)[i * si[I]]...));
       }
       for (int64_t d = nd - 2; d >= 0; --d) {  // odometer step to the next row
         if (++idx[d] < g.shape[d]) break;

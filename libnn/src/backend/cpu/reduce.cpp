@@ -31,17 +31,25 @@ Tensor move_dims_last(CpuBackend& be, const Tensor& x, const Shape& dims) {
   return c;
 }
 
+// f16 and bf16 are summed like f32 (in double) and compared as their f32 values.
 template <typename T>
-using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+constexpr bool kFloating = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
+                           std::is_same_v<T, BFloat16>;
+template <typename T>
+using Acc = std::conditional_t<kFloating<T>, double, int64_t>;
+template <typename T>
+using Cmp = std::conditional_t<sizeof(T) == 2 && kFloating<T>, float, T>;
 
 template <typename T>
-inline bool better_max(T v, T m) {
-  if constexpr (std::is_floating_point_v<T>) return v > m || (std::isnan(v) && !std::isnan(m));
+inline bool better_max(T v_, T m_) {
+  const Cmp<T> v = Cmp<T>(v_), m = Cmp<T>(m_);
+  if constexpr (kFloating<T>) return v > m || (std::isnan(v) && !std::isnan(m));
   else return v > m;
 }
 template <typename T>
-inline bool better_min(T v, T m) {
-  if constexpr (std::is_floating_point_v<T>) return v < m || (std::isnan(v) && !std::isnan(m));
+inline bool better_min(T v_, T m_) {
+  const Cmp<T> v = Cmp<T>(v_), m = Cmp<T>(m_);
+  if constexpr (kFloating<T>) return v < m || (std::isnan(v) && !std::isnan(m));
   else return v < m;
 }
 
@@ -94,7 +102,7 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
     }
   };
   auto init_ext = [&](int64_t k) { return x[k * B]; };  // element (0, k, 0) seeds max/min
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kFloating<T>) {
     // The column sums of an (A, K) matrix with rows enough to share out (fewer rows: the
     // columns are split over threads below)
     if (sum_like && B == 1 && A >= 4 * nt) {
@@ -158,7 +166,7 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) {
-  dispatch_numeric(x.dtype(), "reduce", [&]<typename T>() {
+  auto typed = [&]<typename T>() {
     const int64_t K = out.numel();
     const int64_t total = x.numel();
     T* po = out.data<T>();
@@ -193,7 +201,11 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor&
     }
     Tensor xc = move_dims_last(*this, x, dims);  // (K, B)
     reduce_akb<T>(op, static_cast<const T*>(xc.data_ptr()), 1, K, total / K, po);
-  });
+  };
+  // f16 and bf16 in one pass (CpuBackend::native16): their sums in double, like f32's
+  if (x.dtype() == DType::f16) return typed.template operator()<Half>();
+  if (x.dtype() == DType::bf16) return typed.template operator()<BFloat16>();
+  dispatch_numeric(x.dtype(), "reduce", typed);
 }
 
 void CpuBackend::argmax(const Tensor& x, int64_t dim, Tensor& out) {

@@ -41,9 +41,59 @@ void backward_row(const T* g, const T* y, int64_t D, bool log, T* dx) {
     RowMap<T>(dx, D) = ConstRowMap<T>(y, D) * (ConstRowMap<T>(g, D) - T(acc));
   }
 }
+
+// f16 and bf16 rows: each row widened into f32 buffers, computed by the f32 row code and
+// rounded once (the widened path's values in one pass). Rows are contiguous (inner == 1).
+template <typename T>
+void forward_rows16(const T* x, int64_t R, int64_t D, bool log, T* y) {
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
+    Eigen::ArrayXf xs(D), ys(D);  // 64-byte aligned, as exp_sum needs
+    for (int64_t r = b; r < e; ++r) {
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) xs[d] = float(x[r * D + d]);
+      forward_row(xs.data(), D, log, ys.data());
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) put(y[r * D + d], ys[d]);
+    }
+  });
+}
+template <typename T>
+void backward_rows16(const T* g, const T* y, int64_t R, int64_t D, bool log, T* dx) {
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
+    Eigen::ArrayXf gs(D), ys(D), ds(D);
+    for (int64_t r = b; r < e; ++r) {
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) {
+        gs[d] = float(g[r * D + d]);
+        ys[d] = float(y[r * D + d]);
+      }
+      backward_row(gs.data(), ys.data(), D, log, ds.data());
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) put(dx[r * D + d], ds[d]);
+    }
+  });
+}
+// Calls f<T>() for f16 and bf16 tensors; false for other types.
+template <typename F>
+bool dispatch16(DType t, F&& f) {
+  if (t == DType::f16) f.template operator()<Half>();
+  else if (t == DType::bf16) f.template operator()<BFloat16>();
+  else return false;
+  return true;
+}
 }  // namespace
 
+bool CpuBackend::native16_softmax(const Tensor& x, int64_t dim) {
+  return lanes(x.shape(), dim).inner == 1;
+}
+
 void CpuBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) {
+  if (dispatch16(x.dtype(), [&]<typename T>() {
+        NN_CHECK(native16_softmax(x, dim), "softmax: 16-bit rows must be contiguous here");
+        const Lanes l = lanes(x.shape(), dim);
+        forward_rows16(x.data<T>(), l.outer, l.D, log, out.data<T>());
+      }))
+    return;
   dispatch_float(x.dtype(), "softmax", [&]<typename T>() {
     Lanes l = lanes(x.shape(), dim);
     const T* px = x.data<T>();
@@ -75,6 +125,12 @@ void CpuBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor&
 
 void CpuBackend::softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log,
                                   Tensor& grad_x) {
+  if (dispatch16(y.dtype(), [&]<typename T>() {
+        NN_CHECK(native16_softmax(y, dim), "softmax: 16-bit rows must be contiguous here");
+        const Lanes l = lanes(y.shape(), dim);
+        backward_rows16(grad.data<T>(), y.data<T>(), l.outer, l.D, log, grad_x.data<T>());
+      }))
+    return;
   dispatch_float(y.dtype(), "softmax_backward", [&]<typename T>() {
     Lanes l = lanes(y.shape(), dim);
     const T* pg = grad.data<T>();

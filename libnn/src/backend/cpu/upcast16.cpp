@@ -2,7 +2,8 @@
 // gets 16-bit floating tensors, runs it in f32 on upcast copies and rounds the results back
 // (the CUDA kernels likewise compute in f32 and round each result). Generated from the
 // Backend interface by listing every primitive; copies, fills and row gathers handle 16-bit
-// types natively and pass straight through.
+// types natively and pass straight through, and so do the calls the CPU backend computes in
+// one pass (CpuBackend::native16: maps, reductions, softmax; bf16 products and batch norm).
 #include "backend/cpu/upcast16.h"
 
 #include <initializer_list>
@@ -43,7 +44,7 @@ class Upcast16Backend final : public Backend {
   void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed, uint64_t offset) override { return inner_.fill_random(dst, kind, a, b, seed, offset); }
   void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override {
     if (!(is16(x) || is16(out))) return inner_.unary(op, x, out, a, b);
-    if (all_bf16({&x, &out}) && CpuBackend::bf16_native(op)) return inner_.unary(op, x, out, a, b);
+    if (same16({&x, &out}) && CpuBackend::native16(op, x, out)) return inner_.unary(op, x, out, a, b);
     Tensor x32 = up(x);
     Tensor out32 = up(out);
     inner_.unary(op, x32, out32, a, b);
@@ -51,7 +52,8 @@ class Upcast16Backend final : public Backend {
   }
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, Tensor& grad_x) override {
     if (!(is16(grad) || is16(x) || is16(y) || is16(grad_x))) return inner_.unary_backward(op, grad, x, y, grad_x);
-    if (all_bf16({&grad, &x, &y, &grad_x}) && CpuBackend::bf16_native_backward(op))
+    if (same16({&grad, &x, &y, &grad_x}) && CpuBackend::native16(op, x, grad_x) &&
+        (op != UnaryOp::gelu || grad.is_contiguous()))
       return inner_.unary_backward(op, grad, x, y, grad_x);
     Tensor grad32 = up(grad);
     Tensor x32 = up(x);
@@ -62,7 +64,7 @@ class Upcast16Backend final : public Backend {
   }
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
     if (!(is16(a) || is16(b) || is16(out))) return inner_.binary(op, a, b, out);
-    if (all_bf16({&a, &b, &out}) && CpuBackend::bf16_native(op)) return inner_.binary(op, a, b, out);
+    if (same16({&a, &b, &out})) return inner_.binary(op, a, b, out);
     Tensor a32 = up(a);
     Tensor b32 = up(b);
     Tensor out32 = up(out);
@@ -79,7 +81,7 @@ class Upcast16Backend final : public Backend {
     down(out32, out);
   }
   void reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor& out) override {
-    if (!(is16(x) || is16(out))) return inner_.reduce(op, x, dims, out);
+    if (!(is16(x) || is16(out)) || same16({&x, &out})) return inner_.reduce(op, x, dims, out);
     Tensor x32 = up(x);
     Tensor out32 = up(out);
     inner_.reduce(op, x32, dims, out32);
@@ -199,14 +201,17 @@ class Upcast16Backend final : public Backend {
     down(grad_x32, grad_x);
   }
   void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& out) override {
-    if (!(is16(x) || is16(out))) return inner_.softmax_forward(x, dim, log, out);
+    if (!(is16(x) || is16(out)) || (same16({&x, &out}) && CpuBackend::native16_softmax(x, dim)))
+      return inner_.softmax_forward(x, dim, log, out);
     Tensor x32 = up(x);
     Tensor out32 = up(out);
     inner_.softmax_forward(x32, dim, log, out32);
     down(out32, out);
   }
   void softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log, Tensor& grad_x) override {
-    if (!(is16(grad) || is16(y) || is16(grad_x))) return inner_.softmax_backward(grad, y, dim, log, grad_x);
+    if (!(is16(grad) || is16(y) || is16(grad_x)) ||
+        (same16({&grad, &y, &grad_x}) && CpuBackend::native16_softmax(y, dim)))
+      return inner_.softmax_backward(grad, y, dim, log, grad_x);
     Tensor grad32 = up(grad);
     Tensor y32 = up(y);
     Tensor grad_x32 = up(grad_x);
@@ -383,6 +388,14 @@ class Upcast16Backend final : public Backend {
   static bool all_bf16(std::initializer_list<const Tensor*> ts) {
     for (const Tensor* t : ts)
       if (t->defined() && t->dtype() != DType::bf16) return false;
+    return true;
+  }
+  // Every defined tensor of the list has one and the same 16-bit type (f16 or bf16).
+  static bool same16(std::initializer_list<const Tensor*> ts) {
+    const DType t = (*ts.begin())->dtype();
+    if (t != DType::f16 && t != DType::bf16) return false;
+    for (const Tensor* x : ts)
+      if (x->defined() && x->dtype() != t) return false;
     return true;
   }
   // Every defined tensor of the list is f32.
