@@ -63,3 +63,21 @@ TEST_CASE("gradcheck: dropout", "[dropout][gradcheck]") {
     return dropout(in[0], 0.4, true, &g);
   }, {rnd({4, 5}, 1)});
 }
+
+TEST_CASE("f16 and bf16 dropout: f32's of the widened values, rounded once", "[dropout]") {
+  // One pass on the CPU; the same seed draws the same mask whatever the dtype. Long enough
+  // for several threads' batches of counters, and an odd length.
+  for (DType h : {kBF16, kF16}) {
+    INFO(dtype_name(h));
+    Tensor x = (rnd({70001}, 51, false) * 3.0).to(h);
+    Tensor g = rnd({70001}, 52, false).to(h);
+    Generator a(9), b(9);
+    Tensor xh = x.detach().requires_grad_(true), x32 = x.to(kF32).requires_grad_(true);
+    Tensor y = dropout(xh, 0.3, true, &a), y32 = dropout(x32, 0.3, true, &b);
+    REQUIRE(y.dtype() == h);
+    test::require_same(y, y32.to(h));
+    (y * g).sum().backward();
+    (y32 * g.to(kF32)).sum().backward();
+    test::require_same(xh.grad(), x32.grad().to(h));
+  }
+}

@@ -122,3 +122,32 @@ TEST_CASE("gradcheck: layer_norm", "[norm][gradcheck]") {
   require_gradcheck([](const std::vector<Tensor>& in) { return layer_norm(in[0], {2, 3}); },
                     {rnd({2, 2, 3}, 13)});
 }
+
+TEST_CASE("f16 and bf16 layer_norm: f32's of the widened values, rounded once", "[norm]") {
+  // Computed in one pass on the CPU when data and parameters share one 16-bit type; with
+  // f32 parameters (or none) the data is widened. The gradients read the rounded mean and
+  // 1/std, so they are compared with f64's.
+  for (DType h : {kBF16, kF16}) {
+    INFO(dtype_name(h));
+    Tensor x = (rnd({70, 3, 96}, 41, false) * 2.0 + 0.5).to(h);
+    Tensor w = (rnd({96}, 42, false) * 0.5 + 1.0).to(h), b = rnd({96}, 43, false).to(h);
+    Tensor g = rnd({70, 3, 96}, 44, false).to(h);
+    test::require_same(layer_norm(x, {96}, w, b), layer_norm(x.to(kF32), {96}, w.to(kF32), b.to(kF32)).to(h));
+    test::require_same(layer_norm(x, {3, 96}), layer_norm(x.to(kF32), {3, 96}).to(h));
+    Tensor xh = x.detach().requires_grad_(true), wh = w.detach().requires_grad_(true),
+           bh = b.detach().requires_grad_(true);
+    Tensor x64 = x.to(kF64).requires_grad_(true), w64 = w.to(kF64).requires_grad_(true),
+           b64 = b.to(kF64).requires_grad_(true);
+    (layer_norm(xh, {96}, wh, bh) * g).sum().backward();
+    (layer_norm(x64, {96}, w64, b64) * g.to(kF64)).sum().backward();
+    REQUIRE(xh.grad().dtype() == h);
+    REQUIRE(wh.grad().dtype() == h);
+    test::require_close(xh.grad().to(kF64), x64.grad(), 3e-2, 3e-2);
+    test::require_close(wh.grad().to(kF64), w64.grad(), 3e-2, 3e-1);  // sums of 210 rows
+    test::require_close(bh.grad().to(kF64), b64.grad(), 3e-2, 3e-1);
+    // 16-bit data with f32 parameters: the widened path, the same values
+    Tensor x32 = x.to(kF32);
+    test::require_same(layer_norm(x, {96}, w.to(kF32), b.to(kF32)),
+                       layer_norm(x32, {96}, w.to(kF32), b.to(kF32)).to(h));
+  }
+}

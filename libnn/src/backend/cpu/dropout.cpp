@@ -13,12 +13,12 @@ using namespace nn::cpu;
 
 void CpuBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset,
                                  Tensor& out, Tensor& mask) {
-  dispatch_float(x.dtype(), "dropout", [&]<typename T>() {
+  dispatch_float_compute(x.dtype(), "dropout", [&]<typename T, typename C>() {
     const T* px = x.data<T>();
     T* po = out.data<T>();
     uint8_t* pm = mask.data<uint8_t>();
     const int64_t n = x.numel(), blocks = (n + 3) / 4;
-    const T scale = T(1.0 / (1.0 - p));
+    const C scale = C(1.0 / (1.0 - p));
     // Keep when to_uniform(u) = (u >> 8) * 2^-24 >= float(p), which (both sides exact) is
     // u >= cut: a compare on the raw integers, with no float conversion per element.
     const uint64_t cut64 = uint64_t(std::ceil(double(float(p)) * 16777216.0)) << 8;
@@ -46,9 +46,14 @@ void CpuBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint6
         else std::memcpy(mi, keep4, size_t(n_here));
         // a local copy: read through the lambda's reference, scale would be reloaded per
         // element (the stores might alias it) and the loop would stay scalar
-        const T sc = scale;
+        // (the product is taken for every element and then selected: a conditional 16-bit
+        // conversion is control flow that keeps the loop scalar)
+        const C sc = scale;
 #pragma omp simd
-        for (int64_t j = 0; j < n_here; ++j) oi[j] = mi[j] ? xi[j] * sc : T(0);
+        for (int64_t j = 0; j < n_here; ++j) {
+          const C v = C(xi[j]) * sc;
+          put(oi[j], mi[j] ? v : C(0));
+        }
       }
     });
   });
@@ -56,10 +61,12 @@ void CpuBackend::dropout_forward(const Tensor& x, double p, uint64_t seed, uint6
 
 void CpuBackend::dropout_backward(const Tensor& grad, const Tensor& mask, double p,
                                   Tensor& grad_x) {
-  dispatch_float(grad.dtype(), "dropout_backward", [&]<typename T>() {
-    const T scale = T(1.0 / (1.0 - p));
-    map<T, T, uint8_t>(grad_x, [scale](T g, uint8_t m) { return m ? g * scale : T(0); }, grad,
-                       mask);
+  dispatch_float_compute(grad.dtype(), "dropout_backward", [&]<typename T, typename C>() {
+    const C scale = C(1.0 / (1.0 - p));
+    map<T, T, uint8_t>(grad_x, [scale](T g, uint8_t m) {
+      const C v = C(g) * scale;  // taken always, then selected, as in the forward
+      return m ? v : C(0);
+    }, grad, mask);
   });
 }
 

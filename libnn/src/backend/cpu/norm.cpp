@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/row_math.h"
 #include "core/util.h"
 
 namespace nn::backend {
@@ -280,94 +281,151 @@ void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const 
   });
 }
 
+namespace {
+// v * w + b, rounded once where the CPU has FMA: written out, so that each element type's
+// loop rounds alike (GCC contracts some loops into FMAs and not others).
+template <typename C>
+inline C mul_add(C v, C w, C b) {
+#ifdef __FMA__
+  return std::fma(v, w, b);
+#else
+  return v * w + b;
+#endif
+}
+
+// Row r of a (rows, D) array as C values: the row itself where T is C, else widened into buf
+// (one conversion per element, where each pass over a 16-bit row would convert again).
+template <typename C, typename T>
+const C* row_as(const T* p, int64_t r, int64_t D, std::vector<C>& buf) {
+  if constexpr (std::is_same_v<T, C>) {
+    return p + r * D;
+  } else {
+    buf.resize(size_t(D));
+    C* b = buf.data();
+#pragma omp simd
+    for (int64_t i = 0; i < D; ++i) b[i] = C(p[r * D + i]);
+    return b;
+  }
+}
+
+// Layer norm over rows of D; T is every tensor's type and C the type the affine step runs
+// in: T itself, or f32 for f16 and bf16 (the widened path's values, one rounding each).
+// Statistics are in double.
+template <typename T, typename C>
+void layer_norm_forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              double eps, Tensor& out, Tensor& mean, Tensor& rstd) {
+  const int64_t D = x.shape().back(), R = x.numel() / std::max<int64_t>(1, D);
+  const T* px = x.data<T>();
+  T* po = out.data<T>();
+  const T* pw = opt<T>(weight);
+  const T* pb = opt<T>(bias);
+  T* pm = mean.data<T>();
+  T* pr = rstd.data<T>();
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
+    // the parameters in C, ones and zeros where absent: a loop without branches vectorises
+    std::vector<C> wc(D, C(1)), bc(D, C(0));
+    for (int64_t i = 0; i < D; ++i) {
+      if (pw) wc[i] = C(pw[i]);
+      if (pb) bc[i] = C(pb[i]);
+    }
+    std::vector<C> xbuf;
+    for (int64_t r = b; r < e; ++r) {
+      const C* row = row_as(px, r, D, xbuf);
+      // in an order that does not depend on T, so 16-bit rows give their widening's values
+      const double mu = row_sum(row, D) / double(D);
+      const double q = fixed_order_sum(D, [&](int64_t i) {
+        const double d = double(row[i]) - mu;
+        return d * d;
+      });
+      const double inv = 1.0 / std::sqrt(q / double(D) + eps);
+      put(pm[r], C(mu));
+      put(pr[r], C(inv));
+      T* o = po + r * D;
+#pragma omp simd
+      for (int64_t i = 0; i < D; ++i) {
+        const C v = C((double(row[i]) - mu) * inv);
+        put(o[i], mul_add(v, wc[i], bc[i]));
+      }
+    }
+  });
+}
+
+template <typename T, typename C>
+void layer_norm_backward_typed(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                               const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
+                               Tensor& grad_weight, Tensor& grad_bias) {
+  const int64_t D = x.shape().back(), R = x.numel() / std::max<int64_t>(1, D);
+  const T* px = x.data<T>();
+  const T* pg = grad.data<T>();
+  const T* pw = opt<T>(weight);
+  const T* pm = mean.data<T>();
+  const T* pr = rstd.data<T>();
+  T* gx = opt_mut<T>(grad_x);
+  const int nt = omp_get_max_threads();
+  // Per-thread partial sums for the weight and bias gradients.
+  std::vector<std::vector<double>> pgw(nt, std::vector<double>(grad_weight.defined() ? D : 0, 0.0));
+  std::vector<std::vector<double>> pgb(nt, std::vector<double>(grad_bias.defined() ? D : 0, 0.0));
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
+    const int t = omp_get_thread_num();
+    double* wsum = pgw[t].empty() ? nullptr : pgw[t].data();
+    double* bsum = pgb[t].empty() ? nullptr : pgb[t].data();
+    std::vector<double> wd(D, 1.0);  // the weight in double, ones where absent
+    if (pw)
+      for (int64_t i = 0; i < D; ++i) wd[i] = double(pw[i]);
+    std::vector<C> xbuf, gbuf;
+    for (int64_t r = b; r < e; ++r) {
+      const C* row = row_as(px, r, D, xbuf);
+      const C* g = row_as(pg, r, D, gbuf);
+      const double mu = double(pm[r]), inv = double(pr[r]);
+      double a = 0, c = 0;  // mean(g*w), mean(g*w*xhat)
+#pragma omp simd reduction(+ : a, c)
+      for (int64_t i = 0; i < D; ++i) {
+        double xh = (double(row[i]) - mu) * inv;
+        double gw = double(g[i]) * wd[i];
+        a += gw;
+        c += gw * xh;
+        if (wsum) wsum[i] += double(g[i]) * xh;
+        if (bsum) bsum[i] += double(g[i]);
+      }
+      a /= double(D);
+      c /= double(D);
+      if (!gx) continue;
+      T* d = gx + r * D;
+#pragma omp simd
+      for (int64_t i = 0; i < D; ++i) {
+        double xh = (double(row[i]) - mu) * inv;
+        double gw = double(g[i]) * wd[i];
+        put(d[i], C(inv * (gw - a - xh * c)));
+      }
+    }
+  });
+  auto sum_parts = [&](std::vector<std::vector<double>>& parts, Tensor& dst) {
+    if (!dst.defined()) return;
+    T* p = dst.data<T>();
+    for (int64_t i = 0; i < D; ++i) {
+      double s = 0;
+      for (int t = 0; t < nt; ++t) s += parts[t][i];
+      put(p[i], C(s));
+    }
+  };
+  sum_parts(pgw, grad_weight);
+  sum_parts(pgb, grad_bias);
+}
+
+}  // namespace
+
 void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     double eps, Tensor& out, Tensor& mean, Tensor& rstd) {
-  dispatch_float(x.dtype(), "layer_norm", [&]<typename T>() {
-    const int64_t D = x.shape().back(), R = x.numel() / std::max<int64_t>(1, D);
-    const T* px = x.data<T>();
-    T* po = out.data<T>();
-    const T* pw = opt<T>(weight);
-    const T* pb = opt<T>(bias);
-    T* pm = mean.data<T>();
-    T* pr = rstd.data<T>();
-    parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const T* row = px + r * D;
-        double s = 0;  // reductions the compiler may reorder, as in batch_norm_forward
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < D; ++i) s += double(row[i]);
-        const double mu = s / double(D);
-        double q = 0;
-#pragma omp simd reduction(+ : q)
-        for (int64_t i = 0; i < D; ++i) { double d = double(row[i]) - mu; q += d * d; }
-        const double inv = 1.0 / std::sqrt(q / double(D) + eps);
-        pm[r] = T(mu);
-        pr[r] = T(inv);
-        T* o = po + r * D;
-        for (int64_t i = 0; i < D; ++i) {
-          T v = T((row[i] - mu) * inv);
-          o[i] = v * (pw ? pw[i] : T(1)) + (pb ? pb[i] : T(0));
-        }
-      }
-    });
+  dispatch_float_compute(x.dtype(), "layer_norm", [&]<typename T, typename C>() {
+    layer_norm_forward_typed<T, C>(x, weight, bias, eps, out, mean, rstd);
   });
 }
 
 void CpuBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
                                      Tensor& grad_weight, Tensor& grad_bias) {
-  dispatch_float(x.dtype(), "layer_norm_backward", [&]<typename T>() {
-    const int64_t D = x.shape().back(), R = x.numel() / std::max<int64_t>(1, D);
-    const T* px = x.data<T>();
-    const T* pg = grad.data<T>();
-    const T* pw = opt<T>(weight);
-    const T* pm = mean.data<T>();
-    const T* pr = rstd.data<T>();
-    T* gx = opt_mut<T>(grad_x);
-    const int nt = omp_get_max_threads();
-    // Per-thread partial sums for the weight and bias gradients.
-    std::vector<std::vector<double>> pgw(nt, std::vector<double>(grad_weight.defined() ? D : 0, 0.0));
-    std::vector<std::vector<double>> pgb(nt, std::vector<double>(grad_bias.defined() ? D : 0, 0.0));
-    parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
-      const int t = omp_get_thread_num();
-      double* wsum = pgw[t].empty() ? nullptr : pgw[t].data();
-      double* bsum = pgb[t].empty() ? nullptr : pgb[t].data();
-      for (int64_t r = b; r < e; ++r) {
-        const T* row = px + r * D;
-        const T* g = pg + r * D;
-        const double mu = pm[r], inv = pr[r];
-        double a = 0, c = 0;  // mean(g*w), mean(g*w*xhat)
-#pragma omp simd reduction(+ : a, c)
-        for (int64_t i = 0; i < D; ++i) {
-          double xh = (double(row[i]) - mu) * inv;
-          double gw = double(g[i]) * (pw ? double(pw[i]) : 1.0);
-          a += gw;
-          c += gw * xh;
-          if (wsum) wsum[i] += double(g[i]) * xh;
-          if (bsum) bsum[i] += double(g[i]);
-        }
-        a /= double(D);
-        c /= double(D);
-        if (!gx) continue;
-        T* d = gx + r * D;
-        for (int64_t i = 0; i < D; ++i) {
-          double xh = (row[i] - mu) * inv;
-          double gw = double(g[i]) * (pw ? pw[i] : 1.0);
-          d[i] = T(inv * (gw - a - xh * c));
-        }
-      }
-    });
-    auto sum_parts = [&](std::vector<std::vector<double>>& parts, Tensor& dst) {
-      if (!dst.defined()) return;
-      T* p = dst.data<T>();
-      for (int64_t i = 0; i < D; ++i) {
-        double s = 0;
-        for (int t = 0; t < nt; ++t) s += parts[t][i];
-        p[i] = T(s);
-      }
-    };
-    sum_parts(pgw, grad_weight);
-    sum_parts(pgb, grad_bias);
+  dispatch_float_compute(x.dtype(), "layer_norm_backward", [&]<typename T, typename C>() {
+    layer_norm_backward_typed<T, C>(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
   });
 }
 

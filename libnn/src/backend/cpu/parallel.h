@@ -117,6 +117,15 @@ void dispatch_float(DType t, const char* op, F&& f) {
     default: unsupported_dtype(op, t);
   }
 }
+// f.template operator()<T, C>() with T the C++ type of `t` and C the type to compute in: T
+// itself for f32 and f64, f32 for f16 and bf16 (each value widened, computed, rounded once:
+// the values of the upcast16 layer's widened path, in one pass).
+template <typename F>
+void dispatch_float_compute(DType t, const char* op, F&& f) {
+  if (t == DType::f16) return f.template operator()<Half, float>();
+  if (t == DType::bf16) return f.template operator()<BFloat16, float>();
+  dispatch_float(t, op, [&]<typename T>() { f.template operator()<T, T>(); });
+}
 // For the GEMM families: f<T>() with T the operands' float type (a, b and the result all of
 // it), or f<uint16_t>() for two bf16 operands into an f32 result (what the upcast16 layer
 // sends when cpu::bf16_gemm_native(); cpu::gemm_of runs either).

@@ -239,7 +239,8 @@ class Upcast16Backend final : public Backend {
     down(grad_logits32, grad_logits);
   }
   void dropout_forward(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& mask) override {
-    if (!(is16(x) || is16(out) || is16(mask))) return inner_.dropout_forward(x, p, seed, offset, out, mask);
+    if (!(is16(x) || is16(out) || is16(mask)) || same16({&x, &out}))
+      return inner_.dropout_forward(x, p, seed, offset, out, mask);
     Tensor x32 = up(x);
     Tensor out32 = up(out);
     Tensor mask32 = up(mask);
@@ -248,7 +249,8 @@ class Upcast16Backend final : public Backend {
     down(mask32, mask);
   }
   void dropout_backward(const Tensor& grad, const Tensor& mask, double p, Tensor& grad_x) override {
-    if (!(is16(grad) || is16(mask) || is16(grad_x))) return inner_.dropout_backward(grad, mask, p, grad_x);
+    if (!(is16(grad) || is16(mask) || is16(grad_x)) || same16({&grad, &grad_x}))
+      return inner_.dropout_backward(grad, mask, p, grad_x);
     Tensor grad32 = up(grad);
     Tensor mask32 = up(mask);
     Tensor grad_x32 = up(grad_x);
@@ -293,7 +295,9 @@ class Upcast16Backend final : public Backend {
     down(grad_bias32, grad_bias);
   }
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& out, Tensor& mean, Tensor& rstd) override {
-    if (!(is16(x) || is16(weight) || is16(bias) || is16(out) || is16(mean) || is16(rstd))) return inner_.layer_norm_forward(x, weight, bias, eps, out, mean, rstd);
+    if (!(is16(x) || is16(weight) || is16(bias) || is16(out) || is16(mean) || is16(rstd)) ||
+        same16({&x, &weight, &bias, &out, &mean, &rstd}))
+      return inner_.layer_norm_forward(x, weight, bias, eps, out, mean, rstd);
     Tensor x32 = up(x);
     Tensor weight32 = up(weight);
     Tensor bias32 = up(bias);
@@ -306,7 +310,9 @@ class Upcast16Backend final : public Backend {
     down(rstd32, rstd);
   }
   void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
-    if (!(is16(grad) || is16(x) || is16(weight) || is16(mean) || is16(rstd) || is16(grad_x) || is16(grad_weight) || is16(grad_bias))) return inner_.layer_norm_backward(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
+    if (!(is16(grad) || is16(x) || is16(weight) || is16(mean) || is16(rstd) || is16(grad_x) || is16(grad_weight) || is16(grad_bias)) ||
+        same16({&grad, &x, &weight, &mean, &rstd, &grad_x, &grad_weight, &grad_bias}))
+      return inner_.layer_norm_backward(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
     Tensor grad32 = up(grad);
     Tensor x32 = up(x);
     Tensor weight32 = up(weight);
