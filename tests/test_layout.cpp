@@ -215,3 +215,34 @@ TEST_CASE("16-bit conv, pools and batch norm on channels-last input equal row-ma
     }
   }
 }
+
+TEST_CASE("a channels-last leaf's gradient is channels-last, a row-major leaf's row-major", "[layout][autograd]") {
+  // The first gradient is taken as it is when laid out as the leaf and seen by nothing else,
+  // else copied into the leaf's layout; later ones are added in.
+  Tensor base = rnd({2, 3, 4, 5}, 3, false);
+  Tensor w = rnd({2, 3, 4, 5}, 4, false);
+  Tensor xc = cl(base).detach().requires_grad_(true);
+  REQUIRE(xc.is_contiguous(kCL));
+  // (xc * 2) * w: the product's gradient w * 2 comes row-major (w is), so it is copied
+  sum(mul(mul(xc, 2.0), w)).backward();
+  REQUIRE(xc.grad().is_contiguous(kCL));
+  REQUIRE_FALSE(xc.grad().is_contiguous());
+  require_close(xc.grad(), w * 2.0, 0, 0);
+  // a second backward adds in, the layout kept
+  sum(mul(xc, w)).backward();
+  REQUIRE(xc.grad().is_contiguous(kCL));
+  require_close(xc.grad(), w * 3.0, 1e-15, 0);
+  // a channels-last gradient handed straight to the leaf: taken or copied, channels-last
+  Tensor xd = cl(base).detach().requires_grad_(true);
+  Tensor g = cl(w);
+  xd.backward(g);
+  REQUIRE(xd.grad().is_contiguous(kCL));
+  require_close(xd.grad(), w, 0, 0);
+  g.mul_(2.0);  // the caller's tensor: the leaf's gradient must not share it
+  require_close(xd.grad(), w, 0, 0);
+  // a row-major leaf gets a row-major gradient from a channels-last one
+  Tensor xr = base.detach().requires_grad_(true);
+  sum(mul(xr, cl(w))).backward();
+  REQUIRE(xr.grad().is_contiguous());
+  require_close(xr.grad(), w, 0, 0);
+}

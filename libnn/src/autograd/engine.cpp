@@ -5,18 +5,29 @@
 
 #include <unordered_map>
 
+#include "core/util.h"
+
 namespace nn {
 
 namespace {
 thread_local bool g_grad_enabled = true;
 
-// First gradient for a leaf: take it when nothing else can see its storage, else copy.
-void accumulate_leaf(TensorImpl& leaf, Tensor g) {
+// First gradient for a leaf: take it when nothing else can see its storage and it is laid
+// out as the leaf is (row-major, or channels-last for a channels-last leaf), else copy it
+// into that layout; later ones are added in.
+void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf_ptr, Tensor g) {
+  TensorImpl& leaf = *leaf_ptr;
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
   if (!leaf.grad.defined()) {
-    bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                g.is_contiguous() && g.offset() == 0;
-    leaf.grad = sole ? g : g.clone();
+    const MemoryFormat f = format_of(Tensor(leaf_ptr));
+    const bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                      g.is_contiguous(f) && g.offset() == 0;
+    if (sole) {
+      leaf.grad = g;
+    } else {
+      leaf.grad = empty(g.shape(), g.options(), f);
+      leaf.grad.copy_(g);
+    }
   } else {
     leaf.grad.add_(g);
   }
@@ -91,7 +102,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
            " for an output of shape ", shape_str(root.shape()));
   NoGradGuard no_grad;
   if (!root.grad_fn()) {
-    accumulate_leaf(*root.impl(), g.detach());
+    accumulate_leaf(root.impl_ptr(), g.detach());
     return;
   }
 
@@ -129,7 +140,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Edge& e = inputs[i];
       Tensor gi = i < outs.size() ? std::move(outs[i]) : Tensor();
-      if (e.leaf && gi.defined()) accumulate_leaf(*e.leaf, std::move(gi));
+      if (e.leaf && gi.defined()) accumulate_leaf(e.leaf, std::move(gi));
       if (!e.node) continue;
       if (gi.defined()) {
         Tensor& slot = pending[e.node.get()];
