@@ -23,20 +23,39 @@ T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
 // ---- channels-last reductions (for_row_blocks and add_row_sums: parallel.h) --------------
 
+// v * w + b, rounded once where the CPU has FMA: written out, so that each element type's
+// loop rounds alike (GCC contracts some loops into FMAs and not others).
+template <typename C>
+inline C mul_add(C v, C w, C b) {
+#ifdef __FMA__
+  return std::fma(v, w, b);
+#else
+  return v * w + b;
+#endif
+}
+
+// The type channels-last sums run in within a block of rows: f32 for f32 and 16-bit data
+// (twice the lanes of double; the blocks' sums are combined in double), f64 for f64.
+template <typename D>
+using BnAcc = std::conditional_t<std::is_same_v<D, double>, double, float>;
+
 // Each channel's mean and biased variance: per block its own mean and sum of squared
 // deviations, blocks merged with Chan et al.'s pairwise update (exact, and no cancellation).
+
 template <typename T>
 void channel_moments(int64_t R, int64_t C, const T* px, std::vector<double>& mean,
                      std::vector<double>& var) {
+  using A = BnAcc<T>;
   const int64_t nt = row_block_slots(R, C);
   std::vector<double> n(size_t(nt), 0.0), m(size_t(nt * C), 0.0), m2(size_t(nt * C), 0.0);
   const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
     std::vector<double> bm(size_t(C), 0.0), bq(size_t(C), 0.0);
-    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return double(px[r * C + c]); }, bm.data());
+    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return A(px[r * C + c]); }, bm.data());
     const double nb = double(r1 - r0);
-    for (auto& v : bm) v /= nb;
+    std::vector<A> bma(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) bma[c] = A(bm[c] /= nb);
     add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) {
-      const double d = double(px[r * C + c]) - bm[c];
+      const A d = A(px[r * C + c]) - bma[c];
       return d * d;
     }, bq.data());
     double* tm = m.data() + t * C;
@@ -120,26 +139,30 @@ void bn_forward_nhwc(int64_t R, int64_t C, const D* px, const BnArgs<T>& p, bool
 template <typename D, typename T>
 void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* pw, const T* sm,
                       const T* si, bool training, D* gx, T* gw, T* gb) {
+  using A = BnAcc<D>;
   // sum(g) and sum(g * (x - mean)) per channel, the second sweep of each block from L2
   std::vector<double> part(size_t(row_block_slots(R, C) * 2 * C), 0.0);
   const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
     double* acc = part.data() + t * 2 * C;
-    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return double(pg[r * C + c]); }, acc);
+    add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) { return A(pg[r * C + c]); }, acc);
     add_row_sums(r0, r1, C, [&](int64_t r, int64_t c) {
-      return double(pg[r * C + c]) * (double(px[r * C + c]) - double(sm[c]));
+      return A(pg[r * C + c]) * (A(px[r * C + c]) - A(sm[c]));
     }, acc + C);
   });
   std::vector<double> s(part.begin(), part.begin() + 2 * C);
   for (int64_t t = 1; t < slots; ++t)
     for (int64_t j = 0; j < 2 * C; ++j) s[j] += part[t * 2 * C + j];
-  std::vector<double> k1(static_cast<size_t>(C)), k2(k1), k3(k1);
+  // dx = k1 (g - k2 - (x - mean) k3), per channel's constants computed in double and used
+  // in A (f32 but for f64 data) with an explicit FMA, so that every data type rounds alike
+  std::vector<A> k1(static_cast<size_t>(C)), k2(k1), k3(k1), mu(k1);
   for (int64_t c = 0; c < C; ++c) {
     const double inv = si[c], sg = s[c], sgx = s[C + c] * inv;
     if (gw) gw[c] = T(sgx);
     if (gb) gb[c] = T(sg);
-    k1[c] = (pw ? double(pw[c]) : 1.0) * inv;
-    k2[c] = sg / double(R);
-    k3[c] = sgx / double(R) * inv;
+    k1[c] = A((pw ? double(pw[c]) : 1.0) * inv);
+    k2[c] = A(sg / double(R));
+    k3[c] = A(sgx / double(R) * inv);
+    mu[c] = A(sm[c]);
   }
   if (!gx) return;
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
@@ -150,7 +173,7 @@ void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* p
       if (training) {
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c)
-          put(d[c], T(k1[c] * (double(g[c]) - k2[c] - (double(x[c]) - double(sm[c])) * k3[c])));
+          put(d[c], k1[c] * mul_add(mu[c] - A(x[c]), k3[c], A(g[c]) - k2[c]));
       } else {
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) put(d[c], T(g[c]) * T(k1[c]));
@@ -282,16 +305,6 @@ void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const 
 }
 
 namespace {
-// v * w + b, rounded once where the CPU has FMA: written out, so that each element type's
-// loop rounds alike (GCC contracts some loops into FMAs and not others).
-template <typename C>
-inline C mul_add(C v, C w, C b) {
-#ifdef __FMA__
-  return std::fma(v, w, b);
-#else
-  return v * w + b;
-#endif
-}
 
 // Row r of a (rows, D) array as C values: the row itself where T is C, else widened into buf
 // (one conversion per element, where each pass over a 16-bit row would convert again).

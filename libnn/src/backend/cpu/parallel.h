@@ -80,28 +80,33 @@ int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
 
 // s[c] += the sum over rows [r0, r1) of term(r, c), for c in [0, C): 16 columns at a time,
 // whose sums (two sets, for two rows at a time) stay in registers; a sums array updated row
-// by row costs a store-to-load round trip a row.
+// by row costs a store-to-load round trip a row. The register sums have term's type (a float
+// term: twice the lanes a vector) and are added into s, in double, every 256 rows at most.
 template <typename F>
 void add_row_sums(int64_t r0, int64_t r1, int64_t C, F&& term, double* s) {
-  constexpr int64_t W = 16;
+  using A = decltype(term(r0, int64_t(0)));
+  constexpr int64_t W = 16, kRun = 256;
   int64_t c0 = 0;
   for (; c0 + W <= C; c0 += W) {
-    double a[W] = {}, b[W] = {};
-    int64_t r = r0;
-    for (; r + 2 <= r1; r += 2)
+    for (int64_t q0 = r0; q0 < r1; q0 += kRun) {
+      const int64_t q1 = std::min(r1, q0 + kRun);
+      A a[W] = {}, b[W] = {};
+      int64_t r = q0;
+      for (; r + 2 <= q1; r += 2)
 #pragma omp simd
-      for (int64_t j = 0; j < W; ++j) {
-        a[j] += term(r, c0 + j);
-        b[j] += term(r + 1, c0 + j);
-      }
-    if (r < r1)
+        for (int64_t j = 0; j < W; ++j) {
+          a[j] += term(r, c0 + j);
+          b[j] += term(r + 1, c0 + j);
+        }
+      if (r < q1)
 #pragma omp simd
-      for (int64_t j = 0; j < W; ++j) a[j] += term(r, c0 + j);
-    for (int64_t j = 0; j < W; ++j) s[c0 + j] += a[j] + b[j];
+        for (int64_t j = 0; j < W; ++j) a[j] += term(r, c0 + j);
+      for (int64_t j = 0; j < W; ++j) s[c0 + j] += double(a[j]) + double(b[j]);
+    }
   }
   for (; c0 < C; ++c0) {  // the last C % 16 columns one at a time
     double a = 0;
-    for (int64_t r = r0; r < r1; ++r) a += term(r, c0);
+    for (int64_t r = r0; r < r1; ++r) a += double(term(r, c0));
     s[c0] += a;
   }
 }
