@@ -105,6 +105,29 @@ TEST_CASE("bf16 batch_norm with f32 parameters equals f32's, rounded once, in bo
     }
 }
 
+TEST_CASE("channels-last batch_norm statistics stay accurate for values far from zero", "[norm][layout]") {
+  // The channels-last sums run in f32 within blocks of rows; a mean taken in f32 alone would
+  // leave its rounding error in the sum of squared deviations (1e4 + 0.01 randn: a variance
+  // of 1e-4 next to a mean whose f32 ulp is 1e-3). Against the f64 statistics of the same
+  // f32 values, and the f64 output; also values near f32's range (sums must not overflow).
+  for (double offset : {1e4, -3e3})
+    for (int64_t C : {16, 3}) {
+      INFO("offset " << offset << ", channels " << C);
+      const Tensor x32 = (rnd({64, C, 32, 32}, 81, false) * 0.01 + offset).to(kF32);
+      const Tensor x = x32.contiguous(MemoryFormat::channels_last);
+      Tensor rm = zeros({C}), rv = ones({C}), rm64 = zeros({C}, kF64), rv64 = ones({C}, kF64);
+      const Tensor y = batch_norm(x, rm, rv, {}, {}, true, 1.0, 1e-8);
+      const Tensor y64 = batch_norm(x32.to(kF64), rm64, rv64, {}, {}, true, 1.0, 1e-8);
+      test::require_close(rv.to(kF64), rv64, 1e-4, 0);
+      test::require_close(rm.to(kF64), rm64, 1e-7, 0);
+      test::require_close(y.to(kF64), y64, 1e-3, 1e-3);
+    }
+  const Tensor big = (rnd({8, 16, 16, 16}, 82, false) * 1e37).to(kF32).contiguous(MemoryFormat::channels_last);
+  Tensor rm = zeros({16}), rv = ones({16});
+  const Tensor y = batch_norm(big, rm, rv, {}, {}, true, 1.0, 1e-5);
+  for (float v : y.to_vector<float>()) REQUIRE(std::isfinite(v));
+}
+
 TEST_CASE("layer_norm matches the definition", "[norm]") {
   Tensor x = rnd({2, 3, 4}, 7, false);
   Tensor w = rnd({4}, 8, false), b = rnd({4}, 9, false);
@@ -124,8 +147,8 @@ TEST_CASE("gradcheck: layer_norm", "[norm][gradcheck]") {
 }
 
 TEST_CASE("f16 and bf16 layer_norm: f32's of the widened values, rounded once", "[norm]") {
-  // Computed in one pass on the CPU when data and parameters share one 16-bit type; with
-  // f32 parameters (or none) the data is widened. The gradients read the rounded mean and
+  // Computed in one pass on the CPU when data and parameters (if any) share one 16-bit type;
+  // with f32 parameters the data is widened. The gradients read the rounded mean and
   // 1/std, so they are compared with f64's.
   for (DType h : {kBF16, kF16}) {
     INFO(dtype_name(h));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -78,36 +79,53 @@ int64_t for_row_blocks(int64_t R, int64_t C, F&& f) {
   return slots;
 }
 
-// s[c] += the sum over rows [r0, r1) of term(r, c), for c in [0, C): 16 columns at a time,
-// whose sums (two sets, for two rows at a time) stay in registers; a sums array updated row
-// by row costs a store-to-load round trip a row. The register sums have term's type (a float
-// term: twice the lanes a vector) and are added into s, in double, every 256 rows at most.
-template <typename F>
-void add_row_sums(int64_t r0, int64_t r1, int64_t C, F&& term, double* s) {
+// s[c] += the sum over rows [r0, r1) of term(r, c), for c in [0, C), and s2[c] of term2's in
+// the same sweep when given: 16 columns at a time, whose sums (two sets, for two rows at a
+// time) stay in registers; a sums array updated row by row costs a store-to-load round trip
+// a row. The register sums have the terms' type (float terms: twice the lanes a vector) and
+// are added into s, in double, every 256 rows at most.
+template <typename F, typename F2 = std::nullptr_t>
+void add_row_sums(int64_t r0, int64_t r1, int64_t C, F&& term, double* s, F2&& term2 = nullptr,
+                  double* s2 = nullptr) {
+  constexpr bool two = !std::is_same_v<std::decay_t<F2>, std::nullptr_t>;
   using A = decltype(term(r0, int64_t(0)));
   constexpr int64_t W = 16, kRun = 256;
   int64_t c0 = 0;
   for (; c0 + W <= C; c0 += W) {
     for (int64_t q0 = r0; q0 < r1; q0 += kRun) {
       const int64_t q1 = std::min(r1, q0 + kRun);
-      A a[W] = {}, b[W] = {};
+      A a[W] = {}, b[W] = {}, a2[W] = {}, b2[W] = {};
       int64_t r = q0;
       for (; r + 2 <= q1; r += 2)
 #pragma omp simd
         for (int64_t j = 0; j < W; ++j) {
           a[j] += term(r, c0 + j);
           b[j] += term(r + 1, c0 + j);
+          if constexpr (two) {
+            a2[j] += term2(r, c0 + j);
+            b2[j] += term2(r + 1, c0 + j);
+          }
         }
       if (r < q1)
 #pragma omp simd
-        for (int64_t j = 0; j < W; ++j) a[j] += term(r, c0 + j);
-      for (int64_t j = 0; j < W; ++j) s[c0 + j] += double(a[j]) + double(b[j]);
+        for (int64_t j = 0; j < W; ++j) {
+          a[j] += term(r, c0 + j);
+          if constexpr (two) a2[j] += term2(r, c0 + j);
+        }
+      for (int64_t j = 0; j < W; ++j) {
+        s[c0 + j] += double(a[j]) + double(b[j]);
+        if constexpr (two) s2[c0 + j] += double(a2[j]) + double(b2[j]);
+      }
     }
   }
   for (; c0 < C; ++c0) {  // the last C % 16 columns one at a time
-    double a = 0;
-    for (int64_t r = r0; r < r1; ++r) a += double(term(r, c0));
+    double a = 0, a2 = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      a += double(term(r, c0));
+      if constexpr (two) a2 += double(term2(r, c0));
+    }
     s[c0] += a;
+    if constexpr (two) s2[c0] += a2;
   }
 }
 

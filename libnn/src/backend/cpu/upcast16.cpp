@@ -6,6 +6,7 @@
 // one pass (CpuBackend::native16: maps, reductions, softmax; bf16 products and batch norm).
 #include "backend/cpu/upcast16.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "backend/cpu/conv_nhwc.h"
@@ -396,12 +397,14 @@ class Upcast16Backend final : public Backend {
       if (t->defined() && t->dtype() != DType::bf16) return false;
     return true;
   }
-  // Every defined tensor of the list has one and the same 16-bit type (f16 or bf16).
+  // Every defined tensor of the list has one and the same 16-bit type (f16 or bf16), and one
+  // at least is defined.
   static bool same16(std::initializer_list<const Tensor*> ts) {
-    const DType t = (*ts.begin())->dtype();
-    if (t != DType::f16 && t != DType::bf16) return false;
+    const Tensor* const* first =
+        std::find_if(ts.begin(), ts.end(), [](const Tensor* x) { return x->defined(); });
+    if (first == ts.end() || !is16(**first)) return false;
     for (const Tensor* x : ts)
-      if (x->defined() && x->dtype() != t) return false;
+      if (x->defined() && x->dtype() != (*first)->dtype()) return false;
     return true;
   }
   // Every defined tensor of the list is f32.
