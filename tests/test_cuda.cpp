@@ -601,7 +601,11 @@ TEST_CASE("a small ResNet in channels-last on CUDA matches the CPU, FP32 and FP1
     manual_seed(3);
     models::ResNet net(models::ResNetOptions().layers({1, 1, 1, 1}).num_classes(10));
     net.to(d);
-    Generator g(4);
+    // ReLU and max pooling make the gradients step where an input crosses a threshold: with
+    // the input of Generator(4), scaling it by 1 + 1e-7 randn moved the stem's weight
+    // gradient by 3% on the CPU. Generator(5)'s input is away from such steps: f32 gradients
+    // under input changes up to 5e-7 stayed within 2% of this test's tolerance of f64's.
+    Generator g(5);
     // 48 px: every stage above 1 x 1, so layer4 runs NHWC too
     Tensor x = randn({8, 3, 48, 48}, kF32, &g).to(d).contiguous(MemoryFormat::channels_last);
     Tensor y = randint(0, 10, {8}, kI64, &g).to(d);
