@@ -60,11 +60,9 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
   return x;
 }
 
-// GELU and its gradient over contiguous tensors, on Eigen's vectorised erf (a rational
-// approximation accurate to a few ulp; libm's erf is a scalar call per element) and exp.
-// f32 runs in place; f16 and bf16 are widened a block at a time into a buffer, computed in
-// f32 and rounded once (the values of the widened path, one pass over memory). Returns false,
-// doing nothing, for any other dtype or layout.
+// GELU (or with pg its gradient) of n contiguous f32 values, on Eigen's vectorised erf (a
+// rational approximation accurate to a few ulp; libm's erf is a scalar call per element) and
+// exp.
 void gelu_block(const float* px, const float* pg, float* po, int64_t n) {
   using Arr = Eigen::Array<float, Eigen::Dynamic, 1>;
   Eigen::Map<const Arr> v(px, n);
@@ -103,6 +101,10 @@ void gelu_typed(const T* px, const T* pg, T* po, int64_t n) {
     }
   });
 }
+// GELU and its gradient over contiguous tensors of one float type: f32 in place; f16 and bf16
+// widened a block at a time into a buffer, computed in f32 and rounded once (the values of
+// the widened path, one pass over memory). Returns false, doing nothing, for any other dtype
+// or layout.
 bool gelu_dense(const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
   if (!x.is_contiguous() || !out.is_contiguous() || (grad && !grad->is_contiguous()) ||
       out.dtype() != x.dtype() || (grad && grad->dtype() != x.dtype()))
@@ -199,8 +201,8 @@ bool CpuBackend::native16(UnaryOp op, const Tensor& x, const Tensor& out) {
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
-  if (x.dtype() == DType::bf16) return unary_typed<BFloat16, float>(op, x, out, float(a), float(b));
-  if (x.dtype() == DType::f16) return unary_typed<Half, float>(op, x, out, float(a), float(b));
+  auto typed16 = [&]<typename T>() { unary_typed<T, float>(op, x, out, float(a), float(b)); };
+  if (dispatch16(x.dtype(), typed16)) return;
   dispatch_numeric(x.dtype(), "unary", [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) {
       unary_typed<T>(op, x, out, T(a), T(b));
@@ -243,8 +245,8 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
                                 const Tensor& y, Tensor& grad_x) {
-  if (x.dtype() == DType::bf16) return unary_backward_typed<BFloat16, float>(op, grad, x, y, grad_x);
-  if (x.dtype() == DType::f16) return unary_backward_typed<Half, float>(op, grad, x, y, grad_x);
+  auto typed16 = [&]<typename T>() { unary_backward_typed<T, float>(op, grad, x, y, grad_x); };
+  if (dispatch16(x.dtype(), typed16)) return;
   dispatch_float(x.dtype(), "unary_backward", [&]<typename T>() {
     unary_backward_typed<T>(op, grad, x, y, grad_x);
   });
@@ -270,8 +272,7 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  if (a.dtype() == DType::bf16) return binary_typed<BFloat16, float>(op, a, b, out);
-  if (a.dtype() == DType::f16) return binary_typed<Half, float>(op, a, b, out);
+  if (dispatch16(a.dtype(), [&]<typename T>() { binary_typed<T, float>(op, a, b, out); })) return;
   dispatch_numeric(a.dtype(), "binary", [&]<typename T>() { binary_typed<T>(op, a, b, out); });
 }
 

@@ -143,10 +143,18 @@ void dispatch_float(DType t, const char* op, F&& f) {
 // f.template operator()<T, C>() with T the C++ type of `t` and C the type to compute in: T
 // itself for f32 and f64, f32 for f16 and bf16 (each value widened, computed, rounded once:
 // the values of the upcast16 layer's widened path, in one pass).
+// Calls f.template operator()<T>() for an f16 or bf16 `t` (T Half or BFloat16) and returns
+// true; false, doing nothing, for other types.
+template <typename F>
+bool dispatch16(DType t, F&& f) {
+  if (t == DType::f16) f.template operator()<Half>();
+  else if (t == DType::bf16) f.template operator()<BFloat16>();
+  else return false;
+  return true;
+}
 template <typename F>
 void dispatch_float_compute(DType t, const char* op, F&& f) {
-  if (t == DType::f16) return f.template operator()<Half, float>();
-  if (t == DType::bf16) return f.template operator()<BFloat16, float>();
+  if (dispatch16(t, [&]<typename T>() { f.template operator()<T, float>(); })) return;
   dispatch_float(t, op, [&]<typename T>() { f.template operator()<T, T>(); });
 }
 // For the GEMM families: f<T>() with T the operands' float type (a, b and the result all of

@@ -203,9 +203,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor&
     reduce_akb<T>(op, static_cast<const T*>(xc.data_ptr()), 1, K, total / K, po);
   };
   // f16 and bf16 in one pass (CpuBackend::native16): their sums in double, like f32's
-  if (x.dtype() == DType::f16) return typed.template operator()<Half>();
-  if (x.dtype() == DType::bf16) return typed.template operator()<BFloat16>();
-  dispatch_numeric(x.dtype(), "reduce", typed);
+  if (!dispatch16(x.dtype(), typed)) dispatch_numeric(x.dtype(), "reduce", typed);
 }
 
 void CpuBackend::argmax(const Tensor& x, int64_t dim, Tensor& out) {

@@ -73,14 +73,6 @@ void backward_rows16(const T* g, const T* y, int64_t R, int64_t D, bool log, T* 
     }
   });
 }
-// Calls f<T>() for f16 and bf16 tensors; false for other types.
-template <typename F>
-bool dispatch16(DType t, F&& f) {
-  if (t == DType::f16) f.template operator()<Half>();
-  else if (t == DType::bf16) f.template operator()<BFloat16>();
-  else return false;
-  return true;
-}
 }  // namespace
 
 bool CpuBackend::native16_softmax(const Tensor& x, int64_t dim) {
