@@ -42,16 +42,11 @@ using ConvForwardBf16Args = ConvForwardArgsOf<uint16_t, uint32_t>;
 // i.e. output channels down the rows and vec-wide runs of one tap's channels across the
 // columns, over `steps` pixels. Columns past `cols` must still name readable memory; they are
 // not stored.
-// The bf16 tile (ConvWeightGradBf16Args) steps over pixel pairs q (pixels 2q, 2q + 1), dy
-// packed as one 32-bit word per pair and row, dy[q * ldy + r] = (bf16 of pixel 2q) | (bf16 of
-// pixel 2q + 1) << 16, with at least `mr` rows a pair (zeros past `rows`); ptab holds the taps
-// of 2 * steps pixels. Its runs of a tap's channels are 16 wide (C a multiple of 16).
-template <typename T, typename Y>
-struct ConvWeightGradArgsOf {
+struct ConvWeightGradArgs {
   int64_t steps;
-  const Y* dy;
+  const float* dy;
   int64_t ldy;
-  const T* const* ptab;
+  const float* const* ptab;
   int64_t taps;
   const int64_t* tap;
   const int64_t* chan;
@@ -59,8 +54,34 @@ struct ConvWeightGradArgsOf {
   int64_t ldc;
   int rows, cols;
 };
-using ConvWeightGradArgs = ConvWeightGradArgsOf<float, float>;
-using ConvWeightGradBf16Args = ConvWeightGradArgsOf<uint16_t, uint32_t>;
+
+// The bf16 weight gradient steps over pixel pairs q (pixels 2q, 2q + 1), both operands packed
+// in pairs as VDPBF16PS takes them (zeros stand in for a missing last pixel):
+// - x's columns by ConvPackPairsArgs: xp[(q * nv + v) * 32 + 2l + h] = column v * 16 + l of
+//   pixel 2q + h, 64-byte aligned;
+// - dy's `mr` rows of the tile: dy[q * mr + r] = (bf16 of pixel 2q) | (bf16 of pixel 2q + 1)
+//   << 16, zeros past `rows`.
+// c (rows x cols, leading dimension ldc) += sum over q of dy's rows times x's columns.
+struct ConvWeightGradBf16Args {
+  int64_t steps;
+  const uint32_t* dy;
+  const uint16_t* xp;
+  float* c;
+  int64_t ldc;
+  int rows, cols;
+};
+// Columns of x for that tile: out[(q * nv + v) * 32 + 2l + h] = (ptab[(2q + h) * taps +
+// tap[v]] + chan[v])[l] for q < steps, v < nv, l < 16: each run 16 channels of one tap (C a
+// multiple of 16), ptab holding the taps of 2 * steps pixels.
+struct ConvPackPairsArgs {
+  int64_t steps;
+  const uint16_t* const* ptab;
+  int64_t taps;
+  const int64_t* tap;
+  const int64_t* chan;
+  int nv;
+  uint16_t* out;
+};
 
 struct ConvTile {
   int mr, nr;  // tile rows and columns
@@ -86,6 +107,7 @@ struct ConvBf16Kernels {
   ConvTile forward_narrow;  // one vector of output channels
   ConvTile forward_wide;    // two vectors
   ConvTile weight_grad;     // two vectors (ConvWeightGradBf16Args)
+  void (*pack_pairs)(const ConvPackPairsArgs*);  // x's columns for weight_grad
 };
 const ConvBf16Kernels* conv_bf16_kernels();
 

@@ -33,7 +33,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // This thread's buffer number Tag, at least n long: it outlives the call and only grows, so
 // large scratch (packed weights, gradient accumulators) does not come fresh from the system,
 // page faults and all, on every call. Contents are whatever the last user left.
-enum BufferTag { kOffsets, kPacked, kMirrored, kZeros, kPointers, kAccumulator, kPackedDy };
+enum BufferTag { kOffsets, kPacked, kMirrored, kZeros, kPointers, kAccumulator, kPackedDy, kPackedX };
 template <typename T, BufferTag Tag>
 T* thread_buffer(size_t n) {
   static thread_local std::vector<T> v;
@@ -164,11 +164,16 @@ void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, A* dw) {
 
 // ---- the tile kernels' path (f32, one group) ------------------------------------------------
 
+// Room for n elements of type P, 64-byte aligned, in this thread's buffer Tag.
+template <typename P, BufferTag Tag>
+P* aligned_buffer(size_t n) {
+  P* v = thread_buffer<P, Tag>(n + 64 / sizeof(P));
+  return v + (64 - reinterpret_cast<uintptr_t>(v) % 64) % 64 / sizeof(P);
+}
 // n zeros of type P, 64-byte aligned, in this thread's buffer Tag.
 template <typename P, BufferTag Tag>
 P* aligned_zeros(size_t n) {
-  P* v = thread_buffer<P, Tag>(n + 64 / sizeof(P));
-  v += (64 - reinterpret_cast<uintptr_t>(v) % 64) % 64 / sizeof(P);
+  P* v = aligned_buffer<P, Tag>(n);
   std::fill(v, v + n, P(0));
   return v;
 }
@@ -177,16 +182,23 @@ P* aligned_zeros(size_t n) {
 template <typename T>
 const T* zeros_for(int64_t n) { return thread_buffer<T, kZeros>(size_t(n)); }  // never written
 
-// This thread's pointers of pixels [p0, p1) of image x: tab[(p - p0) * taps + t] from the
-// offsets, `zero` (at least C zeros) in the padding and for `extra` more rows of taps.
+// This thread's pointers of pixels [f0, f1) of the images at x, each `image` elements long
+// with P output pixels (pixel f is pixel f % P of image f / P; a range within image 0 is
+// that image's pixels): tab[(f - f0) * taps + t] from the offsets, `zero` (at least C zeros)
+// in the padding and for `extra` more rows of taps.
 template <typename T>
-const T** fill_pointers(const int64_t* off, int64_t taps, const T* x, const T* zero, int64_t p0,
-                        int64_t p1, int64_t extra) {
-  const int64_t n = (p1 - p0) * taps;
-  const T** tab = thread_buffer<const T*, kPointers>(size_t(n + extra * taps));
-  const int64_t* o = off + p0 * taps;
-  for (int64_t i = 0; i < n; ++i) tab[i] = o[i] < 0 ? zero : x + o[i];
-  std::fill(tab + n, tab + n + extra * taps, zero);
+const T** fill_pointers(const int64_t* off, int64_t taps, int64_t P, const T* x, int64_t image,
+                        const T* zero, int64_t f0, int64_t f1, int64_t extra) {
+  const T** tab = thread_buffer<const T*, kPointers>(size_t((f1 - f0 + extra) * taps));
+  const T** d = tab;
+  for (int64_t f = f0; f < f1;) {
+    const int64_t n = f / P, p = f % P, run = std::min(f1 - f, P - p);
+    const T* xi = x + n * image;
+    const int64_t* o = off + p * taps;
+    for (int64_t i = 0; i < run * taps; ++i) *d++ = o[i] < 0 ? zero : xi + o[i];
+    f += run;
+  }
+  std::fill(d, d + extra * taps, zero);
   return tab;
 }
 
@@ -269,7 +281,7 @@ void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
   for_each_item(g.N * chunks, [&](int64_t item, int) {
     const FlushDenormals ftz;
     const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P_, p0 + chunk);
-    const T** tab = fill_pointers<T>(off, T_, x + n * g.H * g.W * C, zero, p0, p1, MR);
+    const T** tab = fill_pointers<T>(off, T_, P_, x + n * g.H * g.W * C, 0, zero, p0, p1, MR);
     const int64_t yo = (n * P_ + p0) * O;
     for (int64_t j = 0; j < panels; ++j)
       for (int64_t c0 = 0; c0 < C; c0 += kc) {
@@ -311,60 +323,89 @@ void backward_input_tiles(const ConvGeom& g, const Kernels& k, const T* dy, cons
 
 // dw (O, taps, C) = sum over images and pixels of dy (N, P, O) times the taps of x. Needs C a
 // multiple of the vector width (a vector of columns never straddles two taps). bf16 x and dy
-// (f32 dw) take the pixels in pairs: each item's dy rows are first packed into pair words,
-// ldy = O rounded up to whole tiles of rows, with a zero pixel after an odd count.
+// (f32 dw) take the pixels in pairs, each chunk's dy rows and then each tile column's x
+// packed into pair words first (ConvWeightGradBf16Args): the tiles then read both in order,
+// where reading x through the pointers at a stride of C channels, for hundreds of pixels,
+// had them fight over a few cache sets.
 template <typename T, class Kernels>
 void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* dy,
                            float* dw) {
   constexpr bool pairs = std::is_same_v<T, uint16_t>;
-  using Y = std::conditional_t<pairs, uint32_t, float>;  // what the tile reads of dy
   const ConvTile& tile = k.weight_grad;
   const int64_t MR = tile.mr, NR = tile.nr, NV = NR / k.vec, T_ = g.taps(), C = g.C, O = g.O;
-  const int64_t P = g.P, Kdim = T_ * C, ldy = pairs ? ceil_div(O, MR) * MR : O;
+  const int64_t P = g.P, Kdim = T_ * C;
   const int64_t* off = tap_offsets(g);
   const T* zero = zeros_for<T>(C);
-  // Pixels in chunks whose dy rows and inputs stay in L2 while every tile passes over them.
-  const int64_t chunk = finer_for_threads(g.N, P, 16, std::min(P, std::max<int64_t>(16, 131072 / (C + O))));
-  const int64_t chunks = ceil_div(P, chunk);
+  // The N x P pixels, flattened (dy's rows), in chunks that may span images (the late
+  // stages' images have 49 pixels). Each chunk reads and writes the whole accumulator, so
+  // the fewer the better, but its inputs and dy rows should stay in L2 while every tile
+  // passes over them. bf16 with 512 input channels or more takes at least 512 pixels a
+  // chunk: measured on ResNet-50's layers (docs/benchmarks.md), 10-40% faster there, where
+  // layers with fewer channels lost up to 8% and f32 (x read in place) lost too. An even
+  // count, so that only the last chunk can end in half a pair.
+  const int64_t total = g.N * P, want = 2 * int64_t(omp_get_max_threads());
+  const int64_t fits = std::max<int64_t>(16, 131072 / (C + O));
+  const int64_t chunk = 2 * std::max<int64_t>(1, std::min(ceil_div(pairs && C >= 512 ? std::max<int64_t>(512, fits) : fits, 2),
+                                                           ceil_div(total, 2 * want)));
+  const int64_t chunks = ceil_div(total, chunk);
   // One accumulator per thread (its buffer, zeroed at its first item), summed below.
   std::vector<float*> acc(size_t(omp_get_max_threads()), nullptr);
-  for_each_item(g.N * chunks, [&](int64_t item, int th) {
+  for_each_item(chunks, [&](int64_t item, int th) {
     const FlushDenormals ftz;
-    const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P, p0 + chunk);
+    const int64_t p0 = item * chunk, p1 = std::min(total, p0 + chunk);
     if (!acc[th]) {
       acc[th] = thread_buffer<float, kAccumulator>(size_t(O * Kdim));
       std::fill(acc[th], acc[th] + O * Kdim, 0.f);
     }
-    const T* const* tab = fill_pointers<T>(off, T_, x + n * g.H * g.W * C, zero, p0, p1, pairs);
-    const T* dyi = dy + (n * P + p0) * O;
-    int64_t steps = p1 - p0;
-    const Y* ys;
+    float* const a = acc[th];
+    const T* const* tab = fill_pointers<T>(off, T_, P, x, g.H * g.W * C, zero, p0, p1, pairs);
+    const T* dyi = dy + p0 * O;
+    // The columns of tile k0: NV vectors of one tap's channels each (past Kdim: tap 0,
+    // channel 0, read and not stored).
+    auto columns = [&](int64_t k0, int64_t (&tap)[4], int64_t (&chan)[4]) {
+      for (int64_t v = 0; v < 4; ++v) {
+        const int64_t j = v < NV && k0 + v * k.vec < Kdim ? k0 + v * k.vec : 0;
+        tap[v] = j / C;
+        chan[v] = j % C;
+      }
+    };
     if constexpr (pairs) {
-      steps = ceil_div(p1 - p0, 2);
-      uint32_t* packed = thread_buffer<uint32_t, kPackedDy>(size_t(steps * ldy));
-      for (int64_t q = 0; q < steps; ++q) {
-        const uint16_t* d0 = dyi + 2 * q * O;
-        const bool odd = p0 + 2 * q + 1 == p1;
-        for (int64_t o = 0; o < O; ++o)
-          packed[q * ldy + o] = uint32_t(d0[o]) | uint32_t(odd ? 0 : d0[O + o]) << 16;
-        std::fill(packed + q * ldy + O, packed + (q + 1) * ldy, 0u);
-      }
-      ys = packed;
-    } else {
-      ys = dyi;
-    }
-    for (int64_t o0 = 0; o0 < O; o0 += MR)
-      for (int64_t k0 = 0; k0 < Kdim; k0 += NR) {
-        int64_t tap[4] = {}, chan[4] = {};  // columns past Kdim read tap 0, channel 0
-        for (int64_t v = 0; v < NV && k0 + v * k.vec < Kdim; ++v) {
-          tap[v] = (k0 + v * k.vec) / C;
-          chan[v] = (k0 + v * k.vec) % C;
+      const int64_t steps = ceil_div(p1 - p0, 2), blocks = ceil_div(O, MR);
+      const bool half = (p1 - p0) % 2 != 0;  // the last pair has one pixel
+      // dy block by block of MR rows: dyp[(b * steps + q) * MR + r] for row b * MR + r.
+      uint32_t* dyp = aligned_buffer<uint32_t, kPackedDy>(size_t(blocks * steps * MR));
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t rows = std::min(MR, O - b * MR);
+        uint32_t* d = dyp + b * steps * MR;
+        for (int64_t q = 0; q < steps; ++q, d += MR) {
+          const uint16_t* d0 = dyi + 2 * q * O + b * MR;
+          const uint16_t* d1 = half && q == steps - 1 ? zero : d0 + O;
+          for (int64_t r = 0; r < rows; ++r) d[r] = uint32_t(d0[r]) | uint32_t(d1[r]) << 16;
+          for (int64_t r = rows; r < MR; ++r) d[r] = 0;
         }
-        const ConvWeightGradArgsOf<T, Y> a{steps, ys + o0, ldy, tab, T_, tap, chan,
-                                           acc[th] + o0 * Kdim + k0, Kdim,
-                                           int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
-        tile.run(&a);
       }
+      uint16_t* xp = aligned_buffer<uint16_t, kPackedX>(size_t(steps * NV * 32));
+      for (int64_t k0 = 0; k0 < Kdim; k0 += NR) {
+        int64_t tap[4], chan[4];
+        columns(k0, tap, chan);
+        const ConvPackPairsArgs pa{steps, tab, T_, tap, chan, int(NV), xp};
+        k.pack_pairs(&pa);
+        for (int64_t o0 = 0; o0 < O; o0 += MR) {
+          const ConvWeightGradBf16Args ta{steps, dyp + o0 * steps, xp, a + o0 * Kdim + k0, Kdim,
+                                          int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
+          tile.run(&ta);
+        }
+      }
+    } else {
+      for (int64_t o0 = 0; o0 < O; o0 += MR)
+        for (int64_t k0 = 0; k0 < Kdim; k0 += NR) {
+          int64_t tap[4], chan[4];
+          columns(k0, tap, chan);
+          const ConvWeightGradArgs ta{p1 - p0, dyi + o0, O, tab, T_, tap, chan, a + o0 * Kdim + k0,
+                                      Kdim, int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
+          tile.run(&ta);
+        }
+    }
   });
   std::fill(dw, dw + O * Kdim, 0.f);
   for (const float* a : acc)
