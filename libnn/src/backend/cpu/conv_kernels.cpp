@@ -107,7 +107,7 @@ constexpr ConvKernels kAvx2{8, tile<avx2::Forward<8, 1>, 8, 8>(), tile<avx2::For
 constexpr ConvBf16Kernels kAvx512Bf16{16, tile<avx512bf16::ForwardBf16<8, 1>, 8, 16>(),
                                       tile<avx512bf16::ForwardBf16<8, 2>, 8, 32>(),
                                       tile<avx512bf16::WeightGradBf16<8, 2>, 8, 32>(),
-                                      &avx512bf16::pack_pairs};
+                                      &avx512bf16::pack_pairs, &avx512bf16::pack_rows};
 }  // namespace
 
 const ConvBf16Kernels* conv_bf16_kernels() { return bf16_gemm_native() ? &kAvx512Bf16 : nullptr; }

@@ -82,6 +82,16 @@ struct ConvPackPairsArgs {
   int nv;
   uint16_t* out;
 };
+// dy's rows for that tile: out[(b * steps + q) * 8 + r] = (channel 8b + r of row 2q) | (of row
+// 2q + 1) << 16 for q < steps and 8b + r < O rounded up to 8 (zeros past O), row 2q at dy +
+// 2q * O; the last pair's second row is `last` instead when `last` is set (zeros, at least O).
+struct ConvPackRowsArgs {
+  int64_t steps;
+  const uint16_t* dy;
+  int64_t O;
+  const uint16_t* last;
+  uint32_t* out;
+};
 
 struct ConvTile {
   int mr, nr;  // tile rows and columns
@@ -108,6 +118,7 @@ struct ConvBf16Kernels {
   ConvTile forward_wide;    // two vectors
   ConvTile weight_grad;     // two vectors (ConvWeightGradBf16Args)
   void (*pack_pairs)(const ConvPackPairsArgs*);  // x's columns for weight_grad
+  void (*pack_rows)(const ConvPackRowsArgs*);    // dy's rows for it (its mr is 8)
 };
 const ConvBf16Kernels* conv_bf16_kernels();
 

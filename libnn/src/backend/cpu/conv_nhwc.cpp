@@ -348,7 +348,7 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
   const int64_t MR = tile.mr, NR = tile.nr, NV = NR / k.vec, T_ = g.taps(), C = g.C, O = g.O;
   const int64_t P = g.P, Kdim = T_ * C;
   const int64_t* off = tap_offsets(g);
-  const T* zero = zeros_for<T>(C);
+  const T* zero = zeros_for<T>(std::max(C, O));  // padding taps; a last pair's missing row
   // The N x P pixels, flattened (dy's rows), in chunks that may span images (the late
   // stages' images have 49 pixels). Each chunk reads and writes the whole accumulator, so
   // the fewer the better, but its inputs and dy rows should stay in L2 while every tile
@@ -383,20 +383,20 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
       }
     };
     if constexpr (pairs) {
-      const int64_t steps = ceil_div(p1 - p0, 2), blocks = ceil_div(O, MR);
-      const bool half = (p1 - p0) % 2 != 0;  // the last pair has one pixel
+      const int64_t steps = ceil_div(p1 - p0, 2);
       // dy block by block of MR rows: dyp[(b * steps + q) * MR + r] for row b * MR + r.
-      uint32_t* dyp = aligned_buffer<uint32_t, kPackedDy>(size_t(blocks * steps * MR));
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t rows = std::min(MR, O - b * MR);
-        uint32_t* d = dyp + b * steps * MR;
-        for (int64_t q = 0; q < steps; ++q, d += MR) {
-          const uint16_t* d0 = dyi + 2 * q * O + b * MR;
-          const uint16_t* d1 = half && q == steps - 1 ? zero : d0 + O;
-          for (int64_t r = 0; r < rows; ++r) d[r] = uint32_t(d0[r]) | uint32_t(d1[r]) << 16;
-          for (int64_t r = rows; r < MR; ++r) d[r] = 0;
-        }
-      }
+      uint32_t* dyp = aligned_buffer<uint32_t, kPackedDy>(size_t(ceil_div(O, MR) * steps * MR));
+      NN_CHECK(MR == 8, "conv2d: the bf16 weight-gradient tile's rows are not pack_rows' 8");
+      const ConvPackRowsArgs ra{steps, dyi, O, (p1 - p0) % 2 ? zero : nullptr, dyp};
+      k.pack_rows(&ra);
+      // Packing reads dy from memory at its bandwidth, with the tiles idle; so while they
+      // run, the next chunk's dy rows (this thread's next item under the static split) are
+      // fetched into L2 a slice a tile.
+      const char* next = reinterpret_cast<const char*>(dyi + (p1 - p0) * O);
+      const int64_t next_bytes = (std::min(total, p1 + chunk) - p1) * O * int64_t(sizeof(T));
+      const int64_t tiles = ceil_div(Kdim, NR) * ceil_div(O, MR);
+      const int64_t per_tile = ceil_div(ceil_div(next_bytes, 64), tiles) * 64;
+      int64_t fetched = 0;
       uint16_t* xp = aligned_buffer<uint16_t, kPackedX>(size_t(steps * NV * 32));
       for (int64_t k0 = 0; k0 < Kdim; k0 += NR) {
         int64_t tap[4], chan[4];
@@ -407,6 +407,8 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
           const ConvWeightGradBf16Args ta{steps, dyp + o0 * steps, xp, a + o0 * Kdim + k0, Kdim,
                                           int(std::min(MR, O - o0)), int(std::min(NR, Kdim - k0))};
           tile.run(&ta);
+          for (const int64_t end = std::min(next_bytes, fetched + per_tile); fetched < end; fetched += 64)
+            __builtin_prefetch(next + fetched, 0, 2);
         }
       }
     } else {
