@@ -33,7 +33,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // This thread's buffer number Tag, at least n long: it outlives the call and only grows, so
 // large scratch (packed weights, gradient accumulators) does not come fresh from the system,
 // page faults and all, on every call. Contents are whatever the last user left.
-enum BufferTag { kOffsets, kPacked, kMirrored, kZeros, kPointers, kAccumulator, kPackedDy, kPackedX };
+enum BufferTag { kOffsets, kPacked, kZeros, kPointers, kAccumulator, kPackedDy, kPackedX };
 template <typename T, BufferTag Tag>
 T* thread_buffer(size_t n) {
   static thread_local std::vector<T> v;
@@ -215,15 +215,6 @@ const T** fill_pointers(const int64_t* off, int64_t taps, int64_t P, const T* x,
   return tab;
 }
 
-// Pixels a work item, `chunk` or fewer (a multiple of `unit`) when the N images would give
-// fewer than two items a thread (small batches, late layers' small images), so that threads
-// get work and the static split stays even.
-int64_t finer_for_threads(int64_t N, int64_t P, int64_t unit, int64_t chunk) {
-  const int64_t want = 2 * omp_get_max_threads();
-  if (N * ceil_div(P, chunk) >= want) return chunk;
-  return std::min(chunk, std::max(unit, ceil_div(ceil_div(P, ceil_div(want, N)), unit) * unit));
-}
-
 // How the forward tiles take operands of type T: f32 one channel a step, bf16 (uint16_t bits)
 // a pair of channels a step, packed as one 32-bit word per output channel (P); sums are f32.
 template <typename T>
@@ -233,14 +224,14 @@ struct TileOperand<float> {
   using P = float;
   static constexpr int64_t KP = 1;  // channels a packed element holds
   using Args = ConvForwardArgs;
-  static P pack(const float* k) { return k[0]; }
+  static P pack(const float* k, int64_t) { return k[0]; }
 };
 template <>
 struct TileOperand<uint16_t> {
   using P = uint32_t;
   static constexpr int64_t KP = 2;
   using Args = ConvForwardBf16Args;
-  static P pack(const uint16_t* k) { return uint32_t(k[0]) | uint32_t(k[1]) << 16; }
+  static P pack(const uint16_t* k, int64_t sc) { return uint32_t(k[0]) | uint32_t(k[sc]) << 16; }
 };
 
 // The forward tile for g's output channels.
@@ -257,11 +248,21 @@ int64_t forward_slices(const ConvGeom& g, const ConvTile& tile) {
   return ceil_div(g.C, std::max<int64_t>(KP, 32768 * KP / (g.taps() * tile.nr)));
 }
 
+// The weights as forward_tiles reads them: output channel o, tap t, input channel c at
+// p[o * so + t * st + c * sc]. A forward's own w (O, taps, C) is dense(); the input gradient
+// reads the same array transposed and mirrored (backward_input_tiles).
+template <typename T>
+struct WeightsView {
+  const T* p;
+  int64_t so, st, sc;
+  static WeightsView dense(const ConvGeom& g, const T* w) { return {w, g.taps() * g.C, g.C, 1}; }
+};
+
 // y (N, P, O) = the convolution of x (N, H, W, C) with w (O, taps, C), plus bias (O) if given,
 // on the tiles of k (ConvKernels for f32, ConvBf16Kernels for bf16, which need C even). With
 // y16 (bf16 tiles in one channel slice only) the results go there rounded to bf16 instead.
 template <typename T, class Kernels>
-void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
+void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, WeightsView<T> w,
                    const float* bias, float* y, uint16_t* y16 = nullptr) {
   using Op = TileOperand<T>;
   using P = typename Op::P;
@@ -282,20 +283,24 @@ void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, const T* w,
         for (int64_t t = 0; t < T_; ++t)
           for (int64_t c = 0; c < kcs; c += KP)
             for (int64_t jj = 0; jj < NR && j * NR + jj < O; ++jj)
-              blk[(t * kcs + c) / KP * NR + jj] = Op::pack(w + ((j * NR + jj) * T_ + t) * C + c0 + c);
+              blk[(t * kcs + c) / KP * NR + jj] =
+                  Op::pack(w.p + (j * NR + jj) * w.so + t * w.st + (c0 + c) * w.sc, w.sc);
       }
   });
   const int64_t* off = tap_offsets(g);
   const T* zero = zeros_for<T>(C);
-  // Pixels in chunks whose inputs for one slice stay in L2 while every panel passes over them.
-  const int64_t chunk = finer_for_threads(
-      g.N, P_, MR, std::clamp<int64_t>(8192 / kc / MR * MR, MR, ceil_div(P_, MR) * MR));
-  const int64_t chunks = ceil_div(P_, chunk);
-  for_each_item(g.N * chunks, [&](int64_t item, int) {
+  // The N x P pixels, flattened (y's rows), in chunks whose inputs for one slice stay near
+  // while every panel passes over them (8192 elements: larger chunks measured no faster),
+  // at least two a thread. Chunks may span images, so the late stages' 49-pixel images do
+  // not cut them short.
+  const int64_t total = g.N * P_, want = 2 * int64_t(omp_get_max_threads());
+  const int64_t chunk = std::max(MR, std::min(8192 / kc, ceil_div(total, want)) / MR * MR);
+  const int64_t chunks = ceil_div(total, chunk);
+  for_each_item(chunks, [&](int64_t item, int) {
     const FlushDenormals ftz;
-    const int64_t n = item / chunks, p0 = item % chunks * chunk, p1 = std::min(P_, p0 + chunk);
-    const T** tab = fill_pointers<T>(off, T_, P_, x + n * g.H * g.W * C, 0, zero, p0, p1, MR);
-    const int64_t yo = (n * P_ + p0) * O;
+    const int64_t p0 = item * chunk, p1 = std::min(total, p0 + chunk);
+    const T** tab = fill_pointers<T>(off, T_, P_, x, g.H * g.W * C, zero, p0, p1, MR);
+    const int64_t yo = p0 * O;
     for (int64_t j = 0; j < panels; ++j)
       for (int64_t c0 = 0; c0 < C; c0 += kc) {
         const int64_t kcs = std::min(kc, C - c0);
@@ -323,14 +328,13 @@ ConvGeom transposed(const ConvGeom& g) {
   tg.pw = (g.KW - 1) * g.dw - g.pw;
   return tg;
 }
+// Its weights: output channel c, tap t, input channel o are w's (o, taps - 1 - t, c), read in
+// place while packing (a transposed copy first cost as much as a 1 x 1 layer's product).
 template <typename T, class Kernels>
 void backward_input_tiles(const ConvGeom& g, const Kernels& k, const T* dy, const T* w,
                           float* dx, uint16_t* dx16 = nullptr) {
   const int64_t T_ = g.taps();
-  T* wt = thread_buffer<T, kMirrored>(size_t(g.C * T_ * g.O));
-  for (int64_t o = 0; o < g.O; ++o)
-    for (int64_t t = 0; t < T_; ++t)
-      for (int64_t c = 0; c < g.C; ++c) wt[(c * T_ + (T_ - 1 - t)) * g.O + o] = w[(o * T_ + t) * g.C + c];
+  const WeightsView<T> wt{w + (T_ - 1) * g.C, 1, -g.C, T_ * g.C};
   forward_tiles(transposed(g), k, dy, wt, nullptr, dx, dx16);
 }
 
@@ -457,7 +461,8 @@ void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, T
     const T* px = static_cast<const T*>(x.data_ptr());
     const T* pw = static_cast<const T*>(w.data_ptr());
     if constexpr (has_tiles<T>)
-      if (const auto* k = tiles_of<T>(g, g.C)) return forward_tiles(g, *k, px, pw, pb, out.data<float>());
+      if (const auto* k = tiles_of<T>(g, g.C))
+        return forward_tiles(g, *k, px, WeightsView<T>::dense(g, pw), pb, out.data<float>());
     forward_cols(g, px, pw, pb, out.data<A>());
   });
 }
@@ -468,8 +473,9 @@ bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bi
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
   if (!k || forward_slices<uint16_t>(g, forward_tile(g, *k)) > 1) return false;
   forward_tiles(g, *k, static_cast<const uint16_t*>(x.data_ptr()),
-                static_cast<const uint16_t*>(w.data_ptr()), bias.defined() ? bias.data<float>() : nullptr,
-                nullptr, static_cast<uint16_t*>(out.data_ptr()));
+                WeightsView<uint16_t>::dense(g, static_cast<const uint16_t*>(w.data_ptr())),
+                bias.defined() ? bias.data<float>() : nullptr, nullptr,
+                static_cast<uint16_t*>(out.data_ptr()));
   return true;
 }
 
