@@ -1,3 +1,4 @@
+#include "backend/cpu/gemm.h"
 #include "test_util.h"
 
 using namespace nn;
@@ -56,6 +57,44 @@ TEST_CASE("attention honours the padding mask and handles long sequences", "[att
                       reference(ql.to(kF64), kl.to(kF64), vl.to(kF64), {}), 1e-4, 1e-5);
   REQUIRE(test::error_of([&] { scaled_dot_product_attention(q, k, randn({1, 2, 3, 4})); })
               .find("positions") != std::string::npos);
+}
+
+TEST_CASE("bf16 attention on the CPU equals f64's, native and widened", "[attention]") {
+  // bf16 inputs run on the bf16 product kernel where the CPU has AVX512_BF16 (scores and sums
+  // in f32, P and dS rounded to bf16 as operands) and on widened f32 copies with
+  // LIBNN_CPU_GEMM=avx2's kernel; both against the f64 attention of the same bf16 values.
+  // Three query blocks (150 rows), masked keys, E != D. Errors are measured against the
+  // largest value of each result (about 2^-9 of it for one rounding to bf16; the native path
+  // rounds twice), since an output near zero averages values far from it.
+  using nn::cpu::F32Kernel;
+  const F32Kernel before = nn::cpu::f32_kernel();
+  std::vector<uint8_t> keep_v(2 * 130, 1);
+  for (int j = 100; j < 130; ++j) keep_v[size_t(j)] = 0;       // padding at the end of row 0
+  for (int j = 0; j < 130; j += 3) keep_v[size_t(130 + j)] = 0;  // scattered in row 1
+  const Tensor keep = from_vector<uint8_t>(keep_v, {2, 130});
+  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2}) {
+    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+    nn::cpu::set_f32_kernel(kernel);
+    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native());
+    Tensor q = (test::rnd({2, 3, 150, 16}, 11, false) * 2).to(kBF16).requires_grad_();
+    Tensor k = (test::rnd({2, 3, 130, 16}, 12, false) * 2).to(kBF16).requires_grad_();
+    Tensor v = test::rnd({2, 3, 130, 24}, 13, false).to(kBF16).requires_grad_();
+    Tensor q64 = q.detach().to(kF64).requires_grad_(), k64 = k.detach().to(kF64).requires_grad_(),
+           v64 = v.detach().to(kF64).requires_grad_();
+    Tensor out = scaled_dot_product_attention(q, k, v, keep);
+    Tensor ref = scaled_dot_product_attention(q64, k64, v64, keep);
+    REQUIRE(out.dtype() == kBF16);
+    auto largest = [](const Tensor& t) { return amax(abs(t)).item(); };
+    test::require_close(out.to(kF64), ref, 1e-2, 1e-2 * largest(ref));
+    Tensor w = test::rnd(out.shape(), 14, false).to(kBF16);
+    sum(out * w).backward();
+    sum(ref * w.to(kF64)).backward();
+    for (auto [got, want] : {std::pair{&q, &q64}, std::pair{&k, &k64}, std::pair{&v, &v64}}) {
+      REQUIRE(got->grad().dtype() == kBF16);
+      test::require_close(got->grad().to(kF64), want->grad(), 2e-2, 1.5e-2 * largest(want->grad()));
+    }
+  }
+  nn::cpu::set_f32_kernel(before);
 }
 
 TEST_CASE("attention with no value features or no queries has zero gradients", "[attention]") {

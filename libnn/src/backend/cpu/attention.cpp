@@ -1,9 +1,15 @@
 // CPU attention family: per (batch x head) slice, scores in blocks of query rows so the
 // (T x S) matrix never exists whole; softmax statistics (log-sum-exp) saved for backward,
 // which recomputes the probabilities from them.
+//
+// bf16 inputs (where cpu::bf16_gemm_native(); the upcast16 layer widens them elsewhere) run
+// their five products on the bf16 kernel with f32 results: scores, softmax, statistics and
+// the dK / dV sums stay f32, and the probabilities P and the score gradient dS are rounded to
+// bf16 as the operands of the products that follow (as PyTorch's CPU flash attention does).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -17,63 +23,211 @@ using namespace nn::cpu;
 namespace {
 constexpr int64_t kRows = 64;  // query rows per block
 
+// S: the stored element type (float, double, or uint16_t for bf16 bits); A: what its
+// products and softmax compute in (S itself, f32 for bf16).
+template <typename S>
+using Acc = gemm_result_t<S>;
+
+template <typename S>
+float widen(S x) {
+  if constexpr (std::is_same_v<S, uint16_t>) return bf16_bits_to_float(x);
+  else return float(x);
+}
+
 // Masked scores of rows [t0, t0 + n) against every key, into s (n, S).
-template <typename T>
-void scores(const T* q, const T* k, const uint8_t* mask, int64_t t0, int64_t n, int64_t S,
-            int64_t D, T scale, RowMat<T>& s) {
-  s.resize(n, S);
-  cpu::gemm<T>(n, S, D, scale, row_major(q + t0 * D, D), row_major(k, D).t(), T(0), s.data(), S);
+template <typename S>
+void scores(const S* q, const S* k, const uint8_t* mask, int64_t t0, int64_t n, int64_t S_,
+            int64_t D, Acc<S> scale, RowMat<Acc<S>>& s) {
+  s.resize(n, S_);
+  gemm_of<S>(n, S_, D, scale, row_major(q + t0 * D, D), row_major(k, D).t(), Acc<S>(0), s.data(), S_);
   if (mask)
-    for (int64_t j = 0; j < S; ++j)
-      if (!mask[j]) s.col(j).setConstant(-std::numeric_limits<T>::infinity());
+    for (int64_t j = 0; j < S_; ++j)
+      if (!mask[j]) s.col(j).setConstant(-std::numeric_limits<Acc<S>>::infinity());
+}
+
+// m (rows x cols, row-major) as an operand of S's products: itself, or rounded to bf16 bits
+// in buf.
+template <typename S>
+const S* operand(const RowMat<Acc<S>>& m, std::vector<S>& buf) {
+  if constexpr (std::is_same_v<S, Acc<S>>) {
+    return m.data();
+  } else {
+    buf.resize(size_t(m.size()));
+    const float* src = m.data();
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = float_to_bf16_bits(src[i]);
+    return buf.data();
+  }
+}
+
+// n values of A into S (rounded to bf16 bits where S is).
+template <typename S>
+void store(const Acc<S>* src, int64_t n, S* dst) {
+  if constexpr (std::is_same_v<S, Acc<S>>) std::copy(src, src + n, dst);
+  else for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
+}
+
+template <typename S>
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+             double scale, Tensor& out, Tensor& lse) {
+  using A = Acc<S>;
+  const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
+  const int64_t S_ = k.shape()[1], E = v.shape()[2];
+  const S* pq = static_cast<const S*>(q.data_ptr());
+  const S* pk = static_cast<const S*>(k.data_ptr());
+  const S* pv = static_cast<const S*>(v.data_ptr());
+  const uint8_t* pm = key_mask.defined() ? key_mask.data<uint8_t>() : nullptr;
+  S* po = static_cast<S*>(out.data_ptr());
+  // f64 statistics for f64 inputs (exact gradient checks), f32 otherwise
+  float* pl32 = lse.dtype() == kF32 ? lse.data<float>() : nullptr;
+  double* pl64 = lse.dtype() == kF64 ? lse.data<double>() : nullptr;
+  auto set_lse = [&](int64_t i, double v) {
+    if (pl64) pl64[i] = v;
+    else pl32[i] = float(v);
+  };
+  parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    RowMat<A> s;
+    std::vector<S> p16;
+    std::vector<A> o;  // a block's output before rounding (bf16)
+    for (int64_t b = b0; b < b1; ++b) {
+      const S* qb = pq + b * Tq * D;
+      const S* kb = pk + b * S_ * D;
+      const uint8_t* mb = pm ? pm + b * S_ : nullptr;
+      for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
+        const int64_t n = std::min(kRows, Tq - t0);
+        scores<S>(qb, kb, mb, t0, n, S_, D, A(scale), s);
+        for (int64_t r = 0; r < n; ++r) {
+          auto row = s.row(r);
+          const A m = S_ ? row.maxCoeff() : -std::numeric_limits<A>::infinity();
+          if (!std::isfinite(double(m))) {  // every key masked
+            row.setZero();
+            set_lse(b * Tq + t0 + r, -std::numeric_limits<double>::infinity());
+            continue;
+          }
+          row = (row.array() - m).exp();
+          const A sum = row.sum();
+          row /= sum;
+          set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
+        }
+        S* ob = po + (b * Tq + t0) * E;
+        A* dst;
+        if constexpr (std::is_same_v<S, A>) {
+          dst = ob;
+        } else {
+          o.resize(size_t(n * E));
+          dst = o.data();
+        }
+        gemm_of<S>(n, E, S_, A(1), row_major(operand<S>(s, p16), S_), row_major(pv + b * S_ * E, E),
+                   A(0), dst, E);
+        if constexpr (!std::is_same_v<S, A>) store<S>(dst, n * E, ob);
+      }
+    }
+  });
+}
+
+template <typename S>
+void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+              const Tensor& key_mask, const Tensor& out, const Tensor& lse, double scale,
+              Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
+  using A = Acc<S>;
+  constexpr bool same = std::is_same_v<S, A>;
+  const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
+  const int64_t S_ = k.shape()[1], E = v.shape()[2];
+  const S* pq = static_cast<const S*>(q.data_ptr());
+  const S* pk = static_cast<const S*>(k.data_ptr());
+  const S* pv = static_cast<const S*>(v.data_ptr());
+  const S* pg = static_cast<const S*>(grad_out.data_ptr());
+  const S* po = static_cast<const S*>(out.data_ptr());
+  auto lse_at = [&](int64_t i) {
+    return lse.dtype() == kF64 ? lse.data<double>()[i] : double(lse.data<float>()[i]);
+  };
+  const uint8_t* pm = key_mask.defined() ? key_mask.data<uint8_t>() : nullptr;
+  S* gq = static_cast<S*>(grad_q.data_ptr());
+  S* gk = static_cast<S*>(grad_k.data_ptr());
+  S* gv = static_cast<S*>(grad_v.data_ptr());
+  parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    RowMat<A> p, dp;
+    std::vector<S> p16, ds16;
+    std::vector<A> kacc, vacc, qblk;  // bf16: dK and dV sums, a block's dQ, in f32
+    for (int64_t b = b0; b < b1; ++b) {
+      const S* qb = pq + b * Tq * D;
+      const S* kb = pk + b * S_ * D;
+      const S* vb = pv + b * S_ * E;
+      const uint8_t* mb = pm ? pm + b * S_ : nullptr;
+      // dK and dV accumulate over the query blocks
+      A* gkb;
+      A* gvb;
+      if constexpr (same) {
+        gkb = gk + b * S_ * D;
+        gvb = gv + b * S_ * E;
+      } else {
+        kacc.resize(size_t(S_ * D));
+        vacc.resize(size_t(S_ * E));
+        gkb = kacc.data();
+        gvb = vacc.data();
+      }
+      std::fill(gkb, gkb + S_ * D, A(0));
+      std::fill(gvb, gvb + S_ * E, A(0));
+      for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
+        const int64_t n = std::min(kRows, Tq - t0);
+        scores<S>(qb, kb, mb, t0, n, S_, D, A(scale), p);
+        for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse), recomputed
+          const double l = lse_at(b * Tq + t0 + r);
+          if (std::isinf(l)) p.row(r).setZero();
+          else p.row(r) = (p.row(r).array() - A(l)).exp();
+        }
+        const S* dO = pg + (b * Tq + t0) * E;
+        const S* O = po + (b * Tq + t0) * E;
+        gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(p, p16), S_).t(), row_major(dO, E), A(1),
+                   gvb, E);  // dV += P^T dO
+        dp.resize(n, S_);
+        gemm_of<S>(n, S_, E, A(1), row_major(dO, E), row_major(vb, E).t(), A(0), dp.data(),
+                   S_);  // dP = dO V^T
+        // dS = P * (dP - rowsum(dO * O)), the softmax backward per row
+        for (int64_t r = 0; r < n; ++r) {
+          A delta = 0;
+          if constexpr (same) {
+            delta = crmap(dO, n, E, E).row(r).dot(crmap(O, n, E, E).row(r));
+          } else {
+            for (int64_t e = 0; e < E; ++e) delta += widen(dO[r * E + e]) * widen(O[r * E + e]);
+          }
+          dp.row(r) = p.row(r).array() * (dp.row(r).array() - delta);
+        }
+        const S* ds = operand<S>(dp, ds16);
+        S* gqb = gq + (b * Tq + t0) * D;
+        A* qdst;
+        if constexpr (same) {
+          qdst = gqb;
+        } else {
+          qblk.resize(size_t(n * D));
+          qdst = qblk.data();
+        }
+        gemm_of<S>(n, D, S_, A(scale), row_major(ds, S_), row_major(kb, D), A(0), qdst,
+                   D);  // dQ = dS K * scale
+        if constexpr (!same) store<S>(qdst, n * D, gqb);
+        gemm_of<S>(S_, D, n, A(scale), row_major(ds, S_).t(), row_major(qb + t0 * D, D), A(1), gkb,
+                   D);  // dK += dS^T Q * scale
+      }
+      if constexpr (!same) {
+        store<S>(gkb, S_ * D, gk + b * S_ * D);
+        store<S>(gvb, S_ * E, gv + b * S_ * E);
+      }
+    }
+  });
+}
+
+// f32 and f64 as themselves, bf16 as its bits (uint16_t).
+template <typename F>
+void dispatch_attention(DType t, const char* op, F&& f) {
+  if (t == DType::bf16) return f.template operator()<uint16_t>();
+  dispatch_float(t, op, std::forward<F>(f));
 }
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& key_mask, double scale, Tensor& out,
                                    Tensor& lse) {
-  dispatch_float(q.dtype(), "attention", [&]<typename T>() {
-    const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
-    const int64_t S = k.shape()[1], E = v.shape()[2];
-    const T* pq = q.data<T>();
-    const T* pk = k.data<T>();
-    const T* pv = v.data<T>();
-    const uint8_t* pm = key_mask.defined() ? key_mask.data<uint8_t>() : nullptr;
-    T* po = out.data<T>();
-    // f64 statistics for f64 inputs (exact gradient checks), f32 otherwise
-    float* pl32 = lse.dtype() == kF32 ? lse.data<float>() : nullptr;
-    double* pl64 = lse.dtype() == kF64 ? lse.data<double>() : nullptr;
-    auto set_lse = [&](int64_t i, double v) {
-      if (pl64) pl64[i] = v;
-      else pl32[i] = float(v);
-    };
-    parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-      RowMat<T> s;
-      for (int64_t b = b0; b < b1; ++b) {
-        const T* qb = pq + b * Tq * D;
-        const T* kb = pk + b * S * D;
-        const uint8_t* mb = pm ? pm + b * S : nullptr;
-        for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
-          const int64_t n = std::min(kRows, Tq - t0);
-          scores(qb, kb, mb, t0, n, S, D, T(scale), s);
-          for (int64_t r = 0; r < n; ++r) {
-            auto row = s.row(r);
-            const T m = S ? row.maxCoeff() : -std::numeric_limits<T>::infinity();
-            if (!std::isfinite(double(m))) {  // every key masked
-              row.setZero();
-              set_lse(b * Tq + t0 + r, -std::numeric_limits<double>::infinity());
-              continue;
-            }
-            row = (row.array() - m).exp();
-            const T sum = row.sum();
-            row /= sum;
-            set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
-          }
-          cpu::gemm<T>(n, E, S, T(1), row_major(s.data(), S), row_major(pv + b * S * E, E), T(0),
-                       po + (b * Tq + t0) * E, E);
-        }
-      }
-    });
+  dispatch_attention(q.dtype(), "attention", [&]<typename S>() {
+    forward<S>(q, k, v, key_mask, scale, out, lse);
   });
 }
 
@@ -81,60 +235,8 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, con
                                     const Tensor& v, const Tensor& key_mask, const Tensor& out,
                                     const Tensor& lse, double scale, Tensor& grad_q,
                                     Tensor& grad_k, Tensor& grad_v) {
-  dispatch_float(q.dtype(), "attention_backward", [&]<typename T>() {
-    const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
-    const int64_t S = k.shape()[1], E = v.shape()[2];
-    const T* pq = q.data<T>();
-    const T* pk = k.data<T>();
-    const T* pv = v.data<T>();
-    const T* pg = grad_out.data<T>();
-    const T* po = out.data<T>();
-    auto lse_at = [&](int64_t i) {
-      return lse.dtype() == kF64 ? lse.data<double>()[i] : double(lse.data<float>()[i]);
-    };
-    const uint8_t* pm = key_mask.defined() ? key_mask.data<uint8_t>() : nullptr;
-    T* gq = grad_q.data<T>();
-    T* gk = grad_k.data<T>();
-    T* gv = grad_v.data<T>();
-    parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-      RowMat<T> p, dp;
-      for (int64_t b = b0; b < b1; ++b) {
-        const T* qb = pq + b * Tq * D;
-        const T* kb = pk + b * S * D;
-        const T* vb = pv + b * S * E;
-        const uint8_t* mb = pm ? pm + b * S : nullptr;
-        T* gkb = gk + b * S * D;  // dK and dV accumulate over the query blocks
-        T* gvb = gv + b * S * E;
-        std::fill(gkb, gkb + S * D, T(0));
-        std::fill(gvb, gvb + S * E, T(0));
-        for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
-          const int64_t n = std::min(kRows, Tq - t0);
-          scores(qb, kb, mb, t0, n, S, D, T(scale), p);
-          for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse), recomputed
-            const double l = lse_at(b * Tq + t0 + r);
-            if (std::isinf(l)) p.row(r).setZero();
-            else p.row(r) = (p.row(r).array() - T(l)).exp();
-          }
-          const T* dOp = pg + (b * Tq + t0) * E;
-          auto dO = crmap(dOp, n, E, E);
-          auto O = crmap(po + (b * Tq + t0) * E, n, E, E);
-          cpu::gemm<T>(S, E, n, T(1), row_major(p.data(), S).t(), row_major(dOp, E), T(1), gvb,
-                       E);  // dV += P^T dO
-          dp.resize(n, S);
-          cpu::gemm<T>(n, S, E, T(1), row_major(dOp, E), row_major(vb, E).t(), T(0), dp.data(),
-                       S);  // dP = dO V^T
-          // dS = P * (dP - rowsum(dO * O)), the softmax backward per row
-          for (int64_t r = 0; r < n; ++r) {
-            const T delta = dO.row(r).dot(O.row(r));
-            dp.row(r) = p.row(r).array() * (dp.row(r).array() - delta);
-          }
-          cpu::gemm<T>(n, D, S, T(scale), row_major(dp.data(), S), row_major(kb, D), T(0),
-                       gq + (b * Tq + t0) * D, D);  // dQ = dS K * scale
-          cpu::gemm<T>(S, D, n, T(scale), row_major(dp.data(), S).t(), row_major(qb + t0 * D, D),
-                       T(1), gkb, D);  // dK += dS^T Q * scale
-        }
-      }
-    });
+  dispatch_attention(q.dtype(), "attention_backward", [&]<typename S>() {
+    backward<S>(grad_out, q, k, v, key_mask, out, lse, scale, grad_q, grad_k, grad_v);
   });
 }
 

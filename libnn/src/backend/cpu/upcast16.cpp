@@ -3,7 +3,7 @@
 // (the CUDA kernels likewise compute in f32 and round each result). Generated from the
 // Backend interface by listing every primitive; copies, fills and row gathers handle 16-bit
 // types natively and pass straight through, and so do the calls the CPU backend computes in
-// one pass (CpuBackend::native16: maps, reductions, softmax; bf16 products and batch norm).
+// one pass (CpuBackend::native16: maps, reductions, softmax; bf16 products, attention and batch norm).
 #include "backend/cpu/upcast16.h"
 
 #include <algorithm>
@@ -353,7 +353,8 @@ class Upcast16Backend final : public Backend {
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                          double scale, Tensor& out, Tensor& lse) override {
-    if (!(is16(q) || is16(k) || is16(v) || is16(out)))
+    if (!(is16(q) || is16(k) || is16(v) || is16(out)) ||
+        (all_bf16({&q, &k, &v, &out}) && cpu::bf16_gemm_native()))
       return inner_.attention_forward(q, k, v, key_mask, scale, out, lse);
     Tensor q32 = up(q), k32 = up(k), v32 = up(v), out32 = up(out);
     inner_.attention_forward(q32, k32, v32, key_mask, scale, out32, lse);
@@ -363,7 +364,9 @@ class Upcast16Backend final : public Backend {
                           const Tensor& v, const Tensor& key_mask, const Tensor& out,
                           const Tensor& lse, double scale, Tensor& grad_q, Tensor& grad_k,
                           Tensor& grad_v) override {
-    if (!(is16(grad_out) || is16(q) || is16(k) || is16(v)))
+    if (!(is16(grad_out) || is16(q) || is16(k) || is16(v)) ||
+        (all_bf16({&grad_out, &q, &k, &v, &out, &grad_q, &grad_k, &grad_v}) &&
+         cpu::bf16_gemm_native()))
       return inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, grad_q,
                                        grad_k, grad_v);
     Tensor go32 = up(grad_out), q32 = up(q), k32 = up(k), v32 = up(v), o32 = up(out);
