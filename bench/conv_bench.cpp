@@ -39,7 +39,7 @@ int body(int argc, char** argv) {
                         "ResNet-50's convolution shapes one by one: forward, input and weight "
                         "gradients, ms and GFLOP/s");
   opts.add_options()("batch-size", "images", cxxopts::value<int64_t>()->default_value("32"))(
-      "precision", "fp32 or bf16 (operands; sums are f32)",
+      "precision", "fp32, fp16 or bf16 (operands; sums are f32)",
       cxxopts::value<std::string>()->default_value("bf16"))(
       "layout", "nhwc (channels-last) or nchw", cxxopts::value<std::string>()->default_value("nhwc"))(
       "device", "cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("cpu"))(
@@ -52,11 +52,11 @@ int body(int argc, char** argv) {
   const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
   const int64_t reps = apps::check_positive("reps", a["reps"].as<int64_t>());
   const std::string precision = a["precision"].as<std::string>(), layout = a["layout"].as<std::string>();
-  apps::check_choice("precision", precision, {"fp32", "bf16"});
+  apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   apps::check_choice("layout", layout, {"nhwc", "nchw"});
   if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
   const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
-  const nn::DType dt = precision == "bf16" ? nn::kBF16 : nn::kF32;
+  const nn::DType dt = precision == "bf16" ? nn::kBF16 : precision == "fp16" ? nn::kF16 : nn::kF32;
   const nn::MemoryFormat fmt =
       layout == "nhwc" ? nn::MemoryFormat::channels_last : nn::MemoryFormat::contiguous;
   std::printf("conv_bench: ResNet-50 convolutions, batch %lld, %s, %s, %s, %d threads\n",

@@ -11,8 +11,8 @@
 # Steps, in the order they run: build, test, memcheck, kernels (bandwidth and attention
 # microbenchmarks), mnist (MNIST CNN, 3 epochs, against PyTorch), resnet (ResNet-50 FP32/FP16/
 # BF16 at batch 128 and 256 against PyTorch, and the 200-step loss curves), extras (NCHW
-# ResNet-50, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch), text (MLP and
-# BERT-base at 2..20,000 classes against PyTorch). `bench` is kernels mnist resnet extras
+# ResNet-50, its convolutions layer by layer, the MNIST CNN's precisions, CIFAR ResNet-20
+# against PyTorch), text (MLP and BERT-base at 2..20,000 classes against PyTorch). `bench` is kernels mnist resnet extras
 # text; `all` is every step.
 #
 # GPU_SUITE_TIMEOUT=S stops the suite after S seconds (TERM to every step), still writing
@@ -174,6 +174,12 @@ if want extras; then
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
       --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
       2>&1 | tee -a "$OUT/summary.md"
+  log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
+  for prec in fp16 fp32; do
+    "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5 2>&1 \
+        | tee -a "$OUT/summary.md"
+    rc=${PIPESTATUS[0]}; status=$((status | rc))
+  done
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"

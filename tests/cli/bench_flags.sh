@@ -72,7 +72,7 @@ k="$bin/kernels_bench"
 "$e" 2 "--dtype must be one of f32, f16, bf16, got 'f64'" -- "$k" --device cpu --dtype f64
 
 v="$bin/conv_bench"
-"$e" 2 "--precision must be one of fp32, bf16, got 'fp16'" -- "$v" --precision fp16
+"$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$v" --precision fp8
 "$e" 2 "--layout must be one of nhwc, nchw, got 'nwhc'" -- "$v" --layout nwhc
 "$e" 2 "--reps must be positive, got 0" -- "$v" --reps 0
 "$e" 2 "--batch-size must be positive, got -2" -- "$v" --batch-size -2
