@@ -145,7 +145,9 @@ TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and wid
                           // channels-last bf16 tiles: 49 pixels (an odd pixel pair), 20
                           // output channels (partial rows and panels), K 144 (partial columns)
                           Case{{2, 16, 7, 7}, {20, 16, 3, 3}, params(1, 1)},
-                          Case{{3, 32, 5, 5}, {16, 32, 3, 3}, params(1, 0)}}) {
+                          Case{{3, 32, 5, 5}, {16, 32, 3, 3}, params(1, 0)},
+                          // 1x1 stride 2 (input gradient: the sampled pixels, zeros between)
+                          Case{{2, 16, 9, 7}, {24, 16, 1, 1}, params(2, 0)}}) {
       INFO("x " << shape_str(c.x) << " w " << shape_str(c.w));
       Tensor xb = rnd(c.x, 40, false).to(kBF16).contiguous(format).requires_grad_(true);
       Tensor wb = rnd(c.w, 41, false).to(kBF16).requires_grad_(true);
@@ -192,6 +194,8 @@ TEST_CASE("channels-last f32 conv2d and its gradients equal f64's with every CPU
       {{1, 16, 32, 32}, {16, 16, 3, 3}, params(1, 1)},  // several pixel chunks a forward image
       {{2, 16, 40, 40}, {16, 16, 3, 3}, params(1, 1)},  // ... and a weight-gradient image
       {{3, 16, 5, 5}, {16, 16, 3, 3}, params(3, 0)},    // stride 3, output 1 x 1
+      {{2, 16, 9, 7}, {24, 16, 1, 1}, params(2, 0)},    // 1x1 stride 2: sampled input gradient
+      {{1, 16, 10, 10}, {16, 16, 1, 1}, params(3, 0)},  // ... stride 3
   };
   using nn::cpu::F32Kernel;
   const F32Kernel before = nn::cpu::f32_kernel();
