@@ -260,5 +260,14 @@ TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
           std::string::npos);
   REQUIRE(test::error_of([&] { conv2d(ones({1, 3, 2, 2}), w); }).find("smaller than") !=
           std::string::npos);
+  // an empty image is smaller than any window, even 1x1 at stride 2 (C++'s truncating
+  // division made that one output pixel, whose input gradient then divided by zero)
+  Conv2dParams s2;
+  s2.stride = {2, 2};
+  REQUIRE(test::error_of([&] { conv2d(ones({1, 3, 4, 0}), ones({4, 3, 1, 1}), {}, s2); })
+              .find("smaller than") != std::string::npos);
+  REQUIRE(test::error_of([&] {
+            conv2d(ones({1, 3, 4, 0}).contiguous(MemoryFormat::channels_last), ones({4, 3, 1, 1}), {}, s2);
+          }).find("smaller than") != std::string::npos);
   REQUIRE(test::error_of([&] { conv2d(x, w, ones({3})); }).find("bias") != std::string::npos);
 }

@@ -58,6 +58,12 @@ TEST_CASE("max and average pooling match the definition", "[pool]") {
   }
   REQUIRE(test::error_of([&] { max_pool2d(x, pp(2, 2, 3)); }).find("half the kernel") !=
           std::string::npos);
+  // an empty image has no window, even 1x1 at stride 2
+  for (bool avg : {false, true})
+    REQUIRE(test::error_of([&] {
+              Tensor e = zeros({1, 3, 0, 4});
+              avg ? avg_pool2d(e, pp(1, 2)) : max_pool2d(e, pp(1, 2));
+            }).find("smaller than") != std::string::npos);
 }
 
 TEST_CASE("2x2 max pooling picks the first maximum, or a NaN, in window order", "[pool]") {

@@ -26,6 +26,14 @@ inline void check_floating(const Tensor& t, const char* op) {
 inline void check_dim(const Tensor& t, int64_t d, const char* op, const char* what) {
   NN_CHECK(t.dim() == d, op, ": ", what, " must be ", d, "-d, got shape ", shape_str(t.shape()));
 }
+
+// Output positions of a sliding window (convolution, pooling) along one dim: floor((in + 2 pad -
+// dil (k - 1) - 1) / stride) + 1, so 0 or less when the padded input is shorter than the
+// window (C++'s division truncates toward zero: an empty input would give 1).
+inline int64_t window_positions(int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) {
+  const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
 // A broadcast view of t with stride 0 on expanded dims; no autograd.
 Tensor raw_expand(const Tensor& t, const Shape& shape);
 // t itself when contiguous, else a contiguous copy; no autograd.

@@ -23,8 +23,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   for (int i = 0; i < 2; ++i)
     NN_CHECK(p.stride[i] >= 1 && p.dilation[i] >= 1 && p.padding[i] >= 0,
              "conv2d: stride and dilation must be >= 1 and padding >= 0");
-  const int64_t OH = (H + 2 * p.padding[0] - p.dilation[0] * (KH - 1) - 1) / p.stride[0] + 1;
-  const int64_t OW = (W + 2 * p.padding[1] - p.dilation[1] * (KW - 1) - 1) / p.stride[1] + 1;
+  const int64_t OH = window_positions(H, p.padding[0], p.dilation[0], KH, p.stride[0]);
+  const int64_t OW = window_positions(W, p.padding[1], p.dilation[1], KW, p.stride[1]);
   NN_CHECK(OH > 0 && OW > 0, "conv2d: input ", shape_str(x.shape()), " is smaller than the ",
            KH, "x", KW, " kernel (with padding and dilation)");
   if (bias.defined()) {

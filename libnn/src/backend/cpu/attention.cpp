@@ -2,8 +2,9 @@
 // (T x S) matrix never exists whole; softmax statistics (log-sum-exp) saved for backward,
 // which recomputes the probabilities from them.
 //
-// bf16 inputs (where cpu::bf16_gemm_native(); the upcast16 layer widens them elsewhere) run
-// their five products on the bf16 kernel with f32 results: scores, softmax, statistics and
+// bf16 inputs (where cpu::bf16_gemm_native(): AVX512_BF16 and the avx512 f32 kernel; the
+// upcast16 layer widens them elsewhere) run their six products (Q K^T, P V; in backward Q K^T
+// again, P^T dO, dO V^T, dS K, dS^T Q) on the bf16 kernel with f32 results: scores, softmax, statistics and
 // the dK / dV sums stay f32, and the probabilities P and the score gradient dS are rounded to
 // bf16 as the operands of the products that follow (as PyTorch's CPU flash attention does).
 #include <algorithm>

@@ -5,10 +5,12 @@
 // tile kernels of conv_kernels.cpp:
 //   forward          y (pixels, O) = taps of x (pixels, T x C) . w^T, w (O, T, C) packed;
 //   input gradient   stride 1: the forward of dy with w's taps mirrored and O and C swapped
-//                    (a transposed convolution is a convolution); other strides below;
+//                    (a transposed convolution is a convolution); 1 x 1 with a stride and no
+//                    padding: that, over the output's grid, spread over the sampled pixels;
 //   weight gradient  dw (O, T x C) += dy^T (O, pixels) . taps of x (pixels, T x C).
-// Everything else (f64, groups, the input gradient of strided convolutions, CPUs without
-// AVX2) goes through an NHWC column matrix and cpu::gemm, the layout twin of conv.cpp.
+// bf16 has tiles of its own (pairs of channels or pixels a step). Everything else (f64,
+// groups, other strided input gradients, CPUs without AVX2) goes through an NHWC column
+// matrix and cpu::gemm, the layout twin of conv.cpp.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -360,7 +362,7 @@ void backward_input_strided_pointwise(const ConvGeom& g, const Kernels& k, const
   R* s = thread_buffer<R, kSampled>(size_t(g.N * OH * OW * C));
   if constexpr (std::is_same_v<R, float>) backward_input_tiles(sampled_grid(g), k, dy, w, s);
   else backward_input_tiles(sampled_grid(g), k, dy, w, nullptr, s);
-  parallel_for(0, g.N * g.H, std::max<int64_t>(1, kGrain / (g.W * C)), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, g.N * g.H, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, g.W * C)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / g.H, ih = r % g.H;
       R* d = dx + r * g.W * C;
