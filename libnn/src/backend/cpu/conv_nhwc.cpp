@@ -35,7 +35,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // This thread's buffer number Tag, at least n long: it outlives the call and only grows, so
 // large scratch (packed weights, gradient accumulators) does not come fresh from the system,
 // page faults and all, on every call. Contents are whatever the last user left.
-enum BufferTag { kOffsets, kPacked, kZeros, kPointers, kAccumulator, kPackedDy, kPackedX, kSampled };
+enum BufferTag { kOffsets, kPacked, kZeros, kPointers, kAccumulator, kPackedDy, kPackedX };
 template <typename T, BufferTag Tag>
 T* thread_buffer(size_t n) {
   static thread_local std::vector<T> v;
@@ -342,8 +342,9 @@ void backward_input_tiles(const ConvGeom& g, const Kernels& k, const T* dy, cons
 
 // A 1 x 1 convolution with a stride and no padding: only the pixels the stride samples get an
 // input gradient, dy's pixel times w^T. That is the stride-1 input gradient of a 1 x 1
-// convolution over the output's grid: the tiles compute it into a scratch image (this
-// thread's buffer), which is then spread over dx with zeros between. (The column path took
+// convolution over the output's grid: the tiles compute it into a scratch image (from the
+// caching allocator, not a buffer kept for good: it is as large as a layer's activations),
+// which is then spread over dx with zeros between. (The column path took
 // half as long again as the forward of the same shape.)
 bool strided_pointwise(const ConvGeom& g) {
   return g.KH == 1 && g.KW == 1 && g.ph == 0 && g.pw == 0 && (g.sh > 1 || g.sw > 1);
@@ -359,7 +360,8 @@ template <typename T, class Kernels, typename R>  // R: float, or uint16_t for b
 void backward_input_strided_pointwise(const ConvGeom& g, const Kernels& k, const T* dy,
                                       const T* w, R* dx) {
   const int64_t C = g.C, OH = g.OH, OW = g.OW;
-  R* s = thread_buffer<R, kSampled>(size_t(g.N * OH * OW * C));
+  const Tensor scratch = empty({g.N * OH * OW * C}, TensorOptions(std::is_same_v<R, float> ? kF32 : kBF16));
+  R* s = static_cast<R*>(scratch.data_ptr());
   if constexpr (std::is_same_v<R, float>) backward_input_tiles(sampled_grid(g), k, dy, w, s);
   else backward_input_tiles(sampled_grid(g), k, dy, w, nullptr, s);
   parallel_for(0, g.N * g.H, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, g.W * C)), [&](int64_t r0, int64_t r1) {
@@ -402,10 +404,12 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
   // layers with fewer channels lost up to 8% and f32 (x read in place) lost too. An even
   // count, so that only the last chunk can end in half a pair.
   const int64_t total = g.N * P, want = 2 * int64_t(omp_get_max_threads());
-  const int64_t fits = std::max<int64_t>(16, 131072 / (C + O));
-  const int64_t chunk = 2 * std::max<int64_t>(1, std::min(ceil_div(pairs && C >= 512 ? std::max<int64_t>(512, fits) : fits, 2),
-                                                           ceil_div(total, 2 * want)));
+  int64_t chunk = std::max<int64_t>(16, 131072 / (C + O));  // fits L2
+  if (pairs && C >= 512) chunk = std::max<int64_t>(chunk, 512);
+  chunk = std::min(chunk, ceil_div(total, want));           // two items a thread
+  chunk = std::max<int64_t>(2, ceil_div(chunk, 2) * 2);     // even
   const int64_t chunks = ceil_div(total, chunk);
+  if constexpr (pairs) NN_CHECK(MR == 8, "conv2d: the bf16 weight-gradient tile's rows are not pack_rows' 8");
   // One accumulator per thread (its buffer, zeroed at its first item), summed below.
   std::vector<float*> acc(size_t(omp_get_max_threads()), nullptr);
   for_each_item(chunks, [&](int64_t item, int th) {
@@ -431,7 +435,6 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
       const int64_t steps = ceil_div(p1 - p0, 2);
       // dy block by block of MR rows: dyp[(b * steps + q) * MR + r] for row b * MR + r.
       uint32_t* dyp = aligned_buffer<uint32_t, kPackedDy>(size_t(ceil_div(O, MR) * steps * MR));
-      NN_CHECK(MR == 8, "conv2d: the bf16 weight-gradient tile's rows are not pack_rows' 8");
       const ConvPackRowsArgs ra{steps, dyi, O, (p1 - p0) % 2 ? zero : nullptr, dyp};
       k.pack_rows(&ra);
       // Packing reads dy from memory at its bandwidth, with the tiles idle; so while they

@@ -140,9 +140,6 @@ void dispatch_float(DType t, const char* op, F&& f) {
     default: unsupported_dtype(op, t);
   }
 }
-// f.template operator()<T, C>() with T the C++ type of `t` and C the type to compute in: T
-// itself for f32 and f64, f32 for f16 and bf16 (each value widened, computed, rounded once:
-// the values of the upcast16 layer's widened path, in one pass).
 // Calls f.template operator()<T>() for an f16 or bf16 `t` (T Half or BFloat16) and returns
 // true; false, doing nothing, for other types.
 template <typename F>
@@ -152,6 +149,9 @@ bool dispatch16(DType t, F&& f) {
   else return false;
   return true;
 }
+// f.template operator()<T, C>() with T the C++ type of `t` and C the type to compute in: T
+// itself for f32 and f64, f32 for f16 and bf16 (each value widened, computed, rounded once:
+// the values of the upcast16 layer's widened path, in one pass).
 template <typename F>
 void dispatch_float_compute(DType t, const char* op, F&& f) {
   if (dispatch16(t, [&]<typename T>() { f.template operator()<T, float>(); })) return;
