@@ -306,6 +306,16 @@ std::vector<Case> cases() {
                    batch_norm(channels_last(x[0]), rm, rv, x[1], x[2], true, 0.1, 1e-5), rm, rv};
              }, 1e-6, true, kF64};
   v.push_back(bn64);
+  v.push_back({"batch norm + residual + relu, both layouts", {{8, 6, 5, 4}, {6}, {6}, {8, 6, 5, 4}},
+               [](auto& x) {
+                 Tensor rm = zeros({6}, x[0].device()), rv = ones({6}, x[0].device());
+                 Tensor c = channels_last(x[0]), z = channels_last(x[3]);
+                 Tensor y = batch_norm_relu(c, z, rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 Tensor r = batch_norm_relu(x[0], x[3], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 Tensor e = batch_norm_relu(c, {}, rm, rv, x[1], x[2], false, 0.1, 1e-5);
+                 REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
+                 return std::vector<Tensor>{y, r, e, rm, rv};
+               }, 1e-3});
   v.push_back({"bottleneck-like block channels-last", {{2, 8, 10, 10}, {8, 8, 3, 3}, {8}, {8}},
                [](auto& x) {
                  Tensor c = channels_last(x[0]);
@@ -458,6 +468,14 @@ std::vector<Case> cases() {
                        .to(kF32)};
              }, 5e-2, true, kF16};
   v.push_back(bn16e);
+  Case bnr16{"f16 batch norm + residual + relu channels-last, f32 parameters",
+              {{8, 8, 5, 4}, {8}, {8}, {8, 8, 5, 4}}, [](auto& x) {
+                Tensor rm = zeros({8}, x[0].device()), rv = ones({8}, x[0].device());
+                Tensor y = batch_norm_relu(channels_last(x[0]), channels_last(x[3]), rm, rv,
+                                           x[1].to(kF32), x[2].to(kF32), true, 0.1, 1e-5);
+                return std::vector<Tensor>{y.to(kF32), rm, rv};
+              }, 5e-2, true, kF16};
+  v.push_back(bnr16);
   Case bn16p{"f16 batch norm, f16 parameters and running stats", {{8, 3, 5, 4}, {3}, {3}},
              [](auto& x) {
                const TensorOptions o = TensorOptions(kF16).device(x[0].device());

@@ -128,6 +128,86 @@ TEST_CASE("channels-last batch_norm statistics stay accurate for values far from
   for (float v : y.to_vector<float>()) REQUIRE(std::isfinite(v));
 }
 
+TEST_CASE("gradcheck: batch_norm_relu, with and without a residual, in both formats",
+          "[norm][gradcheck]") {
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
+    for (bool training : {true, false}) {
+      INFO("channels-last " << (f == MemoryFormat::channels_last) << " training " << training);
+      require_gradcheck([&](const std::vector<Tensor>& in) {
+        Tensor m = full({3}, 0.1, kF64), v = full({3}, 1.3, kF64);
+        return batch_norm_relu(in[0].contiguous(f), in[3].contiguous(f), m, v, in[1], in[2],
+                               training, 0.1, 1e-5);
+      }, {rnd({4, 3, 2, 3}, 90), rnd({3}, 91), rnd({3}, 92), rnd({4, 3, 2, 3}, 93)});
+      require_gradcheck([&](const std::vector<Tensor>& in) {
+        Tensor m = zeros({3}, kF64), v = ones({3}, kF64);
+        return batch_norm_relu(in[0].contiguous(f), {}, m, v, in[1], {}, training, 0.1, 1e-5);
+      }, {rnd({4, 3, 2, 3}, 94), rnd({3}, 95)});
+    }
+}
+
+TEST_CASE("batch_norm_relu equals relu(batch_norm + residual): f32, and bf16 rounded once",
+          "[norm][layout]") {
+  // The reference is the composition in f32. f32 data: the fused pass computes the same f32
+  // operations. bf16 data with f32 parameters (autocast's mix; natively) and f16 (through
+  // f32 copies): f32 math on the 16-bit values, each result rounded once, so the data results
+  // are the reference's rounded (within one step), and the ReLU's mask is the reference's (a
+  // positive f32 of these sizes rounds to a positive 16-bit value); the f32 sums for weight
+  // and bias equal the reference's.
+  for (DType dt : {kF32, kBF16, kF16})
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
+      for (bool residual : {true, false})
+        for (bool training : {true, false}) {
+          INFO(dtype_name(dt) << " channels-last " << (f == MemoryFormat::channels_last)
+                              << " residual " << residual << " training " << training);
+          const Tensor x0 = (rnd({5, 24, 6, 7}, 100, false) * 2.0 + 0.3).to(dt).contiguous(f);
+          const Tensor z0 = rnd(x0.shape(), 101, false).to(dt).contiguous(f);
+          const Tensor g0 = rnd(x0.shape(), 102, false).to(dt).contiguous(f);
+          const Tensor w0 = rnd({24}, 103, false).to(kF32), b0 = rnd({24}, 104, false).to(kF32);
+          std::vector<Tensor> got;
+          for (bool fused : {true, false}) {
+            const DType t = fused ? dt : kF32;
+            Tensor x = x0.to(t).detach().requires_grad_(true);
+            Tensor z = z0.to(t).detach().requires_grad_(true);
+            Tensor w = w0.detach().requires_grad_(true), b = b0.detach().requires_grad_(true);
+            Tensor rm = rnd({24}, 105, false).to(kF32) * 0.1, rv = ones({24}, kF32) * 1.5;
+            Tensor y;
+            if (fused) {
+              y = batch_norm_relu(x, residual ? z : Tensor(), rm, rv, w, b, training, 0.1, 1e-5);
+              REQUIRE(y.dtype() == dt);
+              REQUIRE(y.is_contiguous(f));
+            } else {
+              y = batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5);
+              y = relu(residual ? add(y, z) : y);
+            }
+            y.backward(g0.to(t));
+            got.insert(got.end(), {y, x.grad(), w.grad(), b.grad(), rm, rv,
+                                   residual ? z.grad() : zeros({1})});
+          }
+          const char* names[] = {"y", "grad x", "grad weight", "grad bias", "running mean",
+                                 "running var", "grad residual"};
+          for (size_t i = 0; i < 7; ++i) {
+            INFO(names[i]);
+            const bool data = i < 2 || i == 6;
+            const Tensor want = data ? got[7 + i].to(dt).to(kF64) : got[7 + i].to(kF64);
+            const double rtol = dt == kF32 || !data ? 1e-5 : 1.0 / 256;
+            test::require_close(got[i].to(kF64), want, rtol, 1e-5);
+          }
+        }
+}
+
+TEST_CASE("batch_norm_relu checks its residual", "[norm]") {
+  Tensor x = rnd({2, 3, 4, 4}, 110, false);
+  REQUIRE(test::error_of([&] {
+            batch_norm_relu(x, rnd({2, 3, 4, 5}, 111, false), {}, {}, {}, {}, true);
+          }).find("batch_norm_relu: residual of shape [2, 3, 4, 5], input of shape [2, 3, 4, 4]") !=
+          std::string::npos);
+  // another dtype: added with add's promotion, as the composition would
+  Tensor z = rnd({2, 3, 4, 4}, 112, false).to(kF32);
+  Tensor y = batch_norm_relu(x, z, {}, {}, {}, {}, true);
+  REQUIRE(y.dtype() == kF64);
+  test::require_close(y, relu(add(batch_norm(x, {}, {}, {}, {}, true), z)), 1e-12, 1e-12);
+}
+
 TEST_CASE("layer_norm matches the definition", "[norm]") {
   Tensor x = rnd({2, 3, 4}, 7, false);
   Tensor w = rnd({4}, 8, false), b = rnd({4}, 9, false);

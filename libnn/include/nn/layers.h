@@ -64,6 +64,9 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(const BatchNormOptions& o);
   explicit BatchNorm2d(int64_t c) : BatchNorm2d(BatchNormOptions(c)) {}
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual) (residual undefined: relu(forward(x))), fused: see
+  // nn::batch_norm_relu.
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = {});
   std::string extra_repr() const override;
   BatchNormOptions options;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;

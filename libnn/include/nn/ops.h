@@ -144,6 +144,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training,
                   double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(x) + residual), the tail of a ResNet block, in one pass over the data
+// forward and one backward where the backend fuses it. residual may be undefined (then
+// relu(batch_norm(x))); else it has x's shape, dtype and device.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                       const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                       bool training, double momentum = 0.1, double eps = 1e-5);
 // Normalises over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);

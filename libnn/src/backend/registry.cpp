@@ -22,6 +22,39 @@ void Backend::gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Te
 }
 
 namespace {
+// A dense tensor (row-major or channels-last) as one run of its elements in memory order.
+Tensor flat(const Tensor& t) {
+  NN_CHECK(t.is_contiguous() || is_channels_last(t), "batch_norm_relu: a tensor of shape ",
+           shape_str(t.shape()), " is neither contiguous nor channels-last");
+  return make_view(t, {t.numel()}, {1}, t.offset());
+}
+}  // namespace
+
+void Backend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
+                                      const Tensor& bias, Tensor& running_mean,
+                                      Tensor& running_var, bool training, double momentum,
+                                      double eps, Tensor& out, Tensor& save_mean,
+                                      Tensor& save_invstd) {
+  batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out,
+                     save_mean, save_invstd);
+  Tensor o = flat(out);
+  if (z.defined()) binary(BinaryOp::add, o, flat(z), o);
+  unary(UnaryOp::relu, o, o, 0, 0);
+}
+
+void Backend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
+                                       const Tensor& weight, const Tensor& save_mean,
+                                       const Tensor& save_invstd, bool training, Tensor& grad_x,
+                                       Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) {
+  // ReLU's backward reads its input's sign, which out's shares
+  Tensor g = grad_z.defined() ? grad_z : empty(x.shape(), x.options(), format_of(x));
+  Tensor gf = flat(g);
+  unary_backward(UnaryOp::relu, flat(grad), flat(out), flat(out), gf);
+  batch_norm_backward(g, x, weight, save_mean, save_invstd, training, grad_x, grad_weight,
+                      grad_bias);
+}
+
+namespace {
 struct CudaRegistry {
 #ifdef LIBNN_HAVE_CUDA
   CudaFactory factory = &create_cuda_backend;

@@ -76,14 +76,27 @@ BatchNorm2d::BatchNorm2d(const BatchNormOptions& o) : Module("BatchNorm2d"), opt
     num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kI64));
   }
 }
-Tensor BatchNorm2d::forward(const Tensor& x) {
-  bool use_batch = is_training() || !options.track_running_stats();
-  if (is_training() && options.track_running_stats()) {
+namespace {
+// Whether batch norm uses the batch's statistics; counts the batch when it updates the
+// running ones.
+bool count_batch(BatchNorm2d& m) {
+  const bool use_batch = m.is_training() || !m.options.track_running_stats();
+  if (m.is_training() && m.options.track_running_stats()) {
     NoGradGuard ng;
-    num_batches_tracked.add_(ones({}, num_batches_tracked.options()));
+    m.num_batches_tracked.add_(ones({}, m.num_batches_tracked.options()));
   }
+  return use_batch;
+}
+}  // namespace
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  const bool use_batch = count_batch(*this);
   return batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum(),
                     options.eps());
+}
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+  const bool use_batch = count_batch(*this);
+  return batch_norm_relu(x, residual, running_mean, running_var, weight, bias, use_batch,
+                         options.momentum(), options.eps());
 }
 std::string BatchNorm2d::extra_repr() const {
   return detail::cat(options.num_features(), ", eps=", options.eps(), ", momentum=",

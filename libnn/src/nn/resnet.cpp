@@ -28,10 +28,9 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int64_t stride) : Module("Bot
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
-  h = relu(bn2->forward(conv2->forward(h)));
-  h = bn3->forward(conv3->forward(h));
-  return relu(add(h, downsample ? downsample->forward(x) : x));
+  Tensor h = bn1->forward_relu(conv1->forward(x));
+  h = bn2->forward_relu(conv2->forward(h));
+  return bn3->forward_relu(conv3->forward(h), downsample ? downsample->forward(x) : x);
 }
 
 ResNet::ResNet(const ResNetOptions& o) : Module("ResNet"), options(o) {
@@ -71,7 +70,7 @@ Tensor ResNet::forward(const Tensor& x) {
   mp.stride = {2, 2};
   mp.padding = {1, 1};
   const Tensor in = options.channels_last() ? x.contiguous(MemoryFormat::channels_last) : x;
-  Tensor h = max_pool2d(relu(bn1->forward(conv1->forward(in))), mp);
+  Tensor h = max_pool2d(bn1->forward_relu(conv1->forward(in)), mp);
   h = layer4->forward(layer3->forward(layer2->forward(layer1->forward(h))));
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
   return fc->forward(h);
@@ -90,8 +89,7 @@ BasicBlock::BasicBlock(int64_t in, int64_t planes_, int64_t stride_)
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
-  h = bn2->forward(conv2->forward(h));
+  Tensor h = bn1->forward_relu(conv1->forward(x));
   Tensor shortcut = x;
   if (stride != 1)  // option A: the pixels the strided convolution is centred on
     shortcut = x.slice(2, 0, x.shape()[2], stride).slice(3, 0, x.shape()[3], stride);
@@ -104,7 +102,7 @@ Tensor BasicBlock::forward(const Tensor& x) {
     parts.push_back(zeros({s[0], hi, s[2], s[3]}, shortcut.options()));
     shortcut = concat(parts, 1);
   }
-  return relu(add(h, shortcut));
+  return bn2->forward_relu(conv2->forward(h), shortcut);
 }
 
 CifarResNet::CifarResNet(const CifarResNetOptions& o) : Module("CifarResNet"), options(o) {
@@ -140,7 +138,7 @@ Tensor CifarResNet::forward(const Tensor& x) {
   NN_CHECK(x.dim() == 4 && x.shape()[1] == 3, "CifarResNet: input must be (N, 3, H, W), got ",
            shape_str(x.shape()));
   const Tensor in = options.channels_last() ? x.contiguous(MemoryFormat::channels_last) : x;
-  Tensor h = relu(bn1->forward(conv1->forward(in)));
+  Tensor h = bn1->forward_relu(conv1->forward(in));
   h = layer3->forward(layer2->forward(layer1->forward(h)));
   return fc->forward(adaptive_avg_pool2d(h, {1, 1}).flatten(1));
 }

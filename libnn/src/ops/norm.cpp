@@ -29,44 +29,88 @@ void check_same_dtype(const Tensor& weight, const Tensor& bias, const char* op) 
 }
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
-  check_defined(x, "batch_norm");
-  check_floating(x, "batch_norm");
-  NN_CHECK(x.dim() >= 2, "batch_norm: input must be (N, C, ...), got ", shape_str(x.shape()));
+namespace {
+// batch_norm, and with relu set, max(batch_norm(x) + residual, 0) in one backend call.
+Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, bool relu,
+                       const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps) {
+  check_defined(x, op);
+  check_floating(x, op);
+  NN_CHECK(x.dim() >= 2, op, ": input must be (N, C, ...), got ", shape_str(x.shape()));
   const int64_t C = x.shape()[1];
-  check_param(x, weight, C, "batch_norm", "weight");
-  check_param(x, bias, C, "batch_norm", "bias");
-  check_param(x, running_mean, C, "batch_norm", "running_mean");
-  check_param(x, running_var, C, "batch_norm", "running_var");
-  check_same_dtype(weight, bias, "batch_norm");
+  check_param(x, weight, C, op, "weight");
+  check_param(x, bias, C, op, "bias");
+  check_param(x, running_mean, C, op, "running_mean");
+  check_param(x, running_var, C, op, "running_var");
+  check_same_dtype(weight, bias, op);
   NN_CHECK(training || (running_mean.defined() && running_var.defined()),
-           "batch_norm: eval mode needs running_mean and running_var");
-  NN_CHECK(!training || C == 0 || x.numel() / C > 1, "batch_norm: training needs more than one value per "
+           op, ": eval mode needs running_mean and running_var");
+  NN_CHECK(!training || C == 0 || x.numel() / C > 1, op, ": training needs more than one value per "
            "channel, got input ", shape_str(x.shape()));
+  if (residual.defined()) {
+    check_pair(x, residual, op);
+    NN_CHECK(residual.shape() == x.shape(), op, ": residual of shape ",
+             shape_str(residual.shape()), ", input of shape ", shape_str(x.shape()),
+             "; they must match");
+  }
   // channels-last stays channels-last (computed in cf, see compute_format)
   const MemoryFormat f = format_of(x), cf = compute_format(x);
   Tensor xc = raw_format(x, cf);
+  Tensor zc = residual.defined() ? raw_format(residual, cf) : Tensor();
   Tensor out = empty(x.shape(), x.options(), cf);
   const TensorOptions so = x.options().dtype(stat_dtype(x));
   Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
-  backend::of(x).batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out,
-                                    save_mean, save_invstd);
+  backend::Backend& be = backend::of(x);
+  if (relu)
+    be.batch_norm_relu_forward(xc, zc, weight, bias, rm, rv, training, momentum, eps, out,
+                               save_mean, save_invstd);
+  else
+    be.batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out, save_mean,
+                          save_invstd);
+  const Tensor y = out.detach();  // in cf: the ReLU's mask for the backward
   out = raw_format(out, f);
-  record("batch_norm", {x, weight, bias}, out,
+  record(op, {x, weight, bias, residual}, out,
          [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(),
-          bs = bias.defined() ? bias.detach() : Tensor(), save_mean, save_invstd, training, f,
-          cf](const Tensor& g, auto& need) {
-    Tensor gx = need[0] ? empty(xs.shape(), xs.options(), cf) : Tensor();
-    Tensor gw = need[1] ? empty(ws.shape(), ws.options()) : Tensor();
-    Tensor gb = need[2] ? empty(bs.shape(), bs.options()) : Tensor();
-    backend::of(g).batch_norm_backward(raw_format(g, cf), xs, ws, save_mean, save_invstd,
-                                       training, gx, gw, gb);
-    return std::vector<Tensor>{gx.defined() ? raw_format(gx, f) : gx, gw, gb};
+          bs = bias.defined() ? bias.detach() : Tensor(), ys = relu ? y : Tensor(), save_mean,
+          save_invstd, training, f, cf](const Tensor& g, auto& need) {
+    auto grad_like = [&](bool needed, const Tensor& t) {
+      return needed ? empty(t.shape(), t.options(), t.dim() == 4 ? cf : MemoryFormat::contiguous)
+                    : Tensor();
+    };
+    Tensor gx = grad_like(need[0], xs), gw = grad_like(need[1], ws), gb = grad_like(need[2], bs);
+    Tensor gz = grad_like(need[3], xs);
+    backend::Backend& b = backend::of(g);
+    if (ys.defined())
+      b.batch_norm_relu_backward(raw_format(g, cf), ys, xs, ws, save_mean, save_invstd, training,
+                                 gx, gz, gw, gb);
+    else
+      b.batch_norm_backward(raw_format(g, cf), xs, ws, save_mean, save_invstd, training, gx, gw,
+                            gb);
+    auto back = [&](const Tensor& t) { return t.defined() ? raw_format(t, f) : t; };
+    return std::vector<Tensor>{back(gx), gw, gb, back(gz)};
   });
   return out;
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  return batch_norm_impl("batch_norm", x, Tensor(), false, running_mean, running_var, weight,
+                         bias, training, momentum, eps);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                       const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                       bool training, double momentum, double eps) {
+  if (residual.defined() && x.defined() && residual.dtype() != x.dtype())  // add's promotion
+    return relu(add(batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+                               eps),
+                    residual));
+  return batch_norm_impl("batch_norm_relu", x, residual, true, running_mean, running_var, weight,
+                         bias, training, momentum, eps);
 }
 
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,

@@ -156,9 +156,40 @@ BnMap<T> bn_channel(const BnArgs<T>& p, int64_t c, double mean, double var, int6
 // Channels-last: rows of C channels, each channel's sums vectorised across the channels.
 // D is the data's type (x, y, gradients), T the parameters' and statistics': both T, or bf16
 // data with f32 parameters (computed in f32, each result rounded once).
+// The forward's epilogue: y = max(bn(x) + z, 0) with z and the ReLU each optional (z null:
+// none), computed in T and rounded once.
+template <typename D, typename T>
+struct BnTail {
+  const D* z;
+  bool relu;
+  // row or channel run [0, n) of y = tail(f(x)), f being map(i)
+  template <typename Map>
+  void apply(int64_t n, const D* x, const D* zr, D* o, Map map) const {
+    if (!zr && !relu) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) put(o[i], map(i)(T(x[i])));
+    } else if (!zr) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const T v = map(i)(T(x[i]));
+        put(o[i], v > T(0) ? v : T(0));
+      }
+    } else if (relu) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const T v = map(i)(T(x[i])) + T(zr[i]);
+        put(o[i], v > T(0) ? v : T(0));
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) put(o[i], map(i)(T(x[i])) + T(zr[i]));
+    }
+  }
+};
+
 template <typename D, typename T>
 void bn_forward_nhwc(int64_t R, int64_t C, const D* px, const BnArgs<T>& p, bool training,
-                     double momentum, double eps, D* po) {
+                     double momentum, double eps, const BnTail<D, T>& tail, D* po) {
   std::vector<double> mean(size_t(C), 0.0), var(size_t(C), 0.0);
   if (training) channel_moments(R, C, px, mean, var);
   // the maps' parts as arrays, so the loop below vectorises across channels
@@ -169,25 +200,57 @@ void bn_forward_nhwc(int64_t R, int64_t C, const D* px, const BnArgs<T>& p, bool
   }
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
-      const D* x = px + r * C;
-      D* o = po + r * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) put(o[c], BnMap<T>{a[c], hi[c], lo[c], b[c]}(T(x[c])));
+      tail.apply(C, px + r * C, tail.z ? tail.z + r * C : nullptr, po + r * C,
+                 [&](int64_t c) { return BnMap<T>{a[c], hi[c], lo[c], b[c]}; });
     }
   });
 }
 
-template <typename D, typename T>
-void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* pw, const T* sm,
-                      const T* si, bool training, D* gx, T* gw, T* gb) {
+// The gradient batch norm's output gets, read as B: grad, or where the forward ended in a
+// ReLU (kMask) whose output was y, grad where y > 0. A compile-time choice, so that the loops
+// vectorise (a test of y per element would keep them scalar).
+template <bool kMask, typename B, typename D>
+inline B masked(const D* g, const D* y, int64_t i) {
+  const B v = B(g[i]);  // read unconditionally: a load under the condition stays scalar
+  if constexpr (kMask) return B(y[i]) > B(0) ? v : B(0);
+  else return v;
+}
+
+// o = keep ? g : 0, copied as it is stored (16-bit values as their bits: no rounding to do).
+template <typename D>
+inline void copy_or_zero(const D& g, bool keep, D& o) {
+  if constexpr (std::is_same_v<D, BFloat16> || std::is_same_v<D, Half>) {
+    const uint16_t b = g.bits;
+    o.bits = keep ? b : uint16_t(0);
+  } else {
+    const D v = g;
+    o = keep ? v : D(0);
+  }
+}
+
+// kZ: the residual's gradient gz (the masked grad) is wanted. The sweep that sums then writes
+// it, and the dx pass reads it back in place of grad and y: one stream fewer than masking
+// again.
+template <bool kMask, bool kZ, typename D, typename T>
+void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* py, const D* px, const T* pw,
+                      const T* sm, const T* si, bool training, D* gx, D* gz, T* gw, T* gb) {
   using A = BnAcc<D>;
   // sum(g) and sum(g * (x - mean)) per channel, in one sweep
   std::vector<double> part(size_t(row_block_slots(R, C) * 2 * C), 0.0);
   auto block_sums = [&]<typename B>(int64_t r0, int64_t r1, std::vector<double>& bs) {
     std::fill(bs.begin(), bs.end(), 0.0);
     add_row_sums(
-        r0, r1, C, [&](int64_t r, int64_t c) { return B(pg[r * C + c]); }, bs.data(),
-        [&](int64_t r, int64_t c) { return B(pg[r * C + c]) * (B(px[r * C + c]) - B(sm[c])); },
+        r0, r1, C,
+        [&](int64_t r, int64_t c) {
+          const int64_t i = r * C + c;
+          const B v = masked<kMask, B>(pg, py, i);
+          if constexpr (kZ) copy_or_zero(pg[i], kMask ? B(py[i]) > B(0) : true, gz[i]);
+          return v;
+        },
+        bs.data(),
+        [&](int64_t r, int64_t c) {
+          return masked<kMask, B>(pg, py, r * C + c) * (B(px[r * C + c]) - B(sm[c]));
+        },
         bs.data() + C);
   };
   const int64_t slots = for_row_blocks(R, C, [&](int64_t t, int64_t r0, int64_t r1) {
@@ -214,18 +277,22 @@ void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* p
     mu[c] = A(sm[c]);
   }
   if (!gx) return;
+  // the masked grad: gz where the sweep wrote it, else grad masked by y again
+  constexpr bool kMaskDx = kMask && !kZ;
+  const D* pgm = kZ ? gz : pg;
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const D* x = px + r * C;
-      const D* g = pg + r * C;
+      const D* g = pgm + r * C;
+      const D* y = kMaskDx ? py + r * C : nullptr;
       D* d = gx + r * C;
       if (training) {
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c)
-          put(d[c], k1[c] * mul_add(mu[c] - A(x[c]), k3[c], A(g[c]) - k2[c]));
+          put(d[c], k1[c] * mul_add(mu[c] - A(x[c]), k3[c], masked<kMaskDx, A>(g, y, c) - k2[c]));
       } else {
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) put(d[c], T(g[c]) * T(k1[c]));
+        for (int64_t c = 0; c < C; ++c) put(d[c], masked<kMaskDx, T>(g, y, c) * T(k1[c]));
       }
     }
   });
@@ -233,15 +300,16 @@ void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* px, const T* p
 
 template <typename D, typename T>
 void bn_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                Tensor& running_var, bool training, double momentum, double eps, Tensor& out,
-                Tensor& save_mean, Tensor& save_invstd) {
+                Tensor& running_var, bool training, double momentum, double eps,
+                const BnTail<D, T>& tail, Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
   const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
   const D* px = x.data<D>();
   D* po = out.data<D>();
   const BnArgs<T> args{opt<T>(weight), opt<T>(bias), opt_mut<T>(running_mean),
                        opt_mut<T>(running_var), save_mean.data<T>(), save_invstd.data<T>()};
   const int64_t count = N * S;
-  if (is_channels_last(x)) return bn_forward_nhwc(count, C, px, args, training, momentum, eps, po);
+  if (is_channels_last(x))
+    return bn_forward_nhwc(count, C, px, args, training, momentum, eps, tail, po);
   parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c) {
       double mean = 0, var = 0;
@@ -265,60 +333,75 @@ void bn_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tenso
       }
       const BnMap<T> f = bn_channel(args, c, mean, var, count, training, momentum, eps);
       for (int64_t n = 0; n < N; ++n) {
-        const D* p = px + (n * C + c) * S;
-        D* o = po + (n * C + c) * S;
-#pragma omp simd
-        for (int64_t k = 0; k < S; ++k) put(o[k], f(T(p[k])));
+        const int64_t at = (n * C + c) * S;
+        tail.apply(S, px + at, tail.z ? tail.z + at : nullptr, po + at,
+                   [&](int64_t) { return f; });
       }
     }
   });
 }
 
-template <typename D, typename T>
-void bn_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+// y: the forward's output where it ended in a ReLU (undefined: it did not); grad_z: the
+// residual's gradient, the masked grad (undefined: not wanted).
+template <bool kMask, typename D, typename T>
+void bn_backward(const Tensor& grad, const Tensor& y, const Tensor& x, const Tensor& weight,
                  const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                 Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) {
+                 Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) {
   const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
   const D* px = x.data<D>();
   const D* pg = grad.data<D>();
+  const D* py = opt<D>(y);
+  D* gz = opt_mut<D>(grad_z);
   const T* pw = opt<T>(weight);
   const T* sm = save_mean.data<T>();
   const T* si = save_invstd.data<T>();
   D* gx = opt_mut<D>(grad_x);
   T* gw = opt_mut<T>(grad_weight);
   T* gb = opt_mut<T>(grad_bias);
-  if (is_channels_last(x)) return bn_backward_nhwc(N * S, C, pg, px, pw, sm, si, training, gx, gw, gb);
+  if (is_channels_last(x))
+    return gz ? bn_backward_nhwc<kMask, true>(N * S, C, pg, py, px, pw, sm, si, training, gx, gz,
+                                              gw, gb)
+              : bn_backward_nhwc<kMask, false>(N * S, C, pg, py, px, pw, sm, si, training, gx,
+                                               gz, gw, gb);
   const double count = double(N * S);
   parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c) {
       const double mean = sm[c], inv = si[c];
       double sg = 0, sgx = 0;  // sum(g), sum(g * xhat)
       for (int64_t n = 0; n < N; ++n) {
-        const D* p = px + (n * C + c) * S;
-        const D* g = pg + (n * C + c) * S;
+        const int64_t at = (n * C + c) * S;
+        const D* p = px + at;
+        const D* g = pg + at;
+        const D* y = py ? py + at : nullptr;
 #pragma omp simd reduction(+ : sg, sgx)
         for (int64_t k = 0; k < S; ++k) {
-          sg += double(g[k]);
-          sgx += double(g[k]) * (double(p[k]) - mean);
+          const double gk = masked<kMask, double>(g, y, k);
+          sg += gk;
+          sgx += gk * (double(p[k]) - mean);
         }
       }
       sgx *= inv;  // sum(g * xhat), the common factor taken out of the loop
       if (gw) gw[c] = T(sgx);
       if (gb) gb[c] = T(sg);
-      if (!gx) continue;
+      if (!gx && !gz) continue;
       const double w = pw ? pw[c] : 1.0;
       for (int64_t n = 0; n < N; ++n) {
-        const D* p = px + (n * C + c) * S;
-        const D* g = pg + (n * C + c) * S;
-        D* d = gx + (n * C + c) * S;
+        const int64_t at = (n * C + c) * S;
+        const D* p = px + at;
+        const D* g = pg + at;
+        const D* y = py ? py + at : nullptr;
+        if (gz)
+          for (int64_t k = 0; k < S; ++k) put(gz[at + k], masked<kMask, double>(g, y, k));
+        if (!gx) continue;
+        D* d = gx + at;
         if (training) {
           // dx = w * inv / m * (m * g - sum(g) - xhat * sum(g * xhat))
           const double k1 = w * inv, k2 = sg / count, k3 = sgx / count;
           for (int64_t k = 0; k < S; ++k)
-            put(d[k], T(k1 * (double(g[k]) - k2 - (double(p[k]) - mean) * inv * k3)));
+            put(d[k], T(k1 * (masked<kMask, double>(g, y, k) - k2 - (double(p[k]) - mean) * inv * k3)));
         } else {
           const T k1 = T(w * inv);
-          for (int64_t k = 0; k < S; ++k) put(d[k], T(g[k]) * k1);
+          for (int64_t k = 0; k < S; ++k) put(d[k], masked<kMask, T>(g, y, k) * k1);
         }
       }
     }
@@ -327,31 +410,68 @@ void bn_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
 }  // namespace
 
 // bf16 data with f32 parameters and statistics (what autocast gives, sent natively by the
-// upcast16 layer), else one float type throughout.
+// upcast16 layer), else one float type throughout. Plain batch norm is the fused one without
+// residual and ReLU.
+namespace {
+template <typename F>
+void dispatch_bn(DType t, const char* name, F&& f) {
+  if (t == DType::bf16) return f.template operator()<BFloat16, float>();
+  dispatch_float(t, name, [&]<typename T>() { f.template operator()<T, T>(); });
+}
+void bn_forward_any(const Tensor& x, const Tensor& z, bool relu, const Tensor& weight,
+                    const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training,
+                    double momentum, double eps, Tensor& out, Tensor& save_mean,
+                    Tensor& save_invstd) {
+  dispatch_bn(x.dtype(), "batch_norm", [&]<typename D, typename T>() {
+    bn_forward<D, T>(x, weight, bias, running_mean, running_var, training, momentum, eps,
+                     BnTail<D, T>{opt<D>(z), relu}, out, save_mean, save_invstd);
+  });
+}
+void bn_backward_any(const Tensor& grad, const Tensor& out, const Tensor& x, const Tensor& weight,
+                     const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                     Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) {
+  dispatch_bn(x.dtype(), "batch_norm_backward", [&]<typename D, typename T>() {
+    auto run = [&]<bool kMask>() {
+      bn_backward<kMask, D, T>(grad, out, x, weight, save_mean, save_invstd, training, grad_x,
+                               grad_z, grad_weight, grad_bias);
+    };
+    if (out.defined()) run.template operator()<true>();
+    else run.template operator()<false>();
+  });
+}
+}  // namespace
+
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     Tensor& running_mean, Tensor& running_var, bool training,
                                     double momentum, double eps, Tensor& out, Tensor& save_mean,
                                     Tensor& save_invstd) {
-  if (x.dtype() == DType::bf16)
-    return bn_forward<BFloat16, float>(x, weight, bias, running_mean, running_var, training,
-                                       momentum, eps, out, save_mean, save_invstd);
-  dispatch_float(x.dtype(), "batch_norm", [&]<typename T>() {
-    bn_forward<T, T>(x, weight, bias, running_mean, running_var, training, momentum, eps, out,
-                     save_mean, save_invstd);
-  });
+  bn_forward_any(x, Tensor(), false, weight, bias, running_mean, running_var, training, momentum,
+                 eps, out, save_mean, save_invstd);
+}
+void CpuBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
+                                         const Tensor& bias, Tensor& running_mean,
+                                         Tensor& running_var, bool training, double momentum,
+                                         double eps, Tensor& out, Tensor& save_mean,
+                                         Tensor& save_invstd) {
+  bn_forward_any(x, z, true, weight, bias, running_mean, running_var, training, momentum, eps,
+                 out, save_mean, save_invstd);
 }
 
 void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                      const Tensor& save_mean, const Tensor& save_invstd,
                                      bool training, Tensor& grad_x, Tensor& grad_weight,
                                      Tensor& grad_bias) {
-  if (x.dtype() == DType::bf16)
-    return bn_backward<BFloat16, float>(grad, x, weight, save_mean, save_invstd, training, grad_x,
-                                        grad_weight, grad_bias);
-  dispatch_float(x.dtype(), "batch_norm_backward", [&]<typename T>() {
-    bn_backward<T, T>(grad, x, weight, save_mean, save_invstd, training, grad_x, grad_weight,
-                      grad_bias);
-  });
+  Tensor no_z;
+  bn_backward_any(grad, Tensor(), x, weight, save_mean, save_invstd, training, grad_x, no_z,
+                  grad_weight, grad_bias);
+}
+void CpuBackend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
+                                          const Tensor& weight, const Tensor& save_mean,
+                                          const Tensor& save_invstd, bool training,
+                                          Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight,
+                                          Tensor& grad_bias) {
+  bn_backward_any(grad, out, x, weight, save_mean, save_invstd, training, grad_x, grad_z,
+                  grad_weight, grad_bias);
 }
 
 namespace {
