@@ -11,7 +11,7 @@
 # Steps, in the order they run: build, test, memcheck, kernels (bandwidth and attention
 # microbenchmarks), mnist (MNIST CNN, 3 epochs, against PyTorch), resnet (ResNet-50 FP32/FP16/
 # BF16 at batch 128 and 256 against PyTorch, and the 200-step loss curves), extras (NCHW
-# ResNet-50, its convolutions layer by layer, the MNIST CNN's precisions, CIFAR ResNet-20
+# ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by layer, the MNIST CNN's precisions, CIFAR ResNet-20
 # against PyTorch), text (MLP and BERT-base at 2..20,000 classes against PyTorch). `bench` is kernels mnist resnet extras
 # text; `all` is every step.
 #
@@ -85,9 +85,9 @@ if want test; then
   "$bdir/bin/libnn_tests" "[cuda]" > "$OUT/cuda_tests.log" 2>&1
   rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 ]]; then  # triage: the same tests with the paths not yet run before 2026-11-24 off
-    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 "$bdir/bin/libnn_tests" "[cuda]" \
+    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 "$bdir/bin/libnn_tests" "[cuda]" \
       > "$OUT/cuda_tests_fallbacks.log" 2>&1
-    log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0: exit $? $(tail -2 \
+    log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0: exit $? $(tail -2 \
       "$OUT/cuda_tests_fallbacks.log" | tr '\n' ' ')"
   fi
 fi
@@ -173,6 +173,10 @@ if want extras; then
   log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the resnet step's runs are NHWC)"
   "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
       --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
+      2>&1 | tee -a "$OUT/summary.md"
+  log "What the fused batch norm + residual + ReLU buys: ResNet-50 FP16 at batch 256 with cuDNN's fused kernels off (LIBNN_CUDNN_BN_FUSED=0; the resnet step's runs have them on)"
+  LIBNN_CUDNN_BN_FUSED=0 "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 256 --num-batches 30 \
+      --num-warmup-batches 5 --precisions fp16 --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json" \
       2>&1 | tee -a "$OUT/summary.md"
   log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
   for prec in fp16 fp32; do

@@ -8,7 +8,9 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -512,6 +514,89 @@ cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, in
   }
   return CUDNN_STATUS_SUCCESS;
 }
+
+// Training batch norm, per channel over (N, H, W): y = alpha * f(bn(x) [+ z]) + beta * y, f
+// the ReLU when `mask` is given (its bits set where the value before it was positive), else
+// the identity. Updates the running statistics and saves mean and 1/std.
+struct BnForward {
+  const TensorDesc& x;
+  const void *X, *Z;
+  void* Y;
+  Ty pt;
+  const void *scale, *bias;
+  double factor;
+  void *running_mean, *running_var;
+  double eps;
+  void *save_mean, *save_invstd;
+  double a, b;
+  uint8_t* mask;
+};
+void bn_forward(const BnForward& p) {
+  const TensorDesc& x = p.x;
+  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
+    const double m = double(idx.size());
+    double mean = 0, var = 0;
+    for (int64_t i : idx) mean += get(x.ty, p.X, i);
+    mean /= m;
+    for (int64_t i : idx) var += (get(x.ty, p.X, i) - mean) * (get(x.ty, p.X, i) - mean);
+    var /= m;
+    const double invstd = 1.0 / std::sqrt(var + p.eps);
+    const double w = get(p.pt, p.scale, c), bi = get(p.pt, p.bias, c);
+    for (int64_t i : idx) {
+      double v = (get(x.ty, p.X, i) - mean) * invstd * w + bi + (p.Z ? get(x.ty, p.Z, i) : 0.0);
+      if (p.mask) {
+        const uint8_t bit = uint8_t(1u << (i % 8));
+        p.mask[i / 8] = uint8_t(v > 0 ? p.mask[i / 8] | bit : p.mask[i / 8] & ~bit);
+        v = v > 0 ? v : 0.0;
+      }
+      put(x.ty, p.Y, i, p.a * v + (p.b != 0 ? p.b * get(x.ty, p.Y, i) : 0.0));
+    }
+    if (p.running_mean)
+      put(p.pt, p.running_mean, c, (1 - p.factor) * get(p.pt, p.running_mean, c) + p.factor * mean);
+    if (p.running_var)
+      put(p.pt, p.running_var, c,
+          (1 - p.factor) * get(p.pt, p.running_var, c) +
+              p.factor * var * m / std::max(1.0, m - 1));
+    if (p.save_mean) put(p.pt, p.save_mean, c, mean);
+    if (p.save_invstd) put(p.pt, p.save_invstd, c, invstd);
+  });
+}
+// Its backward from the saved statistics; with `mask`, dy is first masked by the ReLU's bits
+// (and written to dZ when given).
+struct BnBackward {
+  const TensorDesc& x;
+  const void *X, *dY;
+  void *dX, *dZ;
+  Ty pt;
+  const void *scale, *save_mean, *save_invstd;
+  void *dscale, *dbias;
+  double ad, bd, ap, bp;
+  const uint8_t* mask;
+};
+void bn_backward(const BnBackward& p) {
+  const TensorDesc& x = p.x;
+  auto dy = [&](int64_t i) {
+    return !p.mask || (p.mask[i / 8] >> (i % 8)) & 1u ? get(x.ty, p.dY, i) : 0.0;
+  };
+  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
+    const double m = double(idx.size()), mean = get(p.pt, p.save_mean, c),
+                 invstd = get(p.pt, p.save_invstd, c), w = get(p.pt, p.scale, c);
+    double sg = 0, sgx = 0;
+    for (int64_t i : idx) {
+      const double g = dy(i), xh = (get(x.ty, p.X, i) - mean) * invstd;
+      sg += g;
+      sgx += g * xh;
+      if (p.dZ) put(x.ty, p.dZ, i, g);
+    }
+    for (int64_t i : idx) {
+      const double xh = (get(x.ty, p.X, i) - mean) * invstd;
+      const double g = w * invstd * (dy(i) - sg / m - xh * sgx / m);
+      put(x.ty, p.dX, i, p.ad * g + (p.bd != 0 ? p.bd * get(x.ty, p.dX, i) : 0.0));
+    }
+    put(p.pt, p.dscale, c, p.ap * sgx + (p.bp != 0 ? p.bp * get(p.pt, p.dscale, c) : 0.0));
+    put(p.pt, p.dbias, c, p.ap * sg + (p.bp != 0 ? p.bp * get(p.pt, p.dbias, c) : 0.0));
+  });
+}
 }  // namespace
 extern "C" {
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
@@ -563,27 +648,8 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
   if (mode != CUDNN_BATCHNORM_SPATIAL || unlike(x, y) || eps < CUDNN_BN_MIN_EPSILON)
     return CUDNN_STATUS_BAD_PARAM;
   const bool f64 = x.ty == Ty::f64;
-  const double a = scalar(f64, alpha), b = scalar(f64, beta);
-  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
-    const double m = double(idx.size());
-    double mean = 0, var = 0;
-    for (int64_t i : idx) mean += get(x.ty, X, i);
-    mean /= m;
-    for (int64_t i : idx) var += (get(x.ty, X, i) - mean) * (get(x.ty, X, i) - mean);
-    var /= m;
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    const double w = get(pt, scale, c), bi = get(pt, bias, c);
-    for (int64_t i : idx)
-      put(y.ty, Y, i, a * ((get(x.ty, X, i) - mean) * invstd * w + bi) +
-                          (b != 0 ? b * get(y.ty, Y, i) : 0.0));
-    if (running_mean)
-      put(pt, running_mean, c, (1 - factor) * get(pt, running_mean, c) + factor * mean);
-    if (running_var)
-      put(pt, running_var, c,
-          (1 - factor) * get(pt, running_var, c) + factor * var * m / std::max(1.0, m - 1));
-    if (save_mean) put(pt, save_mean, c, mean);
-    if (save_invstd) put(pt, save_invstd, c, invstd);
-  });
+  bn_forward({x, X, nullptr, Y, pt, scale, bias, factor, running_mean, running_var, eps, save_mean,
+              save_invstd, scalar(f64, alpha), scalar(f64, beta), nullptr});
   return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN batch norm");
 }
 cudnnStatus_t cudnnBatchNormalizationForwardInference(
@@ -621,26 +687,122 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
       eps < CUDNN_BN_MIN_EPSILON || !save_mean || !save_invstd)
     return CUDNN_STATUS_NOT_SUPPORTED;  // the library always passes the saved statistics
   const bool f64 = x.ty == Ty::f64;
-  const double ad = scalar(f64, alpha_d), bd = scalar(f64, beta_d), ap = scalar(f64, alpha_p),
-               bp = scalar(f64, beta_p);
-  per_channel(x, [&](int c, const std::vector<int64_t>& idx) {
-    const double m = double(idx.size()), mean = get(pt, save_mean, c),
-                 invstd = get(pt, save_invstd, c), w = get(pt, scale, c);
-    double sg = 0, sgx = 0;
-    for (int64_t i : idx) {
-      const double g = get(dy.ty, dY, i), xh = (get(x.ty, X, i) - mean) * invstd;
-      sg += g;
-      sgx += g * xh;
-    }
-    for (int64_t i : idx) {
-      const double xh = (get(x.ty, X, i) - mean) * invstd;
-      const double g = w * invstd * (get(dy.ty, dY, i) - sg / m - xh * sgx / m);
-      put(dx.ty, dX, i, ad * g + (bd != 0 ? bd * get(dx.ty, dX, i) : 0.0));
-    }
-    put(pt, dscale, c, ap * sgx + (bp != 0 ? bp * get(pt, dscale, c) : 0.0));
-    put(pt, dbias, c, ap * sg + (bp != 0 ? bp * get(pt, dbias, c) : 0.0));
-  });
+  bn_backward({x, X, dY, dX, nullptr, pt, scale, save_mean, save_invstd, dscale, dbias,
+               scalar(f64, alpha_d), scalar(f64, beta_d), scalar(f64, alpha_p),
+               scalar(f64, beta_p), nullptr});
   return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN batch norm");
+}
+
+
+}  // extern "C"
+
+namespace {
+struct ActDesc {
+  cudnnActivationMode_t mode = CUDNN_ACTIVATION_RELU;
+};
+constexpr size_t kFusedBnWorkspace = 256;  // asked for, so that callers allocate and pass one
+const TensorDesc* desc(cudnnTensorDescriptor_t d) { return reinterpret_cast<const TensorDesc*>(d); }
+bool fused_bn_supported(cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops,
+                        cudnnActivationDescriptor_t act,
+                        std::initializer_list<cudnnTensorDescriptor_t> ds) {
+  if (mode != CUDNN_BATCHNORM_SPATIAL_PERSISTENT || ops == CUDNN_BATCHNORM_OPS_BN) return false;
+  if (!act || reinterpret_cast<const ActDesc*>(act)->mode != CUDNN_ACTIVATION_RELU) return false;
+  const TensorDesc* first = desc(*ds.begin());
+  for (cudnnTensorDescriptor_t d : ds) {
+    if (!d) continue;
+    const TensorDesc& t = *desc(d);
+    if (t.format != CUDNN_TENSOR_NHWC || t.ty != Ty::f16 || unlike(t, *first)) return false;
+  }
+  return first->c % 4 == 0;
+}
+size_t mask_bytes(const TensorDesc& x) { return size_t((count(x) + 7) / 8); }
+}  // namespace
+
+extern "C" {
+
+// The fused NHWC kernels behind the ...Ex calls, as cuDNN documents them: training only, mode
+// CUDNN_BATCHNORM_SPATIAL_PERSISTENT, x, z, y, dy, dz and dx fully packed NHWC f16, channels a
+// multiple of 4 when an activation is fused, a ReLU activation, workspace and reserve space
+// of at least the sizes asked for; else CUDNN_STATUS_NOT_SUPPORTED (the caller falls back).
+// The reserve space holds the ReLU's mask as bits, written forward and read backward, so a
+// backward given another call's reserve, or none, computes wrong gradients.
+cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* d) {
+  *d = reinterpret_cast<cudnnActivationDescriptor_t>(new ActDesc);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d, cudnnActivationMode_t mode,
+                                           cudnnNanPropagation_t, double) {
+  reinterpret_cast<ActDesc*>(d)->mode = mode;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t d) {
+  delete reinterpret_cast<ActDesc*>(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+
+cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, cudnnTensorDescriptor_t xd,
+    cudnnTensorDescriptor_t zd, cudnnTensorDescriptor_t yd, cudnnTensorDescriptor_t,
+    cudnnActivationDescriptor_t act, size_t* bytes) {
+  if (!fused_bn_supported(mode, ops, act, {xd, zd, yd})) return CUDNN_STATUS_NOT_SUPPORTED;
+  *bytes = kFusedBnWorkspace;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, cudnnTensorDescriptor_t xd,
+    cudnnTensorDescriptor_t yd, cudnnTensorDescriptor_t dyd, cudnnTensorDescriptor_t dzd,
+    cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t act,
+    size_t* bytes) {
+  if (!fused_bn_supported(mode, ops, act, {xd, yd, dyd, dzd, dxd}))
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  *bytes = kFusedBnWorkspace;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops,
+    cudnnActivationDescriptor_t act, cudnnTensorDescriptor_t xd, size_t* bytes) {
+  if (!fused_bn_supported(mode, ops, act, {xd})) return CUDNN_STATUS_NOT_SUPPORTED;
+  *bytes = mask_bytes(*desc(xd));
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const void* alpha,
+    const void* beta, cudnnTensorDescriptor_t xd, const void* X, cudnnTensorDescriptor_t zd,
+    const void* Z, cudnnTensorDescriptor_t yd, void* Y, cudnnTensorDescriptor_t pd,
+    const void* scale, const void* bias, double factor, void* running_mean, void* running_var,
+    double eps, void* save_mean, void* save_invstd, cudnnActivationDescriptor_t act, void* ws,
+    size_t ws_bytes, void* reserve, size_t reserve_bytes) {
+  const bool add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  if (!fused_bn_supported(mode, ops, act, {xd, add ? zd : nullptr, yd}) || (add && !Z) || !ws ||
+      ws_bytes < kFusedBnWorkspace || !reserve || reserve_bytes < mask_bytes(*desc(xd)) ||
+      eps < CUDNN_BN_MIN_EPSILON)
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  bn_forward({*desc(xd), X, add ? Z : nullptr, Y, desc(pd)->ty, scale, bias, factor, running_mean,
+              running_var, eps, save_mean, save_invstd, scalar(false, alpha), scalar(false, beta),
+              static_cast<uint8_t*>(reserve)});
+  return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN fused batch norm");
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackwardEx(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const void* alpha_d,
+    const void* beta_d, const void* alpha_p, const void* beta_p, cudnnTensorDescriptor_t xd,
+    const void* X, cudnnTensorDescriptor_t yd, const void* Y, cudnnTensorDescriptor_t dyd,
+    const void* dY, cudnnTensorDescriptor_t dzd, void* dZ, cudnnTensorDescriptor_t dxd, void* dX,
+    cudnnTensorDescriptor_t pd, const void* scale, const void* bias, void* dscale, void* dbias,
+    double eps, const void* save_mean, const void* save_invstd, cudnnActivationDescriptor_t act,
+    void* ws, size_t ws_bytes, void* reserve, size_t reserve_bytes) {
+  const bool add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  if (!fused_bn_supported(mode, ops, act, {xd, yd, dyd, add ? dzd : nullptr, dxd}) ||
+      (add && !dZ) || !Y || !bias || !ws || ws_bytes < kFusedBnWorkspace || !reserve ||
+      reserve_bytes < mask_bytes(*desc(xd)) || eps < CUDNN_BN_MIN_EPSILON || !save_mean ||
+      !save_invstd)
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  bn_backward({*desc(xd), X, dY, dX, add ? dZ : nullptr, desc(pd)->ty, scale, save_mean,
+               save_invstd, dscale, dbias, scalar(false, alpha_d), scalar(false, beta_d),
+               scalar(false, alpha_p), scalar(false, beta_p), static_cast<const uint8_t*>(reserve)});
+  return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN fused batch norm backward");
 }
 
 }  // extern "C"

@@ -125,20 +125,23 @@ class Backend {
                                    bool training, Tensor& grad_x, Tensor& grad_weight,
                                    Tensor& grad_bias) = 0;  // undefined outputs are skipped
   // out = max(batch_norm(x) + z, 0): a ResNet block's batch norm, residual add and ReLU in
-  // one call. z is undefined (no residual) or has x's shape, layout and dtype. The default
-  // composes batch_norm_forward, binary and unary; a backend overrides it to save the passes.
+  // one call. z is undefined (no residual) or has x's shape, layout and dtype. reserve: what
+  // the backend keeps for the backward besides out (cuDNN's fused kernels: their ReLU mask),
+  // set by the call or left undefined. The default composes batch_norm_forward, binary and
+  // unary; a backend overrides it to save the passes.
   virtual void batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
                                        const Tensor& bias, Tensor& running_mean,
                                        Tensor& running_var, bool training, double momentum,
                                        double eps, Tensor& out, Tensor& save_mean,
-                                       Tensor& save_invstd);
-  // Its backward from out (the forward's result): grad where out > 0 is z's gradient (grad_z,
-  // skipped when undefined) and batch norm's output gradient; the rest as batch_norm_backward.
+                                       Tensor& save_invstd, Tensor& reserve);
+  // Its backward from out (the forward's result) and reserve: grad where out > 0 is z's
+  // gradient (grad_z: defined exactly when the forward had z) and batch norm's output
+  // gradient; the rest as batch_norm_backward, eps the forward's.
   virtual void batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
-                                        const Tensor& weight, const Tensor& save_mean,
-                                        const Tensor& save_invstd, bool training,
-                                        Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight,
-                                        Tensor& grad_bias);
+                                        const Tensor& weight, const Tensor& bias,
+                                        const Tensor& save_mean, const Tensor& save_invstd,
+                                        const Tensor& reserve, bool training, double eps, Tensor& grad_x,
+                                        Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias);
   // x (R, D): normalise each row. mean/rstd (R).
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   double eps, Tensor& out, Tensor& mean, Tensor& rstd) = 0;

@@ -191,13 +191,13 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "batch_norm_forward", "norm");
     inner_.batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
   }
-  void batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) override {
+  void batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) override {
     Timer t(*this, "batch_norm_relu_forward", "norm");
-    inner_.batch_norm_relu_forward(x, z, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
+    inner_.batch_norm_relu_forward(x, z, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd, reserve);
   }
-  void batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, bool training, Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) override {
+  void batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& reserve, bool training, double eps, Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) override {
     Timer t(*this, "batch_norm_relu_backward", "norm");
-    inner_.batch_norm_relu_backward(grad, out, x, weight, save_mean, save_invstd, training, grad_x, grad_z, grad_weight, grad_bias);
+    inner_.batch_norm_relu_backward(grad, out, x, weight, bias, save_mean, save_invstd, reserve, training, eps, grad_x, grad_z, grad_weight, grad_bias);
   }
   void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, bool training, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
     Timer t(*this, "batch_norm_backward", "norm");

@@ -34,7 +34,8 @@ void Backend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Te
                                       const Tensor& bias, Tensor& running_mean,
                                       Tensor& running_var, bool training, double momentum,
                                       double eps, Tensor& out, Tensor& save_mean,
-                                      Tensor& save_invstd) {
+                                      Tensor& save_invstd, Tensor& reserve) {
+  reserve = Tensor();
   batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, out,
                      save_mean, save_invstd);
   Tensor o = flat(out);
@@ -43,8 +44,9 @@ void Backend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Te
 }
 
 void Backend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
-                                       const Tensor& weight, const Tensor& save_mean,
-                                       const Tensor& save_invstd, bool training, Tensor& grad_x,
+                                       const Tensor& weight, const Tensor& /*bias*/,
+                                       const Tensor& save_mean, const Tensor& save_invstd,
+                                       const Tensor& /*reserve*/, bool training, double /*eps*/, Tensor& grad_x,
                                        Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) {
   // ReLU's backward reads its input's sign, which out's shares
   Tensor g = grad_z.defined() ? grad_z : empty(x.shape(), x.options(), format_of(x));

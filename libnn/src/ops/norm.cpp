@@ -63,9 +63,10 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
   backend::Backend& be = backend::of(x);
+  Tensor reserve;
   if (relu)
     be.batch_norm_relu_forward(xc, zc, weight, bias, rm, rv, training, momentum, eps, out,
-                               save_mean, save_invstd);
+                               save_mean, save_invstd, reserve);
   else
     be.batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out, save_mean,
                           save_invstd);
@@ -74,22 +75,25 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   record(op, {x, weight, bias, residual}, out,
          [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(),
           bs = bias.defined() ? bias.detach() : Tensor(), ys = relu ? y : Tensor(), save_mean,
-          save_invstd, training, f, cf](const Tensor& g, auto& need) {
+          save_invstd, reserve, has_z = zc.defined(), training, eps, f,
+          cf](const Tensor& g, auto& need) {
     auto grad_like = [&](bool needed, const Tensor& t) {
       return needed ? empty(t.shape(), t.options(), t.dim() == 4 ? cf : MemoryFormat::contiguous)
                     : Tensor();
     };
     Tensor gx = grad_like(need[0], xs), gw = grad_like(need[1], ws), gb = grad_like(need[2], bs);
-    Tensor gz = grad_like(need[3], xs);
+    // z's gradient whenever the forward added one, so the backend runs the backward of the
+    // forward it ran (cuDNN's fused kernels differ with and without z)
+    Tensor gz = grad_like(has_z, xs);
     backend::Backend& b = backend::of(g);
     if (ys.defined())
-      b.batch_norm_relu_backward(raw_format(g, cf), ys, xs, ws, save_mean, save_invstd, training,
-                                 gx, gz, gw, gb);
+      b.batch_norm_relu_backward(raw_format(g, cf), ys, xs, ws, bs, save_mean, save_invstd,
+                                 reserve, training, eps, gx, gz, gw, gb);
     else
       b.batch_norm_backward(raw_format(g, cf), xs, ws, save_mean, save_invstd, training, gx, gw,
                             gb);
     auto back = [&](const Tensor& t) { return t.defined() ? raw_format(t, f) : t; };
-    return std::vector<Tensor>{back(gx), gw, gb, back(gz)};
+    return std::vector<Tensor>{back(gx), gw, gb, need[3] ? back(gz) : Tensor()};
   });
   return out;
 }

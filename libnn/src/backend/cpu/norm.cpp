@@ -452,7 +452,8 @@ void CpuBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, const
                                          const Tensor& bias, Tensor& running_mean,
                                          Tensor& running_var, bool training, double momentum,
                                          double eps, Tensor& out, Tensor& save_mean,
-                                         Tensor& save_invstd) {
+                                         Tensor& save_invstd, Tensor& reserve) {
+  reserve = Tensor();  // the backward needs only out
   bn_forward_any(x, z, true, weight, bias, running_mean, running_var, training, momentum, eps,
                  out, save_mean, save_invstd);
 }
@@ -466,8 +467,9 @@ void CpuBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const 
                   grad_weight, grad_bias);
 }
 void CpuBackend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
-                                          const Tensor& weight, const Tensor& save_mean,
-                                          const Tensor& save_invstd, bool training,
+                                          const Tensor& weight, const Tensor& /*bias*/,
+                                          const Tensor& save_mean, const Tensor& save_invstd,
+                                          const Tensor& /*reserve*/, bool training, double /*eps*/,
                                           Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight,
                                           Tensor& grad_bias) {
   bn_backward_any(grad, out, x, weight, save_mean, save_invstd, training, grad_x, grad_z,

@@ -295,10 +295,10 @@ class Upcast16Backend final : public Backend {
     down(grad_weight32, grad_weight);
     down(grad_bias32, grad_bias);
   }
-  void batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) override {
+  void batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) override {
     if (!(is16(x) || is16(z) || is16(weight) || is16(bias) || is16(running_mean) || is16(running_var) || is16(out) || is16(save_mean) || is16(save_invstd)) ||
         (all_bf16({&x, &z, &out}) && all_f32({&weight, &bias, &running_mean, &running_var, &save_mean, &save_invstd})))
-      return inner_.batch_norm_relu_forward(x, z, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd);
+      return inner_.batch_norm_relu_forward(x, z, weight, bias, running_mean, running_var, training, momentum, eps, out, save_mean, save_invstd, reserve);
     Tensor x32 = up(x);
     Tensor z32 = up(z);
     Tensor weight32 = up(weight);
@@ -308,28 +308,29 @@ class Upcast16Backend final : public Backend {
     Tensor out32 = up(out);
     Tensor save_mean32 = up(save_mean);
     Tensor save_invstd32 = up(save_invstd);
-    inner_.batch_norm_relu_forward(x32, z32, weight32, bias32, running_mean32, running_var32, training, momentum, eps, out32, save_mean32, save_invstd32);
+    inner_.batch_norm_relu_forward(x32, z32, weight32, bias32, running_mean32, running_var32, training, momentum, eps, out32, save_mean32, save_invstd32, reserve);
     down(running_mean32, running_mean);
     down(running_var32, running_var);
     down(out32, out);
     down(save_mean32, save_mean);
     down(save_invstd32, save_invstd);
   }
-  void batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, bool training, Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) override {
-    if (!(is16(grad) || is16(out) || is16(x) || is16(weight) || is16(save_mean) || is16(save_invstd) || is16(grad_x) || is16(grad_z) || is16(grad_weight) || is16(grad_bias)) ||
-        (all_bf16({&grad, &out, &x, &grad_x, &grad_z}) && all_f32({&weight, &save_mean, &save_invstd, &grad_weight, &grad_bias})))
-      return inner_.batch_norm_relu_backward(grad, out, x, weight, save_mean, save_invstd, training, grad_x, grad_z, grad_weight, grad_bias);
+  void batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& reserve, bool training, double eps, Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight, Tensor& grad_bias) override {
+    if (!(is16(grad) || is16(out) || is16(x) || is16(weight) || is16(bias) || is16(save_mean) || is16(save_invstd) || is16(grad_x) || is16(grad_z) || is16(grad_weight) || is16(grad_bias)) ||
+        (all_bf16({&grad, &out, &x, &grad_x, &grad_z}) && all_f32({&weight, &bias, &save_mean, &save_invstd, &grad_weight, &grad_bias})))
+      return inner_.batch_norm_relu_backward(grad, out, x, weight, bias, save_mean, save_invstd, reserve, training, eps, grad_x, grad_z, grad_weight, grad_bias);
     Tensor grad32 = up(grad);
     Tensor out32 = up(out);
     Tensor x32 = up(x);
     Tensor weight32 = up(weight);
+    Tensor bias32 = up(bias);
     Tensor save_mean32 = up(save_mean);
     Tensor save_invstd32 = up(save_invstd);
     Tensor grad_x32 = up(grad_x);
     Tensor grad_z32 = up(grad_z);
     Tensor grad_weight32 = up(grad_weight);
     Tensor grad_bias32 = up(grad_bias);
-    inner_.batch_norm_relu_backward(grad32, out32, x32, weight32, save_mean32, save_invstd32, training, grad_x32, grad_z32, grad_weight32, grad_bias32);
+    inner_.batch_norm_relu_backward(grad32, out32, x32, weight32, bias32, save_mean32, save_invstd32, reserve, training, eps, grad_x32, grad_z32, grad_weight32, grad_bias32);
     down(grad_x32, grad_x);
     down(grad_z32, grad_z);
     down(grad_weight32, grad_weight);

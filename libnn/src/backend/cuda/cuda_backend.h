@@ -107,6 +107,15 @@ class CudaBackend final : public Backend {
   void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                            const Tensor& save_mean, const Tensor& save_invstd, bool training,
                            Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override;
+  void batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
+                               const Tensor& bias, Tensor& running_mean, Tensor& running_var,
+                               bool training, double momentum, double eps, Tensor& out,
+                               Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) override;
+  void batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
+                                const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
+                                const Tensor& save_invstd, const Tensor& reserve, bool training,
+                                double eps, Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight,
+                                Tensor& grad_bias) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                           double eps, Tensor& out, Tensor& mean, Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,

@@ -1,5 +1,7 @@
 // CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
 // channels-last data), layer norm on our kernels.
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 
 #include "backend/cuda/cuda_backend.h"
@@ -142,6 +144,130 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
     reduce(ReduceOp::sum, xhat, {0, 2}, gw3);
     write_back(*this, gw, grad_weight);
   }
+}
+
+// ---- batch norm + residual + ReLU --------------------------------------------------------
+// cuDNN's NHWC kernels for 16-bit training (CUDNN_BATCHNORM_SPATIAL_PERSISTENT, the ...Ex API)
+// fuse the residual add and the ReLU into batch norm's passes and keep the ReLU's mask in a
+// reserve space for the backward. They take f16 channels-last data with channels a multiple
+// of 4 (so bf16 is tried and runs the composition where cuDNN answers NOT_SUPPORTED, as
+// does everything else). LIBNN_CUDNN_BN_FUSED=0 turns them off, to compare.
+namespace {
+bool fused_bn_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LIBNN_CUDNN_BN_FUSED");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+constexpr cudnnBatchNormMode_t kFusedMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+struct ReluDesc {
+  cudnnActivationDescriptor_t d = nullptr;
+  ReluDesc() {
+    NN_CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
+    NN_CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  ~ReluDesc() { cudnnDestroyActivationDescriptor(d); }
+};
+cudnnBatchNormOps_t fused_ops(bool has_z) {
+  return has_z ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+}
+// cuDNN's answer, NOT_SUPPORTED (false: take the composition) included; other errors throw.
+bool fused_ran(cudnnStatus_t st) {
+  if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  NN_CUDNN_CHECK(st);
+  return true;
+}
+}  // namespace
+
+void CudaBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, const Tensor& weight,
+                                          const Tensor& bias, Tensor& running_mean,
+                                          Tensor& running_var, bool training, double momentum,
+                                          double eps, Tensor& out, Tensor& save_mean,
+                                          Tensor& save_invstd, Tensor& reserve) {
+  const bool try_fused = fused_bn_enabled() && training && is_channels_last(x) &&
+                         (x.dtype() == kF16 || x.dtype() == kBF16) && x.shape()[1] % 4 == 0 &&
+                         x.numel() > 0 && eps >= CUDNN_BN_MIN_EPSILON;
+  if (try_fused) {
+    activate();
+    const int64_t C = x.shape()[1];
+    const TensorOptions po = TensorOptions(kF32).device(device());
+    Tensor w = weight.defined() ? as_dtype(*this, weight, kF32) : ones({C}, po);
+    Tensor b = bias.defined() ? as_dtype(*this, bias, kF32) : zeros({C}, po);
+    Tensor rm = as_dtype(*this, running_mean, kF32), rv = as_dtype(*this, running_var, kF32);
+    BnDescs d(x);
+    ReluDesc act;
+    const cudnnBatchNormOps_t ops = fused_ops(z.defined());
+    cudnnTensorDescriptor_t zd = z.defined() ? d.x : nullptr;
+    size_t ws_bytes = 0, rs_bytes = 0;
+    bool ok = fused_ran(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                            cudnn_, kFusedMode, ops, d.x, zd, d.x, d.param, act.d, &ws_bytes)) &&
+              fused_ran(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                            cudnn_, kFusedMode, ops, act.d, d.x, &rs_bytes));
+    if (ok) {
+      Tensor ws = scratch(ws_bytes);
+      Tensor rs = empty({int64_t(rs_bytes)}, TensorOptions(kU8).device(device()));
+      const float one = 1, zero = 0;
+      ok = fused_ran(cudnnBatchNormalizationForwardTrainingEx(
+                         cudnn_, kFusedMode, ops, &one, &zero, d.x, x.data_ptr(), zd,
+                         z.defined() ? z.data_ptr() : nullptr, d.x, out.data_ptr(), d.param,
+                         w.data_ptr(), b.data_ptr(), momentum,
+                         rm.defined() ? rm.data_ptr() : nullptr,
+                         rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(),
+                         save_invstd.data_ptr(), act.d, ws.data_ptr(), ws_bytes, rs.data_ptr(),
+                         rs_bytes));
+      if (ok) {
+        write_back(*this, rm, running_mean);
+        write_back(*this, rv, running_var);
+        reserve = rs;  // defined: the backward runs cuDNN's too
+        return;
+      }
+    }
+  }
+  Backend::batch_norm_relu_forward(x, z, weight, bias, running_mean, running_var, training,
+                                   momentum, eps, out, save_mean, save_invstd, reserve);
+}
+
+void CudaBackend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out, const Tensor& x,
+                                           const Tensor& weight, const Tensor& bias,
+                                           const Tensor& save_mean, const Tensor& save_invstd,
+                                           const Tensor& reserve, bool training, double eps,
+                                           Tensor& grad_x, Tensor& grad_z, Tensor& grad_weight,
+                                           Tensor& grad_bias) {
+  if (reserve.defined()) {  // the forward ran cuDNN's fused kernels
+    activate();
+    const int64_t C = x.shape()[1];
+    const TensorOptions po = save_mean.options();
+    Tensor w = weight.defined() ? as_dtype(*this, weight, po.dtype_) : ones({C}, po);
+    Tensor b = bias.defined() ? as_dtype(*this, bias, po.dtype_) : zeros({C}, po);
+    Tensor gw = grad_weight.defined() ? as_dtype(*this, grad_weight, po.dtype_) : empty({C}, po);
+    Tensor gb = grad_bias.defined() ? as_dtype(*this, grad_bias, po.dtype_) : empty({C}, po);
+    Tensor gx = grad_x.defined() ? grad_x : empty(x.shape(), x.options(), format_of(x));
+    BnDescs d(x);
+    ReluDesc act;
+    const cudnnBatchNormOps_t ops = fused_ops(grad_z.defined());
+    cudnnTensorDescriptor_t zd = grad_z.defined() ? d.x : nullptr;
+    size_t ws_bytes = 0;
+    if (fused_ran(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                      cudnn_, kFusedMode, ops, d.x, d.x, d.x, zd, d.x, d.param, act.d, &ws_bytes))) {
+      Tensor ws = scratch(ws_bytes);
+      const float one = 1, zero = 0;
+      if (fused_ran(cudnnBatchNormalizationBackwardEx(
+                        cudnn_, kFusedMode, ops, &one, &zero, &one, &zero, d.x, x.data_ptr(), d.x,
+                        out.data_ptr(), d.x, grad.data_ptr(), zd,
+                        grad_z.defined() ? grad_z.data_ptr() : nullptr, d.x, gx.data_ptr(),
+                        d.param, w.data_ptr(), b.data_ptr(), gw.data_ptr(), gb.data_ptr(), eps,
+                        save_mean.data_ptr(), save_invstd.data_ptr(), act.d, ws.data_ptr(),
+                        ws_bytes, reserve.data_ptr(), size_t(reserve.numel())))) {
+        write_back(*this, gw, grad_weight);
+        write_back(*this, gb, grad_bias);
+        return;
+      }
+    }
+  }
+  // the composition: its ReLU mask from out, which the fused forward wrote alike
+  Backend::batch_norm_relu_backward(grad, out, x, weight, bias, save_mean, save_invstd, reserve,
+                                    training, eps, grad_x, grad_z, grad_weight, grad_bias);
 }
 
 namespace {
