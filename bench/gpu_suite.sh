@@ -122,6 +122,9 @@ for (impl, op), r in by.items():
     print(f"| {op} | {r['gb_per_s']} | {t} | {ratio} | {frac} |")
 print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
 PY
+  log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
+  { "$bdir/bin/kernels_bench" --device cuda --dtype f16; "$py" bench/peers/kernels_torch.py --device cuda --dtype f16; } \
+    2>> "$OUT/bench.log" | tee "$OUT/kernels_f16.jsonl" | grep batch_norm | tee -a "$OUT/summary.md"
   log "fused attention, TFLOP/s: libnn (tensor-core and plain kernels), then PyTorch SDPA"
   for dt in f16 bf16 f32; do
     "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20

@@ -100,6 +100,16 @@ int body(int argc, char** argv) {
   nn::Tensor x2 = x.view({rows, 1024});
   nn::Tensor ln_w = nn::ones({1024}, nn::TensorOptions(t).device(d));
   nn::Tensor ln_b = nn::zeros({1024}, nn::TensorOptions(t).device(d));
+  // Batch norm in training over (n / 1024, 64, 4, 4) channels-last: the ResNet block's tail
+  // fused (batch_norm_relu with a residual) and composed (batch_norm, add, relu). Both are
+  // credited with the fused op's traffic (read x for the statistics, then x and z, write y),
+  // so their GB/s compare as their speeds do.
+  const nn::Shape bn_shape{rows, 64, 4, 4};
+  nn::Tensor bx = x.view(bn_shape).contiguous(nn::MemoryFormat::channels_last);
+  nn::Tensor bz = y.view(bn_shape).contiguous(nn::MemoryFormat::channels_last);
+  const nn::TensorOptions po = nn::TensorOptions(nn::kF32).device(d);  // autocast's parameters
+  nn::Tensor bn_w = nn::ones({64}, po), bn_b = nn::zeros({64}, po);
+  nn::Tensor bn_rm = nn::zeros({64}, po), bn_rv = nn::ones({64}, po);
   struct Op {
     const char* name;
     double bytes;  // moved per call
@@ -116,6 +126,12 @@ int body(int argc, char** argv) {
       {"sum_columns", es * n, [&] { out = nn::sum(x2, {0}); }},
       {"softmax_rows", 2 * es * n, [&] { out = nn::softmax(x2, 1); }},
       {"layer_norm_rows", 2 * es * n, [&] { out = nn::layer_norm(x2, {1024}, ln_w, ln_b); }},
+      {"batch_norm_nhwc", 3 * es * n,
+       [&] { out = nn::batch_norm(bx, bn_rm, bn_rv, bn_w, bn_b, true); }},
+      {"batch_norm_add_relu_nhwc", 4 * es * n,
+       [&] { out = nn::batch_norm_relu(bx, bz, bn_rm, bn_rv, bn_w, bn_b, true); }},
+      {"batch_norm_add_relu_nhwc_composed", 4 * es * n,
+       [&] { out = nn::relu(nn::add(nn::batch_norm(bx, bn_rm, bn_rv, bn_w, bn_b, true), bz)); }},
   };
   std::unique_ptr<nn::optim::AdamW> opt;  // outlives the loop that times it
   if (t == nn::kF32) {

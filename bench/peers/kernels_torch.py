@@ -68,6 +68,14 @@ def main():
     out = torch.empty_like(x)
     x2 = x.view(-1, 1024)
     w, b = torch.ones(1024, device=dev, dtype=dt), torch.zeros(1024, device=dev, dtype=dt)
+    # batch norm in training over (n / 1024, 64, 4, 4) channels-last, f32 parameters as under
+    # autocast; PyTorch eager has no fused batch norm + add + ReLU, so both tails are composed
+    cl = torch.channels_last
+    bx = x.view(-1, 64, 4, 4).contiguous(memory_format=cl)
+    bz = y.view(-1, 64, 4, 4).contiguous(memory_format=cl)
+    bw, bb = torch.ones(64, device=dev), torch.zeros(64, device=dev)
+    brm, brv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+    bn = lambda: torch.nn.functional.batch_norm(bx, brm, brv, bw, bb, training=True)
     ops = [
         ("copy", 2 * es * n, lambda: out.copy_(x)),
         ("add", 3 * es * n, lambda: torch.add(x, y)),
@@ -79,6 +87,9 @@ def main():
         ("sum_columns", es * n, lambda: x2.sum(0)),
         ("softmax_rows", 2 * es * n, lambda: torch.softmax(x2, 1)),
         ("layer_norm_rows", 2 * es * n, lambda: torch.nn.functional.layer_norm(x2, (1024,), w, b)),
+        ("batch_norm_nhwc", 3 * es * n, bn),
+        ("batch_norm_add_relu_nhwc", 4 * es * n, lambda: torch.relu(bn() + bz)),
+        ("batch_norm_add_relu_nhwc_composed", 4 * es * n, lambda: torch.relu(bn() + bz)),
     ]
     if dt == torch.float32:
         p = x.clone().requires_grad_()
