@@ -723,7 +723,9 @@ extern "C" {
 // The fused NHWC kernels behind the ...Ex calls, as cuDNN documents them: training only, mode
 // CUDNN_BATCHNORM_SPATIAL_PERSISTENT, x, z, y, dy, dz and dx fully packed NHWC f16, channels a
 // multiple of 4 when an activation is fused, a ReLU activation, workspace and reserve space
-// of at least the sizes asked for; else CUDNN_STATUS_NOT_SUPPORTED (the caller falls back).
+// of at least the sizes asked for; else CUDNN_STATUS_NOT_SUPPORTED (which the documentation
+// does not promise for every other configuration: the library sends only documented ones).
+// Missing operands, one running statistic alone and a small eps are BAD_PARAM, as documented.
 // The reserve space holds the ReLU's mask as bits, written forward and read backward, so a
 // backward given another call's reserve, or none, computes wrong gradients.
 cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* d) {
@@ -775,9 +777,13 @@ cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
     double eps, void* save_mean, void* save_invstd, cudnnActivationDescriptor_t act, void* ws,
     size_t ws_bytes, void* reserve, size_t reserve_bytes) {
   const bool add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-  if (!fused_bn_supported(mode, ops, act, {xd, add ? zd : nullptr, yd}) || (add && !Z) || !ws ||
-      ws_bytes < kFusedBnWorkspace || !reserve || reserve_bytes < mask_bytes(*desc(xd)) ||
-      eps < CUDNN_BN_MIN_EPSILON)
+  // what cuDNN documents as BAD_PARAM: a missing operand, one running statistic without the
+  // other (or one saved statistic), eps below the minimum
+  if (!alpha || !beta || !X || !Y || !scale || !bias || (add && !Z) ||
+      !running_mean != !running_var || !save_mean != !save_invstd || eps < CUDNN_BN_MIN_EPSILON)
+    return CUDNN_STATUS_BAD_PARAM;
+  if (!fused_bn_supported(mode, ops, act, {xd, add ? zd : nullptr, yd}) || !ws ||
+      ws_bytes < kFusedBnWorkspace || !reserve || reserve_bytes < mask_bytes(*desc(xd)))
     return CUDNN_STATUS_NOT_SUPPORTED;
   bn_forward({*desc(xd), X, add ? Z : nullptr, Y, desc(pd)->ty, scale, bias, factor, running_mean,
               running_var, eps, save_mean, save_invstd, scalar(false, alpha), scalar(false, beta),
@@ -794,10 +800,14 @@ cudnnStatus_t cudnnBatchNormalizationBackwardEx(
     double eps, const void* save_mean, const void* save_invstd, cudnnActivationDescriptor_t act,
     void* ws, size_t ws_bytes, void* reserve, size_t reserve_bytes) {
   const bool add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-  if (!fused_bn_supported(mode, ops, act, {xd, yd, dyd, add ? dzd : nullptr, dxd}) ||
-      (add && !dZ) || !Y || !bias || !ws || ws_bytes < kFusedBnWorkspace || !reserve ||
-      reserve_bytes < mask_bytes(*desc(xd)) || eps < CUDNN_BN_MIN_EPSILON || !save_mean ||
-      !save_invstd)
+  if (!alpha_d || !beta_d || !alpha_p || !beta_p || !X || !Y || !dY || !dX || !scale || !bias ||
+      (add && !dZ) || !dscale || !dbias || !save_mean != !save_invstd ||
+      eps < CUDNN_BN_MIN_EPSILON)
+    return CUDNN_STATUS_BAD_PARAM;
+  // the emulator, like the library, always passes the saved statistics
+  if (!fused_bn_supported(mode, ops, act, {xd, yd, dyd, add ? dzd : nullptr, dxd}) || !ws ||
+      ws_bytes < kFusedBnWorkspace || !reserve || reserve_bytes < mask_bytes(*desc(xd)) ||
+      !save_mean)
     return CUDNN_STATUS_NOT_SUPPORTED;
   bn_backward({*desc(xd), X, dY, dX, add ? dZ : nullptr, desc(pd)->ty, scale, save_mean,
                save_invstd, dscale, dbias, scalar(false, alpha_d), scalar(false, beta_d),

@@ -1,5 +1,6 @@
 // CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
 // channels-last data), layer norm on our kernels.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -147,11 +148,14 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
 }
 
 // ---- batch norm + residual + ReLU --------------------------------------------------------
-// cuDNN's NHWC kernels for 16-bit training (CUDNN_BATCHNORM_SPATIAL_PERSISTENT, the ...Ex API)
+// cuDNN's NHWC kernels for f16 training (CUDNN_BATCHNORM_SPATIAL_PERSISTENT, the ...Ex API)
 // fuse the residual add and the ReLU into batch norm's passes and keep the ReLU's mask in a
-// reserve space for the backward. They take f16 channels-last data with channels a multiple
-// of 4 (so bf16 is tried and runs the composition where cuDNN answers NOT_SUPPORTED, as
-// does everything else). LIBNN_CUDNN_BN_FUSED=0 turns them off, to compare.
+// reserve space for the backward. They are documented for fully packed NHWC f16 data with
+// channels a multiple of 4 (for the residual add; required here for both), so only that is
+// sent: bf16 is not documented, and an answer other than NOT_SUPPORTED (BAD_PARAM) would
+// throw rather than fall back. Running statistics go both or neither (one alone is
+// BAD_PARAM). Other calls, and NOT_SUPPORTED answers (limits cuDNN does not document), run
+// the composition. LIBNN_CUDNN_BN_FUSED=0 turns the fused kernels off, to compare.
 namespace {
 bool fused_bn_enabled() {
   static const bool on = [] {
@@ -165,7 +169,10 @@ struct ReluDesc {
   cudnnActivationDescriptor_t d = nullptr;
   ReluDesc() {
     NN_CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
-    NN_CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+    const cudnnStatus_t st =
+        cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
+    if (st != CUDNN_STATUS_SUCCESS) cudnnDestroyActivationDescriptor(d);
+    NN_CUDNN_CHECK(st);
   }
   ~ReluDesc() { cudnnDestroyActivationDescriptor(d); }
 };
@@ -186,8 +193,9 @@ void CudaBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, cons
                                           double eps, Tensor& out, Tensor& save_mean,
                                           Tensor& save_invstd, Tensor& reserve) {
   const bool try_fused = fused_bn_enabled() && training && is_channels_last(x) &&
-                         (x.dtype() == kF16 || x.dtype() == kBF16) && x.shape()[1] % 4 == 0 &&
-                         x.numel() > 0 && eps >= CUDNN_BN_MIN_EPSILON;
+                         x.dtype() == kF16 && x.shape()[1] % 4 == 0 && x.numel() > 0 &&
+                         eps >= CUDNN_BN_MIN_EPSILON &&
+                         running_mean.defined() == running_var.defined();
   if (try_fused) {
     activate();
     const int64_t C = x.shape()[1];
@@ -206,7 +214,9 @@ void CudaBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, cons
                             cudnn_, kFusedMode, ops, act.d, d.x, &rs_bytes));
     if (ok) {
       Tensor ws = scratch(ws_bytes);
-      Tensor rs = empty({int64_t(rs_bytes)}, TensorOptions(kU8).device(device()));
+      // at least a byte: an empty tensor could hand cuDNN a null reserve space
+      Tensor rs =
+          empty({int64_t(std::max<size_t>(rs_bytes, 1))}, TensorOptions(kU8).device(device()));
       const float one = 1, zero = 0;
       ok = fused_ran(cudnnBatchNormalizationForwardTrainingEx(
                          cudnn_, kFusedMode, ops, &one, &zero, d.x, x.data_ptr(), zd,
