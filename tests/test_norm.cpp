@@ -195,6 +195,47 @@ TEST_CASE("batch_norm_relu equals relu(batch_norm + residual): f32, and bf16 rou
         }
 }
 
+TEST_CASE("batch_norm_relu: 2-d and 3-d input, zero channels, a residual in the other layout",
+          "[norm][layout]") {
+  auto reference = [](const Tensor& x, const Tensor& z, bool training) {
+    Tensor y = batch_norm(x, {}, {}, {}, {}, training, 0.1, 1e-5);
+    return relu(z.defined() ? add(y, z) : y);
+  };
+  for (const Shape& s : {Shape{6, 3}, Shape{4, 3, 5}}) {
+    INFO(shape_str(s));
+    Tensor x = rnd(s, 120, false), z = rnd(s, 121, false);
+    test::require_close(batch_norm_relu(x, z, {}, {}, {}, {}, true), reference(x, z, true), 1e-12,
+                        1e-12);
+  }
+  // x channels-last, the residual row-major (and the other way): the result keeps x's layout
+  for (bool x_last : {true, false}) {
+    const MemoryFormat fx = x_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+    const MemoryFormat fz = x_last ? MemoryFormat::contiguous : MemoryFormat::channels_last;
+    Tensor x = rnd({3, 4, 5, 2}, 122).contiguous(fx).detach().requires_grad_(true);
+    Tensor z = rnd({3, 4, 5, 2}, 123).contiguous(fz).detach().requires_grad_(true);
+    Tensor y = batch_norm_relu(x, z, {}, {}, {}, {}, true);
+    REQUIRE(y.is_contiguous(fx));
+    sum(mul(y, y)).backward();
+    Tensor x2 = x.detach().requires_grad_(true), z2 = z.detach().requires_grad_(true);
+    Tensor y2 = reference(x2, z2, true);
+    sum(mul(y2, y2)).backward();
+    test::require_close(y, y2, 1e-12, 1e-12);
+    test::require_close(x.grad(), x2.grad(), 1e-10, 1e-12);
+    test::require_close(z.grad(), z2.grad(), 1e-12, 1e-12);
+  }
+  for (bool nhwc : {false, true}) {  // zero channels: empty results and gradients
+    Tensor x = zeros({2, 0, 3, 3}, kF32), z = zeros({2, 0, 3, 3}, kF32);
+    if (nhwc) x = x.contiguous(MemoryFormat::channels_last);
+    x.requires_grad_();
+    z.requires_grad_();
+    Tensor y = batch_norm_relu(x, z, zeros({0}), ones({0}), {}, {}, true);
+    REQUIRE(y.shape() == Shape{2, 0, 3, 3});
+    sum(y).backward();
+    REQUIRE(x.grad().shape() == x.shape());
+    REQUIRE(z.grad().shape() == z.shape());
+  }
+}
+
 TEST_CASE("batch_norm_relu checks its residual", "[norm]") {
   Tensor x = rnd({2, 3, 4, 4}, 110, false);
   REQUIRE(test::error_of([&] {
