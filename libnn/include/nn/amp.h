@@ -7,7 +7,8 @@
 //     inputs to f32 (accumulation and exp/log in f32);
 //   - everything else runs in its inputs' dtype; mixed operands of binary ops promote to the
 //     wider type, so a 16-bit branch added to an f32 residual gives f32;
-//   - batch_norm takes 16-bit data with f32 weights and statistics.
+//   - batch_norm and batch_norm_relu take 16-bit data with f32 weights and statistics (a
+//     residual of another dtype than the data is added with add's promotion).
 // Parameters stay f32 (master weights); their gradients arrive in f32 through the casts.
 #pragma once
 #include <nn/module.h>
