@@ -32,6 +32,17 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t classes,
   return nn::models::keras_mnist_cnn();
 }
 
+// A SIGTERM/SIGINT (StopSignal, installed before the runs) ends the benchmark between steps,
+// never inside a result file's write; a second signal a second later ends it at once. The
+// precisions finished before it stay in the result files.
+void stop_if_requested() {
+  if (!nn::train::StopSignal::requested()) return;
+  const int sig = nn::train::StopSignal::signal_number();
+  std::fprintf(stderr, "fp16_vs_fp32: stopped by signal %d; the result files keep the "
+               "precisions finished before it\n", sig);
+  throw apps::Stopped{sig};
+}
+
 Result run(const std::string& model_name, const std::string& precision, const nn::Device& dev,
            int64_t batch, int64_t image, int64_t warmup, int64_t batches, int64_t pool,
            uint64_t seed, bool nhwc) {
@@ -75,12 +86,18 @@ Result run(const std::string& model_name, const std::string& precision, const nn
     scaler.update();
     return loss.detach();
   };
-  for (int64_t i = 0; i < warmup; ++i) r.losses.push_back(step(i).item());
+  for (int64_t i = 0; i < warmup; ++i) {
+    r.losses.push_back(step(i).item());
+    stop_if_requested();
+  }
   nn::synchronize(dev);
   nn::reset_peak_memory_stats(dev);
   nn::train::Stopwatch w;
   std::vector<nn::Tensor> timed;  // read back after the clock stops: no sync inside the loop
-  for (int64_t i = 0; i < batches; ++i) timed.push_back(step(warmup + i));
+  for (int64_t i = 0; i < batches; ++i) {
+    timed.push_back(step(warmup + i));
+    stop_if_requested();  // a flag read: no sync
+  }
   nn::synchronize(dev);
   r.seconds = w.seconds();
   for (auto& l : timed) r.losses.push_back(l.item());
@@ -194,6 +211,7 @@ int body(int argc, char** argv) {
     os << "]}\n";
     nn::train::write_file(json_file, os.str());
   };
+  nn::train::StopSignal::install();
   for (auto& p : precisions) {
     const bool nhwc = nhwc_for(p);
     results.push_back(run(model, p, dev, batch, image_size, warmup, batches,
@@ -204,6 +222,7 @@ int body(int argc, char** argv) {
                 r.images_per_second, r.peak_mb, r.final_loss, r.layout.c_str());
     std::fflush(stdout);
     save();
+    stop_if_requested();
   }
   for (auto& r : results)
     if (r.precision != "fp32" && results[0].precision == "fp32")
