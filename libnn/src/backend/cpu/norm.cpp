@@ -162,27 +162,24 @@ template <typename D, typename T>
 struct BnTail {
   const D* z;
   bool relu;
-  // row or channel run [0, n) of y = tail(f(x)), f being map(i)
+  // elements [at, at + n) of y = tail(f(x)), f being map(i) for the run's i-th element; the
+  // choices are template arguments, so that each loop vectorises
   template <typename Map>
-  void apply(int64_t n, const D* x, const D* zr, D* o, Map map) const {
-    if (!zr && !relu) {
+  void apply(int64_t at, int64_t n, const D* px, D* po, Map map) const {
+    if (z) relu ? run<true, true>(at, n, px, po, map) : run<true, false>(at, n, px, po, map);
+    else relu ? run<false, true>(at, n, px, po, map) : run<false, false>(at, n, px, po, map);
+  }
+  template <bool kZ, bool kRelu, typename Map>
+  void run(int64_t at, int64_t n, const D* px, D* po, Map& map) const {
+    const D* x = px + at;
+    const D* zr = kZ ? z + at : nullptr;
+    D* o = po + at;
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) put(o[i], map(i)(T(x[i])));
-    } else if (!zr) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        const T v = map(i)(T(x[i]));
-        put(o[i], v > T(0) ? v : T(0));
-      }
-    } else if (relu) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        const T v = map(i)(T(x[i])) + T(zr[i]);
-        put(o[i], v > T(0) ? v : T(0));
-      }
-    } else {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) put(o[i], map(i)(T(x[i])) + T(zr[i]));
+    for (int64_t i = 0; i < n; ++i) {
+      T v = map(i)(T(x[i]));
+      if constexpr (kZ) v = v + T(zr[i]);
+      if constexpr (kRelu) v = v > T(0) ? v : T(0);
+      put(o[i], v);
     }
   }
 };
@@ -200,8 +197,7 @@ void bn_forward_nhwc(int64_t R, int64_t C, const D* px, const BnArgs<T>& p, bool
   }
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
-      tail.apply(C, px + r * C, tail.z ? tail.z + r * C : nullptr, po + r * C,
-                 [&](int64_t c) { return BnMap<T>{a[c], hi[c], lo[c], b[c]}; });
+      tail.apply(r * C, C, px, po, [&](int64_t c) { return BnMap<T>{a[c], hi[c], lo[c], b[c]}; });
     }
   });
 }
@@ -333,9 +329,7 @@ void bn_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tenso
       }
       const BnMap<T> f = bn_channel(args, c, mean, var, count, training, momentum, eps);
       for (int64_t n = 0; n < N; ++n) {
-        const int64_t at = (n * C + c) * S;
-        tail.apply(S, px + at, tail.z ? tail.z + at : nullptr, po + at,
-                   [&](int64_t) { return f; });
+        tail.apply((n * C + c) * S, S, px, po, [&](int64_t) { return f; });
       }
     }
   });

@@ -39,6 +39,12 @@ struct BnDescs {
 
 // cuDNN's per-channel tensors are f32 for 16-bit data, else the data type.
 DType param_dtype(DType x) { return (x == kF16 || x == kBF16) ? kF32 : x; }
+// A per-channel parameter as cuDNN reads it: t in po's dtype, or where t is undefined C
+// copies of `fill` (1 for a weight, 0 for a bias).
+Tensor channel_param(Backend& be, const Tensor& t, double fill, int64_t C,
+                     const TensorOptions& po) {
+  return t.defined() ? as_dtype(be, t, po.dtype_) : full({C}, fill, po);
+}
 
 }  // namespace
 
@@ -53,8 +59,8 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   const TensorOptions po = TensorOptions(param_dtype(x.dtype())).device(device());
   NN_CHECK(save_mean.dtype() == po.dtype_, "batch_norm on CUDA keeps statistics in ",
            dtype_name(po.dtype_), " for ", dtype_name(x.dtype()), " data");
-  Tensor w = weight.defined() ? as_dtype(*this, weight, po.dtype_) : ones({C}, po);
-  Tensor b = bias.defined() ? as_dtype(*this, bias, po.dtype_) : zeros({C}, po);
+  Tensor w = channel_param(*this, weight, 1, C, po);
+  Tensor b = channel_param(*this, bias, 0, C, po);
   Tensor rm = as_dtype(*this, running_mean, po.dtype_), rv = as_dtype(*this, running_var, po.dtype_);
   BnDescs d(x);
   const bool f64 = x.dtype() == kF64;
@@ -88,7 +94,7 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
   activate();
   const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / std::max<int64_t>(1, N * C);
   const TensorOptions po = save_mean.options();
-  Tensor w = weight.defined() ? as_dtype(*this, weight, po.dtype_) : ones({C}, po);
+  Tensor w = channel_param(*this, weight, 1, C, po);
   // weight and bias gradients in the statistics' dtype, written back to 16-bit parameters
   Tensor gw = as_dtype(*this, grad_weight, po.dtype_), gb = as_dtype(*this, grad_bias, po.dtype_);
   if (training) {
@@ -200,8 +206,8 @@ void CudaBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, cons
     activate();
     const int64_t C = x.shape()[1];
     const TensorOptions po = TensorOptions(kF32).device(device());
-    Tensor w = weight.defined() ? as_dtype(*this, weight, kF32) : ones({C}, po);
-    Tensor b = bias.defined() ? as_dtype(*this, bias, kF32) : zeros({C}, po);
+    Tensor w = channel_param(*this, weight, 1, C, po);
+    Tensor b = channel_param(*this, bias, 0, C, po);
     Tensor rm = as_dtype(*this, running_mean, kF32), rv = as_dtype(*this, running_var, kF32);
     BnDescs d(x);
     ReluDesc act;
@@ -248,8 +254,8 @@ void CudaBackend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out
     activate();
     const int64_t C = x.shape()[1];
     const TensorOptions po = save_mean.options();
-    Tensor w = weight.defined() ? as_dtype(*this, weight, po.dtype_) : ones({C}, po);
-    Tensor b = bias.defined() ? as_dtype(*this, bias, po.dtype_) : zeros({C}, po);
+    Tensor w = channel_param(*this, weight, 1, C, po);
+    Tensor b = channel_param(*this, bias, 0, C, po);
     Tensor gw = grad_weight.defined() ? as_dtype(*this, grad_weight, po.dtype_) : empty({C}, po);
     Tensor gb = grad_bias.defined() ? as_dtype(*this, grad_bias, po.dtype_) : empty({C}, po);
     Tensor gx = grad_x.defined() ? grad_x : empty(x.shape(), x.options(), format_of(x));
