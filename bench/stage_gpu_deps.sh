@@ -3,7 +3,8 @@
 # dependencies (Eigen, Catch2, cxxopts) with their CMake packages, zlib's headers and static
 # library, and Fashion-MNIST. That machine reaches no package registry, so bench/gpu_suite.sh
 # builds against this folder; carry it with the call:
-#   device run: command "GPU_SUITE_TIMEOUT=570 bench/gpu_suite.sh build test", carry [".gpu_deps"]
+#   device run: command "GPU_SUITE_TIMEOUT=570 bench/gpu_suite.sh build test kernels mnist",
+#   carry [".gpu_deps"]
 # (docs/benchmarks.md, "How to reproduce the GPU tables", gives the other calls)
 set -euo pipefail
 cd "$(dirname "$0")/.."
