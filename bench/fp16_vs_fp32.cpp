@@ -59,14 +59,16 @@ Result run(const std::string& model_name, const std::string& precision, const nn
                          .weight_decay(1e-4));
   nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
   const nn::DType half = precision == "bf16" ? nn::kBF16 : nn::kF16;
-  // A fixed pool of synthetic batches, resident on the device (no input pipeline in the way).
+  // A fixed pool of synthetic batches, resident on the device (no input pipeline in the way),
+  // drawn there: the same values as drawn on the CPU, without a host copy of each batch (a
+  // batch too large for the device is then refused by the device, not by the host).
   nn::Generator g(seed + 1);
   std::vector<nn::Tensor> xs, ys;
   const nn::Shape shape = resnet ? nn::Shape{batch, 3, image, image}
                           : cifar ? nn::Shape{batch, 3, 32, 32}
                                   : nn::Shape{batch, 1, 28, 28};
   for (int64_t i = 0; i < pool; ++i) {
-    xs.push_back(nn::randn(shape, nn::kF32, &g).to(dev));
+    xs.push_back(nn::randn(shape, nn::TensorOptions(nn::kF32).device(dev), &g));
     ys.push_back(nn::randint(0, classes, {batch}, nn::kI64, &g).to(dev));
   }
   nn::CrossEntropyOptions ce;

@@ -56,8 +56,9 @@ LIBNN_CUDA_EMU_ORDER=reverse LIBNN_NO_MEMORY_CACHING=1 run "$build_dir/bin/libnn
 run "$build_dir/bin/libnn_tests" "[memory]"
 # The command-line checks of CUDA paths: mnist_train's (tests/cli/cuda_cli.sh: no GPU, out
 # of memory, checkpoints moving between CPU and the device; they need Fashion-MNIST) and the
-# GPU suite's benchmark programs at tiny sizes (tests/cli/cuda_bench_smoke.sh).
-cli_tests='^cli_cuda_(bench_smoke|cifar)$'
+# GPU suite's benchmark programs at tiny sizes (tests/cli/cuda_bench_smoke.sh), and
+# fp16_vs_fp32 asking for more than the device has (tests/cli/gpu_oom.sh).
+cli_tests='^cli_cuda_(bench_smoke|bench_out_of_memory|cifar)$'
 if [[ -d /usr/share/datasets/fashion-mnist ]]; then
   cli_tests='^cli_cuda_'
 else

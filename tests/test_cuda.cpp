@@ -757,6 +757,16 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
     l.item();
   });
   REQUIRE(e.find("target out of range") != std::string::npos);
+  // With the profiler on, its wait after each call is where the fault surfaces: still an
+  // error the caller can catch, not the end of the process.
+  nn::profiler::enable(true);
+  e = test::error_of([&] {
+    Tensor r = index_select(w, from_vector<int64_t>({1, 4}, {2}).to(kCUDA));
+    r.cpu();
+  });
+  nn::profiler::enable(false);
+  nn::profiler::reset();
+  REQUIRE(e.find("index out of range") != std::string::npos);
   // the device is usable afterwards
   REQUIRE(sum(w).item() == 12);
 }

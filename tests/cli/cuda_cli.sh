@@ -6,7 +6,7 @@
 #   no_gpu         --device cuda with every GPU hidden: one clear error, exit 1
 #   out_of_memory  a batch larger than the device's memory: one clear error, exit 1
 #                  (emulator only, whose memory size LIBNN_CUDA_EMU_MEMORY sets; on a real
-#                  GPU cli_gpu_out_of_memory asks for more than 80 GB)
+#                  GPU, and on the emulator too, cli_cuda_bench_out_of_memory asks for 120 GB)
 #   cross_device   a checkpoint written on the CPU resumes on CUDA and the other way round:
 #                  loaded and saved again on the other device, the weights are bit-identical,
 #                  and training goes on there

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,11 +47,17 @@ class ProfilingBackend final : public Backend {
  public:
   explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
 
-  // Times one call; on a GPU waits for the device so the time is the kernel's.
+  // Times one call; on a GPU waits for the device so the time is the kernel's. That wait is
+  // where a GPU reports a fault of the call, so the destructor may throw it (a destructor is
+  // noexcept unless it says otherwise, and the fault would end the process). When the call
+  // itself threw, the destructor runs during unwinding: it records nothing and does not wait,
+  // since a second exception would end the process too.
   struct Timer {
     Timer(ProfilingBackend& b, std::string name, const char* family)
-        : b_(b), name_(std::move(name)), family_(family), t0_(std::chrono::steady_clock::now()) {}
-    ~Timer() {
+        : b_(b), name_(std::move(name)), family_(family), t0_(std::chrono::steady_clock::now()),
+          unwinding_(std::uncaught_exceptions()) {}
+    ~Timer() noexcept(false) {
+      if (std::uncaught_exceptions() > unwinding_) return;
       if (!b_.inner_.device().is_cpu()) b_.inner_.synchronize();
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
       auto& t = totals();
@@ -65,6 +72,7 @@ class ProfilingBackend final : public Backend {
     std::string name_;
     const char* family_;
     std::chrono::steady_clock::time_point t0_;
+    int unwinding_;
   };
 
   Device device() const override { return inner_.device(); }
