@@ -32,6 +32,36 @@ TEST_CASE("GradScaler skips the step on an inf gradient and backs off", "[amp]")
   REQUIRE(test::error_of([&] { scaler.update(); }).find("without step()") != std::string::npos);
 }
 
+// The pattern of a GAN's training: one scaler, two optimizers. Each optimizer's gradients are
+// unscaled once (a second unscale_ does nothing) and it is skipped on its own inf alone; the
+// scale backs off if either had one.
+TEST_CASE("one GradScaler serves two optimizers, each unscaled once and skipped on its own inf",
+          "[amp]") {
+  Tensor a = param({1}), b = param({1});
+  optim::SGD opt_a({a}, optim::SGDOptions(0.1)), opt_b({b}, optim::SGDOptions(0.1));
+  amp::GradScaler scaler;
+  a.set_grad(tensor({2.0 * 65536}));
+  b.set_grad(tensor({3.0 * 65536}));
+  REQUIRE(scaler.step(opt_a));
+  REQUIRE(scaler.step(opt_b));
+  REQUIRE_FALSE(scaler.found_inf());
+  scaler.update();
+  test::require_values(a, {1 - 0.1 * 2}, 1e-6);
+  test::require_values(b, {1 - 0.1 * 3}, 1e-6);
+  REQUIRE(scaler.get_scale() == 65536.0);
+  a.set_grad(tensor({65536.0}));
+  b.set_grad(tensor({INFINITY}));
+  scaler.unscale_(opt_a);
+  scaler.unscale_(opt_a);
+  REQUIRE(scaler.step(opt_a));
+  REQUIRE_FALSE(scaler.step(opt_b));
+  REQUIRE(scaler.found_inf());
+  scaler.update();
+  test::require_values(a, {0.8 - 0.1 * 1}, 1e-6);
+  test::require_values(b, {0.7}, 1e-6);
+  REQUIRE(scaler.get_scale() == 32768.0);
+}
+
 TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]") {
   Tensor p = param({0});
   optim::SGD opt({p}, optim::SGDOptions(0.0));

@@ -11,6 +11,8 @@
 //     residual of another dtype than the data is added with add's promotion).
 // Parameters stay f32 (master weights); their gradients arrive in f32 through the casts.
 #pragma once
+#include <map>
+
 #include <nn/module.h>
 #include <nn/optim.h>
 #include <nn/tensor.h>
@@ -44,22 +46,26 @@ struct GradScalerOptions {
   bool enabled = true;
 };
 
+// One scaler serves any number of optimizers (a GAN's two, say): each optimizer's gradients are
+// unscaled and checked once between updates, and each is stepped or skipped on its own finding.
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions o = {});
   // loss * scale (the loss itself when disabled).
   Tensor scale(const Tensor& loss) const;
   // Divides the optimizer's gradients by the scale and records whether any is inf/NaN
-  // (one host sync). Called by step() when not called before (e.g. before clipping).
+  // (one host sync). Called by step() when not called before for this optimizer since the
+  // last update() (e.g. before clipping); a second call for it does nothing.
   void unscale_(optim::Optimizer& opt);
-  // Steps the optimizer unless a gradient was inf/NaN; returns whether it stepped.
+  // Steps the optimizer unless one of its gradients was inf/NaN; returns whether it stepped.
   bool step(optim::Optimizer& opt);
-  // After step(): halves the scale after a skipped step, doubles it after growth_interval
-  // clean steps in a row.
+  // After step(): halves the scale if any optimizer's gradients had an inf/NaN, doubles it
+  // after growth_interval clean updates in a row.
   void update();
   double get_scale() const { return scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }
-  bool found_inf() const { return found_inf_; }
+  // Whether an optimizer unscaled since the last update() had an inf/NaN gradient.
+  bool found_inf() const;
   // For checkpoints: "scale" and "growth_tracker" as f64 scalars.
   NamedTensors state() const;
   void load_state(const NamedTensors& s);
@@ -69,7 +75,8 @@ class GradScaler {
   GradScalerOptions opts_;
   double scale_;
   int64_t growth_tracker_ = 0;
-  bool unscaled_ = false, found_inf_ = false, stepped_ = false;
+  // The optimizers unscaled since the last update(), each with whether it found an inf/NaN.
+  std::map<const optim::Optimizer*, bool> found_inf_;
 };
 
 }  // namespace nn::amp

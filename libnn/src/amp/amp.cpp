@@ -54,7 +54,7 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {
-  if (!opts_.enabled || unscaled_) return;
+  if (!opts_.enabled || found_inf_.count(&opt)) return;
   NoGradGuard ng;
   // One fused backend call per (device, dtype) batch of gradients, each raising its device's
   // flag, then one host read per device.
@@ -69,9 +69,15 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
     backend::of(grads[0]).scale_grads(grads, 1.0 / scale_, flag);
   }
   gb.write_back();
-  found_inf_ = false;
-  for (auto& [device, flag] : flags) found_inf_ = found_inf_ || flag.item() != 0;
-  unscaled_ = true;
+  bool inf = false;
+  for (auto& [device, flag] : flags) inf = inf || flag.item() != 0;
+  found_inf_[&opt] = inf;
+}
+
+bool GradScaler::found_inf() const {
+  for (auto& [opt, inf] : found_inf_)
+    if (inf) return true;
+  return false;
 }
 
 bool GradScaler::step(optim::Optimizer& opt) {
@@ -80,23 +86,23 @@ bool GradScaler::step(optim::Optimizer& opt) {
     return true;
   }
   unscale_(opt);
-  stepped_ = !found_inf_;
-  if (stepped_) opt.step();
-  return stepped_;
+  if (found_inf_.at(&opt)) return false;
+  opt.step();
+  return true;
 }
 
 void GradScaler::update() {
   if (!opts_.enabled) return;
-  NN_CHECK(unscaled_, "GradScaler::update() called without step() (or unscale_()) since the "
-           "last update");
-  if (found_inf_) {
+  NN_CHECK(!found_inf_.empty(), "GradScaler::update() called without step() (or unscale_()) "
+           "since the last update");
+  if (found_inf()) {
     scale_ *= opts_.backoff_factor;
     growth_tracker_ = 0;
   } else if (++growth_tracker_ >= opts_.growth_interval) {
     scale_ *= opts_.growth_factor;
     growth_tracker_ = 0;
   }
-  unscaled_ = found_inf_ = stepped_ = false;
+  found_inf_.clear();
 }
 
 NamedTensors GradScaler::state() const {
