@@ -44,6 +44,32 @@ TEST_CASE("module trees: names, train/eval, counting, printing", "[nn]") {
   REQUIRE(net->str().find("(1): BatchNorm2d(2") != std::string::npos);
 }
 
+// A module used twice (or tied weights) is one parameter: listed once for optimizers, so it is
+// stepped once by its accumulated gradient, and saved under each of its names.
+TEST_CASE("a module used twice has its parameters listed and stepped once", "[nn]") {
+  auto lin = std::make_shared<Linear>(LinearOptions(2, 2).bias(false));
+  auto net = std::make_shared<Sequential>();
+  net->push_back(lin);
+  net->push_back(lin);
+  REQUIRE(net->parameters().size() == 1);
+  REQUIRE(net->named_parameters()[0].first == "0.weight");
+  REQUIRE(net->num_parameters() == 4);
+  REQUIRE(net->state_dict().size() == 2);
+  {
+    NoGradGuard ng;
+    lin->weight.fill_(0.5);
+  }
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1));
+  sum(net->forward(ones({1, 2}))).backward();
+  Tensor before = lin->weight.clone(), g = lin->weight.grad().clone();
+  test::require_values(g, {2, 2, 2, 2});  // both uses: d/dW of sum(W (W x)) at W = 0.5
+  opt.step();
+  test::require_close(lin->weight, sub(before, mul(g, 0.1)));
+  REQUIRE(test::error_of([&] { optim::AdamW twice({lin->weight, lin->weight}, optim::AdamWOptions()); })
+              .find("given twice") != std::string::npos);
+  net->load_state_dict(net->state_dict());
+}
+
 TEST_CASE("state_dict round trip and mismatch errors", "[nn]") {
   Linear a(4, 3), b(4, 3);
   b.load_state_dict(a.state_dict());

@@ -36,24 +36,39 @@ void Module::collect(const std::string& prefix, bool recurse, bool params, Named
   for (auto& [n, c] : children_) c->collect(prefix + n + ".", true, params, out);
 }
 
+namespace {
+// A tensor registered under several names (a module used twice, tied weights) once, under its
+// first name: an optimizer given it twice would step it twice.
+NamedTensors unique_tensors(NamedTensors all) {
+  std::set<const TensorImpl*> seen;
+  NamedTensors out;
+  for (auto& e : all)
+    if (seen.insert(e.second.impl()).second) out.push_back(std::move(e));
+  return out;
+}
+}  // namespace
+
 NamedTensors Module::named_parameters(bool recurse) const {
   NamedTensors out;
   collect("", recurse, true, out);
-  return out;
+  return unique_tensors(std::move(out));
 }
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
   collect("", recurse, false, out);
-  return out;
+  return unique_tensors(std::move(out));
 }
 std::vector<Tensor> Module::parameters(bool recurse) const {
   std::vector<Tensor> out;
   for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
   return out;
 }
+// Every name, shared tensors under each of theirs (as libtorch's state_dict), so a checkpoint
+// lists what a model with the same structure expects.
 NamedTensors Module::state_dict() const {
-  NamedTensors s = named_parameters();
-  for (auto& b : named_buffers()) s.push_back(b);
+  NamedTensors s;
+  collect("", true, true, s);
+  collect("", true, false, s);
   return s;
 }
 

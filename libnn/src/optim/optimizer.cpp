@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "backend/backend.h"
 #include "optim/grad_batches.h"
@@ -53,12 +54,16 @@ Tensor restore(const NamedTensors& s, const std::string& name, const Tensor& par
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
   NN_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
+  std::set<const TensorImpl*> seen;
   for (auto& g : groups_) {
     if (g.weight_decay) check_weight_decay(*g.weight_decay);
     for (auto& p : g.params) {
       NN_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
                "optimizer: every parameter must be a leaf tensor that requires grad");
       NN_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous");
+      NN_CHECK(seen.insert(p.impl()).second,
+               "optimizer: a parameter is given twice (it would be stepped twice); pass each "
+               "tensor once, as Module::parameters() does for shared ones");
     }
   }
 }
