@@ -116,6 +116,12 @@ TEST_CASE("attention with no value features or no queries has zero gradients", "
   }
 }
 
+TEST_CASE("attention over an empty batch with a padding mask is empty", "[attention]") {
+  Tensor q = zeros({0, 2, 3, 4}), k = zeros({0, 2, 5, 4}), v = zeros({0, 2, 5, 4});
+  Tensor out = scaled_dot_product_attention(q, k, v, zeros({0, 5}, kU8));
+  REQUIRE(out.shape() == Shape{0, 2, 3, 4});
+}
+
 TEST_CASE("gradcheck: attention", "[attention][gradcheck]") {
   Tensor keep = from_vector<uint8_t>({1, 0, 1, 1, 1, 1}, {2, 3});
   test::require_gradcheck([&](const std::vector<Tensor>& in) {

@@ -76,6 +76,15 @@ TEST_CASE("binary ops, scalars and comparisons", "[elementwise]") {
   require_values(where(gt(a, b), a, b), {4, 3, 3, 4});
   require_values(ones({3}, kI64) + ones({3}, kI64), {2, 2, 2});
   require_values(tensor({7, -7}, kI32) * tensor({2, 3}, kI32), {14, -21});
+  // integer division truncates; by zero it is an error (the CPU would trap), and the lowest
+  // value by -1 wraps (it would trap too)
+  require_values(tensor({7, -7}, kI64) / tensor({2, 2}, kI64), {3, -3});
+  REQUIRE(test::error_of([] { tensor({1, 2}, kI64) / tensor({0, 1}, kI64); })
+              .find("integer division by zero") != std::string::npos);
+  REQUIRE(test::error_of([] { tensor({1}, kU8) / tensor({0}, kU8); })
+              .find("integer division by zero") != std::string::npos);
+  Tensor lowest = full({1}, double(INT32_MIN), kI32);
+  REQUIRE((lowest / full({1}, -1.0, kI32)).item() == double(INT32_MIN));
 }
 
 TEST_CASE("elementwise ops on large and strided tensors use every path", "[elementwise]") {

@@ -60,6 +60,29 @@ TEST_CASE("norms take a bias alone and one dtype for weight and bias", "[norm]")
           std::string::npos);
 }
 
+// Per-channel tensors that are views: a strided weight and bias read as their values (their
+// gradients reach the viewed tensors' elements), and running statistics that cannot be
+// updated in place (a broadcast) are refused, not written past their storage.
+TEST_CASE("batch_norm takes strided weight and bias and refuses broadcast running stats",
+          "[norm]") {
+  Tensor x = randn({4, 3, 2, 2});
+  Tensor wb = tensor({1.0, 100.0, 2.0, 100.0, 3.0, 100.0}).requires_grad_();
+  Tensor bb = tensor({0.5, -7.0, -0.5, -7.0, 0.25, -7.0}).requires_grad_();
+  Tensor w = tensor({1.0, 2.0, 3.0}).requires_grad_(), b = tensor({0.5, -0.5, 0.25}).requires_grad_();
+  Tensor y = batch_norm(x, Tensor(), Tensor(), wb.slice(0, 0, 6, 2), bb.slice(0, 0, 6, 2), true);
+  Tensor ref = batch_norm(x, Tensor(), Tensor(), w, b, true);
+  test::require_close(y, ref, 1e-6, 1e-6);
+  Tensor up = randn({4, 3, 2, 2});
+  sum(mul(y, up)).backward();
+  sum(mul(ref, up)).backward();
+  test::require_close(wb.grad().slice(0, 0, 6, 2), w.grad(), 1e-5, 1e-6);
+  test::require_close(bb.grad().slice(0, 0, 6, 2), b.grad(), 1e-5, 1e-6);
+  test::require_values(wb.grad().slice(0, 1, 6, 2), {0, 0, 0});
+  Tensor rm = zeros({1}).expand({3}), rv = ones({3});
+  REQUIRE(test::error_of([&] { batch_norm(x, rm, rv, w, b, true); })
+              .find("must be contiguous") != std::string::npos);
+}
+
 TEST_CASE("batch_norm of zero channels is empty in both formats", "[norm][layout]") {
   for (bool nhwc : {false, true}) {
     Tensor x = zeros({2, 0, 3, 3}, kF32);

@@ -69,6 +69,18 @@ TEST_CASE("large reductions split across threads", "[reduce]") {
   REQUIRE(sum(r).item() == 499999500000.0);
 }
 
+TEST_CASE("integer sums are i64 and do not wrap", "[reduce]") {
+  Tensor s = sum(ones({300}, kU8));
+  REQUIRE(s.dtype() == kI64);
+  REQUIRE(s.item() == 300);
+  Tensor e = sum(eq(ones({300}, kU8), ones({300}, kU8)));
+  REQUIRE(e.item() == 300);
+  Tensor big = full({3}, 2e9, kI32);
+  Tensor rows = sum(big.reshape({3, 1}), {1});
+  REQUIRE(rows.dtype() == kI64);
+  REQUIRE(sum(big).item() == 6e9);
+}
+
 TEST_CASE("argmax", "[reduce]") {
   Tensor x = tensor({1, 5, 5, 2, 0, -1}, kF64).reshape({2, 3});
   require_values(argmax(x, 1), {1, 0});

@@ -60,6 +60,10 @@ TEST_CASE("expand broadcasts with stride 0", "[tensor][views]") {
   REQUIRE(e.storage() == col.storage());
   require_values(e.contiguous().select(0, 2), {3, 3, 3, 3});
   REQUIRE(test::error_of([&] { col.expand({2, 4}); }).find("cannot expand") != std::string::npos);
+  // -1 keeps an existing dim; a new leading dim needs a size
+  REQUIRE(test::error_of([&] { col.expand({-1, 3, 4}); }).find("cannot expand") != std::string::npos);
+  REQUIRE(test::error_of([&] { col.expand({-2, 3, 4}); }).find("cannot expand") != std::string::npos);
+  REQUIRE(col.expand({0, 3, 4}).numel() == 0);
 }
 
 TEST_CASE("in-place writes: a source sharing memory is read before the write, an expanded "

@@ -44,7 +44,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     NoGradGuard ng;
     Tensor keep = ne(key_padding_mask, zeros({}, key_padding_mask.options())).to(kU8);
     // (N, S) -> (N, heads..., S) -> (B, S)
-    const int64_t per = B / q.shape()[0];
+    const int64_t per = q.shape()[0] ? B / q.shape()[0] : 0;  // heads... (no batch: no rows)
     mask = raw_contiguous(raw_expand(make_view(keep, {q.shape()[0], 1, S}, {S, S, 1}, keep.offset()),
                                      {q.shape()[0], per, S}));
     mask = make_view(mask, {B, S}, {S, 1}, mask.offset());

@@ -158,6 +158,10 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = promoted(a_in, b_in, "div");
+  if (!is_floating(b.dtype())) {  // the CPU traps an integer division by zero; GPUs give junk
+    NoGradGuard ng;
+    NN_CHECK(sum(eq(b, zeros({}, b.options()))).item() == 0, "div: integer division by zero");
+  }
   Tensor out = binary_raw(BinaryOp::div, a, b, "div");
   record("div", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     Tensor ga = div(g, bs);

@@ -44,6 +44,14 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   check_param(x, running_mean, C, op, "running_mean");
   check_param(x, running_var, C, op, "running_var");
   check_same_dtype(weight, bias, op);
+  // The backends index the per-channel tensors densely: the running statistics, which they
+  // update in place, must be contiguous; weight and bias are read through contiguous copies
+  // when they are views with strides.
+  for (const Tensor* t : {&running_mean, &running_var})
+    NN_CHECK(!t->defined() || t->is_contiguous(), op, ": running_mean and running_var are "
+             "updated in place and must be contiguous (got strides ", shape_str(t->strides()), ")");
+  const Tensor wc = weight.defined() ? raw_contiguous(weight) : weight;
+  const Tensor bc = bias.defined() ? raw_contiguous(bias) : bias;
   NN_CHECK(training || (running_mean.defined() && running_var.defined()),
            op, ": eval mode needs running_mean and running_var");
   NN_CHECK(!training || C == 0 || x.numel() / C > 1, op, ": training needs more than one value per "
@@ -65,16 +73,16 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   backend::Backend& be = backend::of(x);
   Tensor reserve;
   if (relu)
-    be.batch_norm_relu_forward(xc, zc, weight, bias, rm, rv, training, momentum, eps, out,
+    be.batch_norm_relu_forward(xc, zc, wc, bc, rm, rv, training, momentum, eps, out,
                                save_mean, save_invstd, reserve);
   else
-    be.batch_norm_forward(xc, weight, bias, rm, rv, training, momentum, eps, out, save_mean,
+    be.batch_norm_forward(xc, wc, bc, rm, rv, training, momentum, eps, out, save_mean,
                           save_invstd);
   const Tensor y = out.detach();  // in cf: the ReLU's mask for the backward
   out = raw_format(out, f);
   record(op, {x, weight, bias, residual}, out,
-         [xs = xc.detach(), ws = weight.defined() ? weight.detach() : Tensor(),
-          bs = bias.defined() ? bias.detach() : Tensor(), ys = relu ? y : Tensor(), save_mean,
+         [xs = xc.detach(), ws = wc.defined() ? wc.detach() : Tensor(),
+          bs = bc.defined() ? bc.detach() : Tensor(), ys = relu ? y : Tensor(), save_mean,
           save_invstd, reserve, has_z = zc.defined(), training, eps, f,
           cf](const Tensor& g, auto& need) {
     auto grad_like = [&](bool needed, const Tensor& t) {

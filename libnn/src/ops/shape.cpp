@@ -189,6 +189,9 @@ Tensor Tensor::expand(const Shape& shape_in) const {
   NN_CHECK(lead >= 0, "expand: cannot expand ", shape_str(shape()), " to ", shape_str(shape_in));
   for (int64_t i = lead; i < int64_t(s.size()); ++i)
     if (s[i] == -1) s[i] = shape()[i - lead];
+  for (int64_t n : s)
+    NN_CHECK(n >= 0, "expand: cannot expand ", shape_str(shape()), " to ", shape_str(shape_in),
+             " (-1 keeps an existing dim; new leading dims need a size >= 0)");
   if (s == shape()) return *this;
   Tensor out = raw_expand(*this, s);
   record("expand", {*this}, out, [xs = shape()](const Tensor& g, auto&) {

@@ -149,7 +149,12 @@ inline T binary_value(BinaryOp op, T x, T y) {
     case BinaryOp::add: return x + y;
     case BinaryOp::sub: return x - y;
     case BinaryOp::mul: return x * y;
-    case BinaryOp::div: return x / y;
+    case BinaryOp::div:
+      // the lowest value / -1 overflows, which the CPU traps (SIGFPE): it wraps instead (a
+      // division by zero, the other trap, is refused by the op before it gets here)
+      if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+        if (y == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(x));
+      return x / y;
     case BinaryOp::pow: return T(std::pow(x, y));
     case BinaryOp::maximum: return x > y ? x : y;
     case BinaryOp::minimum: return x < y ? x : y;
