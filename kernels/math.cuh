@@ -66,8 +66,9 @@ __device__ __forceinline__ C binary_value(BinaryOp op, C x, C y) {
     case BinaryOp::mul: return x * y;
     case BinaryOp::div: return x / y;
     case BinaryOp::pow: return m_pow(x, y);
-    case BinaryOp::maximum: return x > y ? x : y;
-    case BinaryOp::minimum: return x < y ? x : y;
+    // a NaN in either operand is the result (as amax/amin and argmax have it)
+    case BinaryOp::maximum: return x != x || x > y ? x : y;
+    case BinaryOp::minimum: return x != x || x < y ? x : y;
     case BinaryOp::eq: return C(x == y);
     case BinaryOp::ne: return C(x != y);
     case BinaryOp::lt: return C(x < y);

@@ -83,6 +83,10 @@ TEST_CASE("binary ops, scalars and comparisons", "[elementwise]") {
               .find("integer division by zero") != std::string::npos);
   REQUIRE(test::error_of([] { tensor({1}, kU8) / tensor({0}, kU8); })
               .find("integer division by zero") != std::string::npos);
+  // a NaN in either operand of maximum/minimum is the result, whichever side it is on
+  for (Tensor m : {maximum(tensor({1.0, NAN}), tensor({NAN, 2.0})),
+                   minimum(tensor({1.0, NAN}), tensor({NAN, 2.0}))})
+    for (double v : m.to_vector<double>()) REQUIRE(std::isnan(v));
   Tensor lowest = full({1}, double(INT32_MIN), kI32);
   REQUIRE((lowest / full({1}, -1.0, kI32)).item() == double(INT32_MIN));
 }

@@ -156,8 +156,9 @@ inline T binary_value(BinaryOp op, T x, T y) {
         if (y == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(x));
       return x / y;
     case BinaryOp::pow: return T(std::pow(x, y));
-    case BinaryOp::maximum: return x > y ? x : y;
-    case BinaryOp::minimum: return x < y ? x : y;
+    // a NaN in either operand is the result (as amax/amin and argmax have it)
+    case BinaryOp::maximum: return x != x || x > y ? x : y;
+    case BinaryOp::minimum: return x != x || x < y ? x : y;
     case BinaryOp::eq: return T(x == y);
     case BinaryOp::ne: return T(x != y);
     case BinaryOp::lt: return T(x < y);
