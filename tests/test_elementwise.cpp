@@ -160,6 +160,17 @@ TEST_CASE("gradcheck: binary ops with broadcasting", "[elementwise][gradcheck]")
                     {a, b});
 }
 
+TEST_CASE("pow's gradients at a zero base are libtorch's limits, not NaN", "[elementwise]") {
+  Tensor a = tensor({0.0, 0.0, 2.0}, kF64).requires_grad_();
+  Tensor b = tensor({0.0, 2.0, 3.0}, kF64).requires_grad_();
+  sum(pow(a, b)).backward();
+  require_values(a.grad(), {0, 0, 12});
+  require_values(b.grad(), {0, 0, 8 * std::log(2.0)}, 1e-12);
+  Tensor c = tensor({0.0, 3.0}, kF64).requires_grad_();
+  sum(pow(c, 0.0)).backward();
+  require_values(c.grad(), {0, 0});
+}
+
 TEST_CASE("maximum splits the gradient on ties", "[elementwise]") {
   Tensor a = tensor({1, 2}, kF64).requires_grad_(), b = tensor({1, 3}, kF64).requires_grad_();
   sum(maximum(a, b)).backward();

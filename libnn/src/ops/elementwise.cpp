@@ -177,9 +177,16 @@ Tensor pow(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = binary_raw(BinaryOp::pow, a, b, "pow");
   record("pow", {a, b}, out,
          [as = a.detach(), bs = b.detach(), os = out.detach()](const Tensor& g, auto& need) {
+    // The limits at a = 0, as libtorch takes them: d/da is 0 where b = 0 (not 0 * 0^-1), and
+    // d/db is 0 where a = 0 and b >= 0 (0^b is flat there; not 0 * log 0).
     Tensor ga, gb;
-    if (need[0]) ga = sum_to(mul(g, mul(bs, pow(as, sub(bs, ones_like(bs))))), as.shape());
-    if (need[1]) gb = sum_to(mul(g, mul(os, log(as))), bs.shape());
+    const Tensor zero = zeros({}, as.options());
+    if (need[0])
+      ga = sum_to(mul(g, where(eq(bs, zero), zero, mul(bs, pow(as, sub(bs, ones_like(bs)))))),
+                  as.shape());
+    if (need[1])
+      gb = sum_to(mul(g, where(mul(eq(as, zero), ge(bs, zero)), zero, mul(os, log(as)))),
+                  bs.shape());
     return std::vector<Tensor>{ga, gb};
   });
   return out;
@@ -284,6 +291,7 @@ Tensor rdiv(const Tensor& a, double b) {
 Tensor pow(const Tensor& a, double e) {
   Tensor out = unary_float(UnaryOp::pow_scalar, a, "pow", e);
   record("pow_scalar", {a}, out, [as = a.detach(), e](const Tensor& g, auto&) {
+    if (e == 0) return std::vector<Tensor>{zeros_like(g)};  // not 0 * 0^-1 at a = 0
     return std::vector<Tensor>{mul(g, mul(pow(as, e - 1), e))};
   });
   return out;
