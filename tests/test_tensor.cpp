@@ -66,6 +66,27 @@ TEST_CASE("expand broadcasts with stride 0", "[tensor][views]") {
   REQUIRE(col.expand({0, 3, 4}).numel() == 0);
 }
 
+TEST_CASE("random fills of f16 and bf16 are f32's draws rounded once", "[tensor]") {
+  for (DType t : {kF16, kBF16}) {
+    Generator g1(7), g2(7);
+    Tensor h = randn({1001}, t, &g1), f = randn({1001}, kF32, &g2);
+    REQUIRE(h.dtype() == t);
+    test::require_close(h.to(kF32), f.to(t).to(kF32), 0, 0);
+    Tensor u = empty({64}, t);
+    u.uniform_(-2, 2);
+    REQUIRE(amax(abs(u.to(kF32)), {0}).item() <= 2);
+  }
+}
+
+TEST_CASE("item<int64_t>() reads 64-bit integers exactly", "[tensor]") {
+  const int64_t big = (int64_t(1) << 53) + 1;  // not a double
+  REQUIRE(from_vector<int64_t>({big}, {1}).item<int64_t>() == big);
+  REQUIRE(from_vector<int64_t>({-big}, {}).item<int64_t>() == -big);
+  REQUIRE(full({1}, 2.75).item<int64_t>() == 2);
+  REQUIRE(test::error_of([] { (void)zeros({2}, kI64).item<int64_t>(); }).find("exactly one") !=
+          std::string::npos);
+}
+
 TEST_CASE("in-place writes: a source sharing memory is read before the write, an expanded "
           "target is refused", "[tensor][views]") {
   NoGradGuard ng;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace nn {
@@ -108,7 +109,15 @@ class Tensor {
   Tensor contiguous(MemoryFormat f) const;  // differentiable; channels_last needs 4-d
   Tensor clone() const;          // differentiable; always a fresh contiguous copy
   double item() const;           // one element, as double (reads back from the device)
-  template <typename T> T item() const { return static_cast<T>(item()); }
+  // One element as T; i64 and i32 read exactly (not through double, which has 53 bits).
+  template <typename T> T item() const {
+    if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int32_t>) {
+      NN_CHECK(numel() == 1, "item(): tensor has ", numel(), " elements, expected exactly one");
+      return to_vector<T>()[0];
+    } else {
+      return static_cast<T>(item());
+    }
+  }
   // All elements in row-major order, converted to T.
   template <typename T> std::vector<T> to_vector() const;
 

@@ -187,7 +187,8 @@ void CpuBackend::fill(Tensor& dst, double value) {
 
 void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
                              uint64_t offset) {
-  dispatch_float(dst.dtype(), "fill_random", [&]<typename T>() {
+  auto typed = [&]<typename T>() {  // 16-bit: the f32 value, rounded once
+    using W = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
     T* p = dst.data<T>();
     const int64_t n = dst.numel(), blocks = (n + 3) / 4;
     parallel_for(0, blocks, kGrain / 4, [&](int64_t bb, int64_t be) {
@@ -196,10 +197,13 @@ void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, u
         if (kind == RandomKind::uniform) rng::uniform4(seed, offset + uint64_t(blk), r);
         else rng::normal4(seed, offset + uint64_t(blk), r);
         for (int k = 0; k < 4 && blk * 4 + k < n; ++k)
-          p[blk * 4 + k] = kind == RandomKind::uniform ? T(a + (b - a) * r[k]) : T(a + b * r[k]);
+          p[blk * 4 + k] =
+              T(kind == RandomKind::uniform ? W(a + (b - a) * r[k]) : W(a + b * r[k]));
       }
     });
-  });
+  };
+  if (dispatch16(dst.dtype(), typed)) return;
+  dispatch_float(dst.dtype(), "fill_random", typed);
 }
 
 bool CpuBackend::native16(UnaryOp op, const Tensor& x, const Tensor& out) {
