@@ -65,8 +65,9 @@ TEST_CASE("a module used twice has its parameters listed and stepped once", "[nn
   test::require_values(g, {2, 2, 2, 2});  // both uses: d/dW of sum(W (W x)) at W = 0.5
   opt.step();
   test::require_close(lin->weight, sub(before, mul(g, 0.1)));
-  REQUIRE(test::error_of([&] { optim::AdamW twice({lin->weight, lin->weight}, optim::AdamWOptions()); })
-              .find("given twice") != std::string::npos);
+  REQUIRE(test::error_of([&] {
+            optim::AdamW twice({lin->weight, lin->weight}, optim::AdamWOptions());
+          }).find("given twice") != std::string::npos);
   net->load_state_dict(net->state_dict());
 }
 

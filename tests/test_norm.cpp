@@ -68,7 +68,8 @@ TEST_CASE("batch_norm takes strided weight and bias and refuses broadcast runnin
   Tensor x = randn({4, 3, 2, 2});
   Tensor wb = tensor({1.0, 100.0, 2.0, 100.0, 3.0, 100.0}).requires_grad_();
   Tensor bb = tensor({0.5, -7.0, -0.5, -7.0, 0.25, -7.0}).requires_grad_();
-  Tensor w = tensor({1.0, 2.0, 3.0}).requires_grad_(), b = tensor({0.5, -0.5, 0.25}).requires_grad_();
+  Tensor w = tensor({1.0, 2.0, 3.0}).requires_grad_();
+  Tensor b = tensor({0.5, -0.5, 0.25}).requires_grad_();
   Tensor y = batch_norm(x, Tensor(), Tensor(), wb.slice(0, 0, 6, 2), bb.slice(0, 0, 6, 2), true);
   Tensor ref = batch_norm(x, Tensor(), Tensor(), w, b, true);
   test::require_close(y, ref, 1e-6, 1e-6);

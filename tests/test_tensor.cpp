@@ -61,8 +61,8 @@ TEST_CASE("expand broadcasts with stride 0", "[tensor][views]") {
   require_values(e.contiguous().select(0, 2), {3, 3, 3, 3});
   REQUIRE(test::error_of([&] { col.expand({2, 4}); }).find("cannot expand") != std::string::npos);
   // -1 keeps an existing dim; a new leading dim needs a size
-  REQUIRE(test::error_of([&] { col.expand({-1, 3, 4}); }).find("cannot expand") != std::string::npos);
-  REQUIRE(test::error_of([&] { col.expand({-2, 3, 4}); }).find("cannot expand") != std::string::npos);
+  for (Shape bad : {Shape{-1, 3, 4}, Shape{-2, 3, 4}})
+    REQUIRE(test::error_of([&] { col.expand(bad); }).find("cannot expand") != std::string::npos);
   REQUIRE(col.expand({0, 3, 4}).numel() == 0);
 }
 

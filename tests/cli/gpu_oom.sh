@@ -13,4 +13,5 @@ out=$("$bench" --device cuda --model resnet50 --batch-size 200000 --num-batches 
       --num-warmup-batches 0 --precisions fp32 2>&1); rc=$?
 echo "$out" | tail -3
 [[ $rc -eq 1 ]] || { echo "expected exit status 1, got $rc"; exit 1; }
-grep -q "out of memory on cuda:0: tried to allocate" <<<"$out" || { echo "no out-of-memory message for cuda:0"; exit 1; }
+grep -q "out of memory on cuda:0: tried to allocate" <<<"$out" \
+  || { echo "no out-of-memory message for cuda:0"; exit 1; }

@@ -59,7 +59,8 @@ Tensor sum_or_mean(const Tensor& x, const Shape& dims_in, bool keepdim, bool mea
   check_defined(x, name);
   if (mean_) check_floating(x, name);
   // an integer sum is i64, as in libtorch: a u8 or i32 one would wrap at its type's range
-  if (!is_floating(x.dtype()) && x.dtype() != kI64) return sum_or_mean(x.to(kI64), dims_in, keepdim, false);
+  if (!is_floating(x.dtype()) && x.dtype() != kI64)
+    return sum_or_mean(x.to(kI64), dims_in, keepdim, false);
   Shape dims = normalize_dims(dims_in, x.dim());
   Tensor out = reduce_raw(mean_ ? ReduceOp::mean : ReduceOp::sum, x, dims, keepdim);
   int64_t count = 1;
