@@ -76,6 +76,87 @@ TEST_CASE("autograd misuse gives clear errors", "[autograd][errors]") {
   require_values(w.grad(), {12});
 }
 
+TEST_CASE("backward refuses a saved tensor changed in place since the forward pass",
+          "[autograd][errors][version]") {
+  auto changed = [](const std::function<void()>& f) {
+    return test::error_of(f).find("changed in place") != std::string::npos;
+  };
+  Tensor w = tensor({1, 2}, kF64).requires_grad_();
+  SECTION("an input that needs no gradient, changed directly or through a view") {
+    for (int through_view = 0; through_view < 2; ++through_view) {
+      Tensor x = tensor({3, 4}, kF64);
+      Tensor y = sum(w * x);  // mul saves x for w's gradient
+      if (through_view) x.slice(0, 1, 2).fill_(0);
+      else x.mul_(0.0);
+      REQUIRE(changed([&] { y.backward(); }));
+    }
+  }
+  SECTION("a parameter changed under NoGradGuard, or by an optimizer step") {
+    Tensor x = tensor({3, 4}, kF64);
+    Tensor y = sum(matmul(x.reshape({1, 2}), w.reshape({2, 1})));
+    {
+      NoGradGuard ng;
+      w.add_(ones({2}, kF64));
+    }
+    REQUIRE(changed([&] { y.backward(); }));
+    Tensor z = sum(x * w);
+    z.backward({}, true);
+    optim::SGD opt({w}, optim::SGDOptions(0.1));
+    opt.step();
+    REQUIRE(changed([&] { z.backward(); }));  // the graph saw w before the step
+  }
+  SECTION("an output an op saved") {
+    Tensor y = exp(w);  // exp saves its result
+    Tensor loss = sum(y * 2.0);
+    {
+      NoGradGuard ng;
+      y.fill_(0);
+    }
+    REQUIRE(changed([&] { loss.backward(); }));
+  }
+  SECTION("nothing is refused where the changed tensor was not saved") {
+    Tensor x = tensor({3, 4}, kF64);
+    Tensor y = sum(w + x);  // add saves neither input
+    x.mul_(0.0);
+    y.backward();
+    require_values(w.grad(), {1, 1});
+    // changed before the forward pass, or after backward: nothing to refuse either
+    x.fill_(2);
+    Tensor z = sum(w * x);
+    w.set_grad(Tensor());
+    z.backward();
+    require_values(w.grad(), {2, 2});
+    x.fill_(5);
+  }
+  SECTION("every in-place write moves the memory's version, through any view") {
+    Tensor x = zeros({4}, kF64);
+    uint64_t v = x.storage()->version();
+    auto moved = [&] {
+      const uint64_t now = x.storage()->version();
+      const bool up = now > v;
+      v = now;
+      return up;
+    };
+    x.fill_(1);
+    REQUIRE(moved());
+    x.slice(0, 0, 2).add_(ones({2}, kF64));
+    REQUIRE(moved());
+    x.detach().mul_(2.0);
+    REQUIRE(moved());
+    x.copy_(ones({4}, kF64));
+    REQUIRE(moved());
+    x.normal_(0, 1);
+    REQUIRE(moved());
+    sum(x * 2.0);  // reading is no change
+    REQUIRE(!moved());
+    Tensor c = x.clone();  // memory of its own, counted apart
+    const uint64_t vc = c.storage()->version();
+    x.fill_(3);
+    REQUIRE(c.storage()->version() == vc);
+    REQUIRE(moved());
+  }
+}
+
 TEST_CASE("non-scalar backward takes the output gradient", "[autograd]") {
   Tensor x = tensor({1, 2, 3}, kF64).requires_grad_();
   Tensor y = x * x;

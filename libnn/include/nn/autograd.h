@@ -35,15 +35,27 @@ class Node {
   const std::vector<Edge>& inputs() const { return inputs_; }
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   bool released() const { return !fn_; }
+  // Remembers the version of each tensor's memory; apply() refuses to run if one has had an
+  // in-place write since (the closure would compute with changed values).
+  void set_saved(const std::vector<Tensor>& saved);
   std::vector<Tensor> apply(const Tensor& grad);
-  void release() { fn_ = nullptr; }  // frees what the closure saved
+  void release() {  // frees what the closure saved
+    fn_ = nullptr;
+    saved_.clear();
+  }
 
  private:
+  struct SavedVersion {
+    std::shared_ptr<Storage> storage;
+    uint64_t version;
+    Shape shape;  // for the error message
+  };
   std::string name_;
   std::vector<Edge> inputs_;
   std::vector<Shape> input_shapes_;
   std::vector<DType> input_dtypes_;  // gradients are returned in these
   BackwardFn fn_;
+  std::vector<SavedVersion> saved_;
 };
 
 // Gradient recording is on by default, per thread.
@@ -66,7 +78,13 @@ bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 // Attaches a backward node to `output` (which must be fresh, with no history) when grad mode
-// is on and an input requires grad. The closure should capture detached tensors.
+// is on and an input requires grad. The closure should capture detached tensors, and `saved`
+// should list them (undefined ones are skipped): backward then refuses, with an error naming
+// the op, when one of them was changed in place after the forward pass (as libtorch does),
+// where the closure would silently compute a wrong gradient. The form without `saved` checks
+// nothing.
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
+            const std::vector<Tensor>& saved, Node::BackwardFn fn);
 void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
             Node::BackwardFn fn);
 

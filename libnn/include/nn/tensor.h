@@ -5,6 +5,7 @@
 #include <nn/dtype.h>
 #include <nn/error.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -31,9 +32,14 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // How many in-place writes the memory has had. Backward checks that what a node saved was
+  // not changed after the forward pass (see record() in autograd.h).
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;
+  std::atomic<uint64_t> version_{0};
   size_t nbytes_ = 0;
   Device device_;
 };

@@ -52,6 +52,11 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 
 void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
             Node::BackwardFn fn) {
+  record(name, inputs, output, {}, std::move(fn));
+}
+
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
+            const std::vector<Tensor>& saved, Node::BackwardFn fn) {
   if (!any_requires_grad(inputs)) return;
   std::vector<Edge> edges(inputs.size());
   std::vector<Shape> shapes(inputs.size());
@@ -65,14 +70,30 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
     if (t.grad_fn()) edges[i].node = t.grad_fn();
     else edges[i].leaf = t.impl_ptr();
   }
-  output.impl()->grad_fn = std::make_shared<Node>(name, std::move(edges), std::move(shapes),
-                                                  std::move(dtypes), std::move(fn));
+  auto node = std::make_shared<Node>(name, std::move(edges), std::move(shapes),
+                                     std::move(dtypes), std::move(fn));
+  node->set_saved(saved);
+  output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
+}
+
+void Node::set_saved(const std::vector<Tensor>& saved) {
+  saved_.clear();
+  for (const Tensor& t : saved)
+    if (t.defined()) saved_.push_back({t.storage(), t.storage()->version(), t.shape()});
 }
 
 std::vector<Tensor> Node::apply(const Tensor& grad) {
   NN_CHECK(fn_, "backward through '", name_, "' a second time: its saved tensors were freed "
            "by the first backward(); pass retain_graph=true to that one");
+  for (const SavedVersion& s : saved_) {
+    const uint64_t now = s.storage->version();
+    NN_CHECK(now == s.version, "backward through '", name_, "': a tensor of shape ",
+             shape_str(s.shape), " that it saved for the gradient was changed in place after "
+             "the forward pass (its memory's version went from ", s.version, " to ", now,
+             "), so the gradient would be wrong; change a clone() instead, or call backward() "
+             "before the in-place change (an optimizer step is one)");
+  }
   std::vector<bool> needs(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i) needs[i] = inputs_[i].active();
   std::vector<Tensor> grads = fn_(grad, needs);

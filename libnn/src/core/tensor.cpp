@@ -18,10 +18,14 @@ TensorImpl& impl_of(const Tensor& t) {
   NN_CHECK(t.defined(), "operation on an undefined tensor");
   return *t.impl();
 }
-void check_inplace(const Tensor& t, const char* op) {
+// Every in-place method starts here: refuses a tensor that requires grad in grad mode, and
+// counts the write in the storage's version (so backward can refuse what it saved and was
+// changed since).
+void begin_inplace(const Tensor& t, const char* op) {
   NN_CHECK(!(grad_enabled() && t.requires_grad()), op,
            ": in-place change of a tensor that requires grad while grad mode is on (wrap it "
            "in nn::NoGradGuard)");
+  t.storage()->bump_version();
 }
 
 // The lowest and highest element (in storage units) a view reaches. Strides are never negative.
@@ -276,12 +280,12 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 // ---- in-place ---------------------------------------------------------------------------------
 Tensor& Tensor::zero_() { return fill_(0.0); }
 Tensor& Tensor::fill_(double value) {
-  check_inplace(*this, "fill_");
+  begin_inplace(*this, "fill_");
   backend::of(*this).fill(*this, value);
   return *this;
 }
 Tensor& Tensor::copy_(const Tensor& src) {
-  check_inplace(*this, "copy_");
+  begin_inplace(*this, "copy_");
   NoGradGuard ng;
   Tensor s = src.device() == device() ? src : src.detach().to(device());
   Shape bs = broadcast_shapes(s.shape(), shape());
@@ -296,14 +300,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_inplace(*this, "add_");
+  begin_inplace(*this, "add_");
   check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;
   copy_(alpha == 1.0 ? add(*this, other) : add(*this, mul(other, alpha)));
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
-  check_inplace(*this, "mul_");
+  begin_inplace(*this, "mul_");
   check_no_internal_overlap(*this, "mul_");
   NoGradGuard ng;
   backend::of(*this).unary(backend::UnaryOp::mul_scalar, *this, *this, value, 0);
@@ -312,7 +316,7 @@ Tensor& Tensor::mul_(double value) {
 // Draws straight into the tensor when it is contiguous (one pass), else through a temporary.
 static Tensor& fill_random_(Tensor& t, backend::RandomKind kind, double a, double b,
                             Generator* gen, const char* op) {
-  check_inplace(t, op);
+  begin_inplace(t, op);
   check_no_internal_overlap(t, op);
   NN_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", dtype_name(t.dtype()));
   NoGradGuard ng;

@@ -62,7 +62,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   // log-sum-exp in the accumulation type: f64 for f64 inputs, else f32
   Tensor lse = empty({B, T}, TensorOptions(q.dtype() == kF64 ? kF64 : kF32).device(q.device()));
   if (B * T * E > 0) backend::of(q).attention_forward(q3, k3, v3, mask, sc, o3, lse);
-  record(op, {q, k, v}, out,
+  record(op, {q, k, v}, out, {q3, k3, v3, o3},
          [q3 = q3.detach(), k3 = k3.detach(), v3 = v3.detach(), o3 = o3.detach(), mask, lse, sc,
           qs = q.shape(), ks = k.shape(), vs = v.shape()](const Tensor& g, auto&) {
     const int64_t B = q3.shape()[0], T = q3.shape()[1], E = v3.shape()[2];

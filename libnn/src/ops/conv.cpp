@@ -41,7 +41,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   Tensor out = empty({N, O, OH, OW}, x.options(), cf);
   if (out.numel() > 0) backend::of(x).conv2d_forward(xc, wc, bc, out, p);
   out = raw_format(out, f);
-  record("conv2d", {x, weight, bias}, out,
+  record("conv2d", {x, weight, bias}, out, {xc, wc},
          [xs = xc.detach(), ws = wc.detach(), p, f, cf](const Tensor& g, auto& need) {
     Tensor gc = raw_format(g, cf);
     if (gc.numel() == 0)  // an empty output depends on nothing: zero gradients, no backend call

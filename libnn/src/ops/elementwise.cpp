@@ -110,7 +110,7 @@ Tensor unary_float(UnaryOp op, const Tensor& x, const char* name, double a = 0, 
 // Gradient of an activation with a fused backward primitive.
 Tensor activation(UnaryOp op, const Tensor& x, const char* name) {
   Tensor y = unary_float(op, x, name);
-  record(name, {x}, y, [op, xs = x.detach(), ys = y.detach()](const Tensor& g, auto&) {
+  record(name, {x}, y, {x, y}, [op, xs = x.detach(), ys = y.detach()](const Tensor& g, auto&) {
     const MemoryFormat f = format_of(xs);
     Tensor gx = empty(xs.shape(), xs.options(), f);
     Tensor gv = layout_view(gx, f);
@@ -149,7 +149,8 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = promoted(a_in, b_in, "mul");
   Tensor out = binary_raw(BinaryOp::mul, a, b, "mul");
-  record("mul", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+  record("mul", {a, b}, out, {a, b},
+         [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     return std::vector<Tensor>{need[0] ? sum_to(mul(g, bs), as.shape()) : Tensor(),
                                need[1] ? sum_to(mul(g, as), bs.shape()) : Tensor()};
   });
@@ -163,7 +164,8 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
     NN_CHECK(sum(eq(b, zeros({}, b.options()))).item() == 0, "div: integer division by zero");
   }
   Tensor out = binary_raw(BinaryOp::div, a, b, "div");
-  record("div", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+  record("div", {a, b}, out, {a, b},
+         [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     Tensor ga = div(g, bs);
     return std::vector<Tensor>{need[0] ? sum_to(ga, as.shape()) : Tensor(),
                                need[1] ? sum_to(neg(mul(ga, div(as, bs))), bs.shape()) : Tensor()};
@@ -175,7 +177,7 @@ Tensor pow(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = promoted(a_in, b_in, "pow");
   check_floating(a, "pow");
   Tensor out = binary_raw(BinaryOp::pow, a, b, "pow");
-  record("pow", {a, b}, out,
+  record("pow", {a, b}, out, {a, b, out},
          [as = a.detach(), bs = b.detach(), os = out.detach()](const Tensor& g, auto& need) {
     // The limits at a = 0, as libtorch takes them: d/da is 0 where b = 0 (not 0 * 0^-1), and
     // d/db is 0 where a = 0 and b >= 0 (0^b is flat there; not 0 * log 0).
@@ -198,7 +200,8 @@ Tensor extremum(BinaryOp op, BinaryOp strict, const Tensor& a_in, const Tensor& 
                 const char* name) {
   auto [a, b] = promoted(a_in, b_in, name);
   Tensor out = binary_raw(op, a, b, name);
-  record(name, {a, b}, out, [strict, as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+  record(name, {a, b}, out, {a, b},
+         [strict, as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     Tensor wa = add(binary_raw(strict, as, bs, "mask"),
                     mul(binary_raw(BinaryOp::eq, as, bs, "mask"), 0.5));
     return std::vector<Tensor>{need[0] ? sum_to(mul(g, wa), as.shape()) : Tensor(),
@@ -251,7 +254,7 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   Tensor ov = layout_view(out, f);
   backend::of(a).where(layout_view(raw_expand(cond, s), f), layout_view(raw_expand(a, s), f),
                        layout_view(raw_expand(b, s), f), ov);
-  record("where", {a, b}, out,
+  record("where", {a, b}, out, {cond},
          [c = cond.detach(), sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
     Tensor z = zeros({}, g.options());
     return std::vector<Tensor>{need[0] ? sum_to(where(c, g, z), sa) : Tensor(),
@@ -283,14 +286,14 @@ Tensor rsub(const Tensor& a, double b) {
 }
 Tensor rdiv(const Tensor& a, double b) {
   Tensor out = unary_float(UnaryOp::rdiv_scalar, a, "rdiv", b);
-  record("rdiv", {a}, out, [as = a.detach(), b](const Tensor& g, auto&) {
+  record("rdiv", {a}, out, {a}, [as = a.detach(), b](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(div(g, square(as)), -b)};
   });
   return out;
 }
 Tensor pow(const Tensor& a, double e) {
   Tensor out = unary_float(UnaryOp::pow_scalar, a, "pow", e);
-  record("pow_scalar", {a}, out, [as = a.detach(), e](const Tensor& g, auto&) {
+  record("pow_scalar", {a}, out, {a}, [as = a.detach(), e](const Tensor& g, auto&) {
     if (e == 0) return std::vector<Tensor>{zeros_like(g)};  // not 0 * 0^-1 at a = 0
     return std::vector<Tensor>{mul(g, mul(pow(as, e - 1), e))};
   });
@@ -306,28 +309,28 @@ Tensor neg(const Tensor& x) {
 }
 Tensor exp(const Tensor& x) {
   Tensor y = unary_float(UnaryOp::exp, x, "exp");
-  record("exp", {x}, y, [ys = y.detach()](const Tensor& g, auto&) {
+  record("exp", {x}, y, {y}, [ys = y.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(g, ys)};
   });
   return y;
 }
 Tensor log(const Tensor& x) {
   Tensor y = unary_float(UnaryOp::log, x, "log");
-  record("log", {x}, y, [xs = x.detach()](const Tensor& g, auto&) {
+  record("log", {x}, y, {x}, [xs = x.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{div(g, xs)};
   });
   return y;
 }
 Tensor sqrt(const Tensor& x) {
   Tensor y = unary_float(UnaryOp::sqrt, x, "sqrt");
-  record("sqrt", {x}, y, [ys = y.detach()](const Tensor& g, auto&) {
+  record("sqrt", {x}, y, {y}, [ys = y.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{div(mul(g, 0.5), ys)};
   });
   return y;
 }
 Tensor rsqrt(const Tensor& x) {
   Tensor y = unary_float(UnaryOp::rsqrt, x, "rsqrt");
-  record("rsqrt", {x}, y, [ys = y.detach()](const Tensor& g, auto&) {
+  record("rsqrt", {x}, y, {y}, [ys = y.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(mul(g, pow(ys, 3.0)), -0.5)};
   });
   return y;
@@ -335,7 +338,7 @@ Tensor rsqrt(const Tensor& x) {
 Tensor abs(const Tensor& x) {
   check_defined(x, "abs");
   Tensor y = unary_raw(UnaryOp::abs, x);
-  record("abs", {x}, y, [xs = x.detach()](const Tensor& g, auto&) {
+  record("abs", {x}, y, {x}, [xs = x.detach()](const Tensor& g, auto&) {
     Tensor z = zeros({}, xs.options());
     return std::vector<Tensor>{mul(g, sub(gt(xs, z), lt(xs, z)))};
   });
@@ -344,7 +347,7 @@ Tensor abs(const Tensor& x) {
 Tensor square(const Tensor& x) {
   check_defined(x, "square");
   Tensor y = unary_raw(UnaryOp::square, x);
-  record("square", {x}, y, [xs = x.detach()](const Tensor& g, auto&) {
+  record("square", {x}, y, {x}, [xs = x.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(mul(g, xs), 2.0)};
   });
   return y;
@@ -353,7 +356,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   check_defined(x, "clamp");
   NN_CHECK(lo <= hi, "clamp: lower bound ", lo, " above upper bound ", hi);
   Tensor y = unary_raw(UnaryOp::clamp, x, lo, hi);
-  record("clamp", {x}, y, [xs = x.detach(), lo, hi](const Tensor& g, auto&) {
+  record("clamp", {x}, y, {x}, [xs = x.detach(), lo, hi](const Tensor& g, auto&) {
     Tensor inside = mul(ge(xs, full({}, lo, xs.options())), le(xs, full({}, hi, xs.options())));
     return std::vector<Tensor>{mul(g, inside)};
   });

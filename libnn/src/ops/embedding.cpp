@@ -13,8 +13,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   os.push_back(weight.shape()[1]);
   Tensor out = rows.detach().reshape(os);
   const int64_t skip = padding_idx ? *padding_idx : -1;
-  record("embedding", {weight}, out,
-         [idx = raw_contiguous(flat), ws = weight.shape(), opts = weight.options(), skip](
+  const Tensor idx = raw_contiguous(flat);
+  record("embedding", {weight}, out, {idx},
+         [idx, ws = weight.shape(), opts = weight.options(), skip](
              const Tensor& g, auto&) {
     Tensor gw = zeros(ws, opts);
     Tensor gc = raw_contiguous(g);
@@ -56,7 +57,7 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep
   Tensor table = raw_contiguous(weight), idx = raw_contiguous(ids);
   Tensor out = empty({N, weight.shape()[1]}, weight.options());
   backend::of(weight).embedding_bag_forward(table, idx, shares, out);
-  record("embedding_bag", {weight}, out,
+  record("embedding_bag", {weight}, out, {idx},
          [idx, shares, ws = weight.shape(), opts = weight.options()](const Tensor& g, auto&) {
     Tensor gw = zeros(ws, opts);
     backend::of(g).embedding_bag_backward(raw_contiguous(g), idx, shares, gw);

@@ -15,7 +15,7 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, double smo
   Tensor lse = empty({M}, logits.options());
   Tensor lc = raw_contiguous(logits), tc = raw_contiguous(target);
   backend::of(logits).cross_entropy_forward(lc, tc, smoothing, ignore_index, loss, lse);
-  record("cross_entropy", {logits}, loss,
+  record("cross_entropy", {logits}, loss, {lc, tc},
          [ls = lc.detach(), tc, lse, smoothing, ignore_index](const Tensor& g, auto&) {
     Tensor gl = empty(ls.shape(), ls.options());
     backend::of(g).cross_entropy_backward(raw_contiguous(g), ls, tc, lse, smoothing,

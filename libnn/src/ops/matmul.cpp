@@ -29,7 +29,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
                      raw_expand(b3, {B, b3.shape()[1], b3.shape()[2]}));
   if (a.dim() == 2 && b.dim() == 2)
     out = make_view(out, {out.shape()[1], out.shape()[2]}, {out.shape()[2], 1}, 0);
-  record("matmul", {a, b}, out, [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
+  record("matmul", {a, b}, out, {a, b},
+         [as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
     Tensor ga, gb;
     if (need[0]) ga = sum_to(bmm(g, swap_last(bs)), as.shape());
     if (need[1]) gb = sum_to(bmm(swap_last(as), g), bs.shape());
@@ -103,7 +104,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (bias.defined()) backend::of(x).gemm_bias(x3, wt, bias, out);
   else backend::of(x).gemm(x3, wt, out, 1.0, 0.0);
   out = make_view(out, {R, outf}, {outf, 1}, 0);
-  record("linear", {x2, weight, bias}, out,
+  record("linear", {x2, weight, bias}, out, {x2, weight},
          [xs = x2.detach(), ws = weight.detach()](const Tensor& g, auto& need) {
     Tensor gx, gw, gb;
     if (need[0]) gx = bmm(g, ws);                 // (R, O) @ (O, in)

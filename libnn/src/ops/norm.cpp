@@ -70,6 +70,9 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   const TensorOptions so = x.options().dtype(stat_dtype(x));
   Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
+  if (training)  // the backend updates them in place
+    for (const Tensor* t : {&rm, &rv})
+      if (t->defined()) t->storage()->bump_version();
   backend::Backend& be = backend::of(x);
   Tensor reserve;
   if (relu)
@@ -80,7 +83,7 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
                           save_invstd);
   const Tensor y = out.detach();  // in cf: the ReLU's mask for the backward
   out = raw_format(out, f);
-  record(op, {x, weight, bias, residual}, out,
+  record(op, {x, weight, bias, residual}, out, {xc, wc, bc, relu ? y : Tensor()},
          [xs = xc.detach(), ws = wc.defined() ? wc.detach() : Tensor(),
           bs = bc.defined() ? bc.detach() : Tensor(), ys = relu ? y : Tensor(), save_mean,
           save_invstd, reserve, has_z = zc.defined(), training, eps, f,
@@ -148,7 +151,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   Tensor w = weight.defined() ? raw_contiguous(weight) : Tensor();
   Tensor b = bias.defined() ? raw_contiguous(bias) : Tensor();
   backend::of(x).layer_norm_forward(x2, w, b, eps, o2, mu, rstd);
-  record("layer_norm", {x, weight, bias}, out,
+  record("layer_norm", {x, weight, bias}, out, {x2, w, b},
          [x2 = x2.detach(), w = w.defined() ? w.detach() : Tensor(), mu, rstd,
           b = b.defined() ? b.detach() : Tensor(), xs = x.shape()](const Tensor& g, auto& need) {
     const int64_t R = x2.shape()[0], D = x2.shape()[1];

@@ -77,7 +77,8 @@ Tensor extremum(const Tensor& x, const Shape& dims_in, bool keepdim, bool max_) 
   check_defined(x, name);
   Shape dims = normalize_dims(dims_in, x.dim());
   Tensor out = reduce_raw(max_ ? ReduceOp::max : ReduceOp::min, x, dims, keepdim);
-  record(name, {x}, out, [xs = x.detach(), os = out.detach(), dims](const Tensor& g, auto&) {
+  record(name, {x}, out, {x, out},
+         [xs = x.detach(), os = out.detach(), dims](const Tensor& g, auto&) {
     // Ties share the gradient evenly.
     Tensor mask = eq(xs, expand_back(os, xs.shape(), dims));
     Tensor count = reduce_raw(ReduceOp::sum, mask, dims, true);

@@ -293,7 +293,7 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   Tensor out2 = make_view(out, {os[0], D}, {D, 1}, 0);
   Tensor idx = raw_contiguous(index);
   backend::of(x).gather_rows(src2, idx, out2);
-  record("index_select", {x}, out, [idx, xs = x.shape(), opts = x.options(), V, D](
+  record("index_select", {x}, out, {idx}, [idx, xs = x.shape(), opts = x.options(), V, D](
                                        const Tensor& g, auto&) {
     Tensor gx = zeros(xs, opts);
     Tensor gx2 = make_view(gx, {V, D}, {D, 1}, 0);

@@ -14,7 +14,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
   int64_t d = wrap_dim(dim, x.dim());
   Tensor out = empty(x.shape(), x.options());
   if (x.numel() > 0) backend::of(x).softmax_forward(raw_contiguous(x), d, log, out);
-  record(name, {x}, out, [ys = out.detach(), d, log](const Tensor& g, auto&) {
+  record(name, {x}, out, {out}, [ys = out.detach(), d, log](const Tensor& g, auto&) {
     Tensor gx = empty(ys.shape(), ys.options());
     if (ys.numel() > 0) backend::of(g).softmax_backward(raw_contiguous(g), ys, d, log, gx);
     return std::vector<Tensor>{gx};

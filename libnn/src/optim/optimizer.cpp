@@ -102,6 +102,7 @@ void SGD::step() {
         buf = empty_like(p);
         first = true;
       }
+      p.storage()->bump_version();  // the fused step below writes it in place
       batches[{p.device().str(), p.dtype()}].push_back({p, grad_for(p), buf, wd, first});
     }
   }
@@ -156,6 +157,7 @@ void AdamW::step() {
         exp_avg_sq_[gi][i] = zeros_like(p);
       }
       int64_t t = ++param_steps_[gi][i];
+      p.storage()->bump_version();  // the fused step below writes it in place
       batches[{p.device().str(), p.dtype()}].push_back(
           {p, grad_for(p), exp_avg_[gi][i], exp_avg_sq_[gi][i], wd, t});
     }
