@@ -91,6 +91,30 @@ TEST_CASE("binary ops, scalars and comparisons", "[elementwise]") {
   REQUIRE((lowest / full({1}, -1.0, kI32)).item() == double(INT32_MIN));
 }
 
+TEST_CASE("integer tensors with scalars: whole scalars compute exactly, fractional ones are "
+          "refused", "[elementwise][errors]") {
+  Tensor a = arange(50, kI64);
+  // by a whole scalar: integer division, as of two integer tensors (a * (1 / 49) gave 49 / 49
+  // = 0 and 3 / 3 truncated from 0.999...)
+  Tensor q = a / 49.0;
+  REQUIRE(q.dtype() == kI64);
+  REQUIRE(q.to_vector<int64_t>()[49] == 1);
+  REQUIRE(q.to_vector<int64_t>()[48] == 0);
+  require_values(tensor({7, -7, 9}, kI32) / 3.0, {2, -2, 3});
+  REQUIRE(test::error_of([] { tensor({1}, kI64) / 0.0; }).find("integer division by zero") !=
+          std::string::npos);
+  require_values(tensor({1, 2}, kI64) + 1.0, {2, 3});
+  require_values(tensor({1, 2}, kI64) * 3.0, {3, 6});
+  require_values(10.0 - tensor({1, 2}, kI64), {9, 8});
+  require_values(clamp(tensor({-5, 0, 5}, kI64), 0, INFINITY), {0, 0, 5});
+  // a fractional scalar would be truncated: a clear error instead
+  for (auto f : std::vector<std::function<void()>>{
+           [] { tensor({1, 2}, kI64) + 0.5; }, [] { tensor({1, 2}, kI32) * 0.5; },
+           [] { 2.5 - tensor({1}, kU8); }, [] { tensor({1}, kI64) / 2.5; },
+           [] { clamp(tensor({1}, kI64), 1.5, 4.0); }})
+    REQUIRE(test::error_of(f).find("fractional scalar") != std::string::npos);
+}
+
 TEST_CASE("elementwise ops on large and strided tensors use every path", "[elementwise]") {
   // Large enough to run on several threads; transposed to take the strided loop.
   Generator g(11);

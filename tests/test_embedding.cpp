@@ -23,6 +23,14 @@ TEST_CASE("padding_idx rows get no gradient, and i32 indices work", "[embedding]
   Tensor w = ones({3, 2}, kF64).requires_grad_();
   sum(embedding(w, from_vector<int32_t>({0, 1, 1, 2}, {4}), 1)).backward();
   require_values(w.grad(), {1, 1, 0, 0, 1, 1});
+  // a negative padding_idx counts from the end (-1 is the last row), as in libtorch
+  w.set_grad(Tensor());
+  sum(embedding(w, from_vector<int64_t>({0, 1, 2}, {3}), -1)).backward();
+  require_values(w.grad(), {1, 1, 1, 1, 0, 0});
+  REQUIRE(test::error_of([&] { embedding(w, from_vector<int64_t>({0}, {1}), -4); })
+              .find("padding_idx -4 out of range for 3") != std::string::npos);
+  REQUIRE(test::error_of([&] { embedding(w, from_vector<int64_t>({0}, {1}), 3); })
+              .find("padding_idx 3 out of range") != std::string::npos);
 }
 
 TEST_CASE("gradcheck: embedding", "[embedding][gradcheck]") {

@@ -100,6 +100,9 @@ TEST_CASE("Embedding and LayerNorm modules", "[nn]") {
   Embedding emb(EmbeddingOptions(10, 4).padding_idx(0));
   test::require_values(emb.weight.select(0, 0), {0, 0, 0, 0});
   REQUIRE(emb.forward(from_vector<int64_t>({1, 2, 0}, {3})).shape() == Shape{3, 4});
+  Embedding last(EmbeddingOptions(10, 4).padding_idx(-1));  // the last row, as in libtorch
+  REQUIRE(last.options.padding_idx() == 9);
+  test::require_values(last.weight.select(0, 9), {0, 0, 0, 0});
   LayerNorm ln(4);
   Tensor y = ln.forward(randn({2, 4}));
   REQUIRE(std::abs(mean(y, {1}).to_vector<float>()[0]) < 1e-5);

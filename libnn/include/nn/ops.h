@@ -154,7 +154,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& ru
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
 // weight (V, D), indices (any shape, i64/i32) -> (indices..., D). Rows at padding_idx get no
-// gradient.
+// gradient (a negative padding_idx counts from the end: -1 is row V - 1).
 Tensor embedding(const Tensor& weight, const Tensor& indices,
                  std::optional<int64_t> padding_idx = std::nullopt);
 

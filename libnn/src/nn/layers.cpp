@@ -119,15 +119,17 @@ std::string LayerNorm::extra_repr() const {
 Embedding::Embedding(const EmbeddingOptions& o) : Module("Embedding"), options(o) {
   NN_CHECK(o.num_embeddings() > 0 && o.embedding_dim() > 0,
            "Embedding: sizes must be positive, got ", o.num_embeddings(), " x ", o.embedding_dim());
-  if (o.padding_idx())
-    NN_CHECK(*o.padding_idx() >= 0 && *o.padding_idx() < o.num_embeddings(),
+  if (o.padding_idx()) {
+    NN_CHECK(*o.padding_idx() >= -o.num_embeddings() && *o.padding_idx() < o.num_embeddings(),
              "Embedding: padding_idx ", *o.padding_idx(), " out of range for ",
              o.num_embeddings(), " embeddings");
+    if (*o.padding_idx() < 0) options.padding_idx(*o.padding_idx() + o.num_embeddings());
+  }
   weight = register_parameter("weight", empty({o.num_embeddings(), o.embedding_dim()}));
   init::normal_(weight, 0, 1);
-  if (o.padding_idx()) {
+  if (options.padding_idx()) {
     NoGradGuard ng;
-    weight.select(0, *o.padding_idx()).zero_();
+    weight.select(0, *options.padding_idx()).zero_();
   }
 }
 Tensor Embedding::forward(const Tensor& indices) {

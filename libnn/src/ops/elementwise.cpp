@@ -100,6 +100,15 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
   return out;
 }
 
+// An integer tensor computes with a scalar in its own dtype: a fractional scalar (a + 0.5,
+// clamp(a, 1.5, 4.5)) would be truncated silently, so it is refused (libtorch would promote
+// to a floating result; here the caller converts explicitly).
+void check_scalar_fits(const Tensor& a, double b, const char* op) {
+  NN_CHECK(is_floating(a.dtype()) || (std::isfinite(b) && b == std::trunc(b)), op, ": a ",
+           dtype_name(a.dtype()), " tensor with the fractional scalar ", b, " would truncate it; "
+           "convert the tensor first (.to(kF32))");
+}
+
 // Unary op that must see floating input (exp, log, ...).
 Tensor unary_float(UnaryOp op, const Tensor& x, const char* name, double a = 0, double b = 0) {
   check_defined(x, name);
@@ -266,12 +275,14 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
 // ---- scalar right-hand sides ------------------------------------------------------------------
 Tensor add(const Tensor& a, double b) {
   check_defined(a, "add");
+  check_scalar_fits(a, b, "add");
   Tensor out = unary_raw(UnaryOp::add_scalar, a, b);
   record("add_scalar", {a}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{g}; });
   return out;
 }
 Tensor mul(const Tensor& a, double b) {
   check_defined(a, "mul");
+  check_scalar_fits(a, b, "mul");
   Tensor out = unary_raw(UnaryOp::mul_scalar, a, b);
   record("mul_scalar", {a}, out, [b](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(g, b)};
@@ -280,6 +291,7 @@ Tensor mul(const Tensor& a, double b) {
 }
 Tensor rsub(const Tensor& a, double b) {
   check_defined(a, "rsub");
+  check_scalar_fits(a, b, "rsub");
   Tensor out = unary_raw(UnaryOp::rsub_scalar, a, b);
   record("rsub", {a}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{neg(g)}; });
   return out;
@@ -355,6 +367,8 @@ Tensor square(const Tensor& x) {
 Tensor clamp(const Tensor& x, double lo, double hi) {
   check_defined(x, "clamp");
   NN_CHECK(lo <= hi, "clamp: lower bound ", lo, " above upper bound ", hi);
+  for (double bound : {lo, hi})  // an infinite bound is no bound
+    if (!std::isinf(bound)) check_scalar_fits(x, bound, "clamp");
   Tensor y = unary_raw(UnaryOp::clamp, x, lo, hi);
   record("clamp", {x}, y, {x}, [xs = x.detach(), lo, hi](const Tensor& g, auto&) {
     Tensor inside = mul(ge(xs, full({}, lo, xs.options())), le(xs, full({}, hi, xs.options())));
@@ -379,7 +393,13 @@ Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
 Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(const Tensor& a, double b) { return mul(a, 1.0 / b); }
+Tensor operator/(const Tensor& a, double b) {
+  check_defined(a, "div");
+  if (is_floating(a.dtype())) return mul(a, 1.0 / b);
+  // integer division, as div() of two integer tensors (a * (1 / b) would round 49 / 49 to 0)
+  check_scalar_fits(a, b, "div");
+  return div(a, full({}, b, a.options()));
+}
 Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
 
 // ---- Tensor method shorthands ---------------------------------------------------------------------

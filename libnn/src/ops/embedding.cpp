@@ -12,7 +12,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Shape os = indices.shape();
   os.push_back(weight.shape()[1]);
   Tensor out = rows.detach().reshape(os);
-  const int64_t skip = padding_idx ? *padding_idx : -1;
+  // A negative padding_idx counts from the end, as in libtorch; -1 below means none.
+  const int64_t V = weight.shape()[0];
+  if (padding_idx)
+    NN_CHECK(*padding_idx >= -V && *padding_idx < V, "embedding: padding_idx ", *padding_idx,
+             " out of range for ", V, " embeddings");
+  const int64_t skip = !padding_idx ? -1 : *padding_idx < 0 ? *padding_idx + V : *padding_idx;
   const Tensor idx = raw_contiguous(flat);
   record("embedding", {weight}, out, {idx},
          [idx, ws = weight.shape(), opts = weight.options(), skip](
