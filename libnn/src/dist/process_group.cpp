@@ -260,6 +260,7 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   // gathered into one host buffer: one ring pass, however many gradients there are.
   const Tensor& t0 = tensors.empty() ? Tensor() : tensors[0];
   if (tensors.size() == 1 && t0.device().is_cpu() && t0.dtype() == carrier && t0.is_contiguous()) {
+    t0.storage()->bump_version();  // reduced in place (see Storage::version)
     if (wide) impl_->ring_all_reduce(static_cast<double*>(t0.data_ptr()), size_t(total), op);
     else impl_->ring_all_reduce(static_cast<float*>(t0.data_ptr()), size_t(total), op);
     return;
@@ -296,7 +297,10 @@ void ProcessGroup::broadcast(const std::vector<Tensor>& tensors, int root) {
   for (const Tensor& t : tensors) {
     // A contiguous CPU tensor is received in place; others through a host copy.
     Tensor h = t.to(kCPU).contiguous();
-    if (rank_ != root) net::recv_all(impl_->prev, h.data_ptr(), h.nbytes(), impl_->timeout, rank_name(prev));
+    if (rank_ != root) {
+      h.storage()->bump_version();  // h may be t itself, received in place
+      net::recv_all(impl_->prev, h.data_ptr(), h.nbytes(), impl_->timeout, rank_name(prev));
+    }
     if (forward) net::send_all(impl_->next, h.data_ptr(), h.nbytes(), impl_->timeout, rank_name(next));
     if (rank_ != root && h.data_ptr() != t.data_ptr()) const_cast<Tensor&>(t).copy_(h);
   }
