@@ -144,7 +144,7 @@ int run(int argc, char** argv) {
   ce.label_smoothing = a["label-smoothing"].as<double>();
 
   apps::Run run("cifar_train", a, argc, argv, par);
-  apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler, per_epoch});
+  apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler, per_epoch, batch});
   std::printf("cifar_train: ResNet-%lld (%lld parameters) on %s, %lld classes, %lld train / %lld test "
               "images, batch %s, %s %s on %s, %d threads\n",
               (long long)depth, (long long)model->num_parameters(), what.c_str(), (long long)classes,

@@ -148,7 +148,8 @@ int run(int argc, char** argv) {
 
   nn::amp::GradScaler scaler(nn::amp::GradScalerOptions{.enabled = precision == "fp16"});
   apps::Run run("mnist_train", a, argc, argv, par);
-  apps::Position pos = run.start({model.get(), optimizer.get(), scheduler.get(), &scaler, train_loader.num_batches()});
+  apps::Position pos = run.start(
+      {model.get(), optimizer.get(), scheduler.get(), &scaler, train_loader.num_batches(), batch});
   std::printf("mnist_train: %s %s on %s, %s, %lld train / %lld test samples, %lld parameters, "
               "batch %s, %s, %d threads\n",
               dataset.c_str(), model_name.c_str(), apps::describe_device(device).c_str(),

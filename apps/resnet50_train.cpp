@@ -127,7 +127,7 @@ int run(int argc, char** argv) {
   ce.label_smoothing = a["label-smoothing"].as<double>();
 
   apps::Run run("resnet50_train", a, argc, argv, par);
-  apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler, per_epoch});
+  apps::Position pos = run.start({model.get(), &opt, &schedule, &scaler, per_epoch, batch});
   std::printf("resnet50_train: %s data, %lld classes, batch %s, %s %s on %s, %lld steps per "
               "epoch\n", data == "synthetic" ? "synthetic" : data.c_str(), (long long)classes,
               par.batch_note(batch).c_str(), precision.c_str(), nhwc ? "nhwc" : "nchw",

@@ -89,6 +89,14 @@ TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]
   amp::GradScaler other;
   other.load_state(scaler.state());
   REQUIRE(other.get_scale() == 65536.0);
+  // bad values are refused and change nothing
+  for (auto [scale, tracker] : {std::pair{-1.0, 0.0}, {65536.0, -1e6}, {65536.0, 0.5}}) {
+    NamedTensors bad{{"scale", full({}, scale, kF64)}, {"growth_tracker", full({}, tracker, kF64)}};
+    REQUIRE(test::error_of([&] { other.load_state(bad); }).find("GradScaler state: invalid") !=
+            std::string::npos);
+    REQUIRE(other.get_scale() == 65536.0);
+    REQUIRE(other.growth_tracker() == 0);
+  }
   // the scaled loss
   REQUIRE(scaler.scale(tensor({2.0})).item() == 131072.0);
 }

@@ -156,6 +156,14 @@ TEST_CASE("Checkpointer keeps the newest keep_last files", "[io][checkpoint]") {
   REQUIRE(c->meta.at("epoch") == "50");
   REQUIRE(c->model[0].second.to_vector<float>() == std::vector<float>(4, 500.0f));
   REQUIRE(test::error_of([] { io::Checkpointer("x", 0); }) == "Checkpointer: keep_last must be >= 1, got 0");
+  // a newer checkpoint (another run's) is never pruned by saving an older step, and does not
+  // push this run's own out
+  ck.save(small_checkpoint(10));
+  ck.save(small_checkpoint(20));
+  REQUIRE(ck.list() == std::vector<std::string>{dir + "/ckpt-0000000010.safetensors",
+                                                dir + "/ckpt-0000000020.safetensors",
+                                                dir + "/ckpt-0000000400.safetensors",
+                                                dir + "/ckpt-0000000500.safetensors"});
 }
 
 TEST_CASE("Checkpointer resumes from the newest valid checkpoint", "[io][checkpoint][errors]") {

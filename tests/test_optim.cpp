@@ -114,6 +114,51 @@ TEST_CASE("optimizer state round trip continues identically", "[optim]") {
   REQUIRE(run(false) == run(true));
 }
 
+TEST_CASE("optimizer state of another optimizer, another model or with bad values is refused, "
+          "and a refused load changes nothing", "[optim][errors]") {
+  auto params = [](int n) {
+    std::vector<Tensor> ps;
+    for (int i = 0; i < n; ++i) ps.push_back(param_with_grad({1, 2}, {0.1, -0.2}));
+    return ps;
+  };
+  auto refused = [](optim::Optimizer& opt, const NamedTensors& s, const std::string& what) {
+    return test::error_of([&] { opt.load_state(s); }).find(what) != std::string::npos;
+  };
+  std::vector<Tensor> four = params(4), two = params(2);
+  optim::AdamW adam4(four, optim::AdamWOptions(0.1));
+  adam4.step();
+  optim::AdamW adam2(two, optim::AdamWOptions(0.1));
+  adam2.step();
+  optim::SGD sgd2(params(2), optim::SGDOptions(0.5).momentum(0.9));
+  sgd2.step();
+  const NamedTensors before = adam2.state();
+  REQUIRE(refused(adam2, adam4.state(), "saved with 4 parameter(s)"));
+  REQUIRE(refused(adam4, adam2.state(), "saved with 2 parameter(s)"));
+  REQUIRE(refused(adam2, sgd2.state(), "written by SGD, not AdamW"));
+  // a file without the description (older) is still checked by its buffers' names
+  NamedTensors old;
+  for (auto& [n, t] : sgd2.state())
+    if (n == "steps" || n == "lr" || n.find(".momentum") != std::string::npos) old.emplace_back(n, t);
+  REQUIRE(refused(adam2, old, "'0.0.momentum' is not part of AdamW's state"));
+  auto with = [&](const std::string& name, double v) {
+    NamedTensors s = adam2.state();
+    for (auto& [n, t] : s)
+      if (n == name) t = full({}, v, kF64);
+    return s;
+  };
+  REQUIRE(refused(adam2, with("lr", -5), "'lr' is -5"));
+  REQUIRE(refused(adam2, with("steps", NAN), "'steps' is nan"));
+  REQUIRE(refused(adam2, with("0.1.step", 2.5), "whole number"));
+  // nothing changed by the refusals: the state is still the one before them
+  const NamedTensors after = adam2.state();
+  REQUIRE(after.size() == before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    REQUIRE(after[i].first == before[i].first);
+    REQUIRE(after[i].second.to_vector<double>() == before[i].second.to_vector<double>());
+  }
+  REQUIRE(adam2.lr() == 0.1);
+}
+
 TEST_CASE("learning-rate schedules", "[optim]") {
   Tensor p = param_with_grad({1}, {1});
   optim::SGD opt({p}, optim::SGDOptions(1.0));

@@ -14,11 +14,21 @@ std::string num(double v) { return nn::detail::cat(v); }
 double to_double(const std::map<std::string, std::string>& m, const std::string& k) {
   auto it = m.find(k);
   NN_CHECK(it != m.end(), "checkpoint metadata lacks '", k, "'");
+  double v = NAN;
   try {
-    return std::stod(it->second);
+    v = std::stod(it->second);
   } catch (const std::exception&) {
-    NN_ERROR("checkpoint metadata '", k, "' is not a number: '", it->second, "'");
   }
+  NN_CHECK(std::isfinite(v), "checkpoint metadata '", k, "' is not a finite number: '",
+           it->second, "'");
+  return v;
+}
+// A count (epoch, batch, samples, processes): a whole number >= 0.
+int64_t to_count(const std::map<std::string, std::string>& m, const std::string& k) {
+  const double v = to_double(m, k);
+  NN_CHECK(v >= 0 && v == std::trunc(v) && v < 9.0e15, "checkpoint metadata '", k,
+           "' is not a count: ", m.at(k));
+  return int64_t(v);
 }
 }  // namespace
 
@@ -52,6 +62,11 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, 
   if (every_ < 0 || log_every_ < 1) throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
   resume_ = a.count("resume") > 0;
   if (resume_ && !ckpt_) throw UsageError("--resume needs --checkpoint-dir");
+  // A fresh run among another run's checkpoints would have its own pruned as they are
+  // written, and a later --resume would continue the other run.
+  if (ckpt_ && !resume_ && !ckpt_->list().empty())
+    throw UsageError("--checkpoint-dir '" + ckpt_->dir() + "' holds checkpoints of an earlier "
+                     "run: pass --resume to continue it, or name an empty directory");
   nn::train::StopSignal::install();
   if (!par_.leader()) return;  // rank 0 writes the run's files
   if (a.count("metrics")) metrics_ = check_output_file(a, "metrics");
@@ -108,23 +123,28 @@ Position Run::load() {
     std::printf("%s: the checkpoint holds no loss-scaler state: loss scaling starts afresh\n",
                 app_.c_str());
   nn::io::load_generator(c->meta, "rng", nn::default_generator());
-  pos.epoch = int64_t(to_double(c->meta, "epoch"));
-  pos.batch = int64_t(to_double(c->meta, "batch"));
+  pos.epoch = to_count(c->meta, "epoch");
+  pos.batch = to_count(c->meta, "batch");
   pos.step = c->step;
-  pos.seen = int64_t(to_double(c->meta, "seen"));
+  pos.seen = to_count(c->meta, "seen");
   pos.loss_sum = to_double(c->meta, "loss_sum");
   pos.epoch_seconds = to_double(c->meta, "epoch_seconds");
   elapsed_before_ = to_double(c->meta, "elapsed");
-  // Stopped mid-epoch with another number of processes: the batch index counts this many
-  // processes' batches, so keep the samples done (to within one step) instead.
-  const int64_t was = c->meta.count("world_size") ? int64_t(to_double(c->meta, "world_size")) : 1;
-  if (was != par_.size() && pos.batch > 0) {
-    int64_t b = pos.batch * was / par_.size();
+  // Stopped mid-epoch with another number of processes or another batch size: the batch
+  // index counts steps of world_size x batch_size samples, so keep the samples done (to
+  // within one step) instead. A checkpoint without batch_size (older) is taken as this run's.
+  const int64_t was = c->meta.count("world_size") ? to_count(c->meta, "world_size") : 1;
+  const int64_t was_bs = c->meta.count("batch_size") ? to_count(c->meta, "batch_size")
+                                                     : s.batch_size;
+  const int64_t per_step_was = was * was_bs, per_step = par_.size() * s.batch_size;
+  if (per_step_was != per_step && pos.batch > 0) {
+    NN_CHECK(per_step_was > 0 && per_step > 0, "checkpoint metadata: batch size ", was_bs);
+    int64_t b = pos.batch * per_step_was / per_step;
     if (s.batches_per_epoch > 0) b = std::min(b, s.batches_per_epoch);
-    std::printf("%s: the checkpoint was written by %lld process(es), this run has %d: epoch %lld "
-                "continues at batch %lld instead of %lld\n",
-                app_.c_str(), (long long)was, par_.size(), (long long)pos.epoch, (long long)b,
-                (long long)pos.batch);
+    std::printf("%s: the checkpoint was written by %lld process(es) at batch size %lld, this run "
+                "has %d at %lld: epoch %lld continues at batch %lld instead of %lld\n",
+                app_.c_str(), (long long)was, (long long)was_bs, par_.size(),
+                (long long)s.batch_size, (long long)pos.epoch, (long long)b, (long long)pos.batch);
     pos.loss_sum = pos.loss_sum * double(b) / double(pos.batch);
     pos.seen = pos.seen * b / pos.batch;
     pos.batch = b;
@@ -150,7 +170,8 @@ void Run::save(const Position& pos) {
             {"loss_sum", num(pos.loss_sum)},
             {"epoch_seconds", num(pos.epoch_seconds)},
             {"elapsed", num(elapsed())},
-            {"world_size", std::to_string(par_.size())}};
+            {"world_size", std::to_string(par_.size())},
+            {"batch_size", std::to_string(state_.batch_size)}};
   nn::io::save_generator(c.meta, "rng", nn::default_generator());
   ckpt_->save(c);
 }

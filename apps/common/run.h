@@ -57,6 +57,7 @@ class Run {
     nn::optim::LRScheduler* scheduler = nullptr;
     nn::amp::GradScaler* scaler = nullptr;
     int64_t batches_per_epoch = 0;  // this run's (0: unknown); bounds a resumed position
+    int64_t batch_size = 0;  // per process; converts a resumed position saved at another one
   };
   // Restores the newest valid checkpoint when --resume was given (warning about corrupt ones
   // it skips) and returns where to continue; a fresh start otherwise. Data parallel: every

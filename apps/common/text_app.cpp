@@ -321,7 +321,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const double clip = a["clip"].as<double>();
 
   Run run(app.name, a, argc, argv, par);
-  Position pos = run.start({model.get(), &opt, &schedule, &scaler, nb});
+  Position pos = run.start({model.get(), &opt, &schedule, &scaler, nb, batch});
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
     EpochMeter meter(run, pos, epochs, nb, dev);

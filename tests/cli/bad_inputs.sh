@@ -41,6 +41,14 @@ case $case in
     newest=$(ls "$work/ck"/ckpt-*.safetensors | tail -1)
     printf 'XXXX' | dd of="$newest" bs=1 seek=200 conv=notrunc 2> /dev/null
     expect 0 "warning: skipping .*ckpt-.*(checksum|corrupt).*|resumed from step" -- "$app" "${small[@]}" --epochs 3 --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
+  checkpoint_dir_in_use)  # a fresh run would prune the other run's checkpoints
+    "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" > /dev/null 2>&1 || exit 1
+    expect 2 "holds checkpoints of an earlier run: pass --resume" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" ;;
+  resume_other_batch_size)  # the position is kept in samples, not in batches
+    "$app" "${small[@]}" --batch-size 64 --data-dir "$data" --checkpoint-dir "$work/ck" \
+      --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
+    ls "$work/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f  # keep step 2: batch 2 of 8
+    expect 0 "at batch size 64, this run has 1 at 32: epoch [0-9]+ continues at batch 4 instead of 2" -- "$app" "${small[@]}" --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
   resume_without_dir)
     expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
   nan_loss)

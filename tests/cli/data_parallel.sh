@@ -66,7 +66,7 @@ PY
 # batch b of two ranks' epoch, one process continues at batch 2b (the same samples done).
 b=$(( step0 % 32 ))
 if (( b != 0 )); then
-  grep -q "the checkpoint was written by 2 process(es), this run has 1: epoch 1 continues at batch $((2 * b)) instead of $b" \
+  grep -q "the checkpoint was written by 2 process(es) at batch size 32, this run has 1 at 32: epoch 1 continues at batch $((2 * b)) instead of $b" \
     "$work/third.log" || fail "expected epoch 1 to continue at batch $((2 * b))" "$work/third.log"
 fi
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[-1]["epoch"]==2 and r[-1]["val_accuracy"]>0.6, r' \

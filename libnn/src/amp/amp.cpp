@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -110,13 +111,20 @@ NamedTensors GradScaler::state() const {
 }
 
 void GradScaler::load_state(const NamedTensors& s) {
-  bool got_scale = false, got_tracker = false;
+  // read and checked before anything changes
+  std::optional<double> scale, tracker;
   for (auto& [n, t] : s) {
-    if (n == "scale") { scale_ = t.item(); got_scale = true; }
-    if (n == "growth_tracker") { growth_tracker_ = int64_t(t.item()); got_tracker = true; }
+    if (n != "scale" && n != "growth_tracker") continue;
+    NN_CHECK(t.numel() == 1, "GradScaler state: '", n, "' has shape ", shape_str(t.shape()),
+             ", expected one value");
+    (n == "scale" ? scale : tracker) = t.item();
   }
-  NN_CHECK(got_scale && got_tracker, "GradScaler state needs 'scale' and 'growth_tracker'");
-  NN_CHECK(scale_ > 0 && std::isfinite(scale_), "GradScaler state: invalid scale ", scale_);
+  NN_CHECK(scale && tracker, "GradScaler state needs 'scale' and 'growth_tracker'");
+  NN_CHECK(*scale > 0 && std::isfinite(*scale), "GradScaler state: invalid scale ", *scale);
+  NN_CHECK(*tracker >= 0 && *tracker == std::trunc(*tracker) && *tracker < 9.0e15,
+           "GradScaler state: invalid growth_tracker ", *tracker);
+  scale_ = *scale;
+  growth_tracker_ = int64_t(*tracker);
 }
 
 }  // namespace nn::amp

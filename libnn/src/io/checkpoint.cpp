@@ -128,11 +128,12 @@ std::string Checkpointer::save(const Checkpoint& c) {
   const std::string path = (fs::path(dir_) / name).string();
   save_checkpoint(path, c);
 
-  // Pruning is best effort: a file we cannot delete must not stop the training run.
+  // Pruning is best effort: a file we cannot delete must not stop the training run. Only
+  // checkpoints older than this one are pruned: a newer file is never ours to delete.
   auto files = list();
+  while (!files.empty() && files.back() != path) files.pop_back();
   size_t keep = size_t(keep_last_);
-  for (size_t i = 0; i + keep < files.size(); ++i)
-    if (files[i] != path) fs::remove(files[i], ec);
+  for (size_t i = 0; i + keep < files.size(); ++i) fs::remove(files[i], ec);
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
     if (is_stale_tmp(it->path().filename().string())) {
       std::error_code ignored;

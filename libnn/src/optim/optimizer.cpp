@@ -4,6 +4,7 @@
 #include <nn/optim.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -40,7 +41,61 @@ Tensor grad_for(const Tensor& p) {
 double read_scalar(const NamedTensors& s, const std::string& name) {
   const Tensor* t = find(s, name);
   NN_CHECK(t, "optimizer state: '", name, "' is missing");
-  return t->item();
+  NN_CHECK(t->numel() == 1, "optimizer state: '", name, "' has shape ", shape_str(t->shape()),
+           ", expected one value");
+  const double v = t->item();
+  NN_CHECK(std::isfinite(v) && v >= 0, "optimizer state: '", name, "' is ", v,
+           ", expected a finite value >= 0");
+  return v;
+}
+int64_t read_count(const NamedTensors& s, const std::string& name) {
+  const double v = read_scalar(s, name);
+  NN_CHECK(v == std::trunc(v) && v < 9.0e15, "optimizer state: '", name, "' is ", v,
+           ", expected a whole number");
+  return int64_t(v);
+}
+
+// What state() writes besides the per-parameter buffers: which optimizer, and how many
+// groups and parameters, so that load_state refuses another optimizer's state or another
+// model's (older files without these are checked by their buffers' names alone).
+void describe(NamedTensors& s, const char* kind, const std::vector<ParamGroup>& groups) {
+  s.emplace_back(detail::cat("optimizer.", kind), scalar_state(1));
+  s.emplace_back("groups", scalar_state(double(groups.size())));
+  for (size_t g = 0; g < groups.size(); ++g)
+    s.emplace_back(detail::cat(g, ".params"), scalar_state(double(groups[g].params.size())));
+}
+// Refuses a state that describes another optimizer or other groups, and any name this
+// optimizer would not write: `buffers` are its per-parameter names ("momentum", ...).
+void check_state(const NamedTensors& s, const char* kind, const std::vector<ParamGroup>& groups,
+                 std::initializer_list<const char*> buffers) {
+  const std::string mine = detail::cat("optimizer.", kind);
+  if (find(s, "groups")) {
+    const int64_t n = read_count(s, "groups");
+    NN_CHECK(size_t(n) == groups.size(), "optimizer state: saved for ", n,
+             " parameter group(s), this optimizer has ", groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const int64_t p = read_count(s, detail::cat(g, ".params"));
+      NN_CHECK(size_t(p) == groups[g].params.size(), "optimizer state: group ", g, " was saved "
+               "with ", p, " parameter(s), this optimizer's has ", groups[g].params.size());
+    }
+  }
+  for (auto& [name, t] : s) {
+    if (name == "steps" || name == "lr" || name == "groups" || name == mine) continue;
+    NN_CHECK(name.rfind("optimizer.", 0) != 0, "optimizer state: written by ",
+             name.substr(10), ", not ", kind);
+    size_t g = 0, i = 0;
+    char what[32] = {0};
+    int used = 0;
+    bool known = false;
+    if (std::sscanf(name.c_str(), "%zu.params%n", &g, &used) == 1 && size_t(used) == name.size())
+      known = g < groups.size();
+    else if (used = 0,
+             std::sscanf(name.c_str(), "%zu.%zu.%31[a-z_]%n", &g, &i, what, &used) == 3 &&
+             size_t(used) == name.size() && g < groups.size() && i < groups[g].params.size())
+      for (const char* b : buffers) known = known || std::string(what) == b;
+    NN_CHECK(known, "optimizer state: '", name, "' is not part of ", kind, "'s state for these ",
+             "parameters (state of another optimizer or another model?)");
+  }
 }
 // Restores a per-parameter buffer, checking its shape against the parameter.
 Tensor restore(const NamedTensors& s, const std::string& name, const Tensor& param) {
@@ -114,6 +169,7 @@ void SGD::step() {
 
 NamedTensors SGD::state() const {
   NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  describe(s, "SGD", groups_);
   for (size_t g = 0; g < momentum_.size(); ++g)
     for (size_t i = 0; i < momentum_[g].size(); ++i)
       if (momentum_[g][i].defined()) s.emplace_back(key(g, i, "momentum"), momentum_[g][i]);
@@ -121,11 +177,17 @@ NamedTensors SGD::state() const {
 }
 
 void SGD::load_state(const NamedTensors& s) {
-  steps_ = int64_t(read_scalar(s, "steps"));
-  lr_ = read_scalar(s, "lr");
+  // everything is read and checked before anything changes
+  check_state(s, "SGD", groups_, {"momentum"});
+  const int64_t steps = read_count(s, "steps");
+  const double lr = read_scalar(s, "lr");
+  auto momentum = momentum_;
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i)
-      momentum_[g][i] = restore(s, key(g, i, "momentum"), groups_[g].params[i]);
+      momentum[g][i] = restore(s, key(g, i, "momentum"), groups_[g].params[i]);
+  steps_ = steps;
+  lr_ = lr;
+  momentum_ = std::move(momentum);
 }
 
 // ---- AdamW -------------------------------------------------------------------------------------
@@ -170,6 +232,7 @@ void AdamW::step() {
 
 NamedTensors AdamW::state() const {
   NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  describe(s, "AdamW", groups_);
   for (size_t g = 0; g < exp_avg_.size(); ++g)
     for (size_t i = 0; i < exp_avg_[g].size(); ++i) {
       if (!exp_avg_[g][i].defined()) continue;
@@ -181,15 +244,26 @@ NamedTensors AdamW::state() const {
 }
 
 void AdamW::load_state(const NamedTensors& s) {
-  steps_ = int64_t(read_scalar(s, "steps"));
-  lr_ = read_scalar(s, "lr");
+  // everything is read and checked before anything changes
+  check_state(s, "AdamW", groups_, {"exp_avg", "exp_avg_sq", "step"});
+  const int64_t steps = read_count(s, "steps");
+  const double lr = read_scalar(s, "lr");
+  auto exp_avg = exp_avg_, exp_avg_sq = exp_avg_sq_;
+  auto param_steps = param_steps_;
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
-      exp_avg_[g][i] = restore(s, key(g, i, "exp_avg"), p);
-      exp_avg_sq_[g][i] = restore(s, key(g, i, "exp_avg_sq"), p);
-      param_steps_[g][i] = exp_avg_[g][i].defined() ? int64_t(read_scalar(s, key(g, i, "step"))) : 0;
+      exp_avg[g][i] = restore(s, key(g, i, "exp_avg"), p);
+      exp_avg_sq[g][i] = restore(s, key(g, i, "exp_avg_sq"), p);
+      NN_CHECK(exp_avg[g][i].defined() == exp_avg_sq[g][i].defined(), "optimizer state: ",
+               key(g, i, "exp_avg"), " and ", key(g, i, "exp_avg_sq"), " come together");
+      param_steps[g][i] = exp_avg[g][i].defined() ? read_count(s, key(g, i, "step")) : 0;
     }
+  steps_ = steps;
+  lr_ = lr;
+  exp_avg_ = std::move(exp_avg);
+  exp_avg_sq_ = std::move(exp_avg_sq);
+  param_steps_ = std::move(param_steps);
 }
 
 // ---- schedules ----------------------------------------------------------------------------------
