@@ -7,6 +7,12 @@
 
 #include "test_util.h"
 
+#ifdef LIBNN_TEST_JPEG
+#include <cstdio>
+// jpeglib.h needs <cstdio> first
+#include <jpeglib.h>
+#endif
+
 using namespace nn;
 namespace fs = std::filesystem;
 
@@ -263,6 +269,116 @@ TEST_CASE("ImageFolder decodes, crops and normalises JPEGs", "[data][images]") {
   REQUIRE(test::error_of([&] { data::ImageFolder(d.file("none")); }).find("does not exist") !=
           std::string::npos);
 }
+
+namespace {
+// The RGB of image i of a batch, un-normalised to [0, 255]: (3, S, S).
+Tensor rgb_of(const data::Batch& b, int64_t i) {
+  Tensor mean = tensor({0.485, 0.456, 0.406}).reshape({3, 1, 1});
+  Tensor stdv = tensor({0.229, 0.224, 0.225}).reshape({3, 1, 1});
+  return (b.data.select(0, i) * stdv + mean) * 255.0;
+}
+}  // namespace
+
+TEST_CASE("ImageFolder: a truncated JPEG is an error, hidden files are skipped, an empty class "
+          "is refused", "[data][images][errors]") {
+  if (!data::have_jpeg()) {
+    WARN("libnn built without JPEG support: ImageFolder test skipped");
+    return;
+  }
+  TempDir d;
+  Generator g(2);
+  fs::create_directories(d.path / "a");
+  data::write_jpeg(d.file("a/noise.jpg"), (rand({64, 64, 3}, kF32, &g) * 255.0).to(kU8));
+  write_bytes(d.file("a/._noise.jpg"), {0, 5, 22, 7});  // a macOS resource fork: not an image
+  data::ImageFolderOptions o;
+  o.size = 16;
+  o.train = false;
+  data::ImageFolder ok(d.path.string(), o);
+  REQUIRE(ok.size() == 1);
+  ok.get_batch({0});
+  // cut to half: libjpeg would fill the rest with gray and say nothing
+  const auto full_size = fs::file_size(d.file("a/noise.jpg"));
+  fs::resize_file(d.file("a/noise.jpg"), full_size / 2);
+  REQUIRE(test::error_of([&] { ok.get_batch({0}); }).find("Premature end of JPEG file") !=
+          std::string::npos);
+  fs::create_directories(d.path / "b");
+  REQUIRE(test::error_of([&] { data::ImageFolder(d.path.string(), o); })
+              .find("class folder 'b' holds no .jpg/.jpeg files") != std::string::npos);
+  // writing: an error, never the process's end (libjpeg's default exits)
+  REQUIRE(test::error_of([&] { data::write_jpeg(d.file("x.jpg"), zeros({0, 4, 3}, kU8)); })
+              .find("sides must be 1 to 65500") != std::string::npos);
+}
+
+TEST_CASE("ImageFolder shrinks with an antialiasing filter: one-pixel stripes average to gray",
+          "[data][images]") {
+  if (!data::have_jpeg()) {
+    WARN("libnn built without JPEG support: ImageFolder test skipped");
+    return;
+  }
+  TempDir d;
+  fs::create_directories(d.path / "a");
+  // 64 x 64, columns alternately black and white; eval at 32 resizes the shorter side to 36
+  // (decoded at full scale: 64 / 2 < 36) and shrinks the centre 56 x 56 by 1.75
+  std::vector<uint8_t> px(64 * 64 * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = (i / 3) % 2 ? 255 : 0;
+  data::write_jpeg(d.file("a/stripes.jpg"), from_vector(px, {64, 64, 3}), 100);
+  data::ImageFolderOptions o;
+  o.size = 32;
+  o.train = false;
+  Tensor rgb = rgb_of(data::ImageFolder(d.path.string(), o).get_batch({0}), 0);
+  // sampling two pixels per output pixel (bilinear without a filter) gives values near 0 and
+  // 255 wherever a sample falls near a pixel centre; the filter keeps all within about 128 +- 30
+  REQUIRE(amin(rgb).item() > 85);
+  REQUIRE(amax(rgb).item() < 170);
+}
+
+#ifdef LIBNN_TEST_JPEG
+TEST_CASE("ImageFolder reads CMYK JPEGs (Adobe's inverted inks) as PIL does", "[data][images]") {
+  TempDir d;
+  fs::create_directories(d.path / "a");
+  // stored (inverted) C, M, Y, K: no ink; magenta + yellow; full black; and the RGB expected
+  const std::vector<std::pair<std::array<uint8_t, 4>, std::array<double, 3>>> cases = {
+      {{255, 255, 255, 255}, {255, 255, 255}},
+      {{255, 0, 0, 255}, {255, 0, 0}},
+      {{255, 255, 255, 0}, {0, 0, 0}},
+      {{255, 255, 127, 255}, {255, 255, 127}}};
+  for (size_t n = 0; n < cases.size(); ++n) {
+    const std::string path = d.file("a/" + std::to_string(n) + ".jpg");
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    jpeg_compress_struct c;
+    jpeg_error_mgr err;
+    c.err = jpeg_std_error(&err);
+    jpeg_create_compress(&c);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = c.image_height = 16;
+    c.input_components = 4;
+    c.in_color_space = JCS_CMYK;
+    jpeg_set_defaults(&c);  // writes the Adobe marker for CMYK
+    jpeg_set_quality(&c, 100, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    std::vector<uint8_t> row(16 * 4);
+    for (size_t x = 0; x < 16; ++x) std::copy(cases[n].first.begin(), cases[n].first.end(), &row[x * 4]);
+    while (c.next_scanline < c.image_height) {
+      JSAMPROW r = row.data();
+      jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    std::fclose(f);
+  }
+  data::ImageFolderOptions o;
+  o.size = 8;
+  o.train = false;
+  data::ImageFolder folder(d.path.string(), o);
+  data::Batch b = folder.get_batch({0, 1, 2, 3});
+  for (size_t n = 0; n < cases.size(); ++n) {
+    Tensor m = mean(rgb_of(b, int64_t(n)), {1, 2});
+    test::require_close(m, tensor({cases[n].second[0], cases[n].second[1], cases[n].second[2]}),
+                        0, 3.0);
+  }
+}
+#endif
 
 namespace {
 // CIFAR binary records: `label_bytes` label bytes (the last is the class), then 3072 pixels,

@@ -12,6 +12,8 @@
 
 #ifdef LIBNN_HAVE_JPEG
 #include <jpeglib.h>
+// after jpeglib.h, which it needs
+#include <jerror.h>
 
 #include <csetjmp>
 #endif
@@ -46,6 +48,18 @@ void on_error(j_common_ptr cinfo) {
   (*cinfo->err->format_message)(cinfo, e->message);
   longjmp(e->jump, 1);
 }
+// Warnings: a file that ends early is an error (libjpeg would fill the rest with gray, where
+// PIL refuses a truncated image); the others (extraneous bytes before a marker, common in
+// photo collections and accepted by PIL too) are ignored, not printed.
+void on_message(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error(cinfo);
+}
+// Errors become a longjmp to `err.jump`, which the caller has set.
+void catch_errors(jpeg_error_mgr*& slot, ErrorMgr& err) {
+  slot = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+}
 
 // Decodes at the largest libjpeg scale (1/1, 1/2, 1/4, 1/8) that keeps the shorter side at
 // least `min_side`: most of the decoding cost of large photos, saved.
@@ -54,9 +68,9 @@ Image decode(const std::string& path, int min_side) {
   NN_CHECK(f, "cannot open image '", path, "'");
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = on_error;
+  catch_errors(cinfo.err, err);
   Image img;
+  std::vector<uint8_t> cmyk;  // one row, for CMYK files
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     std::fclose(f);
@@ -65,7 +79,10 @@ Image decode(const std::string& path, int min_side) {
   jpeg_create_decompress(&cinfo);
   jpeg_stdio_src(&cinfo, f);
   jpeg_read_header(&cinfo, TRUE);
-  cinfo.out_color_space = JCS_RGB;
+  // libjpeg converts YCbCr and grayscale to RGB, not CMYK (print-ready photos): those are
+  // read as CMYK and converted below, as PIL does.
+  const bool is_cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = is_cmyk ? JCS_CMYK : JCS_RGB;
   const int shorter = int(std::min(cinfo.image_width, cinfo.image_height));
   cinfo.scale_num = 1;
   cinfo.scale_denom = 1;
@@ -78,9 +95,20 @@ Image decode(const std::string& path, int min_side) {
   img.w = int(cinfo.output_width);
   img.h = int(cinfo.output_height);
   img.rgb.resize(size_t(img.w) * img.h * 3);
+  if (is_cmyk) cmyk.resize(size_t(img.w) * 4);
+  // Adobe's files (nearly all CMYK JPEGs) store the inks inverted
+  const bool inverted = cinfo.saw_Adobe_marker;
   while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row = img.rgb.data() + size_t(cinfo.output_scanline) * img.w * 3;
+    uint8_t* dst = img.rgb.data() + size_t(cinfo.output_scanline) * img.w * 3;
+    JSAMPROW row = is_cmyk ? cmyk.data() : dst;
     jpeg_read_scanlines(&cinfo, &row, 1);
+    if (!is_cmyk) continue;
+    for (int x = 0; x < img.w; ++x) {
+      const uint8_t* p = &cmyk[size_t(x) * 4];
+      const int k = inverted ? p[3] : 255 - p[3];  // (255 - K): the light the black ink lets through
+      for (int c = 0; c < 3; ++c)
+        dst[size_t(x) * 3 + c] = uint8_t(((inverted ? p[c] : 255 - p[c]) * k + 127) / 255);
+    }
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
@@ -89,28 +117,55 @@ Image decode(const std::string& path, int min_side) {
 }
 #endif
 
-// Bilinear resample of the crop (x0, y0, cw, ch) of img to size x size, flipped if asked,
-// normalised, into out (3, size, size).
+// One output pixel's taps along an axis: input indices (clamped to the image, so the edge
+// repeats) and normalised weights of a triangle filter. Enlarging, the triangle spans one
+// input pixel each side (bilinear); shrinking by s > 1 it spans s, so every input pixel
+// counts, as PIL's (and torchvision's) antialiased resize does, instead of aliasing.
+struct Taps {
+  std::vector<int> first, count;  // per output pixel: where its taps start in idx/w, how many
+  std::vector<int> idx;
+  std::vector<double> w;
+};
+Taps filter_taps(double start, double extent, int size, int limit) {
+  Taps t;
+  const double scale = extent / size, support = std::max(1.0, scale);
+  for (int o = 0; o < size; ++o) {
+    const double center = start + (o + 0.5) * scale - 0.5;  // in input pixel indices
+    const int lo = int(std::floor(center - support)) + 1, hi = int(std::ceil(center + support)) - 1;
+    t.first.push_back(int(t.idx.size()));
+    double sum = 0;
+    for (int i = lo; i <= hi; ++i) {
+      const double w = 1.0 - std::abs(i - center) / support;
+      if (w <= 0) continue;
+      t.idx.push_back(std::clamp(i, 0, limit - 1));
+      t.w.push_back(w);
+      sum += w;
+    }
+    t.count.push_back(int(t.idx.size()) - t.first.back());
+    for (int k = t.first.back(); k < int(t.idx.size()); ++k) t.w[size_t(k)] /= sum;
+  }
+  return t;
+}
+
+// Resample of the crop (x0, y0, cw, ch) of img to size x size (bilinear, antialiased when
+// shrinking), flipped if asked, normalised, into out (3, size, size).
 void crop_resize(const Image& img, double x0, double y0, double cw, double ch, int size, bool flip,
                  float* out) {
   static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+  const Taps tx = filter_taps(x0, cw, size, img.w), ty = filter_taps(y0, ch, size, img.h);
   for (int y = 0; y < size; ++y) {
-    double sy = y0 + (y + 0.5) * ch / size - 0.5;
-    int iy = int(std::floor(sy));
-    double fy = sy - iy;
-    int y1 = std::clamp(iy, 0, img.h - 1), y2 = std::clamp(iy + 1, 0, img.h - 1);
     for (int x = 0; x < size; ++x) {
-      int xs = flip ? size - 1 - x : x;
-      double sx = x0 + (xs + 0.5) * cw / size - 0.5;
-      int ix = int(std::floor(sx));
-      double fx = sx - ix;
-      int x1 = std::clamp(ix, 0, img.w - 1), x2 = std::clamp(ix + 1, 0, img.w - 1);
-      for (int c = 0; c < 3; ++c) {
-        auto px = [&](int yy, int xx) { return double(img.rgb[(size_t(yy) * img.w + xx) * 3 + c]); };
-        double v = (1 - fy) * ((1 - fx) * px(y1, x1) + fx * px(y1, x2)) +
-                   fy * ((1 - fx) * px(y2, x1) + fx * px(y2, x2));
-        out[(size_t(c) * size + y) * size + x] = (float(v / 255.0) - mean[c]) / stdv[c];
+      const int xs = flip ? size - 1 - x : x;
+      double v[3] = {0, 0, 0};
+      for (int a = ty.first[size_t(y)]; a < ty.first[size_t(y)] + ty.count[size_t(y)]; ++a) {
+        const uint8_t* row = img.rgb.data() + size_t(ty.idx[size_t(a)]) * img.w * 3;
+        double r[3] = {0, 0, 0};
+        for (int b = tx.first[size_t(xs)]; b < tx.first[size_t(xs)] + tx.count[size_t(xs)]; ++b)
+          for (int c = 0; c < 3; ++c) r[c] += tx.w[size_t(b)] * row[size_t(tx.idx[size_t(b)]) * 3 + c];
+        for (int c = 0; c < 3; ++c) v[c] += ty.w[size_t(a)] * r[c];
       }
+      for (int c = 0; c < 3; ++c)
+        out[(size_t(c) * size + y) * size + x] = (float(v[c] / 255.0) - mean[c]) / stdv[c];
     }
   }
 }
@@ -121,21 +176,30 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : opt
            "libjpeg-dev and reconfigure)");
   NN_CHECK(opts.size > 0, "ImageFolder: size must be positive");
   NN_CHECK(fs::is_directory(root), "image folder '", root, "' does not exist");
-  for (auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) classes_.push_back(e.path().filename().string());
-  std::sort(classes_.begin(), classes_.end());
-  NN_CHECK(!classes_.empty(), "image folder '", root, "' has no class folders");
-  for (size_t c = 0; c < classes_.size(); ++c) {
-    std::vector<std::string> names;
-    for (auto& e : fs::directory_iterator(fs::path(root) / classes_[c])) {
-      std::string ext = e.path().extension().string();
-      std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-      if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) names.push_back(e.path().string());
+  // Hidden entries (".git", macOS's "._x.jpg" resource forks) are not data, as for
+  // read_text_folder. Every class must hold an image (as torchvision's ImageFolder demands).
+  auto hidden = [](const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; };
+  try {
+    for (auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && !hidden(e.path())) classes_.push_back(e.path().filename().string());
+    std::sort(classes_.begin(), classes_.end());
+    NN_CHECK(!classes_.empty(), "image folder '", root, "' has no class folders");
+    for (size_t c = 0; c < classes_.size(); ++c) {
+      std::vector<std::string> names;
+      for (auto& e : fs::directory_iterator(fs::path(root) / classes_[c])) {
+        std::string ext = e.path().extension().string();
+        std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+        if (e.is_regular_file() && !hidden(e.path()) && (ext == ".jpg" || ext == ".jpeg"))
+          names.push_back(e.path().string());
+      }
+      NN_CHECK(!names.empty(), "image folder '", root, "': class folder '", classes_[c],
+               "' holds no .jpg/.jpeg files");
+      std::sort(names.begin(), names.end());
+      for (auto& n : names) files_.emplace_back(n, int64_t(c));
     }
-    std::sort(names.begin(), names.end());
-    for (auto& n : names) files_.emplace_back(n, int64_t(c));
+  } catch (const fs::filesystem_error& e) {
+    NN_ERROR("image folder '", root, "' cannot be read: ", e.what());
   }
-  NN_CHECK(!files_.empty(), "image folder '", root, "' holds no .jpg/.jpeg files");
 }
 
 Batch ImageFolder::get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const {
@@ -187,11 +251,19 @@ void write_jpeg(const std::string& path, const Tensor& rgb_in, int quality) {
   Tensor rgb = rgb_in.detach().cpu().contiguous();
   NN_CHECK(rgb.dtype() == kU8 && rgb.dim() == 3 && rgb.size(2) == 3,
            "write_jpeg: expected u8 (H, W, 3), got ", dtype_name(rgb.dtype()), " ", shape_str(rgb.shape()));
+  // JPEG's limit on a side is 65535 (libjpeg's, 65500)
+  NN_CHECK(rgb.size(0) > 0 && rgb.size(1) > 0 && rgb.size(0) <= 65500 && rgb.size(1) <= 65500,
+           "write_jpeg: a JPEG's sides must be 1 to 65500 pixels, got ", shape_str(rgb.shape()));
   FILE* f = std::fopen(path.c_str(), "wb");
   NN_CHECK(f, "write_jpeg: cannot create '", path, "'");
   jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
+  ErrorMgr err;
+  catch_errors(cinfo.err, err);
+  if (setjmp(err.jump)) {
+    jpeg_destroy_compress(&cinfo);
+    std::fclose(f);
+    NN_ERROR("write_jpeg: cannot write '", path, "': ", err.message);
+  }
   jpeg_create_compress(&cinfo);
   jpeg_stdio_dest(&cinfo, f);
   cinfo.image_width = JDIMENSION(rgb.size(1));
@@ -208,7 +280,7 @@ void write_jpeg(const std::string& path, const Tensor& rgb_in, int quality) {
   }
   jpeg_finish_compress(&cinfo);
   jpeg_destroy_compress(&cinfo);
-  std::fclose(f);
+  NN_CHECK(std::fclose(f) == 0, "write_jpeg: cannot write '", path, "'");
 #else
   NN_ERROR("write_jpeg: libnn was built without JPEG support");
 #endif
