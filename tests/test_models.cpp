@@ -120,6 +120,27 @@ TEST_CASE("the BERT encoder: Hugging Face names, shapes, masking, loading", "[mo
   REQUIRE(r.unexpected == std::vector<std::string>{"cls.predictions.bias"});
   REQUIRE(r.missing == std::vector<std::string>{"classifier.weight", "classifier.bias"});
   test::require_close(other.bert->word->weight, net.bert->word->weight, 0, 0);
+  // refused, with nothing loaded: a file lacking an encoder tensor (names under another
+  // prefix load nothing at all), and a pre-LN model (BERT's weights are post-LN)
+  models::BertClassifier fresh(c);
+  const Tensor before = fresh.bert->word->weight.clone();
+  NamedTensors lacking(hf.begin() + 1, hf.end());
+  REQUIRE(test::error_of([&] { fresh.load_pretrained(lacking); }).find("the file lacks '") !=
+          std::string::npos);
+  NamedTensors prefixed;
+  for (auto& [n, t] : hf) prefixed.emplace_back("encoder_model.bert." + n, t);
+  REQUIRE(test::error_of([&] { fresh.load_pretrained(prefixed); }).find("the file lacks '") !=
+          std::string::npos);
+  models::BertClassifier pre(models::BertConfig(c).pre_ln(true));
+  REQUIRE(test::error_of([&] { pre.load_pretrained(hf); }).find("post-LN") != std::string::npos);
+  test::require_close(fresh.bert->word->weight, before, 0, 0);
+  // [PAD] where the vocabulary puts it: that row is zero and gets no gradient, row 0 learns
+  models::BertClassifier padded(models::BertConfig(c).pad_id(5));
+  test::require_values(padded.bert->word->weight.select(0, 5), std::vector<double>(128, 0.0));
+  sum(padded.forward(from_vector<int64_t>({0, 5, 7}, {1, 3}), {})).backward();
+  Tensor gw = padded.bert->word->weight.grad();
+  REQUIRE(sum(abs(gw.select(0, 5))).item() == 0);
+  REQUIRE(sum(abs(gw.select(0, 0))).item() > 0);
   // training mode learns a toy task: class = whether token 9 occurs (pre-LN: post-LN BERT
   // from scratch needs warm-up to be stable, which this short test does not give it)
   manual_seed(1);

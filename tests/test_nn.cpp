@@ -81,6 +81,13 @@ TEST_CASE("state_dict round trip and mismatch errors", "[nn]") {
   NamedTensors missing = {a.state_dict()[0]};
   REQUIRE(test::error_of([&] { b.load_state_dict(missing); }).find("'bias' is missing") !=
           std::string::npos);
+  // a refused load changes nothing (the weight before the bad bias is not copied either)
+  Linear d(4, 3);
+  const Tensor w0 = d.weight.clone();
+  NamedTensors bad = {{"weight", a.weight}, {"bias", zeros({7})}};
+  REQUIRE(test::error_of([&] { d.load_state_dict(bad); }).find("'bias' has shape [7]") !=
+          std::string::npos);
+  test::require_close(d.weight, w0, 0, 0);
 }
 
 TEST_CASE("BatchNorm2d tracks batches, and Module::to casts in place", "[nn]") {

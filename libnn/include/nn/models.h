@@ -111,6 +111,7 @@ struct BertConfig {
   NN_ARG(double, layer_norm_eps) = 1e-12;
   NN_ARG(bool, pre_ln) = false;        // BERT is post-LN; pre-LN trains more stably from scratch
   NN_ARG(int64_t, num_classes) = 2;
+  NN_ARG(int64_t, pad_id) = 0;         // [PAD]'s token id: its embedding stays zero (HF's pad_token_id)
 
  public:
   // Presets: tiny (2 x 128, 2 heads), mini (4 x 256, 4 heads), base (BERT-base).
@@ -158,8 +159,10 @@ class BertClassifier : public Module {
   std::shared_ptr<BertModel> bert;
   std::shared_ptr<Linear> classifier;
   // Loads a Hugging Face checkpoint's tensors (old "gamma"/"beta" LayerNorm names too); tensors
-  // the model lacks (a pre-training head) and ones the file lacks (a new classifier) are
-  // skipped and returned.
+  // the model lacks (a pre-training head) and ones the file lacks (a new classifier, the
+  // pooler) are skipped and returned. Refused, before anything is loaded, for a pre-LN model
+  // (BERT's weights are post-LN) and for a file that lacks an encoder tensor (not a BERT
+  // checkpoint, or another size).
   LoadResult load_pretrained(const NamedTensors& hf);
 };
 
@@ -177,6 +180,7 @@ struct TextMLPOptions {
   NN_ARG(int64_t, hidden) = 256;
   NN_ARG(int64_t, layers) = 1;
   NN_ARG(double, dropout) = 0.2;
+  NN_ARG(int64_t, pad_id) = 0;  // [PAD]'s token id: its embedding row starts at zero
 };
 class TextMLP : public Module {
  public:

@@ -5,6 +5,8 @@
 #include <nn/models.h>
 #include <nn/ops.h>
 
+#include <set>
+
 namespace nn::models {
 
 namespace {
@@ -79,7 +81,7 @@ BertModel::BertModel(const BertConfig& c) : Module("BertModel"), config(c) {
            "BERT: layers, ffn, vocab_size and max_len must be positive");
   auto emb = container(*this, "embeddings");
   word = emb->register_module("word_embeddings", std::make_shared<Embedding>(
-                                                     EmbeddingOptions(c.vocab_size(), c.hidden()).padding_idx(0)));
+                                                     EmbeddingOptions(c.vocab_size(), c.hidden()).padding_idx(c.pad_id())));
   position = emb->register_module("position_embeddings",
                                   std::make_shared<Embedding>(c.max_len(), c.hidden()));
   token_type = emb->register_module("token_type_embeddings",
@@ -97,7 +99,7 @@ BertModel::BertModel(const BertConfig& c) : Module("BertModel"), config(c) {
     else init::normal_(t, 0, 0.02);
   }
   NoGradGuard ng;
-  word->weight.select(0, 0).zero_();
+  word->weight.select(0, *word->options.padding_idx()).zero_();  // [PAD]'s row, as HF's
 }
 
 Tensor BertModel::encode(const Tensor& ids, const Tensor& keep) {
@@ -143,6 +145,13 @@ Module::LoadResult BertClassifier::load_pretrained(const NamedTensors& hf) {
       n = "bert." + n;  // a bare BertModel checkpoint
     renamed.emplace_back(n, t);
   }
+  NN_CHECK(!bert->config.pre_ln(), "load_pretrained: BERT's weights are post-LN, this model is "
+           "pre-LN (BertConfig::pre_ln; transformer_train --norm post)");
+  std::set<std::string> given;
+  for (auto& [n, t] : renamed) given.insert(n);
+  for (auto& [n, t] : named_parameters())
+    NN_CHECK(n.rfind("bert.", 0) != 0 || n.rfind("bert.pooler.", 0) == 0 || given.count(n),
+             "load_pretrained: the file lacks '", n, "' (not a BERT checkpoint?)");
   return load_state_dict(renamed, false);
 }
 

@@ -2,6 +2,7 @@
 #include <nn/module.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -73,25 +74,26 @@ NamedTensors Module::state_dict() const {
 }
 
 Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
+  // Every name and shape is checked before anything is copied: a refused load leaves the
+  // model as it was (not half loaded).
   NamedTensors mine = state_dict();
+  std::map<std::string, Tensor*> by_name;
+  for (auto& [name, t] : mine) by_name.emplace(name, &t);
   std::set<std::string> seen;
+  std::vector<std::pair<Tensor*, const Tensor*>> copies;  // (model tensor, source)
   LoadResult result;
-  NoGradGuard ng;
-  for (const auto& entry : state) {
-    // (not a structured binding: clang before 16 cannot capture one in a lambda)
-    const std::string& name = entry.first;
-    const Tensor& src = entry.second;
-    auto it = std::find_if(mine.begin(), mine.end(), [&](auto& p) { return p.first == name; });
-    if (it == mine.end() && !strict) {
+  for (const auto& [name, src] : state) {
+    auto it = by_name.find(name);
+    if (it == by_name.end() && !strict) {
       result.unexpected.push_back(name);
       continue;
     }
-    NN_CHECK(it != mine.end(), "load_state_dict: '", name, "' is not a tensor of this ",
+    NN_CHECK(it != by_name.end(), "load_state_dict: '", name, "' is not a tensor of this ",
              type_name_);
-    NN_CHECK(it->second.shape() == src.shape(), "load_state_dict: '", name, "' has shape ",
-             shape_str(src.shape()), " in the checkpoint but ", shape_str(it->second.shape()),
+    NN_CHECK(it->second->shape() == src.shape(), "load_state_dict: '", name, "' has shape ",
+             shape_str(src.shape()), " in the checkpoint but ", shape_str(it->second->shape()),
              " in the model");
-    it->second.copy_(src);
+    copies.emplace_back(it->second, &src);
     seen.insert(name);
   }
   for (auto& [name, t] : mine) {
@@ -99,6 +101,8 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
     NN_CHECK(!strict, "load_state_dict: '", name, "' is missing from the checkpoint");
     result.missing.push_back(name);
   }
+  NoGradGuard ng;
+  for (auto& [dst, src] : copies) dst->copy_(*src);
   return result;
 }
 

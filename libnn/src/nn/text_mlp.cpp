@@ -8,7 +8,7 @@ TextMLP::TextMLP(const TextMLPOptions& o) : Module("TextMLP"), options(o) {
                o.layers() >= 0,
            "TextMLP: sizes must be positive");
   embed = register_module("embed", std::make_shared<Embedding>(
-                                        EmbeddingOptions(o.vocab_size(), o.embed_dim()).padding_idx(0)));
+                                        EmbeddingOptions(o.vocab_size(), o.embed_dim()).padding_idx(o.pad_id())));
   mlp = register_module("mlp", std::make_shared<Sequential>());
   int64_t in = o.embed_dim();
   for (int64_t i = 0; i < o.layers(); ++i) {
