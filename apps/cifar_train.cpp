@@ -83,6 +83,7 @@ int run(int argc, char** argv) {
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
   apps::Parallel par("cifar_train", a);
+  apps::check_run_options(a, par);  // before the data is read
 
   std::shared_ptr<nn::data::ImageDataset> train_set, test_set;
   std::string what;

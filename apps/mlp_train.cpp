@@ -25,8 +25,9 @@ int run(int argc, char** argv) {
         ("dropout", "dropout after each hidden layer", cxxopts::value<double>()->default_value("0.2"));
   };
   app.check_options = [](const cxxopts::ParseResult& a) { options(a, 1, 1); };
-  app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t) {
-    return std::make_shared<nn::models::TextMLP>(options(a, vocab, classes));
+  app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t,
+                      int64_t pad_id) {
+    return std::make_shared<nn::models::TextMLP>(options(a, vocab, classes).pad_id(pad_id));
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {
     return static_cast<nn::models::TextMLP&>(m).forward(ids, keep);

@@ -82,6 +82,7 @@ int run(int argc, char** argv) {
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
   apps::Parallel par("mnist_train", a);
+  apps::check_run_options(a, par);  // before the data is read
 
   const std::string dir =
       a.count("data-dir") ? a["data-dir"].as<std::string>() : default_data_dir(dataset);

@@ -77,6 +77,7 @@ int run(int argc, char** argv) {
   apps::check_choice("layout", layout, {"auto", "nhwc", "nchw"});
   const bool nhwc = apps::channels_last(layout, device, precision);
   apps::Parallel par("resnet50_train", a);
+  apps::check_run_options(a, par);  // before the data is read
 
   const std::string data = a["data"].as<std::string>();
   std::shared_ptr<nn::data::Dataset> train_set, val_set;

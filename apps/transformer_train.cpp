@@ -7,10 +7,10 @@
 
 namespace {
 nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int64_t classes,
-                              int64_t max_len) {
+                              int64_t max_len, int64_t pad_id = 0) {
   const std::string preset = a["preset"].as<std::string>();
   apps::check_choice("preset", preset, {"tiny", "mini", "base"});
-  auto c = nn::models::BertConfig::preset(preset).vocab_size(vocab).num_classes(classes);
+  auto c = nn::models::BertConfig::preset(preset).vocab_size(vocab).num_classes(classes).pad_id(pad_id);
   c.max_len(std::max<int64_t>(max_len, 512));
   if (a.count("layers")) c.layers(apps::check_positive("layers", a["layers"].as<int64_t>()));
   if (a.count("hidden")) c.hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()));
@@ -19,6 +19,12 @@ nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int6
   c.dropout(apps::check_probability("dropout", a["dropout"].as<double>()));
   apps::check_choice("norm", a["norm"].as<std::string>(), {"pre", "post"});
   c.pre_ln(a["norm"].as<std::string>() == "pre");
+  if (a.count("pretrained")) {  // BERT's weights are post-LN: --norm defaults to post then
+    if (a.count("norm") && c.pre_ln())
+      throw apps::UsageError("--pretrained loads BERT's post-LN weights: --norm pre cannot "
+                             "use them");
+    c.pre_ln(false);
+  }
   if (c.hidden() % c.heads() != 0)
     throw apps::UsageError("the hidden size (" + std::to_string(c.hidden()) +
                            ") must be a multiple of the heads (" + std::to_string(c.heads()) +
@@ -46,12 +52,13 @@ int run(int argc, char** argv) {
         ("dropout", "dropout", cxxopts::value<double>()->default_value("0.1"))
         ("norm", "post (BERT) or pre layer norm", cxxopts::value<std::string>()->default_value("pre"))
         ("pretrained", "a Hugging Face BERT checkpoint (.safetensors) to start from; use with "
-                       "its --vocab and --preset base --norm post",
+                       "its --vocab and --preset base (implies --norm post)",
          cxxopts::value<std::string>());
   };
   app.check_options = [](const cxxopts::ParseResult& a) { config(a, 1, 1, 1); };
-  app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len) {
-    return std::make_shared<nn::models::BertClassifier>(config(a, vocab, classes, max_len));
+  app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len,
+                      int64_t pad_id) {
+    return std::make_shared<nn::models::BertClassifier>(config(a, vocab, classes, max_len, pad_id));
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {
     return static_cast<nn::models::BertClassifier&>(m).forward(ids, keep);

@@ -49,24 +49,33 @@ void add_run_options(cxxopts::Options& opts) {
   add_parallel_options(opts);
 }
 
-Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, Parallel& par)
-    : app_(std::move(app)), par_(par), tty_(nn::train::stdout_is_terminal()) {
-  for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + std::string(argv[i]);
-  if (a.count("checkpoint-dir")) {
-    int keep = a["keep-last"].as<int>();
-    if (keep < 1) throw UsageError("--keep-last must be at least 1");
-    ckpt_ = std::make_unique<nn::io::Checkpointer>(a["checkpoint-dir"].as<std::string>(), keep);
-  }
-  every_ = a["checkpoint-every"].as<int64_t>();
-  log_every_ = a["log-every"].as<int64_t>();
-  if (every_ < 0 || log_every_ < 1) throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
-  resume_ = a.count("resume") > 0;
-  if (resume_ && !ckpt_) throw UsageError("--resume needs --checkpoint-dir");
+void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
+  const bool has_dir = a.count("checkpoint-dir") > 0, resume = a.count("resume") > 0;
+  if (has_dir && a["keep-last"].as<int>() < 1) throw UsageError("--keep-last must be at least 1");
+  if (a["checkpoint-every"].as<int64_t>() < 0 || a["log-every"].as<int64_t>() < 1)
+    throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
+  if (resume && !has_dir) throw UsageError("--resume needs --checkpoint-dir");
   // A fresh run among another run's checkpoints would have its own pruned as they are
   // written, and a later --resume would continue the other run.
-  if (ckpt_ && !resume_ && !ckpt_->list().empty())
-    throw UsageError("--checkpoint-dir '" + ckpt_->dir() + "' holds checkpoints of an earlier "
-                     "run: pass --resume to continue it, or name an empty directory");
+  const std::string dir = has_dir ? a["checkpoint-dir"].as<std::string>() : "";
+  if (has_dir && !resume && !nn::io::Checkpointer(dir).list().empty())
+    throw UsageError("--checkpoint-dir '" + dir + "' holds checkpoints of an earlier run: pass "
+                     "--resume to continue it, or name an empty directory");
+  if (!par.leader()) return;  // rank 0 writes the run's files
+  for (const char* f : {"metrics", "save-model"})
+    if (a.count(f)) check_output_file(a, f);
+}
+
+Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, Parallel& par)
+    : app_(std::move(app)), par_(par), tty_(nn::train::stdout_is_terminal()) {
+  check_run_options(a, par);
+  for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + std::string(argv[i]);
+  if (a.count("checkpoint-dir"))
+    ckpt_ = std::make_unique<nn::io::Checkpointer>(a["checkpoint-dir"].as<std::string>(),
+                                                   a["keep-last"].as<int>());
+  every_ = a["checkpoint-every"].as<int64_t>();
+  log_every_ = a["log-every"].as<int64_t>();
+  resume_ = a.count("resume") > 0;
   nn::train::StopSignal::install();
   if (!par_.leader()) return;  // rank 0 writes the run's files
   if (a.count("metrics")) metrics_ = check_output_file(a, "metrics");

@@ -18,6 +18,10 @@
 namespace apps {
 
 void add_run_options(cxxopts::Options& opts);
+// Checks those options (a UsageError or nn::Error naming the flag) without changing anything:
+// apps call it before reading their data, so a bad flag costs no wait. Run's constructor
+// checks them too.
+void check_run_options(const cxxopts::ParseResult& a, const Parallel& par);
 
 // Where a run stands: epochs count from 1; `batch` is the next batch within the epoch.
 struct Position {

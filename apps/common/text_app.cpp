@@ -150,6 +150,9 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const int64_t epochs = check_positive("epochs", a["epochs"].as<int64_t>());
   const int64_t batch = check_positive("batch-size", a["batch-size"].as<int64_t>());
   const int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
+  if (app.cls_sep && max_len < 3)
+    throw UsageError("--max-len must be at least 3 ([CLS], a token, [SEP]), got " +
+                     std::to_string(max_len));
   if (a.count("threads")) nn::set_num_threads(check_positive("threads", a["threads"].as<int>()));
   const nn::Device dev = parse_device(a["device"].as<std::string>());
   nn::check_device(dev);
@@ -175,11 +178,15 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   // Every flag is checked before the data is read (aclImdb takes a while to tokenise).
   if (a.count("data")) {
     check_choice("data", a["data"].as<std::string>(), {"synthetic"});
-    check_positive("synthetic-classes", a["synthetic-classes"].as<int64_t>());
+    if (a["synthetic-classes"].as<int64_t>() < 2)
+      throw UsageError("--synthetic-classes must be at least 2, got " +
+                       std::to_string(a["synthetic-classes"].as<int64_t>()));
     check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
   }
   if (a.count("relabel")) check_positive("relabel", a["relabel"].as<int64_t>());
   const int64_t vocab_size = check_positive("vocab-size", a["vocab-size"].as<int64_t>());
+  if (vocab_size < 4)  // [PAD], [UNK], [CLS], [SEP] come first
+    throw UsageError("--vocab-size must be at least 4, got " + std::to_string(vocab_size));
   const int64_t min_count = check_positive("min-count", a["min-count"].as<int64_t>());
   check_rates(a, {"lr", "weight-decay", "clip"});
   check_fraction("warmup", a["warmup"].as<double>());
@@ -187,6 +194,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   if (Parallel::options(a).world_size > 1 && (shards > 1 || !predictions_file.empty()))
     throw UsageError("--shard and --predictions are for independent jobs, not with --world-size > 1");
   Parallel par(app.name, a);
+  if (!eval_only) check_run_options(a, par);
+  else if (a.count("metrics") && par.leader()) check_output_file(a, "metrics");
 
   // ---- data ---------------------------------------------------------------------------------
   // From here a SIGTERM/SIGINT only raises a flag: reading and tokenising can take minutes,
@@ -244,7 +253,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
               (long long)classes, vocab_note.c_str(), (long long)d.vocab_size(), prep.seconds());
 
   // ---- model --------------------------------------------------------------------------------
-  auto model = app.make_model(a, d.vocab_size(), classes, max_len);
+  auto model = app.make_model(a, d.vocab_size(), classes, max_len, d.pad_id());
   if (a.count("load-model")) {
     auto f = nn::io::load_safetensors(a["load-model"].as<std::string>());
     try {

@@ -124,7 +124,16 @@ bad_inputs)
     "$e" 2 "--weight-decay must be a finite number >= 0" -- "$app" --data-dir /nonexistent --weight-decay -1
     "$e" 2 "--warmup must be in \[0, 1\], got 2" -- "$app" --data-dir /nonexistent --warmup 2
     "$e" 2 "--clip must be a finite number >= 0" -- "$app" --data-dir /nonexistent --clip -1
+    "$e" 2 "--vocab-size must be at least 4, got 2" -- "$app" --data-dir /nonexistent --vocab-size 2
+    "$e" 2 "--synthetic-classes must be at least 2, got 1" -- "$app" --data synthetic --synthetic-classes 1
+    # output files too (reading /nonexistent would fail with another message)
+    "$e" 1 "cannot open '/nonexistent/m.jsonl' for writing" -- "$app" --data-dir /nonexistent \
+         --metrics /nonexistent/m.jsonl
+    "$e" 1 "cannot open '/nonexistent/m.jsonl' for writing" -- "$app" --data-dir /nonexistent \
+         --eval-only --load-model "$out/none.st" --metrics /nonexistent/m.jsonl
   done
+  "$e" 2 "--max-len must be at least 3" -- "$tr" --data-dir /nonexistent --max-len 2
+  "$e" 2 "--norm pre cannot use them" -- "$tr" --data-dir /nonexistent --pretrained "$out/none.st" --norm pre
   "$e" 2 "--layers must be 0 or more, got -1" -- "$mlp" --data-dir /nonexistent --layers -1
   "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data-dir /nonexistent --preset huge
   "$e" 2 "hidden size \(64\) must be a multiple of the heads \(5\)" -- "$tr" --data-dir /nonexistent \
