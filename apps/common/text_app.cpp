@@ -160,6 +160,9 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   nn::manual_seed(seed);
   const bool eval_only = a.count("eval-only") > 0;
   if (eval_only && !a.count("load-model")) throw UsageError("--eval-only needs --load-model");
+  if (eval_only)  // they would be ignored
+    for (const char* f : {"save-model", "checkpoint-dir", "resume", "tensorboard", "notify-cmd"})
+      if (a.count(f)) throw UsageError(std::string("--") + f + " goes with training, not --eval-only");
   if ((a.count("predictions") || a.count("shard")) && !eval_only)
     throw UsageError("--predictions and --shard go with --eval-only");
   int64_t shard = 0, shards = 1;
@@ -239,6 +242,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     vocab_note = "WordPiece vocabulary " + a["vocab"].as<std::string>();
   } else if (a.count("load-model")) {
     const std::string vp = a["load-model"].as<std::string>() + ".vocab.txt";
+    NN_CHECK(fs::exists(vp), "'", vp, "' does not exist: --load-model reads the word vocabulary "
+             "saved beside the model; a model trained with --vocab needs that --vocab again");
     d.vocab = std::make_unique<nn::text::Vocab>(nn::text::Vocab::load(vp));
     vocab_note = "vocabulary " + vp;
   } else {
@@ -366,10 +371,16 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     run.end_epoch(s, pos);
   }
   run.finish();
-  if (a.count("save-model") && d.vocab && par.leader()) {
+  if (a.count("save-model") && par.leader()) {
     const std::string vp = a["save-model"].as<std::string>() + ".vocab.txt";
-    d.vocab->save(vp);
-    std::printf("%s: vocabulary saved to '%s' (read back by --load-model)\n", app.name.c_str(), vp.c_str());
+    if (d.vocab) {
+      d.vocab->save(vp);
+      std::printf("%s: vocabulary saved to '%s' (read back by --load-model)\n", app.name.c_str(),
+                  vp.c_str());
+    } else {  // WordPiece (--vocab): an older run's word vocabulary there would be read back
+      std::error_code ec;
+      fs::remove(vp, ec);
+    }
   }
   return 0;
 }

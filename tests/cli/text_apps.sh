@@ -99,9 +99,14 @@ PY
   { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n.\n!\n'; printf '%s\n' the film plot actors scene it was and a story \
       wonder "##ful" super "##b" moving brilliant delight awful boring dread tedious clumsy disaster \
       master "##piece" "##ful"; } | awk '!seen[$0]++' > "$out/vocab.txt"
+  printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\nstale\n' > "$out/tr.st.vocab.txt"  # an older run's
   "$tr" --data-dir "$d" --vocab "$out/vocab.txt" --epochs 6 --batch-size 16 --layers 1 --hidden 32 \
         --heads 2 --ffn 64 --max-len 48 --metrics "$out/tr.jsonl" --save-model "$out/tr.st"
   check_metrics "$out/tr.jsonl" 6 0.8
+  # no word vocabulary beside a WordPiece model: without its --vocab, a clear error
+  [[ ! -e "$out/tr.st.vocab.txt" ]] || { echo "a stale tr.st.vocab.txt was left beside the model"; exit 1; }
+  "$here/expect.sh" 1 "needs that --vocab again" -- "$tr" --data-dir "$d" --layers 1 --hidden 32 \
+        --heads 2 --ffn 64 --max-len 48 --eval-only --load-model "$out/tr.st"
   "$tr" --data-dir "$d" --vocab "$out/vocab.txt" --layers 1 --hidden 32 --heads 2 --ffn 64 --max-len 48 \
         --eval-only --load-model "$out/tr.st" | grep -E "eval on 80 reviews" ;;
 bad_inputs)
@@ -133,6 +138,8 @@ bad_inputs)
          --eval-only --load-model "$out/none.st" --metrics /nonexistent/m.jsonl
   done
   "$e" 2 "--max-len must be at least 3" -- "$tr" --data-dir /nonexistent --max-len 2
+  "$e" 2 "--save-model goes with training, not --eval-only" -- "$mlp" --data-dir /nonexistent \
+       --eval-only --load-model "$out/none.st" --save-model "$out/again.st"
   "$e" 2 "--norm pre cannot use them" -- "$tr" --data-dir /nonexistent --pretrained "$out/none.st" --norm pre
   "$e" 2 "--layers must be 0 or more, got -1" -- "$mlp" --data-dir /nonexistent --layers -1
   "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data-dir /nonexistent --preset huge
