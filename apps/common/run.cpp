@@ -68,7 +68,7 @@ void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
 
 Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, Parallel& par)
     : app_(std::move(app)), par_(par), tty_(nn::train::stdout_is_terminal()) {
-  check_run_options(a, par);
+  check_run_options(a, par);  // (the output files too)
   for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + std::string(argv[i]);
   if (a.count("checkpoint-dir"))
     ckpt_ = std::make_unique<nn::io::Checkpointer>(a["checkpoint-dir"].as<std::string>(),
@@ -78,9 +78,9 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, 
   resume_ = a.count("resume") > 0;
   nn::train::StopSignal::install();
   if (!par_.leader()) return;  // rank 0 writes the run's files
-  if (a.count("metrics")) metrics_ = check_output_file(a, "metrics");
+  if (a.count("metrics")) metrics_ = a["metrics"].as<std::string>();
   if (a.count("notify-cmd")) notify_ = a["notify-cmd"].as<std::string>();
-  if (a.count("save-model")) save_model_ = check_output_file(a, "save-model");
+  if (a.count("save-model")) save_model_ = a["save-model"].as<std::string>();
   if (a.count("tensorboard"))
     tb_ = std::make_unique<nn::train::TensorBoardWriter>(a["tensorboard"].as<std::string>());
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/util.h"
 #include "optim/grad_batches.h"
 
 namespace nn::amp {
@@ -121,8 +122,7 @@ void GradScaler::load_state(const NamedTensors& s) {
   }
   NN_CHECK(scale && tracker, "GradScaler state needs 'scale' and 'growth_tracker'");
   NN_CHECK(*scale > 0 && std::isfinite(*scale), "GradScaler state: invalid scale ", *scale);
-  NN_CHECK(*tracker >= 0 && *tracker == std::trunc(*tracker) && *tracker < 9.0e15,
-           "GradScaler state: invalid growth_tracker ", *tracker);
+  NN_CHECK(is_count(*tracker), "GradScaler state: invalid growth_tracker ", *tracker);
   scale_ = *scale;
   growth_tracker_ = int64_t(*tracker);
 }

@@ -21,5 +21,8 @@ int64_t numel_of(const Shape& shape);
 int64_t wrap_dim(int64_t d, int64_t ndim);
 // A tensor over `base`'s storage with the given geometry; no autograd history.
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
+// A count read back from saved state (a step, a tracker): a whole number >= 0 that an int64_t
+// holds exactly (NaN, negative and fractional values are not).
+inline bool is_count(double v) { return v >= 0 && v < 9.0e15 && v == double(int64_t(v)); }
 
 }  // namespace nn

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "data/folder.h"
 #include "kernels/philox.h"
 
 #ifdef LIBNN_HAVE_JPEG
@@ -122,7 +123,7 @@ Image decode(const std::string& path, int min_side) {
 // input pixel each side (bilinear); shrinking by s > 1 it spans s, so every input pixel
 // counts, as PIL's (and torchvision's) antialiased resize does, instead of aliasing.
 struct Taps {
-  std::vector<int> first, count;  // per output pixel: where its taps start in idx/w, how many
+  std::vector<int> first;  // output pixel o's taps are idx/w[first[o] .. first[o + 1])
   std::vector<int> idx;
   std::vector<double> w;
 };
@@ -141,9 +142,9 @@ Taps filter_taps(double start, double extent, int size, int limit) {
       t.w.push_back(w);
       sum += w;
     }
-    t.count.push_back(int(t.idx.size()) - t.first.back());
     for (int k = t.first.back(); k < int(t.idx.size()); ++k) t.w[size_t(k)] /= sum;
   }
+  t.first.push_back(int(t.idx.size()));
   return t;
 }
 
@@ -157,10 +158,10 @@ void crop_resize(const Image& img, double x0, double y0, double cw, double ch, i
     for (int x = 0; x < size; ++x) {
       const int xs = flip ? size - 1 - x : x;
       double v[3] = {0, 0, 0};
-      for (int a = ty.first[size_t(y)]; a < ty.first[size_t(y)] + ty.count[size_t(y)]; ++a) {
+      for (int a = ty.first[size_t(y)]; a < ty.first[size_t(y) + 1]; ++a) {
         const uint8_t* row = img.rgb.data() + size_t(ty.idx[size_t(a)]) * img.w * 3;
         double r[3] = {0, 0, 0};
-        for (int b = tx.first[size_t(xs)]; b < tx.first[size_t(xs)] + tx.count[size_t(xs)]; ++b)
+        for (int b = tx.first[size_t(xs)]; b < tx.first[size_t(xs) + 1]; ++b)
           for (int c = 0; c < 3; ++c) r[c] += tx.w[size_t(b)] * row[size_t(tx.idx[size_t(b)]) * 3 + c];
         for (int c = 0; c < 3; ++c) v[c] += ty.w[size_t(a)] * r[c];
       }
@@ -176,26 +177,21 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : opt
            "libjpeg-dev and reconfigure)");
   NN_CHECK(opts.size > 0, "ImageFolder: size must be positive");
   NN_CHECK(fs::is_directory(root), "image folder '", root, "' does not exist");
-  // Hidden entries (".git", macOS's "._x.jpg" resource forks) are not data, as for
-  // read_text_folder. Every class must hold an image (as torchvision's ImageFolder demands).
-  auto hidden = [](const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; };
+  // Every class must hold an image (as torchvision's ImageFolder demands).
+  auto is_jpeg = [](const std::string& name) {
+    std::string ext = fs::path(name).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+    return ext == ".jpg" || ext == ".jpeg";
+  };
   try {
-    for (auto& e : fs::directory_iterator(root))
-      if (e.is_directory() && !hidden(e.path())) classes_.push_back(e.path().filename().string());
-    std::sort(classes_.begin(), classes_.end());
+    classes_ = detail::sorted_names(root, true);
     NN_CHECK(!classes_.empty(), "image folder '", root, "' has no class folders");
     for (size_t c = 0; c < classes_.size(); ++c) {
-      std::vector<std::string> names;
-      for (auto& e : fs::directory_iterator(fs::path(root) / classes_[c])) {
-        std::string ext = e.path().extension().string();
-        std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-        if (e.is_regular_file() && !hidden(e.path()) && (ext == ".jpg" || ext == ".jpeg"))
-          names.push_back(e.path().string());
-      }
+      const fs::path dir = fs::path(root) / classes_[c];
+      const std::vector<std::string> names = detail::sorted_names(dir, false, is_jpeg);
       NN_CHECK(!names.empty(), "image folder '", root, "': class folder '", classes_[c],
                "' holds no .jpg/.jpeg files");
-      std::sort(names.begin(), names.end());
-      for (auto& n : names) files_.emplace_back(n, int64_t(c));
+      for (auto& n : names) files_.emplace_back((dir / n).string(), int64_t(c));
     }
   } catch (const fs::filesystem_error& e) {
     NN_ERROR("image folder '", root, "' cannot be read: ", e.what());

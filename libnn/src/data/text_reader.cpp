@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 
+#include "data/folder.h"
 #include "text_internal.h"
 
 namespace nn::text {
@@ -14,24 +15,8 @@ namespace {
 
 constexpr const char* kLayout = "<root>/<split>/<label>/*.txt, the aclImdb layout";
 
-bool is_hidden(const std::string& name) { return !name.empty() && name[0] == '.'; }
-
 bool ends_with_txt(const std::string& name) {
   return name.size() > 4 && name.compare(name.size() - 4, 4, ".txt") == 0;
-}
-
-std::vector<std::string> sorted_names(const fs::path& dir, bool want_dirs) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::error_code ec;
-    const bool is_dir = e.is_directory(ec);
-    std::string name = e.path().filename().string();
-    if (is_hidden(name) || is_dir != want_dirs) continue;  // ._x.txt: macOS metadata
-    if (!want_dirs && !ends_with_txt(name)) continue;       // e.g. labeledBow.feat
-    names.push_back(std::move(name));
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::string read_file(const fs::path& p) {
@@ -55,7 +40,7 @@ TextSplit read_split(const fs::path& root, const std::string& split,
   const fs::path dir = root / split;
   NN_CHECK(fs::is_directory(dir), "no '", split, "' folder in '", root.string(), "' (expected ",
            kLayout, ")");
-  const std::vector<std::string> folders = sorted_names(dir, true);
+  const std::vector<std::string> folders = data::detail::sorted_names(dir, true);
 
   TextSplit out;
   if (label_names.empty()) {
@@ -84,7 +69,8 @@ TextSplit read_split(const fs::path& root, const std::string& split,
   for (size_t k = 0; k < out.label_names.size(); ++k) {
     const fs::path ldir = dir / out.label_names[k];
     if (!fs::is_directory(ldir)) continue;  // a class the test split lacks
-    const std::vector<std::string> files = sorted_names(ldir, false);
+    // .txt files only (not labeledBow.feat)
+    const std::vector<std::string> files = data::detail::sorted_names(ldir, false, ends_with_txt);
     NN_CHECK(!files.empty(), "label folder '", ldir.string(), "' holds no .txt files");
     for (const auto& name : files)
       out.examples.push_back({replace_html_breaks(read_file(ldir / name)), int64_t(k),

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "core/util.h"
 #include "optim/grad_batches.h"
 
 namespace nn::optim {
@@ -50,8 +51,7 @@ double read_scalar(const NamedTensors& s, const std::string& name) {
 }
 int64_t read_count(const NamedTensors& s, const std::string& name) {
   const double v = read_scalar(s, name);
-  NN_CHECK(v == std::trunc(v) && v < 9.0e15, "optimizer state: '", name, "' is ", v,
-           ", expected a whole number");
+  NN_CHECK(is_count(v), "optimizer state: '", name, "' is ", v, ", expected a whole number");
   return int64_t(v);
 }
 
