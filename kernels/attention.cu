@@ -50,7 +50,7 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
           for (int e = 0; e < DM; ++e) o[e] *= corr;
           m = s;
         }
-        const A p = m_exp(s - m);
+        const A p = s == A(-INFINITY) ? A(0) : m_exp(s - m);  // as a masked key
         l += p;
 #pragma unroll
         for (int e = 0; e < DM; ++e)
@@ -60,11 +60,13 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
     __syncthreads();
   }
   if (!active) return;
-  const A inv = l > A(0) ? A(1) / l : A(0);  // all keys masked: zeros
+  // all keys masked: zeros (l is 0 only then; a NaN or infinite score leaves l NaN, and NaN
+  // goes on to the output)
+  const A inv = l == A(0) ? A(0) : A(1) / l;
 #pragma unroll
   for (int e = 0; e < DM; ++e)
     if (e < E) out[(b * T_ + t) * E + e] = convert<T>(o[e] * inv);
-  lse[b * T_ + t] = l > A(0) ? m + m_log(l) : A(-INFINITY);
+  lse[b * T_ + t] = l == A(0) ? A(-INFINITY) : m + m_log(l);
 }
 
 // delta[t] = dot(dO[t], O[t]): the per-row term of the softmax backward.

@@ -228,7 +228,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float sum = 0.f;
       T* prow = ps + r * L.ldp;
       for (int c = half; c < kCols; c += 2) {
-        const float p = mnew == -INFINITY ? 0.f : expf(srow[c] - mnew);
+        // a masked key adds nothing; a NaN score (which fmaxf passed over) makes p NaN
+        const float p = srow[c] == -INFINITY ? 0.f : expf(srow[c] - mnew);
         sum += p;
         prow[c] = convert<T>(p);
       }
@@ -255,8 +256,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     // rows at a time (coalesced).
     const int64_t tw = t0 + warp * 16;
     if (half == 0) {
-      sf[r] = l > 0.f ? 1.f / l : 0.f;  // all keys masked: zeros
-      if (tw + r < T_) lse[b * T_ + tw + r] = l > 0.f ? m + logf(l) : -INFINITY;
+      // all keys masked: zeros (l is 0 only then; NaN goes on to the output)
+      sf[r] = l == 0.f ? 0.f : 1.f / l;
+      if (tw + r < T_) lse[b * T_ + tw + r] = l == 0.f ? -INFINITY : m + logf(l);
     }
     __syncwarp();
     for (int i = lane; i < 16 * E; i += 32) {

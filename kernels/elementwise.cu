@@ -120,7 +120,7 @@ struct UnaryBackwardF {
     using C = acc_t<T>;
     C gc = load(g), x = load(v), r = C(0);
     switch (op) {
-      case UnaryOp::relu: r = x > C(0) ? gc : C(0); break;
+      case UnaryOp::relu: r = x <= C(0) ? C(0) : gc; break;
       case UnaryOp::gelu: {
         C cdf = C(0.5) * (C(1) + m_erf(x * C(0.70710678118654752440)));
         C pdf = C(0.39894228040143267794) * m_exp(C(-0.5) * x * x);

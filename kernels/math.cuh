@@ -44,7 +44,7 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C a, C b) {
     case UnaryOp::rsqrt: return m_rsqrt(x);
     case UnaryOp::abs: return m_abs(x);
     case UnaryOp::square: return x * x;
-    case UnaryOp::relu: return x > C(0) ? x : C(0);
+    case UnaryOp::relu: return x <= C(0) ? C(0) : x;  // NaN stays NaN
     case UnaryOp::gelu: return C(0.5) * x * (C(1) + m_erf(x * kInvSqrt2));
     case UnaryOp::tanh: return m_tanh(x);
     case UnaryOp::sigmoid: return C(1) / (C(1) + m_exp(-x));

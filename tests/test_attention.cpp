@@ -128,3 +128,67 @@ TEST_CASE("gradcheck: attention", "[attention][gradcheck]") {
     return scaled_dot_product_attention(in[0], in[1], in[2], keep);
   }, {test::rnd({2, 2, 3, 4}, 5), test::rnd({2, 2, 3, 4}, 6), test::rnd({2, 2, 3, 5}, 7)});
 }
+
+// A NaN or infinite score makes its row NaN, as softmax does; only a row whose keys are all
+// masked gets zeros. (Mistaking the first for the second would hide an overflow from
+// GradScaler and a divergence from the loss.)
+TEST_CASE("attention passes NaN and infinite scores on as NaN", "[attention]") {
+  auto nan_rows = [](const Tensor& t) {  // per row of the last dim: 1 if all NaN, 0 if none
+    const Tensor f = t.to(kF32).contiguous();
+    const int64_t n = f.size(-1), rows = f.numel() / n;
+    const std::vector<float> d = f.to_vector<float>();
+    std::vector<int> out;
+    for (int64_t r = 0; r < rows; ++r) {
+      int nans = 0;
+      for (int64_t c = 0; c < n; ++c) nans += std::isnan(d[size_t(r * n + c)]);
+      INFO("row " << r << ": " << nans << " of " << n << " NaN");
+      REQUIRE((nans == 0 || nans == n));
+      out.push_back(nans == n);
+    }
+    return out;
+  };
+  // zeros of `shape` with `value` at flat index i, in dt
+  auto one_at = [](const Shape& shape, int64_t i, float value, DType dt) {
+    Tensor t = zeros(shape);
+    t.data<float>()[i] = value;
+    return t.to(dt);
+  };
+  for (DType dt : {kF64, kF32, kBF16}) {
+    INFO(dtype_name(dt));
+    const Tensor q0 = test::rnd({1, 1, 3, 4}, 1, false).to(dt),
+                 k0 = test::rnd({1, 1, 5, 4}, 2, false).to(dt),
+                 v0 = test::rnd({1, 1, 5, 4}, 3, false).to(dt);
+    const Tensor clean = scaled_dot_product_attention(q0, k0, v0);
+    auto leaf = [](const Tensor& t) { return t.detach().requires_grad_(true); };
+    // NaN in query row 1: that row NaN, the others as before; every key's gradient NaN
+    Tensor q = leaf(add(q0, one_at({1, 1, 3, 4}, 4, NAN, dt))), k = leaf(k0), v = leaf(v0);
+    Tensor out = scaled_dot_product_attention(q, k, v);
+    REQUIRE(nan_rows(out) == std::vector<int>{0, 1, 0});
+    test::require_close(out.select(2, 0), clean.select(2, 0), 0, 0);
+    test::require_close(out.select(2, 2), clean.select(2, 2), 0, 0);
+    sum(out).backward();
+    REQUIRE(nan_rows(q.grad()) == std::vector<int>{0, 1, 0});
+    REQUIRE(nan_rows(k.grad()) == std::vector<int>(5, 1));
+    REQUIRE(nan_rows(v.grad()) == std::vector<int>(5, 1));
+    // +inf in key 2: a query's score against it is +inf where its first element is positive
+    // (that row NaN), -inf where negative (the key then weighs nothing, as a masked one)...
+    const Tensor k_inf = add(k0, one_at({1, 1, 5, 4}, 8, INFINITY, dt));
+    std::vector<int> positive;
+    for (int64_t t = 0; t < 3; ++t) positive.push_back(q0.to(kF64).data<double>()[t * 4] > 0);
+    REQUIRE(positive != std::vector<int>(3, positive[0]));  // both kinds of row are tested
+    REQUIRE(nan_rows(scaled_dot_product_attention(q0, k_inf, v0)) == positive);
+    // ...unless the mask drops that key
+    const Tensor keep = from_vector<uint8_t>({1, 1, 0, 1, 1}, {1, 5});
+    test::require_close(scaled_dot_product_attention(q0, k_inf, v0, keep),
+                        scaled_dot_product_attention(q0, k0, v0, keep), 0, 0);
+    // a masked key gets no gradient at all (exactly 0, not exp(-inf)'s rounding)
+    Tensor km = leaf(k0), vm = leaf(v0);
+    sum(scaled_dot_product_attention(q0, km, vm, keep)).backward();
+    for (const Tensor& g : {km.grad(), vm.grad()})
+      for (float e : g.select(2, 2).to(kF32).to_vector<float>()) REQUIRE(e == 0.f);
+    // every key masked: zeros, whatever the query holds
+    Tensor none = zeros({1, 5}, kU8);
+    REQUIRE(sum(abs(scaled_dot_product_attention(add(q0, one_at({1, 1, 3, 4}, 4, NAN, dt)), k0,
+                                                 v0, none)).to(kF64)).item() == 0);
+  }
+}

@@ -91,6 +91,26 @@ Pool2dParams pool(int64_t k, int64_t s = 0, int64_t p = 0) {
   return q;
 }
 
+// Zeros like t (shape, dtype, device) but for `value` at flat index i: a NaN or an infinity
+// put into an input through an add, so that gradients still flow to the input.
+Tensor one_at(const Tensor& t, int64_t i, float value) {
+  Tensor h = zeros(t.shape());
+  h.data<float>()[i] = value;
+  return h.to(t.dtype()).to(t.device());
+}
+
+// A NaN in query 1 (its row NaN) and +inf in key 2 (NaN rows where a query's first element is
+// positive), outputs and gradients: the NaNs where the CPU has them, never a masked row's
+// zeros. (The second call's query gradient is left out: 0 x inf there is NaN or, where a
+// product rounds 0 up to a tiny weight, an infinity, and which one is no contract.)
+std::vector<Tensor> attention_with_nan(const std::vector<Tensor>& x) {
+  return {scaled_dot_product_attention(add(x[0], one_at(x[0], x[0].size(-1), NAN)), x[1], x[2])
+              .to(kF32),
+          scaled_dot_product_attention(x[0].detach(),
+                                       add(x[1], one_at(x[1], 2 * x[1].size(-1), INFINITY)), x[2])
+              .to(kF32)};
+}
+
 // 16-bit attention: head dims that are multiples of 16 run on tensor cores (WMMA), others on
 // the plain kernel; lengths cross the 64-row tiles, with and without a padding mask (one
 // sequence fully masked in the second call), outputs and gradients against the CPU.
@@ -121,6 +141,10 @@ std::vector<Case> attention16_cases() {
                [](auto& x) {
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
                }, 5e-2, true, kF16});
+  v.push_back({"f16 attention with NaN and inf", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
+               attention_with_nan, 5e-2, true, kF16});
+  v.push_back({"bf16 attention with NaN and inf, head dim 40", {{1, 2, 9, 40}, {1, 2, 12, 40}, {1, 2, 12, 40}},
+               attention_with_nan, 6e-2, true, kBF16});
   return v;
 }
 
@@ -413,6 +437,17 @@ std::vector<Case> cases() {
   v.push_back({"attention wide heads", {{1, 2, 9, 96}, {1, 2, 7, 96}, {1, 2, 7, 80}}, [](auto& x) {
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2])};
                }, 1e-3});
+  v.push_back({"attention with NaN and inf", {{2, 1, 9, 32}, {2, 1, 12, 32}, {2, 1, 12, 32}},
+               attention_with_nan, 1e-3});
+  // relu and batch norm + ReLU keep a NaN (the batch norm's whole channel 2 NaN)
+  v.push_back({"relu and batch_norm_relu with NaN", {{3, 4, 5, 6}}, [](auto& x) {
+                 Tensor xn = add(x[0], one_at(x[0], 2 * 30 + 7, NAN));
+                 const TensorOptions o = TensorOptions(kF32).device(x[0].device());
+                 return std::vector<Tensor>{
+                     relu(xn), batch_norm_relu(xn, {}, zeros({4}, o), ones({4}, o), {}, {}, true),
+                     batch_norm_relu(channels_last(xn), {}, zeros({4}, o), ones({4}, o), {}, {},
+                                     true)};
+               }, 1e-4, false});
   // shape ops
   v.push_back({"concat/stack/slice/contiguous", {{3, 4}, {3, 2}}, [](auto& x) {
                  return std::vector<Tensor>{concat({x[0], x[1]}, 1), stack({x[0], x[0]}, 0),

@@ -152,6 +152,42 @@ TEST_CASE("copies into permuted and channels-last targets follow the target's me
   REQUIRE(cl.select(0, 1).select(1, 2).select(1, 4).to_vector<double>() == std::vector<double>{0, 1, 2});
 }
 
+// relu keeps NaN (a ReLU that zeroed it would hide a divergence), and its gradient at NaN is
+// the incoming one, as PyTorch's threshold_backward gives: on the vectorised f32 path (40
+// elements), f64, the 16-bit types, and in batch_norm_relu, where one NaN makes its channel
+// NaN.
+TEST_CASE("relu passes NaN on: alone and after batch norm", "[elementwise][norm]") {
+  for (DType dt : {kF32, kF64, kBF16, kF16}) {
+    INFO(dtype_name(dt));
+    Tensor x0 = arange(40, kF32) - 20.0;
+    x0.data<float>()[3] = NAN;
+    x0.data<float>()[31] = NAN;
+    Tensor x = x0.to(dt).detach().requires_grad_(true);
+    Tensor y = relu(x);
+    const std::vector<float> yv = y.to_vector<float>();
+    for (int i = 0; i < 40; ++i) {
+      INFO("element " << i);
+      if (i == 3 || i == 31) REQUIRE(std::isnan(yv[size_t(i)]));
+      else REQUIRE(yv[size_t(i)] == std::max(float(i - 20), 0.f));
+    }
+    y.backward(full({40}, 2.0, dt));
+    const std::vector<float> gv = x.grad().to_vector<float>();
+    for (int i = 0; i < 40; ++i) REQUIRE(gv[size_t(i)] == (i == 3 || i > 20 ? 2.f : 0.f));
+  }
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    INFO("channels-last " << (f == MemoryFormat::channels_last));
+    Tensor x = rnd({2, 3, 2, 2}, 7, false).to(kF32);
+    x.data<float>()[4 + 1] = NAN;  // sample 0, channel 1
+    x = x.contiguous(f);
+    const Tensor y = batch_norm_relu(x, {}, zeros({3}), ones({3}), {}, {}, true).contiguous();
+    for (int64_t c = 0; c < 3; ++c) {
+      INFO("channel " << c);
+      for (float v : y.select(1, c).contiguous().to_vector<float>())
+        REQUIRE(bool(std::isnan(v)) == (c == 1));
+    }
+  }
+}
+
 TEST_CASE("gradcheck: unary ops", "[elementwise][gradcheck]") {
   Tensor x = rnd({3, 4}, 1);
   for (auto f : std::vector<Tensor (*)(const Tensor&)>{exp, tanh, sigmoid, gelu, neg, square, abs, relu}) {

@@ -29,7 +29,7 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor square(const Tensor& x);
-Tensor relu(const Tensor& x);
+Tensor relu(const Tensor& x);  // NaN stays NaN
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x)
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
@@ -116,7 +116,8 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep
 // softmax(q k^T * scale) v over the last two dims, fused: no (T x S) score matrix is kept.
 // q (..., T, D), k (..., S, D), v (..., S, E) with equal leading dims (e.g. (N, heads));
 // key_padding_mask (N, S), nonzero = attend, applied to every head of sample n. scale
-// defaults to 1/sqrt(D). A query whose keys are all masked gets zeros.
+// defaults to 1/sqrt(D). A query whose keys are all masked gets zeros; a NaN or +inf score
+// makes its query's row NaN, as softmax would (a -inf score weighs nothing, as a masked key).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& key_padding_mask = {},
                                     std::optional<double> scale = std::nullopt);

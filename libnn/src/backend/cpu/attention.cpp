@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/eigen_util.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/exp0.h"
 #include "backend/cpu/parallel.h"
 
 namespace nn::backend {
@@ -99,12 +100,13 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
         for (int64_t r = 0; r < n; ++r) {
           auto row = s.row(r);
           const A m = S_ ? row.maxCoeff() : -std::numeric_limits<A>::infinity();
-          if (!std::isfinite(double(m))) {  // every key masked
+          // every key masked (a NaN or infinite score goes on and makes the row NaN)
+          if (m == -std::numeric_limits<A>::infinity() && !row.hasNaN()) {
             row.setZero();
             set_lse(b * Tq + t0 + r, -std::numeric_limits<double>::infinity());
             continue;
           }
-          row = (row.array() - m).exp();
+          row = exp0(row.array() - m);
           const A sum = row.sum();
           row /= sum;
           set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
@@ -173,8 +175,8 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         scores<S>(qb, kb, mb, t0, n, S_, D, A(scale), p);
         for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse), recomputed
           const double l = lse_at(b * Tq + t0 + r);
-          if (std::isinf(l)) p.row(r).setZero();
-          else p.row(r) = (p.row(r).array() - A(l)).exp();
+          if (l == -std::numeric_limits<double>::infinity()) p.row(r).setZero();
+          else p.row(r) = exp0(p.row(r).array() - A(l));
         }
         const S* dO = pg + (b * Tq + t0) * E;
         const S* O = po + (b * Tq + t0) * E;

@@ -46,7 +46,7 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
     case UnaryOp::rsqrt: return T(1) / std::sqrt(x);
     case UnaryOp::abs: return std::abs(x);
     case UnaryOp::square: return x * x;
-    case UnaryOp::relu: return x > T(0) ? x : T(0);
+    case UnaryOp::relu: return x <= T(0) ? T(0) : x;  // NaN stays NaN
     case UnaryOp::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
     case UnaryOp::tanh: return std::tanh(x);
     case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
@@ -230,7 +230,7 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
                           Tensor& grad_x) {
   switch (op) {
     case UnaryOp::relu:
-      map<T, T, T>(grad_x, [](T g, T v) { return C(v) > C(0) ? C(g) : C(0); }, grad, x);
+      map<T, T, T>(grad_x, [](T g, T v) { return C(v) <= C(0) ? C(0) : C(g); }, grad, x);
       return;
     case UnaryOp::gelu:
       if (gelu_dense(x, grad_x, &grad)) return;

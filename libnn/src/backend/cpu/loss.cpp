@@ -71,7 +71,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& l
           continue;
         }
         const T g = pg[i], l = ps[i];
-        RowMap<T>(d, C) = g * ((ConstRowMap<T>(px + i * C, C) - l).exp() - off);
+        RowMap<T>(d, C) = g * (exp0(ConstRowMap<T>(px + i * C, C) - l) - off);
         d[t] -= g * T(1.0 - smoothing);
       }
     });

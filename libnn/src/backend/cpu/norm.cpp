@@ -178,7 +178,7 @@ struct BnTail {
     for (int64_t i = 0; i < n; ++i) {
       T v = map(i)(T(x[i]));
       if constexpr (kZ) v = v + T(zr[i]);
-      if constexpr (kRelu) v = v > T(0) ? v : T(0);
+      if constexpr (kRelu) v = v <= T(0) ? T(0) : v;  // NaN stays NaN
       put(o[i], v);
     }
   }
@@ -203,12 +203,12 @@ void bn_forward_nhwc(int64_t R, int64_t C, const D* px, const BnArgs<T>& p, bool
 }
 
 // The gradient batch norm's output gets, read as B: grad, or where the forward ended in a
-// ReLU (kMask) whose output was y, grad where y > 0. A compile-time choice, so that the loops
+// ReLU (kMask) whose output was y, grad where y is not <= 0 (NaN passes, as in PyTorch). A compile-time choice, so that the loops
 // vectorise (a test of y per element would keep them scalar).
 template <bool kMask, typename B, typename D>
 inline B masked(const D* g, const D* y, int64_t i) {
   const B v = B(g[i]);  // read unconditionally: a load under the condition stays scalar
-  if constexpr (kMask) return B(y[i]) > B(0) ? v : B(0);
+  if constexpr (kMask) return B(y[i]) <= B(0) ? B(0) : v;
   else return v;
 }
 
@@ -240,7 +240,7 @@ void bn_backward_nhwc(int64_t R, int64_t C, const D* pg, const D* py, const D* p
         [&](int64_t r, int64_t c) {
           const int64_t i = r * C + c;
           const B v = masked<kMask, B>(pg, py, i);
-          if constexpr (kZ) copy_or_zero(pg[i], kMask ? B(py[i]) > B(0) : true, gz[i]);
+          if constexpr (kZ) copy_or_zero(pg[i], kMask ? !(B(py[i]) <= B(0)) : true, gz[i]);
           return v;
         },
         bs.data(),

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/exp0.h"
+
 namespace nn::cpu {
 
 template <typename T>
@@ -42,7 +44,7 @@ double row_sum(const T* x, int64_t D) {
 // Eigen::Array, not a std::vector (whose data is only 16-byte aligned).
 template <typename T>
 double exp_sum(const T* x, int64_t D, T m, T* e) {
-  RowMap<T>(e, D) = (ConstRowMap<T>(x, D) - m).exp();
+  RowMap<T>(e, D) = exp0(ConstRowMap<T>(x, D) - m);
   return row_sum(e, D);
 }
 
