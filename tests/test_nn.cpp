@@ -71,6 +71,68 @@ TEST_CASE("a module used twice has its parameters listed and stepped once", "[nn
   net->load_state_dict(net->state_dict());
 }
 
+// Weights tied by registering one module's parameter in another: one parameter (one
+// gradient, stepped once, still shared after a cast), as a module used twice.
+TEST_CASE("a parameter registered in two modules stays one parameter", "[nn]") {
+  struct Tied : Module {
+    std::shared_ptr<Linear> enc;
+    Tensor dec_w;
+    Tied() : Module("Tied") {
+      enc = register_module("enc", std::make_shared<Linear>(LinearOptions(3, 3).bias(false)));
+      dec_w = register_parameter("dec_w", enc->weight);
+    }
+    Tensor forward(const Tensor& x) override { return matmul(enc->forward(x), dec_w); }
+  };
+  auto m = std::make_shared<Tied>();
+  REQUIRE(m->parameters().size() == 1);
+  REQUIRE(m->state_dict().size() == 2);  // saved under both names
+  sum(m->forward(ones({2, 3}))).backward();
+  REQUIRE(m->dec_w.grad().defined());
+  REQUIRE(m->dec_w.grad().impl() == m->enc->weight.grad().impl());
+  m->to(kF64);
+  REQUIRE(m->dec_w.dtype() == kF64);
+  REQUIRE(m->dec_w.impl() == m->enc->weight.impl());
+  // a computed tensor becomes a new leaf; requires_grad = false is honoured
+  struct Frozen : Module {
+    Tensor w, c;
+    Frozen(const Tensor& src) : Module("Frozen") {
+      w = register_parameter("w", src, false);
+      c = register_parameter("c", mul(src, 2.0));
+    }
+  };
+  Tensor src = ones({2}).requires_grad_(true);
+  Frozen f(src);
+  REQUIRE(!f.w.requires_grad());
+  REQUIRE(f.c.is_leaf());
+  REQUIRE(f.c.requires_grad());
+}
+
+// Two entries of one name would make a state dict the module cannot load back (or load the
+// wrong tensor), so a name is used once among parameters, buffers and children, and is one
+// path component.
+TEST_CASE("module names are unique and free of dots", "[nn]") {
+  struct M : Module {
+    explicit M(int which) : Module("M") {
+      register_parameter("w", ones({2}));
+      if (which == 0) register_buffer("w", zeros({2}));
+      if (which == 1) register_parameter("w", zeros({2}));
+      if (which == 2) register_module("w", std::make_shared<Linear>(2, 2));
+      if (which == 3) register_buffer("fc.weight", zeros({2}));
+      if (which == 4) register_buffer("", zeros({2}));
+      if (which == 5) {
+        register_buffer("s", zeros({3}));
+        register_buffer("s", zeros({2}));
+      }
+    }
+  };
+  for (int which = 0; which < 6; ++which) {
+    INFO("case " << which);
+    const std::string e = test::error_of([&] { M m(which); });
+    REQUIRE(e.find(which < 3 || which == 5 ? "already registered" : "without '.'") !=
+            std::string::npos);
+  }
+}
+
 TEST_CASE("state_dict round trip and mismatch errors", "[nn]") {
   Linear a(4, 3), b(4, 3);
   b.load_state_dict(a.state_dict());

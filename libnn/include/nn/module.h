@@ -83,6 +83,7 @@ class Module {
   void add_child(const std::string& name, std::shared_ptr<Module> m);
 
  private:
+  void check_name(const char* kind, const std::string& name) const;
   void collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const;
   void print(std::ostream& os, int indent) const;
   std::string type_name_;

@@ -8,26 +8,39 @@
 
 namespace nn {
 
+// A name is one path component, used once among a module's parameters, buffers and
+// children: "a.b" or a second "w" would make two state-dict entries one name.
+void Module::check_name(const char* kind, const std::string& name) const {
+  NN_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_, ": ", kind,
+           " name '", name, "' must be non-empty and without '.'");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
+  };
+  NN_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name_, ": ", kind, " '",
+           name, "': the name is already registered");
+}
+
+// A leaf is registered as it is, so that one tensor registered twice (tied weights) stays one
+// parameter; a computed tensor is detached into a new leaf.
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   NN_CHECK(t.defined(), type_name_, ": parameter '", name, "' is undefined");
-  for (auto& [n, p] : params_) NN_CHECK(n != name, type_name_, ": parameter '", name, "' registered twice");
-  if (requires_grad) {
-    t = t.detach();
-    t.requires_grad_(true);
-  }
+  check_name("parameter", name);
+  if (t.grad_fn()) t = t.detach();
+  t.requires_grad_(requires_grad);
   params_.emplace_back(name, t);
   return t;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
   NN_CHECK(t.defined(), type_name_, ": buffer '", name, "' is undefined");
+  check_name("buffer", name);
   buffers_.emplace_back(name, t);
   return t;
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   NN_CHECK(m, type_name_, ": child module '", name, "' is null");
-  for (auto& [n, c] : children_) NN_CHECK(n != name, type_name_, ": child '", name, "' registered twice");
+  check_name("child module", name);
   children_.emplace_back(name, std::move(m));
 }
 
