@@ -32,7 +32,7 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t classes,
   return nn::models::keras_mnist_cnn();
 }
 
-// A SIGTERM/SIGINT (StopSignal, installed before the runs) ends the benchmark between steps,
+// A SIGTERM/SIGINT/SIGHUP (StopSignal, installed before the runs) ends the benchmark between steps,
 // never inside a result file's write; a second signal a second later ends it at once. The
 // precisions finished before it stay in the result files.
 void stop_if_requested() {

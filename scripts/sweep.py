@@ -5,10 +5,14 @@ run in its own folder with its metrics, log and checkpoints, then a table of the
     scripts/sweep.py --out runs/sweep1 --grid lr=1e-3,3e-3 --grid hidden=128,256 -- \\
         build/bin/mlp_train --data synthetic --epochs 3
 
-Each run gets the app's flags plus one value per grid flag, and --metrics RUN/metrics.jsonl,
---checkpoint-dir RUN/ckpt --resume. So the sweep can be stopped at any time and started
-again with the same command: finished runs are skipped, an interrupted one resumes from its
-last checkpoint (SIGTERM/SIGINT to the sweep stops its runs gracefully).
+Each run gets the app's flags plus --NAME=VALUE for each grid flag (one word, so Bool flags
+work too: --grid augment=true,false), and --metrics RUN/metrics.jsonl, --checkpoint-dir
+RUN/ckpt --resume; RUN/command is its command line, RUN/log its output. So the sweep can be
+stopped at any time and started again with the same command: finished runs are skipped, an
+interrupted one resumes from its last checkpoint (SIGTERM, SIGINT or SIGHUP to the sweep
+stops its runs gracefully: they get SIGINT for a SIGINT, else SIGTERM, and checkpoint before
+they exit). In the table a run is done, failed, partial (it has metrics or a checkpoint: run
+the sweep again to go on) or not run.
 
 Many machines: give each one --shard I/N (I from 0) with --out on a shared file system;
 shard I takes runs I, I+N, I+2N, ... Any machine can then print the whole table with
@@ -20,6 +24,8 @@ import itertools
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +74,15 @@ def last_metrics(path):
         return None
 
 
+def has_checkpoint(d):
+    """Whether folder d holds a checkpoint (a run stopped before its first epoch ended has
+    one but no metrics yet). A half-written one is named ckpt-*.safetensors.tmp-PID."""
+    try:
+        return any(n.startswith("ckpt-") and n.endswith(".safetensors") for n in os.listdir(d))
+    except OSError:
+        return False
+
+
 def summary(out, grid, combos):
     rows = []
     for combo in combos:
@@ -75,7 +90,7 @@ def summary(out, grid, combos):
         m = last_metrics(os.path.join(d, "metrics.jsonl"))
         status = "done" if os.path.exists(os.path.join(d, "done")) else \
                  "failed" if os.path.exists(os.path.join(d, "failed")) else \
-                 "partial" if m else "not run"
+                 "partial" if m or has_checkpoint(os.path.join(d, "ckpt")) else "not run"
         rows.append((combo, status, m or {}))
     def key(r):
         acc = r[2].get("val_accuracy")
@@ -119,6 +134,9 @@ def main():
         return 0
     if not cmd:
         sys.exit("sweep: no app to run: give it after --, e.g. -- build/bin/mlp_train --data synthetic")
+    if shutil.which(cmd[0]) is None:  # with a '/', which() checks just that path
+        where = "is not an executable file" if os.sep in cmd[0] else "is not an executable on PATH"
+        sys.exit(f"sweep: cannot run the app: '{cmd[0]}' {where}")
     for n, _ in grid:
         if any(c == f"--{n}" or c.startswith(f"--{n}=") for c in cmd):
             sys.exit(f"sweep: --{n} is both a grid flag and in the app's flags")
@@ -139,11 +157,20 @@ def main():
     stopping = []
 
     def stop(sig, _frame):
+        if sig == signal.SIGHUP:
+            # The terminal is gone: a print to it would fail (EIO) and end the sweep before
+            # its runs have checkpointed.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, sys.stderr.fileno())
         stopping.append(sig)
         for proc in running:
-            proc.send_signal(sig)
+            # SIGTERM for a SIGHUP: the same graceful stop, whatever a run does with SIGHUP
+            proc.send_signal(signal.SIGTERM if sig == signal.SIGHUP else sig)
     for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal or ssh session stops the runs
-        signal.signal(sig, stop)
+        # ...unless the sweep started with it ignored (nohup; SIGINT in a background job)
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, stop)
 
     failed = 0
     queue = list(todo)
@@ -155,10 +182,12 @@ def main():
             for marker in ("failed",):
                 if os.path.exists(os.path.join(d, marker)):
                     os.remove(os.path.join(d, marker))
-            argv = cmd + [x for n, v in combo for x in (f"--{n}", v)] + \
+            # --NAME=VALUE, one word: a Bool flag takes no separate value (its "false" would be
+            # an unexpected argument), and a value may start with '-'.
+            argv = cmd + [f"--{n}={v}" for n, v in combo] + \
                 ["--metrics", os.path.join(d, "metrics.jsonl"), "--checkpoint-dir", os.path.join(d, "ckpt"), "--resume"]
             with open(os.path.join(d, "command"), "w") as f:
-                f.write(" ".join(argv) + "\n")
+                f.write(shlex.join(argv) + "\n")  # quoted: a shell can run it as it is
             log = open(os.path.join(d, "log"), "a")
             print(f"sweep: start {run_name(combo)}", flush=True)
             # A session of its own: a Ctrl-C at the terminal reaches only the sweep, which passes
@@ -169,6 +198,12 @@ def main():
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True, preexec_fn=child_setup)
                 running[proc] = (combo, log)
+            except OSError as e:  # e.g. not a program this machine runs (exec format error)
+                failed += 1
+                log.write(f"sweep: cannot run '{argv[0]}': {e.strerror or e}\n")
+                log.close()
+                open(os.path.join(d, "failed"), "w").close()
+                print(f"sweep: FAILED {run_name(combo)} (cannot run '{argv[0]}': {e.strerror or e})", flush=True)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         if not running:

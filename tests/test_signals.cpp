@@ -1,9 +1,11 @@
-// StopSignal: the first SIGTERM/SIGINT sets a flag, a repeat within a second is ignored, a
-// later one kills.
+// StopSignal: the first SIGTERM/SIGINT/SIGHUP sets a flag, a repeat within a second is
+// ignored, a later one kills.
 #include <nn/signals.h>
 
 #include <signal.h>
 #include <time.h>
+
+#include <cstring>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,4 +71,32 @@ TEST_CASE("StopSignal lets a second signal kill the process, a second or more af
   INFO("status " << status);
   REQUIRE(WIFSIGNALED(status));
   REQUIRE(WTERMSIG(status) == SIGTERM);
+}
+
+// A closed terminal (SIGHUP) stops a run gracefully too; a signal the process started with
+// ignored (nohup's SIGHUP, a background job's SIGINT) stays ignored. In a child, whose
+// exit status tells which check failed.
+TEST_CASE("StopSignal takes SIGHUP and leaves ignored signals ignored", "[train][signals]") {
+  for (int ignored : {SIGHUP, SIGINT}) {
+    INFO("ignored before install: " << strsignal(ignored));
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      signal(ignored, SIG_IGN);
+      StopSignal::install();
+      struct sigaction sa {};
+      sigaction(ignored, nullptr, &sa);
+      if (sa.sa_handler != SIG_IGN) _exit(3);
+      raise(ignored);
+      if (StopSignal::requested()) _exit(4);
+      const int other = ignored == SIGHUP ? SIGINT : SIGHUP;  // handled
+      raise(other);
+      if (StopSignal::signal_number() != other) _exit(5);
+      _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+  }
 }

@@ -35,7 +35,7 @@ inline std::optional<cxxopts::ParseResult> parse(cxxopts::Options& opts, int arg
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(e.what());
   }
-  if (r.count("help")) {
+  if (flag(r, "help")) {
     std::printf("%s\n", opts.help().c_str());
     return std::nullopt;
   }

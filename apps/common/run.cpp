@@ -50,7 +50,7 @@ void add_run_options(cxxopts::Options& opts) {
 }
 
 void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
-  const bool has_dir = a.count("checkpoint-dir") > 0, resume = a.count("resume") > 0;
+  const bool has_dir = a.count("checkpoint-dir") > 0, resume = flag(a, "resume");
   if (has_dir && a["keep-last"].as<int>() < 1) throw UsageError("--keep-last must be at least 1");
   if (a["checkpoint-every"].as<int64_t>() < 0 || a["log-every"].as<int64_t>() < 1)
     throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
@@ -75,7 +75,7 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, 
                                                    a["keep-last"].as<int>());
   every_ = a["checkpoint-every"].as<int64_t>();
   log_every_ = a["log-every"].as<int64_t>();
-  resume_ = a.count("resume") > 0;
+  resume_ = flag(a, "resume");
   nn::train::StopSignal::install();
   if (!par_.leader()) return;  // rank 0 writes the run's files
   if (a.count("metrics")) metrics_ = a["metrics"].as<std::string>();

@@ -1,6 +1,6 @@
 // What every training app shares for long runs on machines that can disappear: checkpoints
 // (--checkpoint-dir, --checkpoint-every, --keep-last), --resume from the newest valid one,
-// a graceful stop on SIGTERM/SIGINT (checkpoint at the end of the step, then exit), progress
+// a graceful stop on SIGTERM/SIGINT/SIGHUP (checkpoint at the end of the step, then exit), progress
 // and NaN checks every --log-every steps, and per epoch a summary line, --metrics JSON
 // lines, --tensorboard scalars and a --notify-cmd message.
 #pragma once
@@ -16,6 +16,12 @@
 #include "common/parallel.h"
 
 namespace apps {
+
+// A Bool flag's value: on for --NAME and --NAME=true, off for --NAME=false (which count()
+// would take for on).
+inline bool flag(const cxxopts::ParseResult& a, const std::string& name) {
+  return a[name].as<bool>();
+}
 
 void add_run_options(cxxopts::Options& opts);
 // Checks those options (a UsageError or nn::Error naming the flag) without changing anything:
@@ -39,7 +45,7 @@ struct EpochSummary {
   double lr = 0, loss_scale = 0;  // loss_scale 0: no loss scaling
 };
 
-// A SIGTERM/SIGINT stop after the checkpoint was written; guarded_main turns it into exit
+// A SIGTERM/SIGINT/SIGHUP stop after the checkpoint was written; guarded_main turns it into exit
 // status 128 + signal.
 struct Stopped {
   int signal = 0;
@@ -152,7 +158,7 @@ std::vector<nn::optim::ParamGroup> decay_groups(nn::Module& model);
 // prints at the end where that time went.
 class EpochProfile {
  public:
-  explicit EpochProfile(const cxxopts::ParseResult& args) : on_(args.count("profile") > 0) {}
+  explicit EpochProfile(const cxxopts::ParseResult& args) : on_(flag(args, "profile")) {}
   void begin() const;                  // before an epoch's training
   void end(const EpochMeter& meter);  // after it
   void report() const;                 // after the last epoch

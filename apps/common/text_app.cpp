@@ -158,7 +158,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   nn::check_device(dev);
   const uint64_t seed = a["seed"].as<uint64_t>();
   nn::manual_seed(seed);
-  const bool eval_only = a.count("eval-only") > 0;
+  const bool eval_only = flag(a, "eval-only");
   if (eval_only && !a.count("load-model")) throw UsageError("--eval-only needs --load-model");
   if (eval_only)  // they would be ignored
     for (const char* f : {"save-model", "checkpoint-dir", "resume", "tensorboard", "notify-cmd"})
@@ -201,7 +201,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   else if (a.count("metrics") && par.leader()) check_output_file(a, "metrics");
 
   // ---- data ---------------------------------------------------------------------------------
-  // From here a SIGTERM/SIGINT only raises a flag: reading and tokenising can take minutes,
+  // From here a SIGTERM/SIGINT/SIGHUP only raises a flag: reading and tokenising can take minutes,
   // and the synthetic set's temporary folder must be removed either way.
   nn::train::StopSignal::install();
   TextData d;

@@ -87,7 +87,7 @@ int body(int argc, char** argv) {
   nn::check_device(d);
   const nn::DType t = nn::dtype_from_name(dtype);
   const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
-  if (a.count("attention")) {
+  if (apps::flag(a, "attention")) {
     bench_attention(d, t, iters);
     return 0;
   }

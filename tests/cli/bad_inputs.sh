@@ -43,7 +43,9 @@ case $case in
     expect 0 "warning: skipping .*ckpt-.*(checksum|corrupt).*|resumed from step" -- "$app" "${small[@]}" --epochs 3 --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
   checkpoint_dir_in_use)  # a fresh run would prune the other run's checkpoints
     "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" > /dev/null 2>&1 || exit 1
-    expect 2 "holds checkpoints of an earlier run: pass --resume" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" ;;
+    expect 2 "holds checkpoints of an earlier run: pass --resume" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck"
+    # a Bool flag set false is off (not "given, so on")
+    expect 2 "holds checkpoints of an earlier run: pass --resume" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" --resume=false ;;
   resume_other_batch_size)  # the position is kept in samples, not in batches
     "$app" "${small[@]}" --batch-size 64 --data-dir "$data" --checkpoint-dir "$work/ck" \
       --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1

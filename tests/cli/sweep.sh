@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# scripts/sweep.py over mlp_train on a synthetic set: a 2 x 2 grid split into two shards (as
-# two machines would), the table over both, finished runs skipped, a sweep stopped by SIGTERM
-# resumed from the run's checkpoint, a failing run reported, and usage errors.
+# sweep.sh MLP_TRAIN SWEEP_PY [CIFAR_TRAIN]: scripts/sweep.py over mlp_train on a synthetic
+# set: a 2 x 2 grid split into two shards (as two machines would), the table over both,
+# finished runs skipped, a sweep stopped by SIGTERM resumed from the run's checkpoint, one
+# stopped by SIGHUP (its runs still checkpoint; stopped in their first epoch they show as
+# partial), a Bool flag in the grid (cifar_train's --augment; CIFAR_TRAIN defaults to the one
+# beside MLP_TRAIN), the quoted command file, a failing run reported, and usage errors.
 set -uo pipefail
 source "$(dirname "$0")/wait_checkpoint.sh"
-app=$1; sweep=$2
+app=$1; sweep=$2; cifar=${3:-$(dirname "$1")/cifar_train}
 work=$(mktemp -d)
 trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
@@ -33,18 +36,54 @@ grep -q "2 already done, 0 to run" "$work/c.log" || fail "finished runs were not
 # wide layers make each step take milliseconds, so the stop lands mid-run
 long=(--data synthetic --synthetic-classes 3 --synthetic-size 1500 --epochs 2 --threads 1 --hidden 2048 --layers 2
       --checkpoint-every 5)
-"$sweep" --out "$work/t" --grid lr=1e-3 -- "$app" "${long[@]}" > "$work/d.log" 2>&1 &
-pid=$!
-wait_checkpoint "$work/t/lr=1e-3/ckpt"
-kill -TERM $pid
-wait $pid
+# stopped_sweep DIR SIG: the long sweep into $work/DIR (output in $work/DIR.log), sent SIG once
+# its run has checkpointed; returns the sweep's exit status.
+stopped_sweep() {
+  "$sweep" --out "$work/$1" --grid lr=1e-3 -- "$app" "${long[@]}" > "$work/$1.log" 2>&1 &
+  local pid=$!
+  wait_checkpoint "$work/$1/lr=1e-3/ckpt"
+  kill -"$2" $pid
+  wait $pid
+}
+stopped_sweep t TERM
 rc=$?
-[[ $rc -eq 143 ]] || fail "a stopped sweep should exit 143, got $rc" "$work/d.log"
-[[ ! -e "$work/t/lr=1e-3/done" ]] || fail "the stopped run is marked done" "$work/d.log"
+[[ $rc -eq 143 ]] || fail "a stopped sweep should exit 143, got $rc" "$work/t.log"
+[[ ! -e "$work/t/lr=1e-3/done" ]] || fail "the stopped run is marked done" "$work/t.log"
 "$sweep" --out "$work/t" --grid lr=1e-3 -- "$app" "${long[@]}" > "$work/e.log" 2>&1 \
   || fail "resuming the sweep failed" "$work/e.log" "$work/t/lr=1e-3/log"
 grep -q "resumed from step" "$work/t/lr=1e-3/log" || fail "the run did not resume" "$work/t/lr=1e-3/log"
 [[ -e "$work/t/lr=1e-3/done" ]] || fail "the resumed run is not done" "$work/e.log"
+
+# SIGHUP (a closed terminal or ssh session) stops the sweep as SIGTERM does: the runs get
+# SIGTERM, a graceful stop whatever the app does with SIGHUP. Stopped in its first epoch,
+# the run has a checkpoint but no metrics yet: the table shows it as partial.
+stopped_sweep h HUP
+rc=$?
+[[ $rc -eq 129 ]] || fail "a sweep stopped by SIGHUP should exit 129, got $rc" "$work/h.log"
+grep -q "stopped by signal 15 .*checkpoint saved" "$work/h/lr=1e-3/log" \
+  || fail "the run did not get SIGTERM and checkpoint" "$work/h.log" "$work/h/lr=1e-3/log"
+"$sweep" --out "$work/h" --grid lr=1e-3 --summary > "$work/h.table" || fail "summary failed" "$work/h.table"
+grep -Eq "^1e-3 +partial " "$work/h.table" || fail "the stopped run should be partial" "$work/h.table"
+
+# A Bool flag in the grid: passed as --augment=false (a separate word 'false' would be an
+# unexpected argument to the app).
+[[ -x "$cifar" ]] || fail "no cifar_train at '$cifar' (give it as the third argument)"
+tiny=(--data synthetic --depth 8 --width 4 --synthetic-samples 100 --num-classes 2 --batch-size 50 --epochs 1
+      --threads 1)
+"$sweep" --out "$work/b" --grid augment=true,false -- "$cifar" "${tiny[@]}" > "$work/b.log" 2>&1 \
+  || fail "a Bool grid flag failed" "$work/b.log" "$work/b/augment=false/log"
+[[ -e "$work/b/augment=true/done" && -e "$work/b/augment=false/done" ]] || fail "Bool runs not done" "$work/b.log"
+
+# The command file is the run's command line, quoted: a value with a space stays one word.
+"$sweep" --out "$work/q" --grid "notify-cmd=wc -l" -- "$app" "${base[@]}" > "$work/q.log" 2>&1 \
+  || fail "the notify-cmd sweep failed" "$work/q.log"
+python3 - "$work/q/notify-cmd=wc_-l" "$app" "${base[@]}" <<'PY' || fail "the command file" "$work/q/notify-cmd=wc_-l/command"
+import shlex, sys
+d, want = sys.argv[1], sys.argv[2:] + ["--notify-cmd=wc -l", "--metrics", sys.argv[1] + "/metrics.jsonl",
+                                        "--checkpoint-dir", sys.argv[1] + "/ckpt", "--resume"]
+got = shlex.split(open(d + "/command").read())
+assert got == want, (got, want)
+PY
 
 # A run that fails: marked, reported, exit status 1, the others still run.
 "$sweep" --out "$work/f" --grid hidden=0,16 -- "$app" "${base[@]}" > "$work/g.log" 2>&1
@@ -63,4 +102,12 @@ grep -q "both a grid flag and in the app's flags" "$work/u.log" || fail "message
 "$sweep" --out "$work/u" --grid lr=1 -- "$app" --lr=2 > "$work/u.log" 2>&1 && fail "accepted --lr=2 beside a grid lr" "$work/u.log"
 "$sweep" --out "$work/u" --grid x=a/b,a_b -- "$app" > "$work/u.log" 2>&1 && fail "accepted clashing run names" "$work/u.log"
 grep -q "two runs would share a folder name" "$work/u.log" || fail "message" "$work/u.log"
-echo "ok: sharded sweep, table, skip, stop and resume, failure, usage errors"
+# An app that is missing or not executable: a one-line error before any run folder, no traceback.
+for bad in "$work/no-such-app" "$work/table" no-such-app-on-path; do
+  "$sweep" --out "$work/m" --grid lr=1 -- "$bad" > "$work/u.log" 2>&1 && fail "accepted the app $bad" "$work/u.log"
+  grep -q "^sweep: cannot run the app: '$bad'" "$work/u.log" || fail "message for $bad" "$work/u.log"
+  ! grep -q Traceback "$work/u.log" || fail "a traceback for $bad" "$work/u.log"
+  [[ ! -e "$work/m" ]] || fail "made run folders for $bad" "$work/u.log"
+done
+echo "ok: sharded sweep, table, skip, stop (SIGTERM, SIGHUP) and resume, Bool grid flag, command" \
+     "file, failure, usage errors"

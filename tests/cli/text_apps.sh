@@ -119,6 +119,7 @@ bad_inputs)
     "$e" 2 "--data must be one of synthetic" -- "$app" --data imdb
     "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --data synthetic --precision fp8
     "$e" 2 "--eval-only needs --load-model" -- "$app" --data synthetic --eval-only
+    "$e" 1 "error: .*'/nonexistent" -- "$app" --data-dir /nonexistent --eval-only=false  # off
     "$e" 2 "vocab-size" -- "$app" --data synthetic --vocab-size 0
     "$e" 1 "error: .*'$out/missing.txt'" -- "$app" --data synthetic --vocab "$out/missing.txt"
     # flags are checked before the data is read (a missing folder would be exit 1)

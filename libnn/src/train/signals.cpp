@@ -24,6 +24,13 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // whole process group), not an impatient user.
 constexpr int64_t kDuplicateNs = 1'000'000'000;
 
+// The signals handled, and those of them this process handles (a bit per signal): SIGINT and
+// SIGHUP left ignored where the process started with them ignored (nohup; a background job
+// of a script), as shells do.
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+std::atomic<uint32_t> g_installed{0};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
 int64_t monotonic_ns() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
@@ -44,8 +51,9 @@ extern "C" void on_stop_signal(int sig) {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
-    sigaction(SIGTERM, &dfl, nullptr);
-    sigaction(SIGINT, &dfl, nullptr);
+    const uint32_t installed = g_installed.load();
+    for (int s : kStopSignals)
+      if (installed & (1u << s)) sigaction(s, &dfl, nullptr);
     raise(sig);
   }
   errno = saved_errno;
@@ -57,13 +65,18 @@ void StopSignal::install() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  // Block the other stop signal while the handler runs, so the two cannot interleave.
-  sigaddset(&sa.sa_mask, SIGTERM);
-  sigaddset(&sa.sa_mask, SIGINT);
+  // Block the other stop signals while the handler runs, so they cannot interleave.
+  for (int sig : kStopSignals) sigaddset(&sa.sa_mask, sig);
   sa.sa_flags = SA_RESTART;  // a blocking read in the loop should not fail with EINTR
-  for (int sig : {SIGTERM, SIGINT})
+  for (int sig : kStopSignals) {
+    struct sigaction old {};
+    NN_CHECK(sigaction(sig, nullptr, &old) == 0, "StopSignal: cannot read the handler of ",
+             strsignal(sig), ": ", std::strerror(errno));
+    if (sig != SIGTERM && old.sa_handler == SIG_IGN) continue;  // nohup, a background job
     NN_CHECK(sigaction(sig, &sa, nullptr) == 0, "StopSignal: cannot install the handler for ",
              strsignal(sig), ": ", std::strerror(errno));
+    g_installed.fetch_or(1u << sig);
+  }
 }
 
 bool StopSignal::requested() { return g_signal.load() != 0; }
