@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -195,6 +197,60 @@ TEST_CASE("averaged gradients of two half batches equal the gradient of the whol
     flags[size_t(pg.rank())] = dist::average_gradients(pg, replicas[size_t(pg.rank())]->parameters(), false);
   }));
   REQUIRE(flags == std::vector<int>{0, 0});
+}
+
+// A parameter only some ranks' data reached (a branch) has no gradient on the others: it
+// counts as zero there (PyTorch's DDP), so every rank steps every parameter alike, rather
+// than averaging another parameter's gradient of the same shape into it.
+TEST_CASE("average_gradients: a gradient missing on some ranks counts as zero there") {
+  std::vector<std::vector<Tensor>> params(3);
+  for (auto& ps : params) ps = {zeros({4}).requires_grad_(true), zeros({4}).requires_grad_(true),
+                                zeros({2}).requires_grad_(true)};
+  params[0][0].set_grad(full({4}, 3.0));   // p0: ranks 0 and 2
+  params[2][0].set_grad(full({4}, 6.0));
+  params[1][1].set_grad(full({4}, 90.0));  // p1: rank 1 only; p2: none
+  require_no_errors(run_ranks(3, [&](dist::ProcessGroup& pg) {
+    dist::average_gradients(pg, params[size_t(pg.rank())]);
+  }));
+  for (auto& ps : params) {
+    require_close(ps[0].grad(), full({4}, 3.0), 0, 0);
+    require_close(ps[1].grad(), full({4}, 30.0), 0, 0);
+    REQUIRE(!ps[2].grad().defined());
+  }
+}
+
+// The mean is taken in the f32 carrier: 16-bit values whose sum would overflow get their mean.
+TEST_CASE("all_reduce mean of f16 values whose sum overflows f16") {
+  std::vector<Tensor> t(2);
+  for (auto& x : t) x = full({5}, 40000.0, kF16);
+  std::vector<std::vector<double>> v(2, std::vector<double>{1, 2});
+  require_no_errors(run_ranks(2, [&](dist::ProcessGroup& pg) {
+    pg.all_reduce({t[size_t(pg.rank())]}, dist::ReduceOp::mean);
+    v[size_t(pg.rank())][0] += pg.rank();
+    pg.all_reduce(v[size_t(pg.rank())], dist::ReduceOp::mean);
+  }));
+  for (auto& x : t) require_close(x.to(kF32), full({5}, 40000.0), 0, 0);
+  for (auto& x : v) REQUIRE(x == std::vector<double>{1.5, 2});
+}
+
+// An infinite timeout waits for a rank that starts late (it overflowed the clock, and timed
+// out at once).
+TEST_CASE("an infinite timeout waits for a late rank") {
+  std::vector<int> order;
+  std::mutex m;
+  auto errors = run_ranks(2, [&](dist::ProcessGroup& pg) {
+    std::lock_guard<std::mutex> g(m);
+    order.push_back(pg.rank());
+  }, INFINITY, [](int r) {
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(700));  // rank 1 waits
+    dist::Options o;
+    o.world_size = 2;
+    o.rank = r;
+    o.timeout_seconds = INFINITY;
+    return o;
+  });
+  require_no_errors(errors);
+  REQUIRE(order.size() == 2);
 }
 
 TEST_CASE("broadcast_module gives every rank rank 0's weights and buffers") {

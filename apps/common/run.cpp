@@ -155,10 +155,15 @@ Position Run::load() {
                 app_.c_str(), (long long)was, (long long)was_bs, par_.size(),
                 (long long)s.batch_size, (long long)pos.epoch, (long long)b, (long long)pos.batch);
     pos.loss_sum = pos.loss_sum * double(b) / double(pos.batch);
-    pos.seen = pos.seen * b / pos.batch;
+    pos.seen = pos.seen * was / par_.size();  // this process's share of the samples done
     pos.batch = b;
   }
-  if (s.scheduler) s.scheduler->set_step(pos.step);
+  // The schedule was built from this run's batches per epoch: with another step size its
+  // position is where this run's steps would stand, not the steps the checkpoint counted.
+  const int64_t schedule_step = per_step_was == per_step || s.batches_per_epoch <= 0
+                                    ? pos.step
+                                    : (pos.epoch - 1) * s.batches_per_epoch + pos.batch;
+  if (s.scheduler) s.scheduler->set_step(schedule_step);
   std::printf("%s: resumed from step %lld (epoch %lld, batch %lld)\n", app_.c_str(),
               (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
   return pos;

@@ -71,6 +71,17 @@ if (( b != 0 )); then
 fi
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[-1]["epoch"]==2 and r[-1]["val_accuracy"]>0.6, r' \
   "$work/m1.jsonl" || fail "one-process resume did not learn" "$work/third.log"
+# The cosine schedule (Adam's default lr 1e-3 to 0 over 2 epochs) follows this run's steps,
+# not the count of the checkpoint's bigger ones: half-way (5e-4) at the end of epoch 1, 0 at
+# the end, with either process count.
+for m in "$work/m1.jsonl" "$work/m2.jsonl"; do
+  python3 - "$m" <<'PY' || fail "the schedule did not follow the resumed run's steps ($m)" "$work/third.log"
+import json, sys
+rows = {r["epoch"]: r for r in map(json.loads, open(sys.argv[1]))}
+assert abs(rows[2]["lr"]) < 1e-9, rows
+assert 1 not in rows or abs(rows[1]["lr"] - 5e-4) < 1e-12, rows
+PY
+done
 
 # 3b. The launcher killed outright (SIGKILL: nothing passed on): its ranks get SIGTERM from the
 #     kernel (parent-death signal), stop together and checkpoint; none runs on orphaned.

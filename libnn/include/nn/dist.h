@@ -26,7 +26,8 @@ struct Options {
   std::string master_addr = "127.0.0.1";  // a host name or IPv4 address rank 0 can be reached at
   int master_port = 29500;
   // How long to wait for the other ranks: at start-up, and for each collective (a rank
-  // validating or checkpointing while the others wait counts against it).
+  // validating or checkpointing while the others wait counts against it). Infinity (or
+  // anything beyond a century) waits forever.
   double timeout_seconds = 1800;
 };
 
@@ -34,7 +35,9 @@ struct Options {
 // Throws nn::Error naming the variable when a value is not a number or is out of range.
 Options options_from_env();
 
-enum class ReduceOp { sum, max };
+// mean: the sum divided by the world size, in the f32/f64 carrier (a 16-bit tensor whose sum
+// would overflow gets its mean).
+enum class ReduceOp { sum, max, mean };
 
 class ProcessGroup {
  public:
@@ -78,10 +81,11 @@ bool replicas_identical(ProcessGroup& pg, const Module& module);
 // Replaces every floating buffer (batch norm's running statistics) by its mean over the ranks:
 // each rank's statistics saw only its shard, and evaluation needs one set on every rank.
 void average_buffers(ProcessGroup& pg, Module& module);
-// Replaces each parameter's gradient by its mean over the ranks. Parameters without a
-// gradient are left alone (they must lack it on every rank). `flag` rides along in the same
-// message: the result is true when any rank passed true, so the ranks can agree on a
-// decision (stop after this step) without another round trip.
+// Replaces each parameter's gradient by its mean over the ranks. A parameter without a
+// gradient on some ranks (a branch their data did not take) counts as a zero gradient there
+// and gets one (as in PyTorch's DDP); one without a gradient on every rank is left alone.
+// `flag` rides along with the message that finds those: the result is true when any rank
+// passed true, so the ranks can agree on a decision (stop after this step) cheaply.
 bool average_gradients(ProcessGroup& pg, const std::vector<Tensor>& params, bool flag = false);
 
 }  // namespace nn::dist

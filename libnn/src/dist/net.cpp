@@ -23,7 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A timeout beyond a century (inf included) never ends, rather than overflowing the clock.
 Clock::time_point deadline_after(double seconds) {
+  if (!(seconds < 3.2e9)) return Clock::time_point::max();
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 int ms_left(Clock::time_point deadline) {
@@ -43,7 +45,8 @@ bool wait_ready(int fd, short events, Clock::time_point deadline) {
     pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, ms_left(deadline));
     if (r > 0) return true;
-    if (r == 0) return false;
+    if (r == 0 && Clock::now() >= deadline) return false;  // else a capped wait ran out
+    if (r == 0) continue;
     if (errno != EINTR) NN_ERROR("poll failed: ", os_error());
   }
 }
@@ -233,7 +236,8 @@ void exchange(const Socket& to, const void* send, size_t sn, const std::string& 
       if (errno == EINTR) continue;
       NN_ERROR("poll failed: ", os_error());
     }
-    if (r == 0) timed_out(rn > 0 ? from_peer : to_peer, timeout);
+    if (r == 0 && Clock::now() >= deadline) timed_out(rn > 0 ? from_peer : to_peer, timeout);
+    if (r == 0) continue;  // a capped wait ran out before the deadline
     if (sn > 0 && (p[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
       size_t k = send_some(to.fd(), sp, sn, to_peer);
       if (k) deadline = deadline_after(timeout);

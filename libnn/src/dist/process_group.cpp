@@ -92,10 +92,16 @@ struct ProcessGroup::Impl {
       const int sc = mod(rank - s), rc = mod(rank - s - 1);
       step(data + lo(sc), len(sc), tmp, len(rc));
       T* d = data + lo(rc);
-      if (op == ReduceOp::sum)
-        for (size_t i = 0; i < len(rc); ++i) d[i] += tmp[i];
-      else
+      if (op == ReduceOp::max)
         for (size_t i = 0; i < len(rc); ++i) d[i] = std::max(d[i], tmp[i]);
+      else
+        for (size_t i = 0; i < len(rc); ++i) d[i] += tmp[i];
+    }
+    if (op == ReduceOp::mean) {  // the chunk this rank completed, divided once, here
+      const int own = mod(rank + 1);
+      const T inv = T(1.0 / double(p));
+      T* d = data + lo(own);
+      for (size_t i = 0; i < len(own); ++i) d[i] *= inv;
     }
     // All-gather: rank r now owns chunk r + 1 complete; pass the complete chunks round.
     for (int s = 0; s < p - 1; ++s) {
@@ -253,7 +259,7 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
     total += t.numel();
   }
   if (size_ == 1) return;
-  impl_->agree(Impl::kTensors, double(total), double(op) + 2 * double(wide), tensors);
+  impl_->agree(Impl::kTensors, double(total), double(op) + 4 * double(wide), tensors);
   NoGradGuard ng;
   const DType carrier = wide ? DType::f64 : DType::f32;
   // One contiguous CPU tensor of the carrier type is reduced where it lies; anything else is
@@ -338,32 +344,35 @@ bool replicas_identical(ProcessGroup& pg, const Module& module) {
   return v[0] == -v[2] && v[1] == -v[3];
 }
 
-// Each tensor replaced by its mean over the ranks.
-static void mean_in_place(ProcessGroup& pg, const std::vector<Tensor>& tensors) {
-  pg.all_reduce(tensors);
-  NoGradGuard ng;
-  for (const Tensor& t : tensors) const_cast<Tensor&>(t).copy_(mul(t, 1.0 / pg.size()));
-}
-
 void average_buffers(ProcessGroup& pg, Module& module) {
   if (pg.size() == 1) return;
   std::vector<Tensor> bufs;
   std::set<const void*> seen;
   for (auto& [name, b] : module.named_buffers())
     if (is_floating(b.dtype()) && seen.insert(b.data_ptr()).second) bufs.push_back(b);
-  mean_in_place(pg, bufs);
+  pg.all_reduce(bufs, ReduceOp::mean);
 }
 
 bool average_gradients(ProcessGroup& pg, const std::vector<Tensor>& params, bool flag) {
   if (pg.size() == 1) return flag;
-  std::vector<Tensor> grads;
-  std::set<const void*> seen;  // a parameter shared by two modules is listed twice: average it once
+  std::vector<Tensor> ps;
+  std::set<const TensorImpl*> seen;  // a parameter listed twice is averaged once
   for (const Tensor& p : params)
-    if (p.grad().defined() && seen.insert(p.grad().data_ptr()).second) grads.push_back(p.grad());
-  const size_t n = grads.size();
-  grads.push_back(full({1}, flag ? 1.0 : 0.0));
-  mean_in_place(pg, grads);  // the flag's mean is positive when any rank set it
-  return grads[n].item() > 0;
+    if (seen.insert(p.impl()).second) ps.push_back(p);
+  // Which parameters have a gradient on any rank (a branch one rank's data did not take
+  // leaves it undefined there), and the flag, in one message.
+  std::vector<double> any(ps.size() + 1);
+  for (size_t i = 0; i < ps.size(); ++i) any[i] = ps[i].grad().defined() ? 1 : 0;
+  any.back() = flag ? 1 : 0;
+  pg.all_reduce(any, ReduceOp::max);
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (any[i] == 0) continue;
+    if (!ps[i].grad().defined()) ps[i].set_grad(zeros_like(ps[i]));  // contributes nothing
+    grads.push_back(ps[i].grad());
+  }
+  pg.all_reduce(grads, ReduceOp::mean);
+  return any.back() > 0;
 }
 
 }  // namespace nn::dist
