@@ -45,7 +45,7 @@ int run(int argc, char** argv) {
        cxxopts::value<int64_t>())
       ("image-size", "training crop size", cxxopts::value<int64_t>()->default_value("224"))
       ("num-classes", "classes of synthetic data", cxxopts::value<int64_t>()->default_value("1000"))
-      ("lr", "peak learning rate (default: 0.1 x batch / 256)", cxxopts::value<double>())
+      ("lr", "peak learning rate (default: 0.1 x batch x processes / 256)", cxxopts::value<double>())
       ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
       ("weight-decay", "weight decay", cxxopts::value<double>()->default_value("1e-4"))
       ("label-smoothing", "label smoothing", cxxopts::value<double>()->default_value("0.1"))
@@ -62,6 +62,9 @@ int run(int argc, char** argv) {
   auto args = apps::parse(opts, argc, argv);
   if (!args) return 0;
   const auto& a = *args;
+  const std::string data = a["data"].as<std::string>();
+  if (data != "synthetic" && a.count("num-classes"))  // it would be silently ignored
+    throw apps::UsageError("--num-classes applies to --data synthetic only (a folder's classes are its subfolders)");
   const std::string precision = a["precision"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
@@ -79,10 +82,10 @@ int run(int argc, char** argv) {
   apps::Parallel par("resnet50_train", a);
   apps::check_run_options(a, par);  // before the data is read
 
-  const std::string data = a["data"].as<std::string>();
   std::shared_ptr<nn::data::Dataset> train_set, val_set;
   int64_t classes = a["num-classes"].as<int64_t>();
   int64_t steps = a.count("num-batches") ? a["num-batches"].as<int64_t>() : 0;
+  if (steps < 0) throw apps::UsageError("--num-batches must be 0 or more, got " + std::to_string(steps));
   if (data == "synthetic") {
     apps::check_positive("num-classes", classes);
     if (steps == 0) steps = 100;
@@ -100,7 +103,13 @@ int run(int argc, char** argv) {
     train_set = folder;
     if (fs::is_directory(fs::path(data) / "val")) {
       io.train = false;
-      val_set = std::make_shared<nn::data::ImageFolder>((fs::path(data) / "val").string(), io);
+      auto val = std::make_shared<nn::data::ImageFolder>((fs::path(data) / "val").string(), io);
+      // Labels are class indices in sorted order: other class folders would score images
+      // against the wrong classes.
+      NN_CHECK(val->classes() == folder->classes(), "'", (fs::path(data) / "val").string(),
+               "' has other class folders than '", train_dir, "' (", val->classes().size(),
+               " vs ", folder->classes().size(), " classes): they must be the same");
+      val_set = val;
     }
   }
   nn::data::DataLoaderOptions lo;
@@ -116,7 +125,8 @@ int run(int argc, char** argv) {
   auto model = nn::models::resnet50(
       nn::models::ResNetOptions().num_classes(classes).zero_init_residual(true).channels_last(nhwc));
   model->to(device);
-  const double lr = a.count("lr") ? a["lr"].as<double>() : 0.1 * double(batch) / 256.0;
+  // the linear scaling rule, on the batch of a whole step (every process's)
+  const double lr = a.count("lr") ? a["lr"].as<double>() : 0.1 * double(batch * par.size()) / 256.0;
   // No weight decay on BN parameters and biases (the usual ResNet recipe).
   nn::optim::SGD opt(apps::decay_groups(*model),
                      nn::optim::SGDOptions(lr).momentum(a["momentum"].as<double>())
@@ -138,8 +148,11 @@ int run(int argc, char** argv) {
     profile.begin();
     model->train();
     apps::EpochMeter meter(run, pos, epochs, per_epoch, device, "images/s");
-    loader.set_epoch(epoch - 1, data == "synthetic" ? 0 : pos.batch);
-    while (pos.batch < per_epoch) {  // synthetic epochs may be longer than the pool
+    // A synthetic epoch may be longer than the pool: each pass over it takes the loader's
+    // next epoch (its next order), so a resumed one starts in the pass it stopped in.
+    const int64_t pool = loader.num_batches();
+    loader.set_epoch(epoch - 1 + pos.batch / pool, pos.batch % pool);
+    while (pos.batch < per_epoch) {
       for (auto& batch_data : loader) {
         if (pos.batch >= per_epoch) break;
         nn::Tensor x = batch_data.data.to(device), y = batch_data.target.to(device);

@@ -34,6 +34,17 @@ assert len(a) == len(b) == 2 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip
 print("layouts agree:", a, b)
 PY
 
+# Resumed in the second pass over the synthetic pool of 4 batches (from the checkpoint of
+# step 5 of 6), the run ends with the uninterrupted run's weights bit for bit: each pass
+# takes the loader's next order, the resumed one too.
+"$app" "${small[@]}" --num-classes 4 --num-batches 6 --checkpoint-dir "$out/ck" --checkpoint-every 5 \
+  --keep-last 10 --save-model "$out/straight.st" > /dev/null
+ls "$out/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f  # keep step 5's
+"$app" "${small[@]}" --num-classes 4 --num-batches 6 --checkpoint-dir "$out/ck" --checkpoint-every 5 \
+  --keep-last 10 --resume --save-model "$out/resumed.st" > "$out/resumed.log"
+grep -q "resumed from step 5" "$out/resumed.log"
+"$(dirname "$0")/same_tensors.py" "$out/straight.st" "$out/resumed.st" 1000000
+
 rc=0; "$make_folder" "$out/img" || rc=$?
 if [[ $rc -eq 77 ]]; then echo "no JPEG support: folder case skipped"; exit 0; fi
 [[ $rc -eq 0 ]]
@@ -57,3 +68,9 @@ mkdir -p "$out/noclass/train"
 "$e" 2 "--layout must be one of auto, nhwc, nchw" -- "$app" "${small[@]}" --layout nwhc
 "$e" 2 "--lr must be a finite number >= 0, got -0.1" -- "$app" --device cpu --data /nonexistent --lr -0.1
 "$e" 2 "--momentum must be a finite number >= 0" -- "$app" --device cpu --data /nonexistent --momentum -0.9
+"$e" 2 "--num-batches must be 0 or more, got -3" -- "$app" "${small[@]}" --num-batches -3
+"$e" 2 "--num-classes applies to --data synthetic only" -- "$app" "${small[@]}" --data "$out/img" --num-classes 2
+# validation classes other than the training ones
+cp -r "$out/img" "$out/img2"
+mv "$out/img2/val/$(ls "$out/img2/val" | head -1)" "$out/img2/val/aaa_other"
+"$e" 1 "has other class folders than" -- "$app" "${small[@]}" --data "$out/img2"
