@@ -270,4 +270,14 @@ TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
             conv2d(ones({1, 3, 4, 0}).contiguous(MemoryFormat::channels_last), ones({4, 3, 1, 1}), {}, s2);
           }).find("smaller than") != std::string::npos);
   REQUIRE(test::error_of([&] { conv2d(x, w, ones({3})); }).find("bias") != std::string::npos);
+  // an empty kernel (it divided by zero in the channels-last path), and an empty image that
+  // padding alone would give windows
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    REQUIRE(test::error_of([&] { conv2d(x.contiguous(f), ones({4, 3, 0, 3})); })
+                .find("empty kernel") != std::string::npos);
+    Conv2dParams pad;
+    pad.padding = {1, 1};
+    REQUIRE(test::error_of([&] { conv2d(ones({1, 3, 0, 4}).contiguous(f), ones({4, 3, 1, 1}), {}, pad); })
+                .find("no rows or no columns") != std::string::npos);
+  }
 }

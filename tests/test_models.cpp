@@ -19,6 +19,9 @@ TEST_CASE("ResNet-50 has torchvision's parameter count, names and output shape",
   auto small = models::resnet50(models::ResNetOptions().num_classes(10).zero_init_residual(true));
   REQUIRE(small->num_parameters() == 25557032 - 2048 * 990 - 990);
   REQUIRE(sum(abs(small->layer1->named_children()[0].second->named_parameters()[7].second)).item() == 0);
+  for (models::BlockCounts l : {models::BlockCounts{0, 0, 0, 0}, models::BlockCounts{3, -1, 6, 3}})
+    REQUIRE(test::error_of([&] { models::resnet50(models::ResNetOptions().layers(l)); })
+                .find("at least one block") != std::string::npos);
   REQUIRE(test::error_of([&] { net->forward(randn({1, 1, 32, 32})); }).find("(N, 3, H, W)") !=
           std::string::npos);
 }

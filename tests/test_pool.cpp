@@ -64,6 +64,12 @@ TEST_CASE("max and average pooling match the definition", "[pool]") {
               Tensor e = zeros({1, 3, 0, 4});
               avg ? avg_pool2d(e, pp(1, 2)) : max_pool2d(e, pp(1, 2));
             }).find("smaller than") != std::string::npos);
+  // ...and padding alone gives it none either (it made an output of zeros)
+  for (bool avg : {false, true})
+    REQUIRE(test::error_of([&] {
+              Tensor e = zeros({1, 3, 0, 4});
+              avg ? avg_pool2d(e, pp(2, 2, 1)) : max_pool2d(e, pp(2, 2, 1));
+            }).find("no rows") != std::string::npos);
 }
 
 TEST_CASE("2x2 max pooling picks the first maximum, or a NaN, in window order", "[pool]") {

@@ -76,6 +76,12 @@ TEST_CASE("random fills of f16 and bf16 are f32's draws rounded once", "[tensor]
     u.uniform_(-2, 2);
     REQUIRE(amax(abs(u.to(kF32)), {0}).item() <= 2);
   }
+  // a reversed range, a negative or non-finite spread: errors, as in PyTorch
+  Tensor e = empty({4});
+  REQUIRE(test::error_of([&] { e.uniform_(1, 0); }).find("low <= high") != std::string::npos);
+  REQUIRE(test::error_of([&] { e.uniform_(0, INFINITY); }).find("low <= high") != std::string::npos);
+  REQUIRE(test::error_of([&] { e.normal_(0, -1); }).find("std >= 0") != std::string::npos);
+  REQUIRE(test::error_of([&] { e.normal_(NAN, 1); }).find("std >= 0") != std::string::npos);
 }
 
 TEST_CASE("item<int64_t>() reads 64-bit integers exactly", "[tensor]") {

@@ -330,9 +330,13 @@ static Tensor& fill_random_(Tensor& t, backend::RandomKind kind, double a, doubl
   return t.copy_(tmp);
 }
 Tensor& Tensor::uniform_(double low, double high, Generator* gen) {
+  NN_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform_: needs finite "
+           "low <= high, got [", low, ", ", high, ")");
   return fill_random_(*this, backend::RandomKind::uniform, low, high, gen, "uniform_");
 }
 Tensor& Tensor::normal_(double mean, double std, Generator* gen) {
+  NN_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, "normal_: needs a finite mean "
+           "and a finite std >= 0, got mean ", mean, ", std ", std);
   return fill_random_(*this, backend::RandomKind::normal, mean, std, gen, "normal_");
 }
 

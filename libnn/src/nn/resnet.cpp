@@ -35,6 +35,9 @@ Tensor Bottleneck::forward(const Tensor& x) {
 
 ResNet::ResNet(const ResNetOptions& o) : Module("ResNet"), options(o) {
   NN_CHECK(o.num_classes() > 0, "ResNet: num_classes must be positive");
+  for (int64_t blocks : o.layers())
+    NN_CHECK(blocks >= 1, "ResNet: every stage needs at least one block, got layers {",
+             o.layers()[0], ", ", o.layers()[1], ", ", o.layers()[2], ", ", o.layers()[3], "}");
   conv1 = register_module("conv1", conv(3, 64, 7, 2, 3));
   bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(64));
   int64_t in = 64;

@@ -15,6 +15,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   check_dim(weight, 4, "conv2d", "weight (O, C/groups, KH, KW)");
   const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
   const int64_t O = weight.shape()[0], KH = weight.shape()[2], KW = weight.shape()[3];
+  NN_CHECK(KH >= 1 && KW >= 1, "conv2d: weight ", shape_str(weight.shape()),
+           " has an empty kernel (KH and KW must be >= 1)");
   NN_CHECK(p.groups >= 1 && C % p.groups == 0 && O % p.groups == 0, "conv2d: groups=", p.groups,
            " must divide input channels ", C, " and output channels ", O);
   NN_CHECK(weight.shape()[1] * p.groups == C, "conv2d: weight ", shape_str(weight.shape()),
@@ -27,6 +29,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   const int64_t OW = window_positions(W, p.padding[1], p.dilation[1], KW, p.stride[1]);
   NN_CHECK(OH > 0 && OW > 0, "conv2d: input ", shape_str(x.shape()), " is smaller than the ",
            KH, "x", KW, " kernel (with padding and dilation)");
+  NN_CHECK(H >= 1 && W >= 1, "conv2d: input ", shape_str(x.shape()),
+           " has no rows or no columns (windows over padding alone)");
   if (bias.defined()) {
     check_pair(x, bias, "conv2d");
     NN_CHECK(bias.dim() == 1 && bias.shape()[0] == O, "conv2d: bias of shape ",

@@ -22,6 +22,8 @@ Shape pool_shape(const Tensor& x, Pool2dParams& p, const char* op, bool dilated)
     const int64_t o = window_positions(in, p.padding[i], p.dilation[i], p.kernel[i], p.stride[i]);
     NN_CHECK(o > 0, op, ": input ", shape_str(x.shape()), " is smaller than the ", p.kernel[0],
              "x", p.kernel[1], " window");
+    NN_CHECK(in >= 1, op, ": input ", shape_str(x.shape()), " has no ", i ? "columns" : "rows",
+             " (windows over padding alone)");
     s[2 + i] = o;
   }
   return s;
