@@ -132,8 +132,9 @@ TEST_CASE("TensorBoardWriter writes framed scalar events, flushed as they come",
   std::string name = fs::path(w.path()).filename().string();
   REQUIRE(fs::path(w.path()).parent_path() == dir);
   REQUIRE(name.rfind("events.out.tfevents.", 0) == 0);
-  std::string pid_part = std::string(".").append(std::to_string(getpid())).append(".libnn");
-  REQUIRE(name.find(pid_part) != std::string::npos);
+  REQUIRE(name.find("." + std::to_string(getpid()) + ".") != std::string::npos);
+  REQUIRE(name.size() > 6);
+  REQUIRE(name.substr(name.size() - 6) == ".libnn");
 
   w.add_scalar("train/loss", 0.5, 1);
   w.add_scalar("train/loss", 0.25, 2);
@@ -164,6 +165,13 @@ TEST_CASE("TensorBoardWriter writes framed scalar events, flushed as they come",
     REQUIRE(ev[i + 1].value == want[i].value);
     REQUIRE(ev[i + 1].step == want[i].step);
   }
+  // A second writer on the same folder within the second gets a file of its own: the first
+  // one's events stay (the two names were equal, and the second truncated the first).
+  TensorBoardWriter w2(dir.string());
+  REQUIRE(w2.path() != w.path());
+  w2.add_scalar("train/loss", 9, 1);
+  REQUIRE(read_events(w.path()).size() == 6);
+  REQUIRE(read_events(w2.path()).size() == 2);
 }
 
 TEST_CASE("TensorBoardWriter reports a log directory it cannot create", "[train][tensorboard][errors]") {

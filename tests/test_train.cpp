@@ -106,3 +106,28 @@ TEST_CASE("write_file replaces a file whole and leaves no temporary", "[train]")
   CHECK(e.find("cannot open '" + (dir / "no" / "r.json").string() + ".tmp-") != std::string::npos);
   fs::remove_all(dir);
 }
+
+// Metrics read back as the numbers written: the fewest digits that round-trip (0.1 stays
+// "0.1", not 0.10000000000000001), 17 where 15 do not (10 digits lost these).
+TEST_CASE("JsonLine writes numbers that read back exactly", "[train]") {
+  const double third = 1.0 / 3.0;
+  const std::string s = train::JsonLine()
+                            .add("big", 123456789012.5)
+                            .add("small", 0.0012345678901234567)
+                            .add("tenth", 0.1)
+                            .add("third", third)
+                            .add("n", 3)
+                            .add("nan", NAN)
+                            .str();
+  REQUIRE(s.find("\"big\": 123456789012.5,") != std::string::npos);
+  REQUIRE(s.find("\"tenth\": 0.1,") != std::string::npos);
+  REQUIRE(s.find("\"n\": 3,") != std::string::npos);
+  REQUIRE(s.find("\"nan\": null}") != std::string::npos);
+  auto value_of = [&](const std::string& key) {
+    const size_t at = s.find("\"" + key + "\": ");
+    REQUIRE(at != std::string::npos);
+    return std::strtod(s.c_str() + at + key.size() + 4, nullptr);
+  };
+  REQUIRE(value_of("small") == 0.0012345678901234567);
+  REQUIRE(value_of("third") == third);
+}

@@ -3,6 +3,7 @@
 #include <nn/nn.h>
 
 #include <cxxopts.hpp>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -168,6 +169,25 @@ inline std::string check_output_file(const cxxopts::ParseResult& a, const char* 
   NN_CHECK(ok, "cannot open '", path, "' for writing (--", flag, "): ",
            err ? std::strerror(err) : "unknown error");
   return path;
+}
+
+// A flag's output folder: created (with its parents) if missing, and a file can be written
+// there; else an nn::Error naming the flag. Its path.
+inline std::string check_output_dir(const cxxopts::ParseResult& a, const char* flag) {
+  namespace fs = std::filesystem;
+  const std::string dir = a[flag].as<std::string>();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  NN_CHECK(!ec && fs::is_directory(dir), "cannot create the folder '", dir, "' (--", flag, "): ",
+           ec ? ec.message() : "a file of that name exists");
+  const fs::path probe = fs::path(dir) / (".libnn-write-test-" + std::to_string(::getpid()));
+  errno = 0;
+  const bool ok = std::ofstream(probe).good();
+  const int err = errno;
+  fs::remove(probe, ec);
+  NN_CHECK(ok, "cannot write into the folder '", dir, "' (--", flag, "): ",
+           err ? std::strerror(err) : "unknown error");
+  return dir;
 }
 
 // --device value: a usage error when it does not name a device. A bare "cuda" in a process

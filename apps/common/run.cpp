@@ -64,6 +64,7 @@ void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
   if (!par.leader()) return;  // rank 0 writes the run's files
   for (const char* f : {"metrics", "save-model"})
     if (a.count(f)) check_output_file(a, f);
+  if (a.count("tensorboard")) check_output_dir(a, "tensorboard");
 }
 
 Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, Parallel& par)
@@ -197,15 +198,18 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
   if (!log && !checkpoint) return;
   const double sum = loss_sum();
   const double mean = sum / double(std::max<int64_t>(pos.batch, 1));
+  if (!std::isfinite(mean) || stop) end_progress_line();  // the message goes on a line of its own
   NN_CHECK(std::isfinite(mean), "the training loss became ", std::isnan(mean) ? "NaN" : "infinite",
            " at epoch ", pos.epoch,
            ", step ", pos.step, " (a learning rate too high, or bad input data; try a lower "
            "--lr)");
   if (log) {
     if (tb_) tb_->add_scalar("train/loss", mean, pos.step);
-    if (!tty_)
+    if (!tty_) {
       std::printf("epoch %lld batch %lld/%lld loss %.4f elapsed %.1fs\n", (long long)pos.epoch,
                   (long long)pos.batch, (long long)batches, mean, elapsed());
+      std::fflush(stdout);  // a log file or pipe shows it now, and keeps it if the run is killed
+    }
   }
   if (checkpoint) {
     Position p = pos;
@@ -269,6 +273,7 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
                                          .add("lr", s.lr)
                                          .add("elapsed", elapsed())
                                          .str());
+  if (ckpt_) save(next);  // first: a failure below (a full disk) must not cost the epoch
   if (tb_) {
     if (has_val) {
       tb_->add_scalar("val/loss", s.val_loss, next.step);
@@ -280,7 +285,12 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
     if (s.loss_scale > 0) tb_->add_scalar("train/loss_scale", s.loss_scale, next.step);
   }
   if (!notify_.empty()) nn::train::notify_async(notify_, app_ + ": " + line + "\n");
-  if (ckpt_) save(next);
+}
+
+void Run::end_progress_line() const {
+  if (!tty_) return;
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
 }
 
 Run::~Run() {

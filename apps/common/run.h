@@ -86,8 +86,8 @@ class Run {
   // a GPU it waits for the device.
   void after_step(const Position& pos, int64_t batches_in_epoch,
                   const std::function<double()>& loss_sum);
-  // After an epoch's validation: summary line, metrics, TensorBoard, notification, and a
-  // checkpoint (the next epoch, batch 0) when checkpointing is on.
+  // After an epoch's validation: summary line, metrics, a checkpoint (the next epoch, batch 0)
+  // when checkpointing is on, TensorBoard, notification.
   void end_epoch(const EpochSummary& s, Position next);
 
   // After the last epoch: writes the model's tensors to --save-model FILE, if given.
@@ -100,6 +100,7 @@ class Run {
  private:
   Position load();  // the newest valid checkpoint's position (--resume)
   void save(const Position& pos);
+  void end_progress_line() const;  // on a terminal, ends the live progress line
   std::string app_, command_;
   Parallel& par_;
   bool stop_agreed_ = false;

@@ -70,5 +70,18 @@ case $case in
     expect 0 "" -- "$app" "${small[@]}" --data-dir "$data" --metrics "$work/m.jsonl"
     [[ $(head -1 "$work/m.jsonl") == '{"epoch": 0}' && $(wc -l < "$work/m.jsonl") -eq 2 ]] \
       || { echo "metrics file after the run:"; cat "$work/m.jsonl"; exit 1; } ;;
+  unwritable_tensorboard)  # checked before the data is read (the data folder is missing too)
+    touch "$work/afile"
+    expect 1 "cannot create the folder '$work/afile/tb' \(--tensorboard\)" -- "$app" "${small[@]}" \
+      --data-dir /nonexistent --tensorboard "$work/afile/tb" ;;
+  log_flushed)  # each progress line reaches a log file as it is printed, not at exit
+    source "$(dirname "$0")/wait_checkpoint.sh"
+    "$app" "${small[@]}" --train-samples 60000 --data-dir "$data" --log-every 1 --checkpoint-every 2 \
+      --checkpoint-dir "$work/ck" > "$work/log" 2>&1 &
+    pid=$!
+    wait_checkpoint "$work/ck"  # written after step 2's line was printed
+    ok=0; grep -q "^epoch 1 batch 2/" "$work/log" && ok=1
+    kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+    [[ $ok -eq 1 ]] || { echo "step 2's line was not in the log when its checkpoint was:"; cat "$work/log"; exit 1; } ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

@@ -13,8 +13,9 @@ namespace nn::train {
 class TensorBoardWriter {
  public:
   // Creates `logdir` if missing and the file
-  // logdir/events.out.tfevents.<unix time>.<hostname>.<pid>.libnn; throws nn::Error when
-  // either cannot be created.
+  // logdir/events.out.tfevents.<unix time>.<hostname>.<pid>.<n>.libnn (n: this process's
+  // writers so far); throws nn::Error when either cannot be created (an existing file of
+  // that name included: it is never overwritten).
   explicit TensorBoardWriter(const std::string& logdir);
   // Appends one scalar and flushes, so a live TensorBoard sees it at once. Throws nn::Error
   // when the write fails (disk full).

@@ -42,11 +42,13 @@ class Progress {
 };
 
 // One JSON object per line, with fields in the order given. Values are numbers (written
-// with full precision; NaN and inf as null) or strings (escaped).
+// with the fewest digits, 15 or 17, that read back as the same double; NaN and inf as null)
+// or strings (escaped).
 class JsonLine {
  public:
   JsonLine& add(const std::string& key, double value);
   JsonLine& add(const std::string& key, int64_t value);
+  JsonLine& add(const std::string& key, int value) { return add(key, int64_t(value)); }
   JsonLine& add(const std::string& key, const std::string& value);
   std::string str() const;
 

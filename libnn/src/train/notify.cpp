@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace nn::train {
@@ -29,18 +30,20 @@ void notify_async(const std::string& command, const std::string& text) {
   if (command.empty()) return;
   // A reader that exits early must not kill the trainer with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  auto finished = [] {  // however the notification ends, or if it never starts
+    std::lock_guard<std::mutex> lock(in_flight().mu);
+    in_flight().count--;
+    in_flight().done.notify_all();
+  };
   {
     std::lock_guard<std::mutex> lock(in_flight().mu);
     in_flight().count++;
   }
-  std::thread([command, text] {
-    struct Finished {  // however the thread ends
-      ~Finished() {
-        std::lock_guard<std::mutex> lock(in_flight().mu);
-        in_flight().count--;
-        in_flight().done.notify_all();
-      }
-    } finished;
+  auto run = [command, text, finished] {
+    struct Finished {
+      decltype(finished) f;
+      ~Finished() { f(); }
+    } on_exit{finished};
     FILE* p = popen(command.c_str(), "w");
     if (!p) {
       std::fprintf(stderr, "warning: notify command could not start: %s\n", std::strerror(errno));
@@ -55,7 +58,13 @@ void notify_async(const std::string& command, const std::string& text) {
     } else if (WIFSIGNALED(status)) {
       std::fprintf(stderr, "warning: notify command was killed by signal %d\n", WTERMSIG(status));
     }
-  }).detach();
+  };
+  try {
+    std::thread(run).detach();
+  } catch (const std::system_error& e) {  // no thread to be had (a process or thread limit)
+    finished();
+    std::fprintf(stderr, "warning: notify command not run: cannot start a thread: %s\n", e.what());
+  }
 }
 
 bool wait_for_notifications(double timeout_seconds) {

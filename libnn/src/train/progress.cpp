@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -70,8 +71,12 @@ std::string escape(const std::string& s) {
 
 JsonLine& JsonLine::add(const std::string& key, double v) {
   char buf[32];
-  if (std::isfinite(v)) std::snprintf(buf, sizeof buf, "%.10g", v);
-  else std::snprintf(buf, sizeof buf, "null");
+  if (std::isfinite(v)) {  // the shortest of 15 or 17 digits that reads back as v
+    std::snprintf(buf, sizeof buf, "%.15g", v);
+    if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "null");
+  }
   fields_.emplace_back(key, buf);
   return *this;
 }

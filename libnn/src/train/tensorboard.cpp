@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -93,10 +94,15 @@ TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
   host[sizeof host - 1] = '\0';
   auto now = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch()).count();
-  path_ = (std::filesystem::path(logdir) / ("events.out.tfevents." + std::to_string(now) + "." +
-                                            host + "." + std::to_string(getpid()) + ".libnn"))
+  // A counter tells apart two writers of one process in one second; "x" makes a clash with
+  // another file (a process of the same pid on another host of a shared folder) an error,
+  // never an overwrite.
+  static std::atomic<int> writers{0};
+  path_ = (std::filesystem::path(logdir) /
+           ("events.out.tfevents." + std::to_string(now) + "." + host + "." +
+            std::to_string(getpid()) + "." + std::to_string(writers++) + ".libnn"))
               .string();
-  file_.reset(std::fopen(path_.c_str(), "wb"));
+  file_.reset(std::fopen(path_.c_str(), "wbx"));
   NN_CHECK(file_, "TensorBoard: cannot create the event file '", path_, "': ",
            std::strerror(errno));
   // TensorBoard reads the format version from the first event.
