@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build tree into a temporary prefix, then configures, builds and runs
-# tests/install and examples/custom_model against it with find_package(libnn).
+# tests/install (a C++17 user with -Werror among them) and examples/custom_model against it
+# with find_package(libnn), and main.cpp again built with pkg-config's flags alone. The
+# installed libnn.so must load without the build tree's library paths.
 set -euo pipefail
 build_dir=$1
 src_dir=$(cd "$(dirname "$0")" && pwd)
@@ -10,6 +12,18 @@ cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
 cmake -S "$src_dir" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
 cmake --build "$work/build" > "$work/build.log"
 "$work/build/install_check"
+"$work/build/install_check_cxx17"
+# pkg-config, from a copy of the prefix (its paths are relative to the .pc file)
+cp -r "$work/prefix" "$work/moved"
+pc_dir=$(dirname "$(find "$work/moved" -name libnn.pc)")
+g++ "$src_dir/main.cpp" -o "$work/pc_check" $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs libnn)
+"$work/pc_check"
+# every library the installed libnn.so needs is found from its own RUNPATH and the system's
+# (not from the build tree's), as a program linking it elsewhere would load it
+lib=$(find "$work/prefix" -name libnn.so)
+if ldd "$lib" | grep -q "not found"; then
+  echo "the installed libnn.so misses libraries:"; ldd "$lib"; exit 1
+fi
 # the research-project example of examples/ builds and trains against the same install
 example=$src_dir/../../examples/custom_model
 cmake -S "$example" -B "$work/example" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/example.log"

@@ -39,7 +39,7 @@ class Dataset {
   // (seed, epoch, sample index), so a sample looks the same however the epoch was reached (a
   // resumed run sees the same crops), whatever the batch size, order or sharding. The default
   // ignores the epoch.
-  virtual Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const {
+  virtual Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t /*epoch*/) const {
     return get_batch(indices);
   }
 };

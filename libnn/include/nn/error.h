@@ -28,9 +28,15 @@ std::string shape_str(const std::vector<int64_t>& shape);
 }  // namespace nn
 
 #define NN_ERROR(...) throw ::nn::Error(::nn::detail::cat(__VA_ARGS__))
+// [[unlikely]] is C++20: the headers stay C++17 for their users
+#if __cplusplus >= 202002L
+#define NN_UNLIKELY [[unlikely]]
+#else
+#define NN_UNLIKELY
+#endif
 #define NN_CHECK(cond, ...)            \
   do {                                 \
-    if (!(cond)) [[unlikely]] {        \
+    if (!(cond)) NN_UNLIKELY {         \
       NN_ERROR(__VA_ARGS__);           \
     }                                  \
   } while (0)

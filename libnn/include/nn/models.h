@@ -121,6 +121,7 @@ struct BertConfig {
 class BertSelfAttention : public Module {
  public:
   explicit BertSelfAttention(const BertConfig& c);
+  using Module::forward;  // not hidden (-Woverloaded-virtual); alone it is an error
   // x (N, T, H), keep (N, T) u8 or undefined -> (N, T, H)
   Tensor forward(const Tensor& x, const Tensor& keep);
   std::shared_ptr<Linear> query, key, value;
@@ -130,6 +131,7 @@ class BertSelfAttention : public Module {
 class BertLayer : public Module {
  public:
   explicit BertLayer(const BertConfig& c);
+  using Module::forward;  // not hidden (-Woverloaded-virtual); alone it is an error
   Tensor forward(const Tensor& x, const Tensor& keep);
   BertConfig config;
   std::shared_ptr<BertSelfAttention> self;
@@ -141,6 +143,7 @@ class BertModel : public Module {
  public:
   explicit BertModel(const BertConfig& c);
   // ids (N, T) i64, keep (N, T) u8 (1 = real token) or undefined -> pooled [CLS] (N, H)
+  using Module::forward;  // not hidden (-Woverloaded-virtual); alone it is an error
   Tensor forward(const Tensor& ids, const Tensor& keep);
   // The final hidden states (N, T, H).
   Tensor encode(const Tensor& ids, const Tensor& keep);
@@ -155,6 +158,7 @@ class BertClassifier : public Module {
  public:
   explicit BertClassifier(const BertConfig& c);
   // ids (N, T), keep (N, T) -> logits (N, num_classes)
+  using Module::forward;  // not hidden (-Woverloaded-virtual); alone it is an error
   Tensor forward(const Tensor& ids, const Tensor& keep);
   std::shared_ptr<BertModel> bert;
   std::shared_ptr<Linear> classifier;
@@ -186,6 +190,7 @@ class TextMLP : public Module {
  public:
   explicit TextMLP(const TextMLPOptions& o);
   // ids (N, L) i64, keep (N, L) (1 = real token) or undefined -> logits (N, classes)
+  using Module::forward;  // not hidden (-Woverloaded-virtual); alone it is an error
   Tensor forward(const Tensor& ids, const Tensor& keep);
   TextMLPOptions options;
   std::shared_ptr<Embedding> embed;
