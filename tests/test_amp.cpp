@@ -99,6 +99,26 @@ TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]
   }
   // the scaled loss
   REQUIRE(scaler.scale(tensor({2.0})).item() == 131072.0);
+  // a second step() before update() would step with gradients still scaled: refused
+  p.set_grad(tensor({1.0}));
+  scaler.step(opt);
+  REQUIRE(test::error_of([&] { scaler.step(opt); }).find("already called") != std::string::npos);
+  scaler.update();
+  // the scale stops short of f32's overflow (the loss is scaled in f32), and its state loads
+  amp::GradScalerOptions big;
+  big.init_scale = 2e38;
+  big.growth_interval = 1;
+  amp::GradScaler capped(big);
+  for (int i = 0; i < 3; ++i) {
+    p.set_grad(tensor({0.0}));
+    capped.step(opt);
+    capped.update();
+  }
+  REQUIRE(capped.get_scale() == 2e38);
+  amp::GradScaler loaded;
+  loaded.load_state(capped.state());
+  big.init_scale = INFINITY;
+  REQUIRE(test::error_of([&] { amp::GradScaler bad(big); }).find("init_scale") != std::string::npos);
 }
 
 // Gradients of every floating dtype, one of them a non-contiguous view, unscaled in one call
@@ -175,7 +195,10 @@ TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", 
   REQUIRE_FALSE(amp::autocast_enabled());
   REQUIRE(fc.weight.grad().dtype() == kF32);  // master weights keep f32 gradients
   { amp::AutocastGuard ac(kBF16);
-    REQUIRE(matmul(x, x.t()).dtype() == kBF16); }
+    REQUIRE(matmul(x, x.t()).dtype() == kBF16);
+    // layer norm in f32 with 16-bit parameters too (a model cast with .to(kBF16))
+    const Tensor w = ones({8}, kBF16), b = zeros({8}, kBF16);
+    REQUIRE(layer_norm(x.to(kBF16), {8}, w, b).dtype() == kF32); }
   REQUIRE(test::error_of([] { amp::AutocastGuard ac(kF32); }).find("f16 or bf16") != std::string::npos);
 }
 

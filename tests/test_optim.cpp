@@ -179,6 +179,71 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   REQUIRE(opt2.lr() == Approx(0.9));
   lin.set_step(8);
   REQUIRE(opt2.lr() == Approx(0.2));
+  // warm-up over the whole run: no decay phase, min_lr at the end and after
+  optim::CosineLR all_warm(opt2, 10, 10, 0.1);
+  REQUIRE(all_warm.lr_at(10) == 0.1);
+  REQUIRE(all_warm.lr_at(1000) == 0.1);
+}
+
+// The base a schedule decays from is the optimizer's initial lr (saved with its state): a
+// scheduler made after load_state(), or a second one, does not start from a decayed lr.
+TEST_CASE("schedules start from the initial lr, whenever they are made", "[optim]") {
+  Tensor p = param_with_grad({1}, {1});
+  optim::SGD a({p}, optim::SGDOptions(1.0));
+  optim::CosineLR ca(a, 0, 100);
+  ca.set_step(50);
+  REQUIRE(a.lr() == Approx(0.5));
+  optim::CosineLR again(a, 0, 100);  // a second one on the same optimizer
+  REQUIRE(again.base_lr() == 1.0);
+  optim::SGD b({p}, optim::SGDOptions(1.0));
+  b.load_state(a.state());  // lr 0.5, initial lr 1
+  optim::CosineLR cb(b, 0, 100);  // made after loading, as in PyTorch's usual order
+  cb.set_step(50);
+  REQUIRE(b.lr() == Approx(0.5));
+}
+
+// 16-bit parameters (a model cast with .to(kF16)) step on the CPU as on CUDA: in f32, rounded
+// back once; and a model cast after the optimizer made its state still steps (the state
+// follows its parameter).
+TEST_CASE("optimizers step 16-bit parameters, and parameters cast after their state was made",
+          "[optim]") {
+  for (DType dt : {kF16, kBF16}) {
+    INFO(dtype_name(dt));
+    for (int kind = 0; kind < 2; ++kind) {
+      Tensor p16 = tensor({0.5, -1.25, 2}, {3}).to(dt).requires_grad_();
+      Tensor p32 = p16.to(kF32).detach().requires_grad_();
+      std::unique_ptr<optim::Optimizer> o16, o32;
+      if (kind == 0) {
+        o16 = std::make_unique<optim::SGD>(std::vector<Tensor>{p16}, optim::SGDOptions(0.1).momentum(0.9));
+        o32 = std::make_unique<optim::SGD>(std::vector<Tensor>{p32}, optim::SGDOptions(0.1).momentum(0.9));
+      } else {
+        o16 = std::make_unique<optim::AdamW>(std::vector<Tensor>{p16}, optim::AdamWOptions(0.1));
+        o32 = std::make_unique<optim::AdamW>(std::vector<Tensor>{p32}, optim::AdamWOptions(0.1));
+      }
+      for (int s = 0; s < 3; ++s) {
+        p16.set_grad(tensor({1.0, -2.0, 0.25}, {3}).to(dt));
+        p32.set_grad(tensor({1.0, -2.0, 0.25}, {3}));
+        o16->step();
+        o32->step();
+      }
+      test::require_close(p16.to(kF32), p32, 2e-2, 1e-2);
+    }
+  }
+  Linear lin(3, 2);
+  optim::AdamW opt(lin.parameters(), optim::AdamWOptions(0.1));
+  sum(lin.forward(ones({1, 3}))).backward();
+  opt.step();
+  lin.to(kF64);
+  lin.zero_grad();
+  sum(lin.forward(ones({1, 3}, kF64))).backward();
+  opt.step();  // (threw: the f32 state was read as f64)
+  int moments = 0;
+  for (auto& [name, t] : opt.state())
+    if (name.find("exp_avg") != std::string::npos) {
+      REQUIRE(t.dtype() == kF64);
+      ++moments;
+    }
+  REQUIRE(moments == 4);  // two per parameter, weight and bias
 }
 
 TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {

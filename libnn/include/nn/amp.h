@@ -12,6 +12,7 @@
 // Parameters stay f32 (master weights); their gradients arrive in f32 through the casts.
 #pragma once
 #include <map>
+#include <set>
 
 #include <nn/module.h>
 #include <nn/optim.h>
@@ -58,9 +59,11 @@ class GradScaler {
   // last update() (e.g. before clipping); a second call for it does nothing.
   void unscale_(optim::Optimizer& opt);
   // Steps the optimizer unless one of its gradients was inf/NaN; returns whether it stepped.
+  // Once per optimizer between updates: a second call is an error.
   bool step(optim::Optimizer& opt);
   // After step(): halves the scale if any optimizer's gradients had an inf/NaN, doubles it
-  // after growth_interval clean updates in a row.
+  // after growth_interval clean updates in a row (never past FLT_MAX: the loss is scaled in
+  // f32).
   void update();
   double get_scale() const { return scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }
@@ -77,6 +80,7 @@ class GradScaler {
   int64_t growth_tracker_ = 0;
   // The optimizers unscaled since the last update(), each with whether it found an inf/NaN.
   std::map<const optim::Optimizer*, bool> found_inf_;
+  std::set<const optim::Optimizer*> stepped_;  // step() called since the last update()
 };
 
 }  // namespace nn::amp

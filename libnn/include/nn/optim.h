@@ -23,17 +23,34 @@ class Optimizer {
   void zero_grad();
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
+  // The lr schedules start from (PyTorch's initial_lr): set by the first LRScheduler made on
+  // this optimizer to its lr then, and saved with the state, so a scheduler made after
+  // load_state() or a second one starts from the same base, not from a decayed lr.
+  std::optional<double> initial_lr() const { return initial_lr_; }
+  void set_initial_lr(double lr) { initial_lr_ = lr; }
   int64_t steps() const { return steps_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   // Everything step() depends on besides the parameters: buffers per parameter (named
-  // "<group>.<index>.<buffer>") and scalars (step count, lr). Checkpoints save this.
+  // "<group>.<index>.<buffer>") and scalars (step count, lr, initial_lr). Checkpoints save
+  // this.
   virtual NamedTensors state() const = 0;
   virtual void load_state(const NamedTensors& state) = 0;
 
  protected:
   Optimizer(std::vector<ParamGroup> groups, double lr);
+  // The scalars of state(), and load_state()'s check and read of them (before anything changes;
+  // apply_scalars then sets them).
+  NamedTensors scalar_entries() const;
+  struct Scalars {
+    int64_t steps;
+    double lr;
+    std::optional<double> initial_lr;
+  };
+  static Scalars read_scalars(const NamedTensors& s);
+  void apply_scalars(const Scalars& v);
   std::vector<ParamGroup> groups_;
   double lr_;
+  std::optional<double> initial_lr_;
   int64_t steps_ = 0;
 };
 
@@ -85,7 +102,7 @@ class AdamW : public Optimizer {
 // ---- learning-rate schedules: call step() once per optimizer step (or per epoch) --------
 class LRScheduler {
  public:
-  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(opt.lr()) {}
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(base_of(opt)) {}
   virtual ~LRScheduler() = default;
   virtual double lr_at(int64_t step) const = 0;
   // Advances one step and sets the optimizer's lr.
@@ -96,6 +113,10 @@ class LRScheduler {
   double base_lr() const { return base_lr_; }
 
  protected:
+  static double base_of(Optimizer& opt) {
+    if (!opt.initial_lr()) opt.set_initial_lr(opt.lr());
+    return *opt.initial_lr();
+  }
   Optimizer& opt_;
   double base_lr_;
   int64_t step_ = 0;

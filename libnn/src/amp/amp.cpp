@@ -2,6 +2,7 @@
 #include <nn/autograd.h>
 #include <nn/ops.h>
 
+#include <cfloat>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -44,10 +45,14 @@ Tensor autocast_f32(const Tensor& t) {
   return t.to(kF32);
 }
 
+namespace {
+constexpr double kMaxScale = FLT_MAX;  // the loss is scaled in f32
+}  // namespace
+
 GradScaler::GradScaler(GradScalerOptions o) : opts_(o), scale_(o.init_scale) {
-  NN_CHECK(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 &&
+  NN_CHECK(o.init_scale > 0 && o.init_scale <= kMaxScale && o.growth_factor > 1 && o.backoff_factor > 0 &&
                o.backoff_factor < 1 && o.growth_interval > 0,
-           "GradScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and "
+           "GradScaler: need 0 < init_scale <= FLT_MAX, growth_factor > 1, 0 < backoff_factor < 1 and "
            "growth_interval > 0");
 }
 
@@ -87,6 +92,10 @@ bool GradScaler::step(optim::Optimizer& opt) {
     opt.step();
     return true;
   }
+  // A second step would find the gradients already unscaled (unscale_ does nothing twice)
+  // and step with gradients that are still scaled.
+  NN_CHECK(stepped_.insert(&opt).second, "GradScaler::step: step() was already called for "
+           "this optimizer since the last update()");
   unscale_(opt);
   if (found_inf_.at(&opt)) return false;
   opt.step();
@@ -101,10 +110,12 @@ void GradScaler::update() {
     scale_ *= opts_.backoff_factor;
     growth_tracker_ = 0;
   } else if (++growth_tracker_ >= opts_.growth_interval) {
-    scale_ *= opts_.growth_factor;
+    // the loss is scaled in f32: a scale past FLT_MAX would be inf, and stay inf
+    if (scale_ * opts_.growth_factor <= kMaxScale) scale_ *= opts_.growth_factor;
     growth_tracker_ = 0;
   }
   found_inf_.clear();
+  stepped_.clear();
 }
 
 NamedTensors GradScaler::state() const {
@@ -121,7 +132,7 @@ void GradScaler::load_state(const NamedTensors& s) {
     (n == "scale" ? scale : tracker) = t.item();
   }
   NN_CHECK(scale && tracker, "GradScaler state needs 'scale' and 'growth_tracker'");
-  NN_CHECK(*scale > 0 && std::isfinite(*scale), "GradScaler state: invalid scale ", *scale);
+  NN_CHECK(*scale > 0 && *scale <= kMaxScale, "GradScaler state: invalid scale ", *scale);
   NN_CHECK(is_count(*tracker), "GradScaler state: invalid growth_tracker ", *tracker);
   scale_ = *scale;
   growth_tracker_ = int64_t(*tracker);

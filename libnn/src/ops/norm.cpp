@@ -128,10 +128,12 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& ru
                          bias, training, momentum, eps);
 }
 
-Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                  const Tensor& bias_in, double eps) {
   check_defined(x_in, "layer_norm");
-  const Tensor x = amp::autocast_f32(x_in);
+  // autocast: f32 throughout, 16-bit parameters (a model cast with .to()) included
+  const Tensor x = amp::autocast_f32(x_in), weight = amp::autocast_f32(weight_in),
+               bias = amp::autocast_f32(bias_in);
   check_floating(x, "layer_norm");
   const int64_t k = int64_t(normalized_shape.size());
   NN_CHECK(k >= 1 && x.dim() >= k &&

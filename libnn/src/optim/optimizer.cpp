@@ -80,7 +80,8 @@ void check_state(const NamedTensors& s, const char* kind, const std::vector<Para
     }
   }
   for (auto& [name, t] : s) {
-    if (name == "steps" || name == "lr" || name == "groups" || name == mine) continue;
+    if (name == "steps" || name == "lr" || name == "initial_lr" || name == "groups" || name == mine)
+      continue;
     NN_CHECK(name.rfind("optimizer.", 0) != 0, "optimizer state: written by ",
              name.substr(10), ", not ", kind);
     size_t g = 0, i = 0;
@@ -106,6 +107,22 @@ Tensor restore(const NamedTensors& s, const std::string& name, const Tensor& par
   return t->to(param.device()).to(param.dtype()).clone();
 }
 }  // namespace
+
+NamedTensors Optimizer::scalar_entries() const {
+  NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  if (initial_lr_) s.emplace_back("initial_lr", scalar_state(*initial_lr_));
+  return s;
+}
+Optimizer::Scalars Optimizer::read_scalars(const NamedTensors& s) {
+  Scalars v{read_count(s, "steps"), read_scalar(s, "lr"), std::nullopt};
+  if (find(s, "initial_lr")) v.initial_lr = read_scalar(s, "initial_lr");
+  return v;
+}
+void Optimizer::apply_scalars(const Scalars& v) {
+  steps_ = v.steps;
+  lr_ = v.lr;
+  if (v.initial_lr) initial_lr_ = v.initial_lr;  // (older files: the one set here stays)
+}
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
   NN_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
@@ -142,6 +159,16 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
   for (auto& g : groups_) momentum_.emplace_back(g.params.size());
 }
 
+namespace {
+// An optimizer's state buffer moved and cast after its parameter (Module::to changes
+// parameters in place; the state made before must follow, or the fused step reads a buffer of
+// another dtype or device).
+void follow(Tensor& state, const Tensor& p) {
+  if (state.defined() && (state.dtype() != p.dtype() || state.device() != p.device()))
+    state = state.to(p.device()).to(p.dtype());
+}
+}  // namespace
+
 void SGD::step() {
   NoGradGuard ng;
   // One fused call per device and dtype.
@@ -152,6 +179,7 @@ void SGD::step() {
       Tensor& p = groups_[gi].params[i];
       if (!p.grad().defined()) continue;
       Tensor& buf = momentum_[gi][i];
+      follow(buf, p);
       bool first = false;
       if (options.momentum() != 0 && !buf.defined()) {
         buf = empty_like(p);
@@ -168,7 +196,7 @@ void SGD::step() {
 }
 
 NamedTensors SGD::state() const {
-  NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  NamedTensors s = scalar_entries();
   describe(s, "SGD", groups_);
   for (size_t g = 0; g < momentum_.size(); ++g)
     for (size_t i = 0; i < momentum_[g].size(); ++i)
@@ -179,14 +207,12 @@ NamedTensors SGD::state() const {
 void SGD::load_state(const NamedTensors& s) {
   // everything is read and checked before anything changes
   check_state(s, "SGD", groups_, {"momentum"});
-  const int64_t steps = read_count(s, "steps");
-  const double lr = read_scalar(s, "lr");
+  const Scalars scalars = read_scalars(s);
   auto momentum = momentum_;
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i)
       momentum[g][i] = restore(s, key(g, i, "momentum"), groups_[g].params[i]);
-  steps_ = steps;
-  lr_ = lr;
+  apply_scalars(scalars);
   momentum_ = std::move(momentum);
 }
 
@@ -218,6 +244,8 @@ void AdamW::step() {
         exp_avg_[gi][i] = zeros_like(p);
         exp_avg_sq_[gi][i] = zeros_like(p);
       }
+      follow(exp_avg_[gi][i], p);
+      follow(exp_avg_sq_[gi][i], p);
       int64_t t = ++param_steps_[gi][i];
       p.storage()->bump_version();  // the fused step below writes it in place
       batches[{p.device().str(), p.dtype()}].push_back(
@@ -231,7 +259,7 @@ void AdamW::step() {
 }
 
 NamedTensors AdamW::state() const {
-  NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
+  NamedTensors s = scalar_entries();
   describe(s, "AdamW", groups_);
   for (size_t g = 0; g < exp_avg_.size(); ++g)
     for (size_t i = 0; i < exp_avg_[g].size(); ++i) {
@@ -246,8 +274,7 @@ NamedTensors AdamW::state() const {
 void AdamW::load_state(const NamedTensors& s) {
   // everything is read and checked before anything changes
   check_state(s, "AdamW", groups_, {"exp_avg", "exp_avg_sq", "step"});
-  const int64_t steps = read_count(s, "steps");
-  const double lr = read_scalar(s, "lr");
+  const Scalars scalars = read_scalars(s);
   auto exp_avg = exp_avg_, exp_avg_sq = exp_avg_sq_;
   auto param_steps = param_steps_;
   for (size_t g = 0; g < groups_.size(); ++g)
@@ -259,8 +286,7 @@ void AdamW::load_state(const NamedTensors& s) {
                key(g, i, "exp_avg"), " and ", key(g, i, "exp_avg_sq"), " come together");
       param_steps[g][i] = exp_avg[g][i].defined() ? read_count(s, key(g, i, "step")) : 0;
     }
-  steps_ = steps;
-  lr_ = lr;
+  apply_scalars(scalars);
   exp_avg_ = std::move(exp_avg);
   exp_avg_sq_ = std::move(exp_avg_sq);
   param_steps_ = std::move(param_steps);
@@ -283,6 +309,7 @@ CosineLR::CosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_lr)
 }
 double CosineLR::lr_at(int64_t step) const {
   if (step < warmup_) return base_lr_ * double(step + 1) / double(warmup_ + 1);
+  if (step >= total_) return min_lr_;  // (warmup == total: no decay phase to be at the end of)
   double t = double(std::min(step, total_) - warmup_) / double(std::max<int64_t>(1, total_ - warmup_));
   return min_lr_ + 0.5 * (base_lr_ - min_lr_) * (1 + std::cos(M_PI * t));
 }
