@@ -91,7 +91,9 @@ pid=$!
 wait_checkpoint "$work/ck2"
 kill -KILL $pid
 wait $pid 2> /dev/null
-for _ in $(seq 1 300); do  # the ranks are no children of this shell: watch /proc
+# the ranks are no children of this shell: watch /proc (up to 90 s: under the sanitizers and
+# a loaded machine, writing the checkpoint and exiting has taken over 30 s)
+for _ in $(seq 1 900); do
   grep -lsa -- "$work/ck2" /proc/[0-9]*/cmdline > /dev/null || break
   sleep 0.1
 done
