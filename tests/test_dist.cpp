@@ -24,25 +24,39 @@ using test::require_close;
 
 namespace {
 
-// A port nothing listens on now (bound to 0, read back, released).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A port held by a bound, not listening, socket (SO_REUSEADDR, as rank 0's listener has):
+// rank 0 can listen on it, and no other socket (another test's connection, with ctest
+// running tests side by side) gets it while the reservation is held.
+struct ReservedPort {
+  int fd = -1, port = 0;
+  ReservedPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~ReservedPort() { ::close(fd); }
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+};
+
+// A port nothing listens on now (reserved, then released).
+int free_port() { return ReservedPort().port; }
 
 // Runs body(pg) on `n` ranks, one thread each; returns each rank's error ("" when none).
-// Catch2's REQUIREs are not thread-safe, so bodies record and the caller asserts.
-std::vector<std::string> run_ranks(int n, const std::function<void(dist::ProcessGroup&)>& body,
-                                   double timeout = 20,
-                                   const std::function<dist::Options(int)>& tweak = {}) {
-  const int port = free_port();
+// Catch2's REQUIREs are not thread-safe, so bodies record and the caller asserts. The port is
+// reserved while the ranks run (a port merely free before could be taken as another test's
+// local port before rank 0 listened: "Address already in use").
+std::vector<std::string> run_ranks_on(int port, int n,
+                                      const std::function<void(dist::ProcessGroup&)>& body,
+                                      double timeout,
+                                      const std::function<dist::Options(int)>& tweak) {
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
@@ -63,6 +77,13 @@ std::vector<std::string> run_ranks(int n, const std::function<void(dist::Process
     });
   for (auto& t : threads) t.join();
   return errors;
+}
+
+std::vector<std::string> run_ranks(int n, const std::function<void(dist::ProcessGroup&)>& body,
+                                   double timeout = 20,
+                                   const std::function<dist::Options(int)>& tweak = {}) {
+  const ReservedPort port;
+  return run_ranks_on(port.port, n, body, timeout, tweak);
 }
 
 void require_contains(const std::string& text, const std::string& part) {
