@@ -88,6 +88,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
   };
   parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
     RowMat<A> s;
+    Eigen::Array<A, Eigen::Dynamic, 1> e(S_);  // a row's exponentials (exp0 writes apart)
     std::vector<S> p16;
     std::vector<A> o;  // a block's output before rounding (bf16)
     for (int64_t b = b0; b < b1; ++b) {
@@ -106,7 +107,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
             set_lse(b * Tq + t0 + r, -std::numeric_limits<double>::infinity());
             continue;
           }
-          row = exp0(row.array() - m);
+          exp0(row.data(), m, e.data(), S_);
+          row = e.matrix().transpose();
           const A sum = row.sum();
           row /= sum;
           set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
@@ -149,6 +151,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   S* gv = static_cast<S*>(grad_v.data_ptr());
   parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
     RowMat<A> p, dp;
+    Eigen::Array<A, Eigen::Dynamic, 1> e(S_);  // a row's exponentials (exp0 writes apart)
     std::vector<S> p16, ds16;
     std::vector<A> kacc, vacc, qblk;  // bf16: dK and dV sums, a block's dQ, in f32
     for (int64_t b = b0; b < b1; ++b) {
@@ -176,7 +179,10 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse), recomputed
           const double l = lse_at(b * Tq + t0 + r);
           if (l == -std::numeric_limits<double>::infinity()) p.row(r).setZero();
-          else p.row(r) = exp0(p.row(r).array() - A(l));
+          else {
+            exp0(p.row(r).data(), A(l), e.data(), S_);
+            p.row(r) = e.matrix().transpose();
+          }
         }
         const S* dO = pg + (b * Tq + t0) * E;
         const S* O = po + (b * Tq + t0) * E;

@@ -71,7 +71,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& l
           continue;
         }
         const T g = pg[i], l = ps[i];
-        RowMap<T>(d, C) = g * (exp0(ConstRowMap<T>(px + i * C, C) - l) - off);
+        RowMap<T>(d, C) = g * ((ConstRowMap<T>(px + i * C, C) - l).exp() - off);
+        at_neg_inf(px + i * C, C, [&](int64_t c) { d[c] = g * (T(0) - off); });  // p = 0
         d[t] -= g * T(1.0 - smoothing);
       }
     });

@@ -44,7 +44,7 @@ double row_sum(const T* x, int64_t D) {
 // Eigen::Array, not a std::vector (whose data is only 16-byte aligned).
 template <typename T>
 double exp_sum(const T* x, int64_t D, T m, T* e) {
-  RowMap<T>(e, D) = exp0(ConstRowMap<T>(x, D) - m);
+  exp0(x, m, e, D);
   return row_sum(e, D);
 }
 

@@ -33,7 +33,8 @@ void forward_row(const T* x, int64_t D, bool log, T* y) {
 template <typename T>
 void backward_row(const T* g, const T* y, int64_t D, bool log, T* dx) {
   if (log) {  // y = log p: dx = g - p * sum(g)
-    RowMap<T>(dx, D) = ConstRowMap<T>(g, D) - exp0(ConstRowMap<T>(y, D)) * T(row_sum(g, D));
+    RowMap<T>(dx, D) = ConstRowMap<T>(g, D) - ConstRowMap<T>(y, D).exp() * T(row_sum(g, D));
+    at_neg_inf(y, D, [&](int64_t d) { dx[d] = g[d]; });  // p = exp(-inf) = 0 exactly
   } else {  // y = p: dx = p * (g - sum(g * p))
     double acc = 0;
 #pragma omp simd reduction(+ : acc)
