@@ -183,6 +183,13 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   optim::CosineLR all_warm(opt2, 10, 10, 0.1);
   REQUIRE(all_warm.lr_at(10) == 0.1);
   REQUIRE(all_warm.lr_at(1000) == 0.1);
+  // a learning rate that is not finite, or below 0, is refused wherever it comes from
+  const double lr = opt2.lr();
+  REQUIRE_THROWS_WITH(opt2.set_lr(NAN), Catch::Contains("must be finite and >= 0, got nan"));
+  REQUIRE_THROWS_WITH(opt2.set_lr(-0.1), Catch::Contains("got -0.1"));
+  REQUIRE(opt2.lr() == lr);
+  REQUIRE_THROWS_WITH(optim::StepLR(opt, 1, NAN), Catch::Contains("gamma must be finite"));
+  REQUIRE_THROWS_WITH(optim::CosineLR(opt, 0, 10, -1.0), Catch::Contains("min_lr must be finite"));
 }
 
 // The base a schedule decays from is the optimizer's initial lr (saved with its state): a

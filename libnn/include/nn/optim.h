@@ -22,7 +22,8 @@ class Optimizer {
   // Drops the gradients (sets them undefined, as PyTorch's set_to_none=True).
   void zero_grad();
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  // Refuses a learning rate that is negative or not finite, as the constructors do.
+  void set_lr(double lr);
   // The lr schedules start from (PyTorch's initial_lr): set by the first LRScheduler made on
   // this optimizer to its lr then, and saved with the state, so a scheduler made after
   // load_state() or a second one starts from the same base, not from a decayed lr.
@@ -133,7 +134,8 @@ class StepLR : public LRScheduler {
   double gamma_;
 };
 
-// Linear warm-up from 0 over `warmup` steps, then cosine decay to min_lr at `total`.
+// Linear warm-up over `warmup` steps (step s < warmup: lr * (s + 1) / (warmup + 1)), then cosine
+// decay to min_lr at `total`.
 class CosineLR : public LRScheduler {
  public:
   CosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_lr = 0.0);
@@ -144,7 +146,7 @@ class CosineLR : public LRScheduler {
   double min_lr_;
 };
 
-// Linear warm-up, then linear decay to 0 at `total` (the BERT schedule).
+// Linear warm-up as CosineLR's, then linear decay to 0 at `total` (the BERT schedule).
 class LinearLR : public LRScheduler {
  public:
   LinearLR(Optimizer& opt, int64_t warmup, int64_t total);

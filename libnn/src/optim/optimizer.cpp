@@ -108,6 +108,10 @@ Tensor restore(const NamedTensors& s, const std::string& name, const Tensor& par
 }
 }  // namespace
 
+static void check_lr(double lr) {
+  NN_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
+}
+
 NamedTensors Optimizer::scalar_entries() const {
   NamedTensors s{{"steps", scalar_state(double(steps_))}, {"lr", scalar_state(lr_)}};
   if (initial_lr_) s.emplace_back("initial_lr", scalar_state(*initial_lr_));
@@ -124,8 +128,12 @@ void Optimizer::apply_scalars(const Scalars& v) {
   if (v.initial_lr) initial_lr_ = v.initial_lr;  // (older files: the one set here stays)
 }
 
+void Optimizer::set_lr(double lr) {
+  check_lr(lr);
+  lr_ = lr;
+}
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
-  NN_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
+  check_lr(lr);
   std::set<const TensorImpl*> seen;
   for (auto& g : groups_) {
     if (g.weight_decay) check_weight_decay(*g.weight_decay);
@@ -296,6 +304,7 @@ void AdamW::load_state(const NamedTensors& s) {
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
     : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
   NN_CHECK(step_size > 0, "StepLR: step_size must be positive");
+  NN_CHECK(gamma >= 0 && std::isfinite(gamma), "StepLR: gamma must be finite and >= 0, got ", gamma);
 }
 double StepLR::lr_at(int64_t step) const {
   return base_lr_ * std::pow(gamma_, double(step / step_size_));
@@ -305,6 +314,7 @@ CosineLR::CosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_lr)
     : LRScheduler(opt), warmup_(warmup), total_(total), min_lr_(min_lr) {
   NN_CHECK(warmup >= 0 && total > 0 && warmup <= total,
            "CosineLR: need 0 <= warmup <= total, total > 0 (got warmup ", warmup, ", total ", total, ")");
+  NN_CHECK(min_lr >= 0 && std::isfinite(min_lr), "CosineLR: min_lr must be finite and >= 0, got ", min_lr);
   opt.set_lr(lr_at(0));
 }
 double CosineLR::lr_at(int64_t step) const {
