@@ -7,7 +7,9 @@ run in its own folder with its metrics, log and checkpoints, then a table of the
 
 Each run gets the app's flags plus --NAME=VALUE for each grid flag (one word, so Bool flags
 work too: --grid augment=true,false), and --metrics RUN/metrics.jsonl, --checkpoint-dir
-RUN/ckpt --resume; RUN/command is its command line, RUN/log its output. So the sweep can be
+RUN/ckpt --resume; RUN/command is its command line, RUN/log its output. A --tensorboard DIR
+among the app's flags becomes DIR/RUN for each run, so TensorBoard shows the runs side by side
+(`tensorboard --logdir DIR`) instead of one run of interleaved curves. So the sweep can be
 stopped at any time and started again with the same command: finished runs are skipped, an
 interrupted one resumes from its last checkpoint (SIGTERM, SIGINT or SIGHUP to the sweep
 stops its runs gracefully: they get SIGINT for a SIGINT, else SIGTERM, and checkpoint before
@@ -58,6 +60,17 @@ def parse_grid(items):
             sys.exit(f"sweep: --grid {name} given twice")
         grid.append((name, vals))
     return grid
+
+
+def per_run_tensorboard(cmd, name):
+    """cmd with its --tensorboard DIR (or --tensorboard=DIR) made DIR/name."""
+    out = list(cmd)
+    for i, c in enumerate(out):
+        if c == "--tensorboard" and i + 1 < len(out):
+            out[i + 1] = os.path.join(out[i + 1], name)
+        elif c.startswith("--tensorboard="):
+            out[i] = "--tensorboard=" + os.path.join(c[len("--tensorboard="):], name)
+    return out
 
 
 def run_name(combo):
@@ -184,7 +197,7 @@ def main():
                     os.remove(os.path.join(d, marker))
             # --NAME=VALUE, one word: a Bool flag takes no separate value (its "false" would be
             # an unexpected argument), and a value may start with '-'.
-            argv = cmd + [f"--{n}={v}" for n, v in combo] + \
+            argv = per_run_tensorboard(cmd, run_name(combo)) + [f"--{n}={v}" for n, v in combo] + \
                 ["--metrics", os.path.join(d, "metrics.jsonl"), "--checkpoint-dir", os.path.join(d, "ckpt"), "--resume"]
             with open(os.path.join(d, "command"), "w") as f:
                 f.write(shlex.join(argv) + "\n")  # quoted: a shell can run it as it is

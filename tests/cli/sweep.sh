@@ -3,8 +3,9 @@
 # set: a 2 x 2 grid split into two shards (as two machines would), the table over both,
 # finished runs skipped, a sweep stopped by SIGTERM resumed from the run's checkpoint, one
 # stopped by SIGHUP (its runs still checkpoint; stopped in their first epoch they show as
-# partial), a Bool flag in the grid (cifar_train's --augment; CIFAR_TRAIN defaults to the one
-# beside MLP_TRAIN), the quoted command file, a failing run reported, and usage errors.
+# partial), a --tensorboard folder per run, a Bool flag in the grid (cifar_train's --augment;
+# CIFAR_TRAIN defaults to the one beside MLP_TRAIN), the quoted command file, a failing run
+# reported, and usage errors.
 set -uo pipefail
 source "$(dirname "$0")/wait_checkpoint.sh"
 app=$1; sweep=$2; cifar=${3:-$(dirname "$1")/cifar_train}
@@ -14,13 +15,18 @@ fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done
 base=(--data synthetic --synthetic-classes 3 --synthetic-size 200 --epochs 2 --threads 1)
 grid=(--grid lr=1e-3,3e-3 --grid hidden=16,32)
 
-"$sweep" --out "$work/s" "${grid[@]}" --shard 0/2 -- "$app" "${base[@]}" > "$work/a.log" 2>&1 \
+"$sweep" --out "$work/s" "${grid[@]}" --shard 0/2 -- "$app" "${base[@]}" --tensorboard "$work/tb" > "$work/a.log" 2>&1 \
   || fail "shard 0/2 failed" "$work/a.log"
 grep -q "4 runs in all, 2 in shard 0/2, 0 already done, 2 to run" "$work/a.log" || fail "shard 0/2 plan" "$work/a.log"
 [[ -e "$work/s/lr=1e-3_hidden=16/done" && -e "$work/s/lr=3e-3_hidden=16/done" ]] || fail "shard 0 runs missing" "$work/a.log"
 [[ ! -e "$work/s/lr=1e-3_hidden=32" ]] || fail "shard 0 ran another shard's run" "$work/a.log"
-"$sweep" --out "$work/s" "${grid[@]}" --shard 1/2 -- "$app" "${base[@]}" > "$work/b.log" 2>&1 \
+"$sweep" --out "$work/s" "${grid[@]}" --shard 1/2 -- "$app" "${base[@]}" --tensorboard="$work/tb" > "$work/b.log" 2>&1 \
   || fail "shard 1/2 failed" "$work/b.log"
+# --tensorboard DIR (either spelling) is DIR/RUN for each run: four runs, four event logs
+for r in lr=1e-3_hidden=16 lr=1e-3_hidden=32 lr=3e-3_hidden=16 lr=3e-3_hidden=32; do
+  ls "$work/tb/$r"/events.out.tfevents.* > /dev/null 2>&1 || fail "no TensorBoard log for run $r" "$work/s/$r/command"
+done
+[[ -z $(find "$work/tb" -maxdepth 1 -type f) ]] || fail "event logs written to the shared --tensorboard folder" "$work/a.log"
 "$sweep" --out "$work/s" "${grid[@]}" --summary > "$work/table" || fail "summary failed" "$work/table"
 [[ $(grep -c " done " "$work/table") -eq 4 ]] || fail "the table should list 4 finished runs" "$work/table"
 python3 - "$work/s" <<'PY' || exit 1
@@ -109,5 +115,5 @@ for bad in "$work/no-such-app" "$work/table" no-such-app-on-path; do
   ! grep -q Traceback "$work/u.log" || fail "a traceback for $bad" "$work/u.log"
   [[ ! -e "$work/m" ]] || fail "made run folders for $bad" "$work/u.log"
 done
-echo "ok: sharded sweep, table, skip, stop (SIGTERM, SIGHUP) and resume, Bool grid flag, command" \
+echo "ok: sharded sweep, table, skip, stop (SIGTERM, SIGHUP) and resume, TensorBoard folder per run, Bool grid flag, command" \
      "file, failure, usage errors"
