@@ -6,13 +6,27 @@ much faster than once per block): each block's #include lines are hoisted to the
 body is wrapped in its own namespace and its main() renamed, and a generated main() runs
 them in order. A block that fails to compile, or whose main returns non-zero, fails the test.
 
-  compile_snippets.py DOC.md --cxx c++ --include DIR --lib DIR --work DIR
+  compile_snippets.py DOC.md --cxx c++ --include DIR --lib DIR --work DIR [--std c++17]
+
+A main() may end without a return, as a C++ main() may: the renamed function gets a
+`return 0;` before its closing brace, as main() has implicitly.
 """
 import argparse
 import os
 import re
 import subprocess
 import sys
+
+
+def with_return(body, doc, i):
+    """body with `return 0;` put before the closing brace of snippet_main()."""
+    start = body.index("{", body.index("int snippet_main("))
+    depth = 0
+    for j in range(start, len(body)):
+        depth += {"{": 1, "}": -1}.get(body[j], 0)
+        if depth == 0:
+            return body[:j] + "  return 0;\n" + body[j:]
+    sys.exit(f"{doc}: block {i + 1}: main() has no closing brace")
 
 
 def main():
@@ -22,6 +36,7 @@ def main():
     ap.add_argument("--include", required=True)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--std", default="c++20")
     a = ap.parse_args()
     text = open(a.doc, encoding="utf-8").read()
     blocks = re.findall(r"```cpp\n(.*?)```", text, re.S)
@@ -36,6 +51,7 @@ def main():
         if not re.search(r"\bint main\s*\(", body):
             sys.exit(f"{a.doc}: block {i + 1} has no main()")
         body = re.sub(r"\bint main\s*\(", "int snippet_main(", body, count=1)
+        body = with_return(body, a.doc, i)
         includes += [l for l in incs if l not in includes]
         bodies.append(f"namespace snippet_{i + 1} {{\n{body}\n}}  // namespace snippet_{i + 1}\n")
     calls = "\n".join(
@@ -47,7 +63,7 @@ def main():
     path = os.path.join(a.work, "doc_snippets.cpp")
     exe = os.path.join(a.work, "doc_snippets")
     open(path, "w").write(src)
-    cmd = [a.cxx, "-std=c++20", "-O1", "-I", a.include, path, "-o", exe, "-L", a.lib, "-lnn",
+    cmd = [a.cxx, f"-std={a.std}", "-O1", "-I", a.include, path, "-o", exe, "-L", a.lib, "-lnn",
            f"-Wl,-rpath,{a.lib}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
