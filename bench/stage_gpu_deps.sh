@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Stages what the GPU machine lacks into .gpu_deps/ (git-ignored): the header-only
-# dependencies (Eigen, Catch2, cxxopts) with their CMake packages, zlib's headers and static
-# library, and Fashion-MNIST. That machine reaches no package registry, so bench/gpu_suite.sh
+# dependencies (Eigen, Catch2, cxxopts) with their CMake packages (Catch2's with the
+# libCatch2WithMain.a its package file requires), zlib's headers and shared library (to link
+# against; libnn.so then needs libz.so.1, which every system has: Debian's libz.a is not
+# position-independent and cannot go into a shared library), and Fashion-MNIST. That machine reaches no package registry, so bench/gpu_suite.sh
 # builds against this folder; carry it with the call:
 #   device run: command "GPU_SUITE_TIMEOUT=570 bench/gpu_suite.sh build test kernels mnist",
 #   carry [".gpu_deps"]
 # (docs/benchmarks.md, "How to reproduce the GPU tables", gives the other calls)
+# GPU_DEPS_DIR=DIR stages into DIR instead (tests/cli/gpu_deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-d=.gpu_deps
+d=${GPU_DEPS_DIR:-.gpu_deps}
 rm -rf "$d"
 mkdir -p "$d/include" "$d/lib/cmake" "$d/share"
 cp -r /usr/include/eigen3 "$d/include/"
 cp -r /usr/share/eigen3 "$d/share/"                 # Eigen3Config.cmake (paths relative)
 cp -r /usr/include/catch2 "$d/include/"
 cp -r /usr/lib/cmake/Catch2 "$d/lib/cmake/"
+cp /usr/lib/libCatch2WithMain.a "$d/lib/"  # Catch2Targets.cmake fails when it is missing
 cp /usr/include/cxxopts.hpp "$d/include/"
 cp -r /usr/lib/cmake/cxxopts "$d/lib/cmake/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$d/include/"
-cp /usr/lib/x86_64-linux-gnu/libz.a "$d/lib/"
+cp -L /usr/lib/x86_64-linux-gnu/libz.so "$d/lib/libz.so"  # (-L: an absolute symlink there)
 cp -r /usr/share/datasets/fashion-mnist "$d/"
-mkdir -p .git/info && { grep -qx '/.gpu_deps/' .git/info/exclude 2>/dev/null || echo '/.gpu_deps/' >> .git/info/exclude; }
 du -sh "$d"
