@@ -25,8 +25,11 @@ from benchutil import add_torch_python  # noqa: E402
 
 
 def load(path):
-    with open(path) as f:
-        doc = json.load(f)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"fp16_vs_torch: cannot read {path}: {e}")
     if doc.get("schema") != "libnn-bench-1" or not doc.get("records"):
         sys.exit(f"fp16_vs_torch: {path} is not a libnn-bench-1 result file with records")
     return doc
@@ -64,8 +67,10 @@ def table(ours, theirs):
             f"| {fmt(own(o, sa), '.2f')}x | {fmt(own(t, sb), '.2f')}x "
             f"| {fmt(a.get('peak_memory_mb'), ',.0f')} / {fmt(b.get('peak_memory_mb'), ',.0f')} "
             f"| {fmt(a.get('final_loss'), '.4f')} / {fmt(b.get('final_loss'), '.4f')} |")
+    # (a non-finite loss is JSON null in libnn's files)
+    finite = lambda x: isinstance(x, (int, float)) and math.isfinite(x)  # noqa: E731
     bad = [f"{impl} {r['precision']}" for impl, d in (("libnn", ours), ("PyTorch", theirs))
-           for r in d["records"] if not math.isfinite(r.get("final_loss", float("nan")))]
+           for r in d["records"] if not finite(r.get("final_loss"))]
     if bad:
         lines.append(f"\nNot finite last loss: {', '.join(bad)}")
     return lines

@@ -13,6 +13,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from ieee_fp32 import ieee_fp32
 
 
 def keras_cnn():
@@ -127,6 +128,7 @@ def main():
     a = ap.parse_args()
     dev = torch.device(a.device)
     torch.backends.cudnn.benchmark = True
+    ieee_fp32()
     print(f"fp16_vs_fp32 (PyTorch {torch.__version__}): {a.model}, batch {a.batch_size}, "
           f"{a.num_warmup_batches}+{a.num_batches} steps on {dev}")
     results = []

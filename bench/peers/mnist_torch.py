@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
+from ieee_fp32 import ieee_fp32
 import torch.nn.functional as F
 
 
@@ -71,6 +72,7 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    ieee_fp32()
     dev = torch.device(a.device)
     xtr, ytr = load(a.data_dir, "train")
     xte, yte = load(a.data_dir, "t10k")

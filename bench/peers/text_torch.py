@@ -13,6 +13,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from ieee_fp32 import ieee_fp32
 
 PRESETS = {"tiny": (2, 128, 2, 512), "mini": (4, 256, 4, 1024), "base": (12, 768, 12, 3072)}
 
@@ -180,6 +181,7 @@ def main():
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    ieee_fp32()  # (PyTorch's matmuls default to IEEE FP32 already; said here, not assumed)
     device = torch.device(a.device)
     precisions = a.precisions.split(",")
     if a.gemm > 0:

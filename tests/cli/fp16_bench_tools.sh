@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fp16_bench_tools.sh FP16_VS_FP32: the tools around the precision benchmark, on the CPU with
 # the MNIST CNN at tiny sizes: fp16_vs_torch.py tabulates two result files (here the same run
-# twice, so every ratio must read 1.00x) and merges them; plot_loss_curves.py summarises and
+# twice, so every ratio must read 1.00x) and merges them, names a run whose loss is not
+# finite, and refuses files it cannot read; plot_loss_curves.py summarises and
 # plots the per-step losses, and fails on a NaN loss.
 set -euo pipefail
 bench=$1
@@ -29,6 +30,20 @@ if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/bad.json" "$out/l.json" 2> 
   echo "a file without records was accepted"; exit 1
 fi
 grep -q "not a libnn-bench-1 result file" "$out/err"
+# A missing file: a message, not a traceback.
+if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/none.json" "$out/l.json" 2> "$out/err"; then
+  echo "a missing file was accepted"; exit 1
+fi
+grep -q "cannot read .*none.json" "$out/err"
+# A diverged run (libnn writes its non-finite loss as null): tabulated, and named below the table.
+"$py" - "$out/l.json" "$out/nan.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["records"][1]["final_loss"] = None
+json.dump(d, open(sys.argv[2], "w"))
+PY
+"$py" "$root/bench/fp16_vs_torch.py" --from "$out/nan.json" "$out/l.json" > "$out/nan_table.md"
+grep -q "Not finite last loss: libnn bf16" "$out/nan_table.md"
 
 "$py" "$root/bench/plot_loss_curves.py" "$out/c.csv" --label libnn --out "$out/c.svg" > "$out/curves.md"
 cat "$out/curves.md"
