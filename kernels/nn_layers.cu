@@ -611,8 +611,8 @@ __global__ void scale_kernel(TensorList<FlatTensor> list, acc_t<T> factor, float
 // One partial sum of squares per block, in block order; sum_partials adds them in a fixed
 // order (deterministic, no atomics).
 template <typename T>
-__global__ void sum_squares_kernel(TensorList<FlatTensor> list, acc_t<T>* partials) {
-  using A = acc_t<T>;
+__global__ void sum_squares_kernel(TensorList<FlatTensor> list, double* partials) {
+  using A = double;
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
   const FlatTensor& st = list.t[ti];
   const T* p = static_cast<const T*>(st.data);
@@ -898,7 +898,7 @@ int64_t sum_squares_partials(const FlatTensor* tensors, int count) {
 void launch_sum_squares(DType t, const FlatTensor* tensors, int count, void* partials, void* out,
                         cudaStream_t s) {
   dispatch_float(t, "sum_squares", [&]<typename T>() {
-    using A = acc_t<T>;
+    using A = double;
     A* part = static_cast<A*>(partials);
     int64_t at = 0;  // each group's blocks write after the previous group's
     multi_tensor(tensors, count, [&](const TensorList<FlatTensor>& list, unsigned blocks) {

@@ -94,8 +94,8 @@ struct FlatTensor {
 // Each tensor times `factor` in place; *found_inf = 1 when a rounded result is inf or NaN.
 void launch_scale(DType t, const FlatTensor* tensors, int count, double factor,
                   float* found_inf, cudaStream_t s);
-// *out = the sum of x^2 over all elements, in the accumulation type (double for f64, else
-// float); `partials` is scratch of sum_squares_partials() accumulation-type elements.
+// *out (a double) = the sum of x^2 over all elements, summed in double for every dtype;
+// `partials` is scratch of sum_squares_partials() doubles.
 int64_t sum_squares_partials(const FlatTensor* tensors, int count);
 void launch_sum_squares(DType t, const FlatTensor* tensors, int count, void* partials, void* out,
                         cudaStream_t s);

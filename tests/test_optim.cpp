@@ -262,6 +262,25 @@ TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {
   REQUIRE(optim::clip_grad_norm({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));
 }
 
+// A diverging run's gradients: finite, but their squares, or the sum of the squares, beyond
+// f32's range. The norm is summed in double, so it is finite and the gradients are clipped
+// (an f32 sum would give inf and leave them unclipped). On the CPU and, when present, CUDA.
+TEST_CASE("clip_grad_norm of f32 gradients whose squares overflow f32", "[optim]") {
+  std::vector<Device> devices{kCPU};
+  if (cuda_available()) devices.push_back(kCUDA);
+  for (Device d : devices) {
+    INFO(d.str());
+    Tensor a = zeros({2}, TensorOptions(kF32).device(d)).requires_grad_();
+    a.set_grad(tensor({3e20, 0}, {2}).to(kF32).to(d));
+    Tensor b = zeros({70001}, TensorOptions(kF32).device(d)).requires_grad_();
+    b.set_grad(full({70001}, 1e19, kF32).to(d));  // each square fits f32, their sum does not
+    const double want = std::sqrt(9e40 + 70001 * 1e38);
+    REQUIRE(optim::clip_grad_norm({a, b}, 1.0) == Approx(want).epsilon(1e-6));
+    require_values(a.grad().cpu(), {3e20 / want, 0}, 1e-6);
+    test::require_close(b.grad().cpu(), full({70001}, float(1e19 / want), kF32), 1e-5, 1e-12);
+  }
+}
+
 // The fused path: gradients of four dtypes (one a transposed view, one large enough for many
 // blocks on CUDA) in one call per dtype; the norm against a sum in double, every gradient
 // scaled in place. On the CPU and, when present, on CUDA.

@@ -201,7 +201,8 @@ class Backend {
   // unscaling and gradient clipping. scale_grads: every tensor times `factor` in place,
   // rounded to its dtype; found_inf (an f32 scalar on this device) is set to 1 when any
   // rounded result is inf or NaN, and left as it was otherwise. sum_squares: the sum of x^2
-  // over every element into `out`, a scalar on this device in f64 for f64 tensors, else f32.
+  // over every element into `out`, an f64 scalar on this device, summed in double whatever
+  // the dtype (f32 squares overflow from |x| = 1.8e19, where a diverging run needs clipping).
   virtual void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) = 0;
   virtual void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) = 0;
 };

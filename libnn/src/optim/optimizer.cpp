@@ -346,7 +346,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (gb.batches.empty()) return 0.0;
   std::vector<Tensor> sums;
   for (auto& [key, grads] : gb.batches) {
-    sums.push_back(empty({}, TensorOptions(key.second == kF64 ? kF64 : kF32).device(grads[0].device())));
+    sums.push_back(empty({}, TensorOptions(kF64).device(grads[0].device())));
     backend::of(grads[0]).sum_squares(grads, sums.back());
   }
   double total = 0;

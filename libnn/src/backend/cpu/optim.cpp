@@ -116,8 +116,8 @@ void CpuBackend::sum_squares(const std::vector<Tensor>& tensors, Tensor& out) {
       });
       for (double s : part) total += s;
     });
-  if (out.dtype() == DType::f64) out.data<double>()[0] = total;
-  else out.data<float>()[0] = float(total);
+  NN_CHECK(out.dtype() == DType::f64 && out.numel() == 1, "sum_squares: out must be one f64 value");
+  out.data<double>()[0] = total;
 }
 
 }  // namespace nn::backend

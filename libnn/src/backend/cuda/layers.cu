@@ -163,6 +163,7 @@ void CudaBackend::scale_grads(std::vector<Tensor>& grads, double factor, Tensor&
 }
 void CudaBackend::sum_squares(const std::vector<Tensor>& tensors, Tensor& out) {
   activate();
+  NN_CHECK(out.dtype() == kF64 && out.numel() == 1, "sum_squares: out must be one f64 value");
   if (tensors.empty()) return fill(out, 0);
   const auto ts = flat(tensors);
   const int64_t n = kernels::sum_squares_partials(ts.data(), int(ts.size()));
