@@ -7,6 +7,8 @@ namespace {
 
 constexpr int kRowsPerBlock = 128;  // one thread per query (or key) row
 constexpr int kTile = 32;           // keys (or queries) staged in shared memory at a time
+// Every shared array is in the dynamic buffer (none static), so the launch's size is the
+// kernel's whole use and allow_dynamic_smem's opt-in is exact: see smem_bytes().
 
 // Forward: thread = query row t of slice b.
 template <typename T, int DM>
@@ -14,10 +16,10 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
                               int64_t S, int D, int E, acc_t<T> scale, int64_t blocks_per_slice,
                               T* out, acc_t<T>* lse) {
   using A = acc_t<T>;
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);  // kTile x D
   A* vs = ks + kTile * D;                  // kTile x E
-  __shared__ uint8_t ms[kTile];
+  uint8_t* ms = reinterpret_cast<uint8_t*>(vs + kTile * E);  // kTile
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
@@ -86,10 +88,10 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
                                 const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
                                 acc_t<T> scale, int64_t blocks_per_slice, T* gq) {
   using A = acc_t<T>;
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);
   A* vs = ks + kTile * D;
-  __shared__ uint8_t ms[kTile];
+  uint8_t* ms = reinterpret_cast<uint8_t*>(vs + kTile * E);  // kTile
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
@@ -138,10 +140,11 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
                                  const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
                                  acc_t<T> scale, int64_t blocks_per_slice, T* gk, T* gv) {
   using A = acc_t<T>;
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   A* qs = reinterpret_cast<A*>(smem_raw);  // kTile x D
   A* gs = qs + kTile * D;                  // kTile x E
-  __shared__ A ls[kTile], dls[kTile];
+  A* ls = gs + kTile * E;                  // kTile
+  A* dls = ls + kTile;                     // kTile
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t j = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = j < S && (!mask || mask[b * S + (j < S ? j : 0)]);
@@ -189,6 +192,14 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
   }
 }
 
+// The dynamic shared memory of the kernels above: the staged kTile x D and kTile x E tiles, then
+// the forward's and dQ's kTile mask bytes, or dK/dV's kTile lse and delta values.
+template <typename A>
+size_t smem_bytes(int64_t D, int64_t E, bool kv) {
+  const size_t tiles = size_t(kTile) * size_t(D + E) * sizeof(A);
+  return tiles + (kv ? 2 * kTile * sizeof(A) : kTile);
+}
+
 // Picks the register-array size (64 or 128) that fits the head dims.
 template <typename F>
 void dispatch_dims(DType t, int64_t D, int64_t E, const char* op, F&& f) {
@@ -209,7 +220,7 @@ void launch_attention_forward(DType t, const void* q, const void* k, const void*
   if (launch_attention_forward_tc(t, q, k, v, mask, B, T, S, D, E, scale, out, lse, s)) return;
   dispatch_dims(t, D, E, "attention", [&]<typename Ty, int DM>() {
     using A = acc_t<Ty>;
-    const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
+    const size_t smem = smem_bytes<A>(D, E, false);
     auto kernel = attention_fwd<Ty, DM>;
     allow_dynamic_smem(kernel, smem, "attention");  // f64, head dims over 96
     kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention"), kRowsPerBlock, smem, s>>>(
@@ -238,9 +249,9 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
     if (launch_attention_backward_tc(t, grad_out, q, k, v, mask, lse, delta, B, T, S, D, E, scale,
                                      grad_q, grad_k, grad_v, s))
       return;
-    const size_t smem = size_t(kTile) * size_t(D + E) * sizeof(A);
     if (B * T > 0) {
       auto kernel = attention_bwd_q<Ty, DM>;
+      const size_t smem = smem_bytes<A>(D, E, false);
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
@@ -249,6 +260,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
     }
     if (B * S > 0) {
       auto kernel = attention_bwd_kv<Ty, DM>;
+      const size_t smem = smem_bytes<A>(D, E, true);
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(S, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,

@@ -8,6 +8,7 @@
 #include <nn/error.h>
 
 #include <cstdint>
+#include <mutex>
 
 #define NN_CUDA_CHECK(expr)                                                              \
   do {                                                                                   \
@@ -48,7 +49,11 @@ inline unsigned blocks_exact(int64_t n, const char* op) {
 }
 
 // A kernel may use more than the default 48 KB of dynamic shared memory only after opting
-// in; fails with a clear message when the device allows less than `bytes` per block.
+// in; fails with a clear message when the device allows less than `bytes` per block. For
+// kernels with no static __shared__ arrays: without the opt-in, static and dynamic together
+// get 48 KB, so a static array would make a launch just under it fail (the emulator checks).
+// The opt-in only ever rises, under a lock: two host threads launching one kernel with
+// different sizes never lower it beneath the other's launch.
 template <typename K>
 void allow_dynamic_smem(K kernel, size_t bytes, const char* op) {
   if (bytes <= 48 * 1024) return;
@@ -57,7 +62,12 @@ void allow_dynamic_smem(K kernel, size_t bytes, const char* op) {
   NN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   NN_CHECK(bytes <= size_t(optin), op, ": needs ", bytes,
            " bytes of shared memory per block, the device allows ", optin);
-  NN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  cudaFuncAttributes attr{};
+  NN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (size_t(attr.maxDynamicSharedSizeBytes) < bytes)
+    NN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
 // Device element types for each dtype.

@@ -439,6 +439,14 @@ std::vector<Case> cases() {
                }, 1e-3});
   v.push_back({"attention with NaN and inf", {{2, 1, 9, 32}, {2, 1, 12, 32}, {2, 1, 12, 32}},
                attention_with_nan, 1e-3});
+  // f64 attention (the plain kernels) whose staged tiles come to just under and just over the
+  // 48 KB a kernel gets without opting in: head dims 96 + 96 (forward 49,184 bytes) and
+  // 96 + 95 (forward 48,928, dK/dV 49,408)
+  for (int64_t e : {96, 95})
+    v.push_back({"f64 attention, head dims 96 and " + std::to_string(e),
+                 {{1, 2, 9, 96}, {1, 2, 7, 96}, {1, 2, 7, e}}, [](auto& x) {
+                   return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2])};
+                 }, 1e-6, true, kF64});
   // relu and batch norm + ReLU keep a NaN (the batch norm's whole channel 2 NaN)
   v.push_back({"relu and batch_norm_relu with NaN", {{3, 4, 5, 6}}, [](auto& x) {
                  Tensor xn = add(x[0], one_at(x[0], 2 * 30 + 7, NAN));

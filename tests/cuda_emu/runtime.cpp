@@ -54,6 +54,12 @@ struct Grid {
   // hardware aligns it at least that well; WMMA tiles need 32)
   std::vector<unsigned char> smem;
   size_t smem_bytes = 0;
+  // Without an opt-in, static and dynamic shared memory together get 48 KB (the hardware's
+  // default for cudaFuncAttributeMaxDynamicSharedMemorySize is 48 KB less the static size):
+  // the static variables a block has touched so far, counted as they are first filled.
+  bool smem_opted_in = false;
+  size_t static_bytes = 0;
+  uint64_t static_block = 0;  // the block static_bytes counts
   unsigned char* smem_base() {
     const uintptr_t p = reinterpret_cast<uintptr_t>(smem.data());
     return smem.data() + ((128 - p % 128) % 128);
@@ -229,6 +235,13 @@ void fresh_shared(void* p, size_t bytes) {
   if (filled == block_serial) return;
   std::memset(p, 0xff, bytes);
   filled = block_serial;
+  Grid& g = grid_state;
+  if (g.static_block != block_serial) g.static_block = block_serial, g.static_bytes = 0;
+  g.static_bytes += bytes;
+  if (!g.smem_opted_in && g.smem_bytes + g.static_bytes > kDefaultShared)
+    trap(("static (" + std::to_string(g.static_bytes) + " bytes so far) and dynamic (" +
+          std::to_string(g.smem_bytes) + " bytes) shared memory exceed the 48 KB a kernel gets "
+          "without the opt-in (cudaFuncSetAttribute)").c_str());
 }
 
 void syncthreads(const char* file, int line) {
@@ -301,6 +314,10 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
   Grid& g = grid_state;
   g.body = &body;
   g.error.clear();
+  {
+    auto it = kernel ? smem_optin.find(kernel) : smem_optin.end();
+    g.smem_opted_in = it != smem_optin.end() && it->second > 0;
+  }
   g.smem.assign(smem + 128, 0);
   g.smem_bytes = smem;
   coords.block_dim = block;
@@ -464,8 +481,13 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   emu::smem_optin[func] = value;
   return cudaSuccess;
 }
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void*) {
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
   std::memset(attr, 0, sizeof(*attr));
+  {
+    std::lock_guard<std::mutex> lock(emu::launch_mutex);
+    auto it = emu::smem_optin.find(func);
+    attr->maxDynamicSharedSizeBytes = it != emu::smem_optin.end() ? it->second : int(emu::kDefaultShared);
+  }
   attr->ptxVersion = 90;
   attr->binaryVersion = 90;
   attr->maxThreadsPerBlock = 1024;
