@@ -112,16 +112,18 @@ Tensor find_workspace(CudaBackend& be, size_t& bytes) {
 }
 
 // Runs cuDNN's benchmark over every algorithm of one pass (on the real buffers, before they
-// are computed for real) and keeps the fastest that succeeded.
+// are computed for real) and keeps the fastest that succeeded. For f32 and f64 (`exact`) only
+// FMA-math entries count: one reported with default math would run f32 in TF32 on Ampere and
+// later, which libnn's FP32 never does.
 template <typename Perf, typename Find>
-Choice find_best(CudaBackend& be, int max_count, Find&& find) {
+Choice find_best(CudaBackend& be, int max_count, bool exact, Find&& find) {
   std::vector<Perf> perf(size_t(std::max(max_count, 1)));
   int returned = 0;
   size_t bytes = 0;
   Tensor ws = find_workspace(be, bytes);
   find(perf.data(), int(perf.size()), &returned, ws.data_ptr(), bytes);
   for (int i = 0; i < returned; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!exact || perf[i].mathType == CUDNN_FMA_MATH))
       return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
   NN_ERROR("cuDNN found no working convolution algorithm for this shape");
 }
@@ -140,7 +142,8 @@ const Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const
   int n = 0;
   NN_CUDNN_CHECK(count(&n));
   const ConvDescs& d = *plan.d;
-  plan.c = find_best<Perf>(be, n, [&](auto* perf, int req, int* ret, void* w, size_t wb) {
+  const bool exact = t == DType::f32 || t == DType::f64;
+  plan.c = find_best<Perf>(be, n, exact, [&](auto* perf, int req, int* ret, void* w, size_t wb) {
     find(d, perf, req, ret, w, wb);
   });
   NN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.d->conv, plan.c.math));

@@ -27,6 +27,23 @@ std::string cuda_device_name_impl(int index) {
 
 Backend* create_cuda_backend(int index) { return new CudaBackend(index); }
 
+namespace {
+// Makes `dev` current for the allocator's raw calls and restores the caller's device after:
+// freeing a cuda:0 tensor in the middle of an op on cuda:1 must leave the thread on cuda:1.
+struct OnDevice {
+  int prev = -1;
+  explicit OnDevice(int dev) {
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    cudaSetDevice(dev);
+  }
+  ~OnDevice() {
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+};
+}  // namespace
+
 void CudaBackend::activate() const { NN_CUDA_CHECK(cudaSetDevice(index_)); }
 
 CudaBackend::CudaBackend(int index) : index_(index) {
@@ -34,6 +51,9 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   NN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   NN_CUBLAS_CHECK(cublasCreate(&cublas_));
   NN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // 16-bit GEMMs add split-K partial sums in FP32 too, not in their 16-bit output type
+  // (cuBLAS's default allows that); no TF32 either (CUBLAS_DEFAULT_MATH underneath).
+  NN_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   NN_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
   NN_CUDNN_CHECK(cudnnCreate(&cudnn_));
   NN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
@@ -48,7 +68,7 @@ CudaBackend::CudaBackend(int index) : index_(index) {
       "cuda:" + std::to_string(index),
       [dev](size_t n) -> void* {
         void* p = nullptr;
-        cudaSetDevice(dev);
+        OnDevice on(dev);
         if (cudaMalloc(&p, n) != cudaSuccess) {
           cudaGetLastError();  // clear the error; the allocator frees its cache and retries
           return nullptr;
@@ -56,12 +76,12 @@ CudaBackend::CudaBackend(int index) : index_(index) {
         return p;
       },
       [dev](void* p) {
-        cudaSetDevice(dev);
+        OnDevice on(dev);
         cudaFree(p);
       },
       [dev]() -> std::string {
         size_t free = 0, total = 0;
-        cudaSetDevice(dev);
+        OnDevice on(dev);
         if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
           cudaGetLastError();
           return "";

@@ -76,7 +76,8 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
   const float alpha_f = float(alpha), beta_f = float(beta);
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &beta_f;
-  // FP32 accumulation everywhere; f32 inputs stay exact FP32 (no TF32) by default.
+  // FP32 accumulation everywhere, split-K reductions included (the handle's math mode:
+  // device.cu); f32 inputs stay exact FP32 (no TF32).
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   NN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_, opb, opa, int(N), int(M), int(K), pa, b.data_ptr(), type, int(lb.ld),
@@ -122,6 +123,10 @@ void make_plan(LtPlan& p, cublasLtHandle_t lt, cudaDataType_t type, cublasOperat
   const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
   cublasLtMatmulPreference_t pref = nullptr;
   const uint64_t ws = kLtWorkspace;
+  // split-K partial sums added in the compute type (FP32), never in a 16-bit output's (as the
+  // cuBLAS handle's CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: device.cu)
+  const uint32_t reduction = type == CUDA_R_32F ? uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
+                                                : uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
   int returned = 0;
   p.ok = ok(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof(opb))) &&
@@ -145,6 +150,8 @@ void make_plan(LtPlan& p, cublasLtHandle_t lt, cudaDataType_t type, cublasOperat
                                                  &align_c, sizeof(align_c))) &&
          ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                  &align_c, sizeof(align_c))) &&
+         ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &reduction, sizeof(reduction))) &&
          ok(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &p.heur,
                                            &returned)) &&
          returned > 0;
