@@ -34,6 +34,7 @@ struct ConvDescs {
   cudnnConvolutionDescriptor_t conv = nullptr;
   ConvDescs(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType t,
             bool nhwc) {
+    for (const Shape* s : {&xs, &ws, &ys}) check_cudnn_numel(*s, "conv2d");
     const cudnnDataType_t dt = cudnn_type(t);
     // Dims are always given as (N, C, H, W) and (O, C, KH, KW); the format says how they lie.
     const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;

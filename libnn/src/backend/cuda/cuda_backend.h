@@ -203,6 +203,14 @@ inline uint32_t address_alignment(const void* p) {
   while (k > 1 && a % k != 0) k /= 2;
   return k;
 }
+// cuDNN takes int dimensions and indexes its kernels in 32 bits: a tensor of 2^31 elements or
+// more is refused with a message, never handed over truncated.
+inline void check_cudnn_numel(const Shape& s, const char* op) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  NN_CHECK(n < INT32_MAX, op, " on CUDA (cuDNN): a tensor of ", n,
+           " elements; at most 2^31 - 1 are supported (split the batch)");
+}
 }  // namespace cuda
 
 }  // namespace nn::backend

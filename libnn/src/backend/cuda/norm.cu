@@ -16,6 +16,7 @@ namespace {
 struct BnDescs {
   cudnnTensorDescriptor_t x = nullptr, param = nullptr;
   BnDescs(const Tensor& t) {
+    check_cudnn_numel(t.shape(), "batch_norm");
     const int64_t N = t.shape()[0], C = t.shape()[1], S = t.numel() / std::max<int64_t>(1, N * C);
     cudnnDataType_t dt = t.dtype() == kF64   ? CUDNN_DATA_DOUBLE
                          : t.dtype() == kF16 ? CUDNN_DATA_HALF
