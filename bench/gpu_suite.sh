@@ -61,6 +61,15 @@ py=${PYTHON:-python3}
 fashion=/usr/share/datasets/fashion-mnist
 [[ -d "$deps/fashion-mnist" ]] && fashion="$deps/fashion-mnist"
 status=0
+# The "machine" of every result file, the key of bench/report.py's price table
+# (bench/prices.example.csv): GPU_MACHINE, else nvidia-h100-x1 / nvidia-h200 by the GPU's name.
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case $gpu_name in
+  *H100*) default_machine=nvidia-h100-x1 ;;
+  *H200*) default_machine=nvidia-h200 ;;
+  *) default_machine=gpu-$(tr 'A-Z ' 'a-z-' <<<"${gpu_name:-unknown}") ;;
+esac
+machine=${GPU_MACHINE:-$default_machine}
 
 { echo "# GPU suite, $(date -u +%Y-%m-%dT%H:%MZ)"; echo; echo '```'
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
@@ -138,24 +147,24 @@ if want mnist; then
   log "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
   PYTHON_FOR_TORCH="$py" "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
-      --python "$py" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
+      --python "$py" --machine "$machine" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
   rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
 fi
 
 if want resnet; then
   log "ResNet-50 training throughput, FP32 / FP16 / BF16: libnn then PyTorch"
   for b in 128 256; do
-    "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size $b --num-batches 50 \
+    "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
     rc=${PIPESTATUS[0]}; status=$((status | rc))
-    "$py" bench/peers/fp16_vs_fp32_torch.py --model resnet50 --batch-size $b --num-batches 50 \
+    "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
     "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
         "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
   done
   log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
-  "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
+  "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
       --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
       2>&1 | tee -a "$OUT/summary.md"
   rc=${PIPESTATUS[0]}; status=$((status | rc))
@@ -165,11 +174,11 @@ fi
 
 if want extras; then
   log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the resnet step's runs are NHWC)"
-  "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
+  "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
       --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
       2>&1 | tee -a "$OUT/summary.md"
   log "What the fused batch norm + residual + ReLU buys: ResNet-50 FP16 at batch 256 with cuDNN's fused kernels off (LIBNN_CUDNN_BN_FUSED=0; the resnet step's runs have them on)"
-  LIBNN_CUDNN_BN_FUSED=0 "$bdir/bin/fp16_vs_fp32" --model resnet50 --batch-size 256 --num-batches 30 \
+  LIBNN_CUDNN_BN_FUSED=0 "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 --num-batches 30 \
       --num-warmup-batches 5 --precisions fp16 --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json" \
       2>&1 | tee -a "$OUT/summary.md"
   log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
@@ -179,10 +188,10 @@ if want extras; then
     rc=${PIPESTATUS[0]}; status=$((status | rc))
   done
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
-  "$bdir/bin/fp16_vs_fp32" --model mnist_cnn --batch-size 128 --num-batches 200 \
+  "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
   log "CIFAR ResNet-20 training throughput at batch 128, FP32 / FP16 / BF16: libnn vs PyTorch"
-  "$py" bench/fp16_vs_torch.py --model resnet20 --batch-size 128 --num-batches 100 \
+  "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 --num-batches 100 \
       --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
       --out "$OUT/fp16_vs_torch_resnet20.json" 2>&1 | tee -a "$OUT/summary.md"
   rc=${PIPESTATUS[0]}; status=$((status | rc))
@@ -190,7 +199,7 @@ fi
 
 if want text; then
   log "text classifiers (MLP, BERT-base) at 2..20,000 classes, FP32 and FP16: libnn then PyTorch"
-  "$py" bench/text_vs_torch.py --device cuda --python "$py" --bench "$bdir/bin/text_bench" \
+  "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
       --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
       > "$OUT/text_cuda.log" 2>&1
   rc=$?; status=$((status | rc)); grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
