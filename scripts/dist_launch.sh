@@ -2,8 +2,8 @@
 # Starts a data-parallel run: --nprocs copies of PROGRAM on this machine, each with the
 # environment a libnn app (or torchrun-style code) reads: WORLD_SIZE, RANK, LOCAL_RANK,
 # MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS = cores / nprocs unless already set.
-# SIGTERM, SIGINT and SIGHUP are passed on to every process (they stop together after one
-# step, rank 0 writes the checkpoint). When a rank fails the others are stopped; the exit
+# SIGTERM and SIGINT are passed on to every process, SIGHUP as SIGTERM (they stop together
+# after one step, rank 0 writes the checkpoint), and to what each process started. When a rank fails the others are stopped; the exit
 # status is that of the first rank to fail (0 when all succeed).
 #
 #   scripts/dist_launch.sh --nprocs 2 -- build/bin/mnist_train --dataset fashion-mnist
@@ -13,13 +13,16 @@
 set -uo pipefail
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   echo
   echo "usage: $0 --nprocs N [--nnodes M --node-rank K] [--master ADDR:PORT] -- PROGRAM [ARGS...]"
 }
 
 nprocs="" nnodes=1 node_rank=0 master=127.0.0.1:29500
 while [[ $# -gt 0 ]]; do
+  if [[ $1 == --nprocs || $1 == --nnodes || $1 == --node-rank || $1 == --master ]] && [[ $# -lt 2 ]]; then
+    echo "$0: $1 needs a value (see --help)" >&2; exit 2
+  fi
   case $1 in
     --nprocs) nprocs=${2-}; shift 2 ;;
     --nnodes) nnodes=${2-}; shift 2 ;;
@@ -50,7 +53,8 @@ fi
 # The traps come first, so a signal while the ranks start still reaches those started.
 running=()
 stopping=0
-forward() { [[ ${#running[@]} -gt 0 ]] && kill -"$1" "${running[@]}" 2>/dev/null; }
+# to each rank's process group: a rank that is a wrapper (a shell script, time) passes it on
+forward() { [[ ${#running[@]} -gt 0 ]] && kill -"$1" -- "${running[@]/#/-}" 2>/dev/null; }
 trap 'stopping=1; forward TERM' TERM HUP
 trap 'stopping=1; forward INT' INT
 
@@ -62,7 +66,7 @@ if command -v setpriv > /dev/null && setpriv --pdeathsig TERM true 2> /dev/null;
   pdeath=(setpriv --pdeathsig TERM --)
 fi
 set -m
-for ((i = 0; i < nprocs; i++)); do
+for ((i = 0; i < nprocs && stopping == 0; i++)); do  # (none started after a stop signal)
   RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "${pdeath[@]}" "$@" &
   running+=($!)
 done
@@ -74,8 +78,20 @@ set +m  # the groups stay; no job-control notices from here on
 status=0
 while [[ ${#running[@]} -gt 0 ]]; do
   ended=""
-  wait -n -p ended "${running[@]}"; rc=$?
-  [[ -z ${ended:-} ]] && continue  # a trapped signal interrupted the wait (wait unsets it)
+  wait -n -p ended "${running[@]}" 2> /dev/null; rc=$?  # ("no such job": below)
+  if [[ -z ${ended:-} ]]; then
+    # A trapped signal interrupted the wait (wait unsets it), or a rank ended while a trap
+    # ran: bash 5.2 then drops it from the job table, and wait -n returns at once without
+    # naming it. A rank that is gone is waited for by its PID (bash kept its status).
+    for p in "${running[@]}"; do
+      if ! kill -0 "$p" 2> /dev/null; then
+        ended=$p
+        wait "$p"; rc=$?
+        break
+      fi
+    done
+    [[ -z ${ended:-} ]] && { sleep 0.1; continue; }  # (no busy loop while wait -n cannot wait)
+  fi
   keep=()
   for p in "${running[@]}"; do [[ $p != "$ended" ]] && keep+=("$p"); done
   running=("${keep[@]}")

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# dist_launch.sh LAUNCH: scripts/dist_launch.sh's process handling, with stand-in ranks (no
+# libnn program): a stop signal while the ranks are just starting, or ranks that all die at
+# once on it, ends the launcher with the signal's status (bash 5.2 can drop such ranks from
+# its job table, where a `wait -n` loop spun forever); a failing rank stops the others and
+# sets the status; a rank that is a wrapper script has its child stopped too (the signal
+# goes to the rank's process group); an option without its value is a usage error.
+set -uo pipefail
+launch=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# runs the launcher with ARGS, sends SIG after DELAY seconds; sets rc and secs
+signalled() {
+  local sig=$1 delay=$2; shift 2
+  local t0=$SECONDS
+  # (job control: a background job of a script would start with SIGINT ignored, for good)
+  set -m
+  "$launch" "$@" > "$work/out" 2>&1 &
+  local pid=$!
+  set +m
+  sleep "$delay"
+  kill -"$sig" $pid
+  # at most 20 s: a launcher that spins is killed, and the check below fails
+  for _ in $(seq 200); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+  kill -KILL $pid 2> /dev/null
+  wait $pid; rc=$?
+  secs=$((SECONDS - t0))
+}
+for i in $(seq 10); do
+  signalled TERM 0.3 --nprocs 2 -- sleep 30
+  [[ $rc -eq 143 ]] || fail "TERM, try $i: exit $rc after ${secs}s, expected 143: $(head -3 "$work/out")"
+  [[ $(wc -l < "$work/out") -le 2 ]] || fail "TERM, try $i: $(wc -l < "$work/out") lines of output"
+done
+for i in $(seq 3); do
+  signalled INT 0.3 --nprocs 3 -- sleep 30
+  [[ $rc -eq 130 ]] || fail "INT, try $i: exit $rc, expected 130"
+done
+
+# rank 1 fails after 0.3 s: the others are stopped, and its status is the launcher's
+cat > "$work/fails.sh" <<'SH'
+#!/bin/sh
+[ "$RANK" = 1 ] && { sleep 0.3; exit 3; }
+exec sleep 30
+SH
+chmod +x "$work/fails.sh"
+for i in $(seq 3); do
+  timeout 20 "$launch" --nprocs 3 -- "$work/fails.sh" > "$work/out" 2>&1; rc=$?
+  [[ $rc -eq 3 ]] || fail "a failing rank, try $i: exit $rc, expected 3"
+  grep -q "a rank exited with status 3; stopping the others" "$work/out" || fail "no message: $(cat "$work/out")"
+done
+
+# a wrapper rank: its child gets the signal too, nothing is left running
+marker="sleep 37.$$"
+printf '#!/bin/sh\n%s\necho after\n' "$marker" > "$work/wrap.sh"
+chmod +x "$work/wrap.sh"
+signalled TERM 0.5 --nprocs 2 -- "$work/wrap.sh"
+sleep 0.3
+if pgrep -f "$marker" > /dev/null; then pkill -f "$marker"; fail "a wrapper rank's child outlived the launcher"; fi
+
+for opt in --nprocs --nnodes --node-rank --master; do
+  timeout 5 "$launch" --nprocs 2 "$opt" > "$work/out" 2>&1; rc=$?
+  [[ $rc -eq 2 ]] && grep -q -- "$opt needs a value" "$work/out" || fail "$opt without a value: exit $rc: $(cat "$work/out")"
+done
+echo "ok: dist_launch.sh stops, fails and refuses as it should"
