@@ -201,12 +201,31 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   else if (a.count("metrics") && par.leader()) check_output_file(a, "metrics");
 
   // ---- data ---------------------------------------------------------------------------------
-  // From here a SIGTERM/SIGINT/SIGHUP only raises a flag: reading and tokenising can take minutes,
-  // and the synthetic set's temporary folder must be removed either way.
+  // From here a SIGTERM/SIGINT/SIGHUP only raises a flag, looked at after each stage of the
+  // preparation (reading a split, the vocabulary, encoding a split: aclImdb's take seconds to
+  // minutes each), and the synthetic set's temporary folder is removed either way.
   nn::train::StopSignal::install();
   TextData d;
   std::string root;
-  std::string synthetic_dir;
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } synthetic;
+  std::string& synthetic_dir = synthetic.dir;
+  // Data parallel: the ranks agree at each stage, so a signal that reached some of them
+  // before it and others after still stops them all at the same one.
+  auto stop_if_signalled = [&] {
+    std::vector<double> stop{nn::train::StopSignal::requested() ? 1.0 : 0.0};
+    par.max(stop);
+    if (stop[0] == 0) return;
+    const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
+    std::fprintf(stderr, "%s: stopped by signal %d while preparing the data; nothing to save\n",
+                 app.name.c_str(), sig);
+    throw Stopped{sig};
+  };
   if (a.count("data")) {
     const int64_t classes = a["synthetic-classes"].as<int64_t>();
     const int64_t per = a["synthetic-size"].as<int64_t>();
@@ -218,18 +237,10 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   }
   nn::train::Stopwatch prep;
   d.train = nn::text::read_text_folder(root, "train");
+  stop_if_signalled();
   d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
-  if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir);
-  // Data parallel: the ranks agree, so a signal that reached some of them before this point
-  // and others after it still stops them all here.
-  std::vector<double> stop{nn::train::StopSignal::requested() ? 1.0 : 0.0};
-  par.max(stop);
-  if (stop[0] > 0) {
-    const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
-    std::fprintf(stderr, "%s: stopped by signal %d while reading the data; nothing to save\n",
-                 app.name.c_str(), sig);
-    throw Stopped{sig};
-  }
+  if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir), synthetic_dir.clear();
+  stop_if_signalled();
   if (a.count("relabel")) {
     const int64_t n = a["relabel"].as<int64_t>();
     nn::text::relabel(d.train, n, seed);
@@ -251,8 +262,11 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
         nn::text::tokenize_words(d.train.examples), vocab_size, min_count));
     vocab_note = "word vocabulary built from the training split";
   }
+  stop_if_signalled();
   auto train_set = std::make_shared<nn::text::TextDataset>(encode(d, d.train.examples, max_len, app.cls_sep));
+  stop_if_signalled();
   auto test_set = std::make_shared<nn::text::TextDataset>(encode(d, d.test.examples, max_len, app.cls_sep));
+  stop_if_signalled();
   std::printf("%s: %lld train / %lld test reviews, %lld classes, %s (%lld tokens), prepared in %.1fs\n",
               app.name.c_str(), (long long)train_set->size(), (long long)test_set->size(),
               (long long)classes, vocab_note.c_str(), (long long)d.vocab_size(), prep.seconds());
