@@ -148,9 +148,17 @@ class Linter:
             self.fail(path, entry[-1].line, "entrypoint",
                       "use the exec form ENTRYPOINT [\"...\"] so signals reach the program")
             return
-        if not any(i.args.split()[-1] == argv[0] and "entrypoint.sh" in i.args for i in copies):
+        if argv[:2] != ["/usr/bin/tini", "--"] or len(argv) != 3:
             self.fail(path, entry[-1].line, "entrypoint",
-                      f"ENTRYPOINT {argv[0]} is not docker/entrypoint.sh copied into the final stage")
+                      "run the entrypoint under tini (ENTRYPOINT [\"/usr/bin/tini\", \"--\", ...]): a "
+                      "program that is PID 1 ignores the signals it has no handler for")
+            return
+        installs = " ".join(i.args for i in body if i.keyword == "RUN")
+        if not re.search(r"\btini\b", installs):
+            self.fail(path, entry[-1].line, "entrypoint", "the final stage does not install tini")
+        if not any(i.args.split()[-1] == argv[2] and "entrypoint.sh" in i.args for i in copies):
+            self.fail(path, entry[-1].line, "entrypoint",
+                      f"ENTRYPOINT {argv[2]} is not docker/entrypoint.sh copied into the final stage")
 
     def build_flags(self, path, instrs):
         runs = " ".join(i.args for i in instrs if i.keyword == "RUN")

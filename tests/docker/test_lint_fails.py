@@ -28,6 +28,8 @@ BREAKS = [
     ("Dockerfile.gpu", r"^COPY --from=build .*$", "COPY . /opt/libnn", "copy-from"),  # data: not enough
     ("Dockerfile.cpu", r"^ENTRYPOINT .*$", "", "entrypoint"),
     ("Dockerfile.gpu", r"^ENTRYPOINT .*$", "ENTRYPOINT /usr/local/bin/libnn-entrypoint", "entrypoint"),
+    ("Dockerfile.cpu", r"^ENTRYPOINT .*$", 'ENTRYPOINT ["/usr/local/bin/libnn-entrypoint"]', "entrypoint"),
+    ("Dockerfile.gpu", r" tini zlib1g", " zlib1g", "entrypoint"),
     ("Dockerfile.cpu", r"-DLIBNN_NATIVE=OFF", "-DLIBNN_NATIVE=ON", "native"),
     ("Dockerfile.gpu", r"-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_BUILD_TYPE=Release -march=native", "native"),
     ("Dockerfile.gpu", r"^ARG CUDA_ARCHS=.*$", "", "cuda-args"),
