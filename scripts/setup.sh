@@ -22,11 +22,19 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo > /dev/null; then
+      echo "setup: installing packages needs root, and this machine has no sudo: run" >&2
+      echo "  apt-get install --no-install-recommends ${missing[*]}" >&2
+      echo "as root (su -), then this script again" >&2
+      exit 1
+    fi
+    sudo=(sudo)
+  fi
+  # (through env: sudo's env_reset would drop an exported DEBIAN_FRONTEND)
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # The CUDA toolkit is optional: used when nvcc is on PATH or in /usr/local/cuda.
