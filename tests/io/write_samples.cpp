@@ -12,7 +12,7 @@
 using namespace nn;
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
+  if (argc != 2 || argv[1][0] == '-') {  // (--help is not a folder to empty)
     std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
     return 2;
   }
