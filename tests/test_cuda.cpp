@@ -402,6 +402,15 @@ std::vector<Case> cases() {
                  Tensor rm = full({3}, 0.2, x[0].device()), rv = full({3}, 1.5, x[0].device());
                  return std::vector<Tensor>{batch_norm(x[0], rm, rv, x[1], x[2], false, 0.1, 1e-5)};
                }, 1e-3});
+  // more samples than cuDNN's inference kernel takes (65535): run in chunks; (N, C) and
+  // channels-last
+  v.push_back({"batch norm eval, 70000 and 66000 samples", {{70000, 2}, {66000, 2, 2, 1}, {2}, {2}},
+               [](auto& x) {
+                 Tensor rm = full({2}, 0.2, x[0].device()), rv = full({2}, 1.5, x[0].device());
+                 return std::vector<Tensor>{
+                     batch_norm(x[0], rm, rv, x[2], x[3], false, 0.1, 1e-5),
+                     batch_norm(channels_last(x[1]), rm, rv, x[2], x[3], false, 0.1, 1e-5)};
+               }, 1e-3});
   v.push_back({"layer norm", {{4, 5, 33}, {33}, {33}}, [](auto& x) {
                  return std::vector<Tensor>{layer_norm(x[0], {33}, x[1], x[2])};
                }, 1e-3});

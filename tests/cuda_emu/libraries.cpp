@@ -664,6 +664,9 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
   const Ty pt = reinterpret_cast<const TensorDesc*>(pd)->ty;
   if (mode != CUDNN_BATCHNORM_SPATIAL || unlike(x, y) || eps < CUDNN_BN_MIN_EPSILON)
     return CUDNN_STATUS_BAD_PARAM;
+  // cuDNN's inference kernel refuses more than 65535 samples (PyTorch issue 19911; onnxruntime
+  // 7095, 17406: cuDNN 7 and 8 at least)
+  if (x.n > 65535) return CUDNN_STATUS_NOT_SUPPORTED;
   const bool f64 = x.ty == Ty::f64;
   const double a = scalar(f64, alpha), b = scalar(f64, beta);
   per_channel(x, [&](int c, const std::vector<int64_t>& idx) {

@@ -63,13 +63,13 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   Tensor w = channel_param(*this, weight, 1, C, po);
   Tensor b = channel_param(*this, bias, 0, C, po);
   Tensor rm = as_dtype(*this, running_mean, po.dtype_), rv = as_dtype(*this, running_var, po.dtype_);
-  BnDescs d(x);
   const bool f64 = x.dtype() == kF64;
   const float one_f = 1, zero_f = 0;
   const double one_d = 1, zero_d = 0;
   const void* one = f64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* zero = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
   if (training) {
+    BnDescs d(x);
     NN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param,
         w.data_ptr(), b.data_ptr(), momentum, rm.defined() ? rm.data_ptr() : nullptr,
@@ -78,9 +78,25 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
     write_back(*this, rm, running_mean);
     write_back(*this, rv, running_var);
   } else {
-    NN_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-        cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param,
-        w.data_ptr(), b.data_ptr(), rm.data_ptr(), rv.data_ptr(), eps));
+    // cuDNN's inference kernel refuses batches over 65535 samples (NOT_SUPPORTED); eval is per
+    // sample, so a larger batch goes in chunks (N is the outer dimension in both layouts).
+    constexpr int64_t kMaxEvalBatch = 65535;
+    const int64_t N = x.shape()[0];
+    auto rows = [&](const Tensor& t, int64_t n0, int64_t n1) {
+      Shape s = t.shape();
+      s[0] = n1 - n0;
+      return make_view(t, s, t.strides(), t.offset() + n0 * t.strides()[0]);
+    };
+    for (int64_t n0 = 0; n0 < N; n0 += kMaxEvalBatch) {
+      const int64_t n1 = std::min(N, n0 + kMaxEvalBatch);
+      const bool whole = n0 == 0 && n1 == N;
+      const Tensor xc = whole ? x : rows(x, n0, n1);
+      Tensor oc = whole ? out : rows(out, n0, n1);
+      BnDescs dc(xc);
+      NN_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+          cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, dc.x, xc.data_ptr(), dc.x, oc.data_ptr(),
+          dc.param, w.data_ptr(), b.data_ptr(), rm.data_ptr(), rv.data_ptr(), eps));
+    }
     // what eval-mode backward needs: the running mean and 1 / sqrt(running_var + eps)
     copy(rm, save_mean);
     unary(UnaryOp::add_scalar, rv, save_invstd, eps, 0);
