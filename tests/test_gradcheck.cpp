@@ -285,7 +285,7 @@ TEST_CASE("gradcheck: conv2d with groups combined with stride, dilation and padd
 }
 
 // ---- matmul ------------------------------------------------------------------------------------
-TEST_CASE("gradcheck: matmul's vector and broadcast shapes, strided operands; linear with a "
+TEST_CASE("gradcheck: matmul's vector and broadcast shapes, strided operands, linear with a "
           "transposed weight and 1-d input", "[matmul][gradcheck]") {
   auto mm = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
   test::require_gradcheck(mm, {test::rnd({3, 4}, 1), test::rnd({4}, 2)});
@@ -343,7 +343,7 @@ TEST_CASE("amax and amin share the gradient evenly among tied extrema", "[reduce
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
-TEST_CASE("gradcheck: both operands broadcast; strided and channels-last inputs to the fused "
+TEST_CASE("gradcheck: both operands broadcast, strided and channels-last inputs to the fused "
           "activation backwards", "[elementwise][gradcheck]") {
   auto positive = [](const Shape& s, uint64_t seed) {
     return (abs(test::rnd(s, seed, false)) + 0.5).detach().requires_grad_();
