@@ -2,9 +2,9 @@
 # Starts a data-parallel run: --nprocs copies of PROGRAM on this machine, each with the
 # environment a libnn app (or torchrun-style code) reads: WORLD_SIZE, RANK, LOCAL_RANK,
 # MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS = cores / nprocs unless already set.
-# SIGTERM and SIGINT are passed on to every process, SIGHUP as SIGTERM (they stop together
-# after one step, rank 0 writes the checkpoint), and to what each process started. When a rank fails the others are stopped; the exit
-# status is that of the first rank to fail (0 when all succeed).
+# SIGTERM and SIGINT are passed on to every process and what it started, SIGHUP as SIGTERM
+# (they stop together after one step, rank 0 writes the checkpoint). When a rank fails the
+# others are stopped; the exit status is that of the first rank to fail (0 when all succeed).
 #
 #   scripts/dist_launch.sh --nprocs 2 -- build/bin/mnist_train --dataset fashion-mnist
 #   # two machines, two GPUs each (run on each, with its --node-rank):
