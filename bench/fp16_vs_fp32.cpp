@@ -205,6 +205,7 @@ int body(int argc, char** argv) {
                                    .add("phase", std::string("train"))
                                    .add("seconds", r.seconds)
                                    .add("samples", batch * batches)
+                                   .add("batch_size", batch)
                                    .add("samples_per_second", r.images_per_second)
                                    .add("peak_memory_mb", r.peak_mb)
                                    .add("final_loss", r.final_loss)

@@ -163,10 +163,12 @@ def table(rows, currency):
 
 
 def config_label(r, rows):
-    """Names a row's configuration by the fields that vary within its benchmark."""
-    varying = ("impl", "precision", "phase", "layout")  # layout: fp16_vs_fp32's nchw/nhwc
+    """Names a row's configuration by the fields that vary within its benchmark (runs of one
+    configuration are averaged in the plots, so batch sizes must stay apart)."""
+    varying = ("impl", "precision", "phase", "layout", "batch_size")  # layout: nchw/nhwc
     fields = ["model"] + [k for k in varying if len({x.get(k, "") for x in rows}) > 1]
-    return " ".join(str(r[k]) for k in fields if r.get(k, "") != "")
+    show = {"batch_size": lambda v: f"batch {v}"}
+    return " ".join(show.get(k, str)(r[k]) for k in fields if r.get(k, "") != "")
 
 
 def series_label(r):

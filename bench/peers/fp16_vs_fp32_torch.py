@@ -152,6 +152,7 @@ def main():
         recs = [{"benchmark": "fp16_vs_fp32", "model": a.model, "impl": "pytorch",
                  "device": dev.type, "precision": r["precision"], "phase": "train",
                  "seconds": r["seconds"], "samples": a.batch_size * a.num_batches,
+                 "batch_size": a.batch_size,
                  "samples_per_second": r["images_per_second"], "peak_memory_mb": r["peak_mb"],
                  "final_loss": r["final_loss"]} for r in results]
         with open(a.json, "w") as f:

@@ -158,6 +158,14 @@ def main():
         code, _, stderr = run(report, RESULTS, "--prices", bad_prices, "--out", out, "--no-plots")
         check(code == 1 and "prices.csv" in stderr and len(stderr.strip().splitlines()) == 1,
               f"bad price: expected exit 1 and one line, got {code}: {stderr!r}")
+    # runs at two batch sizes (fp16_vs_fp32 at 128 and 256) are two configurations in the plots,
+    # not one averaged
+    sys.path.insert(0, os.path.dirname(os.path.abspath(report)))
+    import report as rep
+    rows = [dict(model="resnet50", impl="libnn", precision="fp16", phase="train", batch_size=b)
+            for b in (128, 256)]
+    labels = sorted(rep.config_label(r, rows) for r in rows)
+    check(labels == ["resnet50 batch 128", "resnet50 batch 256"], f"batch sizes share a label: {labels}")
     return finish()
 
 
