@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fp16_bench_tools.sh FP16_VS_FP32: the tools around the precision benchmark, on the CPU with
-# the MNIST CNN at tiny sizes: fp16_vs_torch.py tabulates two result files (here the same run
-# twice, so every ratio must read 1.00x) and merges them, names a run whose loss is not
+# the MNIST CNN at tiny sizes: fp16_vs_torch.py tabulates two result files (here one run and
+# the same run at twice the throughput, so libnn / PyTorch must read 0.50x) and merges them, names a run whose loss is not
 # finite, and refuses files it cannot read; plot_loss_curves.py summarises and
 # plots the per-step losses, and fails on a NaN loss.
 set -euo pipefail
@@ -13,11 +13,26 @@ py=python3
 
 "$bench" --device cpu --model mnist_cnn --batch-size 8 --num-warmup-batches 1 --num-batches 3 \
     --precisions fp32,bf16 --json "$out/l.json" --loss-curve "$out/c.csv" > "$out/run.log"
-"$py" "$root/bench/fp16_vs_torch.py" --from "$out/l.json" "$out/l.json" --out "$out/m.json" \
+# the "peer": the same records at twice the throughput, so libnn / PyTorch must read 0.50x
+"$py" - "$out/l.json" "$out/t.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["records"]:
+    r["samples_per_second"] *= 2
+json.dump(d, open(sys.argv[2], "w"))
+PY
+"$py" "$root/bench/fp16_vs_torch.py" --from "$out/l.json" "$out/t.json" --out "$out/m.json" \
     > "$out/table.md"
 cat "$out/table.md"
-grep -Eq '^\| fp32 \| [0-9,.]+ \| [0-9,.]+ \| 1\.00x \| 1\.00x \| 1\.00x \|' "$out/table.md"
-grep -Eq '^\| bf16 \| [0-9,.]+ \| [0-9,.]+ \| 1\.00x \|' "$out/table.md"
+grep -Eq '^\| fp32 \| [0-9,.]+ \| [0-9,.]+ \| 0\.50x \| 1\.00x \| 1\.00x \|' "$out/table.md"
+# bf16's speedup over its own FP32, as the records give it (the same on both sides)
+own=$("$py" - "$out/l.json" <<'PY'
+import json, sys
+r = {x["precision"]: x["samples_per_second"] for x in json.load(open(sys.argv[1]))["records"]}
+print(f"{r['bf16'] / r['fp32']:.2f}")
+PY
+)
+grep -Eq "^\| bf16 \| [0-9,.]+ \| [0-9,.]+ \| 0\.50x \| ${own//./\\.}x \| ${own//./\\.}x \|" "$out/table.md"
 "$py" - "$out/m.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -98,14 +98,19 @@ rc=$?
 grep -q "FAILED hidden=0 (exit 2)" "$work/g.log" || fail "the failure is not reported" "$work/g.log"
 [[ -e "$work/f/hidden=0/failed" && -e "$work/f/hidden=16/done" ]] || fail "markers" "$work/g.log"
 
-# Usage errors.
-for bad in "--shard 2/2" "--grid lr" "--jobs 0"; do
-  # shellcheck disable=SC2086
-  "$sweep" --out "$work/u" --grid seed=1 $bad -- "$app" > "$work/u.log" 2>&1 && fail "accepted $bad" "$work/u.log"
-done
-"$sweep" --out "$work/u" --grid lr=1 -- "$app" --lr 2 > "$work/u.log" 2>&1 && fail "accepted a grid flag twice" "$work/u.log"
-grep -q "both a grid flag and in the app's flags" "$work/u.log" || fail "message" "$work/u.log"
-"$sweep" --out "$work/u" --grid lr=1 -- "$app" --lr=2 > "$work/u.log" 2>&1 && fail "accepted --lr=2 beside a grid lr" "$work/u.log"
+# Usage errors: exit 1 with the one line that names the problem (no traceback), no run made.
+usage_error() {  # usage_error MESSAGE SWEEP-ARGS...
+  local msg=$1; shift
+  "$sweep" "$@" > "$work/u.log" 2>&1 && fail "accepted $*" "$work/u.log"
+  [[ $(wc -l < "$work/u.log") -eq 1 ]] && grep -q "^sweep: $msg" "$work/u.log" \
+    || fail "expected the one line 'sweep: $msg' for $*" "$work/u.log"
+  [[ ! -e "$work/u" ]] || fail "made run folders for $*" "$work/u.log"
+}
+usage_error "--shard must be I/N with 0 <= I < N, got '2/2'" --out "$work/u" --grid seed=1 --shard 2/2 -- "$app"
+usage_error "--grid must be NAME=V1,V2" --out "$work/u" --grid seed=1 --grid lr -- "$app"
+usage_error "--jobs must be at least 1" --out "$work/u" --grid seed=1 --jobs 0 -- "$app"
+usage_error "--lr is both a grid flag and in the app's flags" --out "$work/u" --grid lr=1 -- "$app" --lr 2
+usage_error "--lr is both a grid flag and in the app's flags" --out "$work/u" --grid lr=1 -- "$app" --lr=2
 "$sweep" --out "$work/u" --grid x=a/b,a_b -- "$app" > "$work/u.log" 2>&1 && fail "accepted clashing run names" "$work/u.log"
 grep -q "two runs would share a folder name" "$work/u.log" || fail "message" "$work/u.log"
 # An app that is missing or not executable: a one-line error before any run folder, no traceback.

@@ -116,7 +116,7 @@ bad_inputs)
     "$e" 2 "give either --data-dir DIR or --data synthetic" -- "$app"
     "$e" 1 "error: .*'/nonexistent" -- "$app" --data-dir /nonexistent
     mkdir -p "$out/empty/train" "$out/empty/test"
-    "$e" 1 "error: .*(no .*txt|empty)" -- "$app" --data-dir "$out/empty"
+    "$e" 1 "error: no label folders in '.*/empty/train'" -- "$app" --data-dir "$out/empty"
     "$e" 2 "--data must be one of synthetic" -- "$app" --data imdb
     "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --data synthetic --precision fp8
     "$e" 2 "--eval-only needs --load-model" -- "$app" --data synthetic --eval-only

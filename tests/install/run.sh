@@ -21,8 +21,10 @@ g++ "$src_dir/main.cpp" -o "$work/pc_check" $(PKG_CONFIG_PATH="$pc_dir" pkg-conf
 # every library the installed libnn.so needs is found from its own RUNPATH and the system's
 # (not from the build tree's), as a program linking it elsewhere would load it
 lib=$(find "$work/prefix" -name libnn.so)
-if ldd "$lib" | grep -q "not found"; then
-  echo "the installed libnn.so misses libraries:"; ldd "$lib"; exit 1
+[[ -n $lib ]] || { echo "no libnn.so installed under $work/prefix"; exit 1; }
+deps=$(ldd "$lib") || { echo "ldd $lib failed"; exit 1; }
+if grep -q "not found" <<<"$deps"; then
+  echo "the installed libnn.so misses libraries:"; echo "$deps"; exit 1
 fi
 # the research-project example of examples/ builds and trains against the same install
 example=$src_dir/../../examples/custom_model
