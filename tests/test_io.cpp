@@ -249,6 +249,30 @@ TEST_CASE("safetensors loader rejects broken files with clear messages", "[io][s
     bad_crc.replace(bad_crc.find(crc_pos_marker) + crc_pos_marker.size(), 8, "zzzzzzzz");
     rejects(bad_crc, "malformed libnn.crc32 'zzzzzzzz' (expected 8 hex digits)");
   }
+  SECTION("damaged headers of libnn files: metadata, a dtype, a shape") {
+    std::string good = d.file("meta.safetensors");
+    io::save_safetensors(good, {{"w", randn({2, 8})}}, {{"libnn.step", "1200"}});
+    const std::string bytes = read_file(good);
+    auto changed = [&](const std::string& from, const std::string& to) {
+      std::string b = bytes;
+      const size_t at = b.find(from);
+      REQUIRE(at != std::string::npos);
+      b.replace(at, from.size(), to);  // same length: the file stays well-formed
+      return b;
+    };
+    const std::string why = "header checksum mismatch: the metadata or a tensor's name, dtype "
+                            "or shape was corrupted or modified";
+    rejects(changed("\"1200\"", "\"1900\""), why);                 // a checkpoint's step
+    rejects(changed("\"dtype\":\"F32\"", "\"dtype\":\"I32\""), why);  // same size, other type
+    rejects(changed("\"shape\":[2,8]", "\"shape\":[8,2]"), why);
+    const std::string key = "\"libnn.header_crc32\":\"";
+    std::string bad = bytes;
+    bad.replace(bad.find(key) + key.size(), 8, "zzzzzzzz");
+    rejects(bad, "malformed libnn.header_crc32 'zzzzzzzz' (expected 8 hex digits)");
+    // the key is libnn's: not returned, and a caller's value for it is replaced
+    io::save_safetensors(good, {{"w", randn({2, 8})}}, {{"libnn.header_crc32", "00000000"}});
+    REQUIRE(io::load_safetensors(good).metadata.empty());
+  }
 }
 
 TEST_CASE("save_safetensors refuses bad input and never leaves partial files", "[io][safetensors][errors]") {

@@ -91,6 +91,20 @@ def parse(blob):
     # libnn's own metadata: zlib's CRC-32 of the byte buffer, 8 hex digits
     if "libnn.crc32" in metadata and int(metadata["libnn.crc32"], 16) != zlib.crc32(buf):
         raise FormatError("libnn.crc32 %s does not match the data (%08x)" % (metadata["libnn.crc32"], zlib.crc32(buf)))
+    # ...and the CRC-32 of the rest of the header: every other metadata entry in key order
+    # (by code point, as UTF-8), then each tensor's name, dtype and shape in buffer order,
+    # NUL-separated
+    if "libnn.header_crc32" in metadata:
+        text = b"".join(k.encode() + b"\0" + v.encode() + b"\0"
+                        for k, v in sorted(metadata.items(), key=lambda kv: kv[0].encode())
+                        if k != "libnn.header_crc32")
+        text += b"\1"
+        for _, _, name, dtype, shape in entries:
+            text += name.encode() + b"\0" + dtype.encode() + b"\0"
+            text += b"".join(b"%d," % d for d in shape) + b"\0"
+        if int(metadata["libnn.header_crc32"], 16) != zlib.crc32(text):
+            raise FormatError("libnn.header_crc32 %s does not match the header (%08x)"
+                              % (metadata["libnn.header_crc32"], zlib.crc32(text)))
     return metadata, tensors, [e[2] for e in entries]
 
 
@@ -116,6 +130,8 @@ def check_sample(path):
     metadata, tensors, order = parse(blob)
     assert "libnn.crc32" in metadata, "no libnn.crc32 in the metadata"
     crc = metadata.pop("libnn.crc32")
+    assert "libnn.header_crc32" in metadata, "no libnn.header_crc32 in the metadata"
+    header_crc = metadata.pop("libnn.header_crc32")
     assert metadata == SAMPLE_METADATA, "metadata %r" % metadata
     assert order == [s[0] for s in SAMPLE], "buffer order %r" % order
     for name, dtype, shape, values in SAMPLE:
@@ -132,10 +148,20 @@ def check_sample(path):
         raise AssertionError("a flipped bit went unnoticed")
     except FormatError:
         pass
+    # ...and one changed metadata byte breaks the header's: "hello" -> "jello"
+    i = blob.index(b"hello")
+    bad = bytearray(blob)
+    bad[i] = ord("j")
+    try:
+        parse(bytes(bad))
+        raise AssertionError("a changed metadata byte went unnoticed")
+    except FormatError as e:
+        assert "header_crc32" in str(e), e
     try:  # the reference implementation, when this machine has it (NumPy has no bf16)
         from safetensors import safe_open
         with safe_open(path, framework="np") as ref:
-            assert {**ref.metadata()} == {**SAMPLE_METADATA, "libnn.crc32": crc}, ref.metadata()
+            assert {**ref.metadata()} == {**SAMPLE_METADATA, "libnn.crc32": crc,
+                                          "libnn.header_crc32": header_crc}, ref.metadata()
             assert sorted(ref.keys()) == sorted(s[0] for s in SAMPLE), ref.keys()
             for name, dtype, shape, values in SAMPLE:
                 if dtype != "BF16":

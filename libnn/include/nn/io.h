@@ -14,6 +14,10 @@ namespace nn::io {
 // Metadata key holding the zlib CRC-32 of the data section (8 hex digits). libnn adds it on
 // save and checks it on load when present; other readers ignore unknown metadata.
 inline constexpr const char* kChecksumKey = "libnn.crc32";
+// Metadata key holding the CRC-32 of the rest of the header: every other metadata entry and
+// each tensor's name, dtype and shape (a flipped byte there, a checkpoint's step say, would
+// pass the data's checksum). Added on save, checked on load when present.
+inline constexpr const char* kHeaderChecksumKey = "libnn.header_crc32";
 
 // Writes `tensors` (any device, any layout: each is written as detach().cpu().contiguous())
 // in the given order, with `metadata` in "__metadata__" plus the checksum. Atomic: the
@@ -26,12 +30,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 
 struct SafetensorsFile {
   NamedTensors tensors;                          // CPU tensors, ordered by data offset
-  std::map<std::string, std::string> metadata;  // without kChecksumKey
+  std::map<std::string, std::string> metadata;  // without kChecksumKey, kHeaderChecksumKey
 };
 
 // Reads and validates a whole file: header size, JSON, dtypes (F32, F64, F16, BF16, I32,
 // I64, U8), shapes against offsets, offsets inside the data section without overlaps or
-// gaps, no trailing bytes, and the checksum when present. Every problem is an nn::Error
+// gaps, no trailing bytes, and the checksums when present. Every problem is an nn::Error
 // "safetensors file '<path>': <what is wrong>".
 SafetensorsFile load_safetensors(const std::string& path);
 

@@ -69,7 +69,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   const NamedTensors* groups[] = {&c.model, &c.optimizer, &c.extra};
   for (int g = 0; g < 3; ++g)
     for (auto& [name, t] : *groups[g]) all.emplace_back(kPrefixes[g] + name, t);
-  for (const char* reserved : {kStepKey, kChecksumKey})
+  for (const char* reserved : {kStepKey, kChecksumKey, kHeaderChecksumKey})
     NN_CHECK(!c.meta.count(reserved), "checkpoint '", path, "': meta key '", reserved,
              "' is reserved for libnn");
   auto meta = c.meta;

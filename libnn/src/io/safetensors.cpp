@@ -59,6 +59,27 @@ uLong crc_update(uLong crc, const void* data, size_t n) {
   return crc;
 }
 
+// The header as kHeaderChecksumKey covers it: the metadata (sorted, as std::map keeps it)
+// but for that key, then each tensor's name, dtype and shape in data order; NUL-separated.
+struct HeaderTensor {
+  const std::string& name;
+  DType dtype;
+  const Shape& shape;
+};
+uint32_t header_crc(const std::map<std::string, std::string>& meta,
+                    const std::vector<HeaderTensor>& tensors) {
+  std::string text;
+  for (auto& [k, v] : meta)
+    if (k != kHeaderChecksumKey) text += detail::cat(k, '\0', v, '\0');
+  text += '\1';
+  for (auto& t : tensors) {
+    text += detail::cat(t.name, '\0', st_name(t.dtype), '\0');
+    for (int64_t d : t.shape) text += detail::cat(d, ',');
+    text += '\0';
+  }
+  return uint32_t(crc_update(crc32(0, nullptr, 0), text.data(), text.size()));
+}
+
 std::string hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", v);
@@ -185,7 +206,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   uLong crc = crc32(0, nullptr, 0);
   for (auto& t : host) crc = crc_update(crc, t.data_ptr(), t.nbytes());
   std::map<std::string, std::string> meta = metadata;
+  meta.erase(kHeaderChecksumKey);
   meta[kChecksumKey] = hex32(uint32_t(crc));
+  std::vector<HeaderTensor> described;
+  for (size_t i = 0; i < host.size(); ++i)
+    described.push_back({tensors[i].first, host[i].dtype(), host[i].shape()});
+  meta[kHeaderChecksumKey] = hex32(header_crc(meta, described));
 
   // Built with detail::cat: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
   std::string header = "{\"__metadata__\":{";
@@ -298,14 +324,25 @@ SafetensorsFile load_safetensors(const std::string& path) {
            " bytes after the last tensor's data (the header describes ", expected,
            " bytes of data, the file holds ", data_size, ")");
 
-  std::optional<uint32_t> want_crc;
-  if (auto it = out.metadata.find(kChecksumKey); it != out.metadata.end()) {
+  auto read_hex32 = [&](const char* key) -> std::optional<uint32_t> {
+    auto it = out.metadata.find(key);
+    if (it == out.metadata.end()) return std::nullopt;
     const std::string& s = it->second;
     NN_CHECK(s.size() == 8 && s.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
-             where, "malformed ", kChecksumKey, " '", s, "' (expected 8 hex digits)");
-    want_crc = uint32_t(std::stoul(s, nullptr, 16));
-    out.metadata.erase(it);
+             where, "malformed ", key, " '", s, "' (expected 8 hex digits)");
+    return uint32_t(std::stoul(s, nullptr, 16));
+  };
+  const std::optional<uint32_t> want_crc = read_hex32(kChecksumKey);
+  if (const auto want = read_hex32(kHeaderChecksumKey)) {
+    out.metadata.erase(kHeaderChecksumKey);
+    std::vector<HeaderTensor> described;
+    for (auto& e : entries) described.push_back({e.name, e.dtype, e.shape});
+    const uint32_t got = header_crc(out.metadata, described);  // (kChecksumKey included)
+    NN_CHECK(*want == got, where, "header checksum mismatch: the metadata or a tensor's name, "
+             "dtype or shape was corrupted or modified (", kHeaderChecksumKey, " is ", hex32(*want),
+             ", the header gives ", hex32(got), ")");
   }
+  out.metadata.erase(kChecksumKey);
 
   uLong crc = crc32(0, nullptr, 0);
   for (auto& e : entries) {
