@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """drop_tensors.py FILE PREFIX: rewrites a safetensors file without the tensors whose names
-start with PREFIX (and without the checksum, which would no longer match), the way a file
+start with PREFIX (and without the checksums, which would no longer match), the way a file
 written before those tensors existed looks. Exits 1 when no tensor has the prefix."""
 import json
 import struct
@@ -16,6 +16,7 @@ dropped = [k for k in header if k.startswith(prefix)]
 if not dropped:
     sys.exit(f"{path}: no tensor starts with '{prefix}'")
 meta.pop("libnn.crc32", None)
+meta.pop("libnn.header_crc32", None)
 out, chunks, pos = {"__metadata__": meta}, [], 0
 for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
     if name in dropped:
