@@ -73,22 +73,13 @@ void check(const Case& c) {
 }
 
 Tensor T(const Tensor& t) { return t.transpose(0, 1); }  // a non-contiguous view
-Tensor channels_last(const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); }
+using test::channels_last;
 
 Conv2dParams conv(int64_t s, int64_t p, int64_t d = 1, int64_t g = 1) {
-  Conv2dParams c;
-  c.stride = {s, s};
-  c.padding = {p, p};
-  c.dilation = {d, d};
-  c.groups = g;
-  return c;
+  return test::conv_params({s, s}, {p, p}, {d, d}, g);
 }
 Pool2dParams pool(int64_t k, int64_t s = 0, int64_t p = 0) {
-  Pool2dParams q;
-  q.kernel = {k, k};
-  q.stride = {s, s};
-  q.padding = {p, p};
-  return q;
+  return test::pool_params({k, k}, {s, s}, {p, p});
 }
 
 // Zeros like t (shape, dtype, device) but for `value` at flat index i: a NaN or an infinity

@@ -143,7 +143,6 @@ TEST_CASE("gradcheck: embedding_bag with an empty bag, repeated ids, i32 ids, a 
 TEST_CASE("gradcheck: batch_norm with a partial affine, (N, C) input, channels-last eval and "
           "strided input", "[norm][gradcheck]") {
   Tensor rm0 = test::rnd({3}, 80, false) * 0.1, rv0 = abs(test::rnd({3}, 81, false)) + 0.5;
-  auto cl = [](const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); };
   for (bool training : {true, false}) {
     INFO("training " << training);
     test::require_gradcheck([&](const std::vector<Tensor>& in) {
@@ -156,7 +155,7 @@ TEST_CASE("gradcheck: batch_norm with a partial affine, (N, C) input, channels-l
     }, {test::rnd({4, 3, 5}, 84), test::rnd({3}, 85)});
     test::require_gradcheck([&](const std::vector<Tensor>& in) {
       Tensor m = rm0.clone(), v = rv0.clone();
-      return batch_norm(cl(in[0]), m, v, in[1], in[2], training, 0.1, 1e-5);
+      return batch_norm(test::channels_last(in[0]), m, v, in[1], in[2], training, 0.1, 1e-5);
     }, {test::rnd({2, 3, 3, 2}, 86), test::rnd({3}, 87), test::rnd({3}, 88)});
     test::require_gradcheck([&](const std::vector<Tensor>& in) {
       Tensor m = rm0.clone(), v = rv0.clone();
@@ -212,32 +211,23 @@ TEST_CASE("gradcheck: layer_norm with weight alone, a multi-dim affine, strided,
 // ---- pool --------------------------------------------------------------------------------------
 TEST_CASE("gradcheck: pooling with asymmetric windows, overlap, channels-last input and "
           "upsampling", "[pool][gradcheck]") {
-  auto make = [](std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> p,
-                 std::array<int64_t, 2> d = {1, 1}, bool incl = true) {
-    Pool2dParams q;
-    q.kernel = k;
-    q.stride = s;
-    q.padding = p;
-    q.dilation = d;
-    q.count_include_pad = incl;
-    return q;
-  };
-  auto cl = [](const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); };
   Tensor x = test::rnd({2, 2, 7, 6}, 40);  // continuous values: no ties
   for (bool channels_last : {false, true}) {
     INFO("channels-last " << channels_last);
-    auto in_format = [&](const Tensor& t) { return channels_last ? cl(t) : t; };
-    for (Pool2dParams p : {make({2, 3}, {1, 2}, {1, 1}, {2, 1}), make({3, 3}, {1, 1}, {1, 1})})
+    auto in_format = [&](const Tensor& t) { return channels_last ? test::channels_last(t) : t; };
+    for (Pool2dParams p : {test::pool_params({2, 3}, {1, 2}, {1, 1}, {2, 1}),
+                           test::pool_params({3, 3}, {1, 1}, {1, 1})})
       test::require_gradcheck([&, p](const std::vector<Tensor>& in) { return max_pool2d(in_format(in[0]), p); }, {x});
     for (bool incl : {true, false})
-      for (Pool2dParams p : {make({3, 2}, {2, 1}, {1, 1}, {1, 1}, incl), make({3, 3}, {1, 1}, {0, 0}, {1, 1}, incl)})
+      for (Pool2dParams p : {test::pool_params({3, 2}, {2, 1}, {1, 1}, {1, 1}, incl),
+                             test::pool_params({3, 3}, {1, 1}, {0, 0}, {1, 1}, incl)})
         test::require_gradcheck([&, p](const std::vector<Tensor>& in) { return avg_pool2d(in_format(in[0]), p); }, {x});
     test::require_gradcheck([&](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in_format(in[0]), {4, 3}); }, {x});
     test::require_gradcheck([&](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in_format(in[0]), {9, 8}); }, {x});
   }
   // a strided (H/W-transposed) input; 2x2 stride 2 takes the row-major fast path
   test::require_gradcheck([&](const std::vector<Tensor>& in) {
-    return max_pool2d(in[0].transpose(2, 3), make({2, 2}, {2, 2}, {0, 0}));
+    return max_pool2d(in[0].transpose(2, 3), test::pool_params({2, 2}, {2, 2}, {0, 0}));
   }, {x});
 }
 
@@ -245,42 +235,32 @@ TEST_CASE("gradcheck: pooling with asymmetric windows, overlap, channels-last in
 TEST_CASE("gradcheck: conv2d with groups combined with stride, dilation and padding, depthwise, "
           "unread rows, 1x1 off the fast path, no bias, strided and channels-last input",
           "[conv][gradcheck]") {
-  auto make = [](std::array<int64_t, 2> s, std::array<int64_t, 2> p,
-                 std::array<int64_t, 2> d = {1, 1}, int64_t g = 1) {
-    Conv2dParams c;
-    c.stride = s;
-    c.padding = p;
-    c.dilation = d;
-    c.groups = g;
-    return c;
-  };
-  auto cl = [](const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); };
   struct Case { Shape x, w; Conv2dParams p; };
   const std::vector<Case> cases = {
-      {{2, 4, 7, 6}, {6, 2, 3, 2}, make({2, 1}, {2, 1}, {1, 2}, 2)},  // everything at once
-      {{1, 3, 5, 5}, {6, 1, 3, 3}, make({1, 1}, {1, 1}, {1, 1}, 3)},  // depthwise, multiplier 2
-      {{2, 3, 4, 5}, {3, 1, 3, 2}, make({1, 2}, {1, 0}, {1, 1}, 3)},  // depthwise, asymmetric
-      {{1, 2, 7, 8}, {2, 2, 2, 2}, make({3, 3}, {0, 0})},             // rows/cols no window reads
-      {{1, 3, 3, 4}, {2, 3, 1, 1}, make({1, 1}, {1, 1})},             // 1x1 padded
-      {{2, 3, 5, 5}, {2, 3, 1, 1}, make({2, 2}, {0, 0})},             // 1x1 stride 2
-      {{1, 4, 7, 7}, {4, 2, 3, 3}, make({2, 2}, {1, 1}, {2, 2}, 2)},  // groups, stride, dilation
+      {{2, 4, 7, 6}, {6, 2, 3, 2}, test::conv_params({2, 1}, {2, 1}, {1, 2}, 2)},  // everything at once
+      {{1, 3, 5, 5}, {6, 1, 3, 3}, test::conv_params({1, 1}, {1, 1}, {1, 1}, 3)},  // depthwise, multiplier 2
+      {{2, 3, 4, 5}, {3, 1, 3, 2}, test::conv_params({1, 2}, {1, 0}, {1, 1}, 3)},  // depthwise, asymmetric
+      {{1, 2, 7, 8}, {2, 2, 2, 2}, test::conv_params({3, 3}, {0, 0})},             // rows/cols no window reads
+      {{1, 3, 3, 4}, {2, 3, 1, 1}, test::conv_params({1, 1}, {1, 1})},             // 1x1 padded
+      {{2, 3, 5, 5}, {2, 3, 1, 1}, test::conv_params({2, 2}, {0, 0})},             // 1x1 stride 2
+      {{1, 4, 7, 7}, {4, 2, 3, 3}, test::conv_params({2, 2}, {1, 1}, {2, 2}, 2)},  // groups, stride, dilation
   };
   uint64_t seed = 50;
   for (const Case& c : cases)
     for (bool channels_last : {false, true}) {
       INFO("x " << shape_str(c.x) << " w " << shape_str(c.w) << " channels-last " << channels_last);
       test::require_gradcheck([&](const std::vector<Tensor>& in) {
-        return conv2d(channels_last ? cl(in[0]) : in[0], in[1], in[2], c.p);
+        return conv2d(channels_last ? test::channels_last(in[0]) : in[0], in[1], in[2], c.p);
       }, {test::rnd(c.x, seed), test::rnd(c.w, seed + 1), test::rnd({c.w[0]}, seed + 2)});
       seed += 3;
     }
   // no bias
   test::require_gradcheck([&](const std::vector<Tensor>& in) {
-    return conv2d(in[0], in[1], {}, make({1, 1}, {1, 1}));
+    return conv2d(in[0], in[1], {}, test::conv_params({1, 1}, {1, 1}));
   }, {test::rnd({1, 2, 4, 4}, 90), test::rnd({3, 2, 3, 3}, 91)});
   // a strided (H/W-transposed) input
   test::require_gradcheck([&](const std::vector<Tensor>& in) {
-    return conv2d(in[0].transpose(2, 3), in[1], in[2], make({1, 1}, {1, 0}));
+    return conv2d(in[0].transpose(2, 3), in[1], in[2], test::conv_params({1, 1}, {1, 0}));
   }, {test::rnd({1, 2, 5, 4}, 92), test::rnd({2, 2, 3, 2}, 93), test::rnd({2}, 94)});
 }
 
@@ -363,10 +343,9 @@ TEST_CASE("gradcheck: both operands broadcast, strided and channels-last inputs 
   Tensor x = test::rnd({3, 4}, 145);
   for (auto f : std::vector<Tensor (*)(const Tensor&)>{exp, tanh, sigmoid, gelu, relu, abs, square, neg})
     test::require_gradcheck([f](const std::vector<Tensor>& in) { return f(in[0].t()); }, {x});
-  auto cl = [](const Tensor& t) { return t.contiguous(MemoryFormat::channels_last); };
-  test::require_gradcheck([&](const std::vector<Tensor>& in) { return gelu(tanh(sigmoid(cl(in[0])))); },
+  test::require_gradcheck([&](const std::vector<Tensor>& in) { return gelu(tanh(sigmoid(test::channels_last(in[0])))); },
                           {test::rnd({2, 3, 2, 2}, 146)});
-  test::require_gradcheck([&](const std::vector<Tensor>& in) { return relu(cl(in[0]) * in[1] + 0.1); },
+  test::require_gradcheck([&](const std::vector<Tensor>& in) { return relu(test::channels_last(in[0]) * in[1] + 0.1); },
                           {test::rnd({2, 3, 2, 2}, 147), test::rnd({1, 3, 1, 1}, 148)});
   test::require_gradcheck([](const std::vector<Tensor>& in) { return pow(in[0], 3.0); }, {x});  // negative bases
   test::require_gradcheck([](const std::vector<Tensor>& in) { return pow(in[0], -2.0); }, {positive({3, 4}, 149)});

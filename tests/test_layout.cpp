@@ -9,15 +9,9 @@ using test::rnd;
 namespace {
 constexpr MemoryFormat kCL = MemoryFormat::channels_last;
 
-Tensor cl(const Tensor& t) { return t.contiguous(kCL); }
+Tensor cl(const Tensor& t) { return test::channels_last(t); }
 
-Conv2dParams conv(int64_t s, int64_t p, int64_t g = 1) {
-  Conv2dParams c;
-  c.stride = {s, s};
-  c.padding = {p, p};
-  c.groups = g;
-  return c;
-}
+Conv2dParams conv(int64_t s, int64_t p, int64_t g = 1) { return test::conv_params({s, s}, {p, p}, {1, 1}, g); }
 
 // f(x) with x row-major and with x channels-last: equal outputs and equal gradients of every
 // input; the channels-last output is channels-last.

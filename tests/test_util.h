@@ -3,6 +3,7 @@
 #pragma once
 #include <nn/nn.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -14,6 +15,33 @@ namespace test {
 
 using nn::Shape;
 using nn::Tensor;
+
+// t in the channels-last (NHWC) memory format.
+inline Tensor channels_last(const Tensor& t) {
+  return t.contiguous(nn::MemoryFormat::channels_last);
+}
+
+// Convolution and pooling parameters, (height, width) each.
+using Pair = std::array<int64_t, 2>;
+inline nn::Conv2dParams conv_params(Pair stride, Pair padding, Pair dilation = {1, 1},
+                                    int64_t groups = 1) {
+  nn::Conv2dParams c;
+  c.stride = stride;
+  c.padding = padding;
+  c.dilation = dilation;
+  c.groups = groups;
+  return c;
+}
+inline nn::Pool2dParams pool_params(Pair kernel, Pair stride, Pair padding, Pair dilation = {1, 1},
+                                    bool count_include_pad = true) {
+  nn::Pool2dParams q;
+  q.kernel = kernel;
+  q.stride = stride;
+  q.padding = padding;
+  q.dilation = dilation;
+  q.count_include_pad = count_include_pad;
+  return q;
+}
 
 // Every element within atol + rtol * |expected| (or equal, infinities included; NaN where
 // NaN is expected); on failure names the first bad element.
