@@ -17,6 +17,8 @@ nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int6
   if (a.count("heads")) c.heads(apps::check_positive("heads", a["heads"].as<int64_t>()));
   if (a.count("ffn")) c.ffn(apps::check_positive("ffn", a["ffn"].as<int64_t>()));
   c.dropout(apps::check_probability("dropout", a["dropout"].as<double>()));
+  if (a.count("attention-dropout"))
+    c.attention_dropout(apps::check_probability("attention-dropout", a["attention-dropout"].as<double>()));
   apps::check_choice("norm", a["norm"].as<std::string>(), {"pre", "post"});
   c.pre_ln(a["norm"].as<std::string>() == "pre");
   if (a.count("pretrained")) {  // BERT's weights are post-LN: --norm defaults to post then
@@ -49,7 +51,10 @@ int run(int argc, char** argv) {
         ("hidden", "hidden size", cxxopts::value<int64_t>())
         ("heads", "attention heads", cxxopts::value<int64_t>())
         ("ffn", "feed-forward width", cxxopts::value<int64_t>())
-        ("dropout", "dropout", cxxopts::value<double>()->default_value("0.1"))
+        ("dropout", "dropout on embeddings, sublayer outputs and the pooled [CLS]",
+         cxxopts::value<double>()->default_value("0.1"))
+        ("attention-dropout", "dropout on the attention probabilities (default: --dropout's)",
+         cxxopts::value<double>())
         ("norm", "post (BERT) or pre layer norm", cxxopts::value<std::string>()->default_value("pre"))
         ("pretrained", "a Hugging Face BERT checkpoint (.safetensors) to start from; use with "
                        "its --vocab and --preset base (implies --norm post)",

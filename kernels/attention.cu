@@ -13,8 +13,8 @@ constexpr int kTile = 32;           // keys (or queries) staged in shared memory
 // Forward: thread = query row t of slice b.
 template <typename T, int DM>
 __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
-                              int64_t S, int D, int E, acc_t<T> scale, int64_t blocks_per_slice,
-                              T* out, acc_t<T>* lse) {
+                              int64_t S, int D, int E, acc_t<T> scale, rng::DropoutDraw drop,
+                              int64_t blocks_per_slice, T* out, acc_t<T>* lse) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);  // kTile x D
@@ -25,6 +25,9 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
   const bool active = t < T_;
   A qr[DM], o[DM];
   A m = A(-INFINITY), l = A(0);
+  rng::DropoutWalk walk(drop);  // this row's dropout multipliers (the sums l keep every key)
+  const A kept = A(drop.scale);
+  const uint64_t row0 = uint64_t(b * T_ + t) * uint64_t(S);
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
     qr[d] = (active && d < D) ? A(load(q[(b * T_ + t) * D + d])) * scale : A(0);
@@ -54,9 +57,10 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
         }
         const A p = s == A(-INFINITY) ? A(0) : m_exp(s - m);  // as a masked key
         l += p;
+        const A pz = drop.active() ? (walk.keep(row0 + uint64_t(j0 + j)) ? p * kept : A(0)) : p;
 #pragma unroll
         for (int e = 0; e < DM; ++e)
-          if (e < E) o[e] += p * vs[j * E + e];
+          if (e < E) o[e] += pz * vs[j * E + e];
       }
     }
     __syncthreads();
@@ -86,7 +90,8 @@ template <typename T, int DM>
 __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
                                 const uint8_t* mask, const acc_t<T>* lse,
                                 const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
-                                acc_t<T> scale, int64_t blocks_per_slice, T* gq) {
+                                acc_t<T> scale, rng::DropoutDraw drop, int64_t blocks_per_slice,
+                                T* gq) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);
@@ -104,6 +109,9 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
   }
   const A l = active ? lse[b * T_ + t] : A(0), dl = active ? delta[b * T_ + t] : A(0);
   const bool live = active && l != A(-INFINITY);
+  rng::DropoutWalk walk(drop);
+  const A kept = A(drop.scale);
+  const uint64_t row0 = uint64_t(b * T_ + t) * uint64_t(S);
   for (int64_t j0 = 0; j0 < S; j0 += kTile) {
     const int n = S - j0 < kTile ? int(S - j0) : kTile;
     for (int i = threadIdx.x; i < n * D; i += blockDim.x) ks[i] = A(load(k[(b * S + j0) * D + i]));
@@ -119,6 +127,7 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
           if (d < D) s += qr[d] * ks[j * D + d];
           if (d < E) dp += gr[d] * vs[j * E + d];
         }
+        if (drop.active()) dp = walk.keep(row0 + uint64_t(j0 + j)) ? dp * kept : A(0);
         const A ds = m_exp(s - l) * (dp - dl);
 #pragma unroll
         for (int d = 0; d < DM; ++d)
@@ -138,7 +147,8 @@ template <typename T, int DM>
 __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
                                  const uint8_t* mask, const acc_t<T>* lse,
                                  const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
-                                 acc_t<T> scale, int64_t blocks_per_slice, T* gk, T* gv) {
+                                 acc_t<T> scale, rng::DropoutDraw drop, int64_t blocks_per_slice,
+                                 T* gk, T* gv) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* qs = reinterpret_cast<A*>(smem_raw);  // kTile x D
@@ -149,6 +159,7 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
   const int64_t j = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = j < S && (!mask || mask[b * S + (j < S ? j : 0)]);
   A kr[DM], vr[DM], dk[DM], dv[DM];
+  const A kept = A(drop.scale);  // (a thread walks a column: a new Philox block per query)
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
     kr[d] = (active && d < D) ? A(load(k[(b * S + j) * D + d])) : A(0);
@@ -174,10 +185,16 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
           if (d < E) dp += gs[i * E + d] * vr[d];
         }
         const A p = m_exp(s * scale - ls[i]);
+        A pz = p;
+        if (drop.active()) {
+          const A z = drop.keep(uint64_t(b * T_ + i0 + i) * uint64_t(S) + uint64_t(j)) ? kept : A(0);
+          pz *= z;
+          dp *= z;
+        }
         const A ds = p * (dp - dls[i]);
 #pragma unroll
         for (int d = 0; d < DM; ++d) {
-          if (d < E) dv[d] += p * gs[i * E + d];
+          if (d < E) dv[d] += pz * gs[i * E + d];
           if (d < D) dk[d] += ds * qs[i * D + d];
         }
       }
@@ -215,9 +232,10 @@ void dispatch_dims(DType t, int64_t D, int64_t E, const char* op, F&& f) {
 
 void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
                               const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
-                              int64_t E, double scale, void* out, void* lse, cudaStream_t s) {
+                              int64_t E, double scale, const rng::DropoutDraw& drop, void* out,
+                              void* lse, cudaStream_t s) {
   if (B * T == 0) return;
-  if (launch_attention_forward_tc(t, q, k, v, mask, B, T, S, D, E, scale, out, lse, s)) return;
+  if (launch_attention_forward_tc(t, q, k, v, mask, B, T, S, D, E, scale, drop, out, lse, s)) return;
   dispatch_dims(t, D, E, "attention", [&]<typename Ty, int DM>() {
     using A = acc_t<Ty>;
     const size_t smem = smem_bytes<A>(D, E, false);
@@ -225,7 +243,7 @@ void launch_attention_forward(DType t, const void* q, const void* k, const void*
     allow_dynamic_smem(kernel, smem, "attention");  // f64, head dims over 96
     kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention"), kRowsPerBlock, smem, s>>>(
         static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T, S,
-        int(D), int(E), A(scale), ceil_div(T, kRowsPerBlock), static_cast<Ty*>(out),
+        int(D), int(E), A(scale), drop, ceil_div(T, kRowsPerBlock), static_cast<Ty*>(out),
         static_cast<A*>(lse));
     NN_CUDA_CHECK_LAUNCH();
   });
@@ -234,8 +252,8 @@ void launch_attention_forward(DType t, const void* q, const void* k, const void*
 void launch_attention_backward(DType t, const void* grad_out, const void* q, const void* k,
                                const void* v, const uint8_t* mask, const void* out,
                                const void* lse, int64_t B, int64_t T, int64_t S, int64_t D,
-                               int64_t E, double scale, void* grad_q, void* grad_k, void* grad_v,
-                               void* delta, cudaStream_t s) {
+                               int64_t E, double scale, const rng::DropoutDraw& drop, void* grad_q,
+                               void* grad_k, void* grad_v, void* delta, cudaStream_t s) {
   dispatch_dims(t, D, E, "attention_backward", [&]<typename Ty, int DM>() {
     using A = acc_t<Ty>;
     const Ty* g = static_cast<const Ty*>(grad_out);
@@ -247,7 +265,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       NN_CUDA_CHECK_LAUNCH();
     }
     if (launch_attention_backward_tc(t, grad_out, q, k, v, mask, lse, delta, B, T, S, D, E, scale,
-                                     grad_q, grad_k, grad_v, s))
+                                     drop, grad_q, grad_k, grad_v, s))
       return;
     if (B * T > 0) {
       auto kernel = attention_bwd_q<Ty, DM>;
@@ -255,7 +273,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
-          T, S, int(D), int(E), A(scale), ceil_div(T, kRowsPerBlock), static_cast<Ty*>(grad_q));
+          T, S, int(D), int(E), A(scale), drop, ceil_div(T, kRowsPerBlock), static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
     if (B * S > 0) {
@@ -264,7 +282,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(S, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
-          T, S, int(D), int(E), A(scale), ceil_div(S, kRowsPerBlock), static_cast<Ty*>(grad_k),
+          T, S, int(D), int(E), A(scale), drop, ceil_div(S, kRowsPerBlock), static_cast<Ty*>(grad_k),
           static_cast<Ty*>(grad_v));
       NN_CUDA_CHECK_LAUNCH();
     }

@@ -188,8 +188,8 @@ __device__ __forceinline__ void write_rows(FragC (&acc)[DM / 16], float mul, int
 template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_fwd_tc(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
-                     int64_t S, int D, int E, float scale, int64_t blocks_per_slice, T* out,
-                     float* lse) {
+                     int64_t S, int D, int E, float scale, rng::DropoutDraw drop,
+                     int64_t blocks_per_slice, T* out, float* lse) {
   if constexpr (!tc_built<T>()) {
     __trap();
   } else {
@@ -206,6 +206,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = half; c < E; c += 2) of[r * L.ldo + c] = 0.f;
     float m = -INFINITY, l = 0.f;
     const T* qw = qs + warp * 16 * L.ldd;
+    rng::DropoutWalk walk(drop);  // this lane's row's multipliers (l sums every key)
+    const float kept = float(drop.scale);
+    const uint64_t row0 = uint64_t(b * T_ + t0 + warp * 16 + r) * uint64_t(S);
     for (int64_t j0 = 0; j0 < S; j0 += kCols) {
       __syncthreads();  // the previous tile is no longer read
       load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kCols);
@@ -231,7 +234,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         // a masked key adds nothing; a NaN score (which fmaxf passed over) makes p NaN
         const float p = srow[c] == -INFINITY ? 0.f : expf(srow[c] - mnew);
         sum += p;
-        prow[c] = convert<T>(p);
+        float pz = p;
+        if (drop.active()) pz = walk.keep(row0 + uint64_t(j0 + c)) ? p * kept : 0.f;
+        prow[c] = convert<T>(pz);
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       l = l * corr + sum;
@@ -274,7 +279,8 @@ template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_bwd_kv_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
                         const float* lse, const float* delta, int64_t T_, int64_t S, int D, int E,
-                        float scale, int64_t blocks_per_slice, T* gk, T* gv) {
+                        float scale, rng::DropoutDraw drop, int64_t blocks_per_slice, T* gk,
+                        T* gv) {
   if constexpr (!tc_built<T>()) {
     __trap();
   } else {
@@ -291,6 +297,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_rows(v + b * S * E, j0, S, E, vs, L.lde, kRows);
     const int64_t j = j0 + warp * 16 + r;  // this lane's key
     const bool live = j < S && (!mask || mask[b * S + j]);
+    const float kept = float(drop.scale);  // (a lane walks a column: a new block per query)
     FragC dk[DM / 16], dv[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; ++n) {
@@ -314,8 +321,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int c = half; c < kCols; c += 2) {
         const float li = ls[c];
         const float p = (live && li != -INFINITY) ? expf(sf[r * L.lds + c] * scale - li) : 0.f;
-        pt[r * L.ldp + c] = convert<T>(p);
-        dst[r * L.ldp + c] = convert<T>(p * (dpf[r * L.lds + c] - dls[c]));
+        float z = 1.f;
+        if (drop.active())
+          z = drop.keep(uint64_t(b * T_ + i0 + c) * uint64_t(S) + uint64_t(j)) ? kept : 0.f;
+        pt[r * L.ldp + c] = convert<T>(p * z);
+        dst[r * L.ldp + c] = convert<T>(p * (dpf[r * L.lds + c] * z - dls[c]));
       }
       __syncwarp();
       tile_times_rows<T, DM>(pt, L.ldp, gs, L.lde, E, dv);   // dV += P^T dO
@@ -331,7 +341,7 @@ template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_bwd_q_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
                        const float* lse, const float* delta, int64_t T_, int64_t S, int D, int E,
-                       float scale, int64_t blocks_per_slice, T* gq) {
+                       float scale, rng::DropoutDraw drop, int64_t blocks_per_slice, T* gq) {
   if constexpr (!tc_built<T>()) {
     __trap();
   } else {
@@ -349,6 +359,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t t = t0 + warp * 16 + r;
     const float li = t < T_ ? lse[b * T_ + t] : -INFINITY;
     const float dli = t < T_ ? delta[b * T_ + t] : 0.f;
+    rng::DropoutWalk walk(drop);
+    const float kept = float(drop.scale);
+    const uint64_t row0 = uint64_t(b * T_ + t) * uint64_t(S);
     FragC dq[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; ++n) wmma::fill_fragment(dq[n], 0.f);
@@ -367,7 +380,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int c = half; c < kCols; c += 2) {
         const float p =
             (live[c] != 0.f && li != -INFINITY) ? expf(sf[r * L.lds + c] * scale - li) : 0.f;
-        dst[r * L.ldp + c] = convert<T>(p * (dpf[r * L.lds + c] - dli));
+        float dp = dpf[r * L.lds + c];
+        if (drop.active()) dp = walk.keep(row0 + uint64_t(j0 + c)) ? dp * kept : 0.f;
+        dst[r * L.ldp + c] = convert<T>(p * (dp - dli));
       }
       __syncwarp();
       tile_times_rows<T, DM>(dst, L.ldp, ks, L.ldd, D, dq);  // dQ += dS K
@@ -433,7 +448,8 @@ void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
 
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
                                  const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
-                                 int64_t E, double scale, void* out, void* lse, cudaStream_t s) {
+                                 int64_t E, double scale, const rng::DropoutDraw& drop, void* out,
+                                 void* lse, cudaStream_t s) {
   const size_t smem = tc_smem(t, D, E, false, {q, k, v, out});
   if (smem == 0) return false;
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
@@ -442,7 +458,7 @@ bool launch_attention_forward_tc(DType t, const void* q, const void* k, const vo
     const int64_t per = ceil_div(T, kRows);
     kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention"), kWarps * 32, smem, s>>>(
         static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T,
-        S, int(D), int(E), float(scale), per, static_cast<Ty*>(out), static_cast<float*>(lse));
+        S, int(D), int(E), float(scale), drop, per, static_cast<Ty*>(out), static_cast<float*>(lse));
     NN_CUDA_CHECK_LAUNCH();
   });
   return true;
@@ -451,8 +467,8 @@ bool launch_attention_forward_tc(DType t, const void* q, const void* k, const vo
 bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, const void* k,
                                   const void* v, const uint8_t* mask, const void* lse,
                                   const void* delta, int64_t B, int64_t T, int64_t S, int64_t D,
-                                  int64_t E, double scale, void* grad_q, void* grad_k,
-                                  void* grad_v, cudaStream_t s) {
+                                  int64_t E, double scale, const rng::DropoutDraw& drop,
+                                  void* grad_q, void* grad_k, void* grad_v, cudaStream_t s) {
   const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v});
   if (smem == 0) return false;
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
@@ -464,7 +480,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
-          mask, l, dl, T, S, int(D), int(E), float(scale), ceil_div(T, kRows),
+          mask, l, dl, T, S, int(D), int(E), float(scale), drop, ceil_div(T, kRows),
           static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
@@ -473,7 +489,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(S, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
-          mask, l, dl, T, S, int(D), int(E), float(scale), ceil_div(S, kRows),
+          mask, l, dl, T, S, int(D), int(E), float(scale), drop, ceil_div(S, kRows),
           static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));
       NN_CUDA_CHECK_LAUNCH();
     }

@@ -50,6 +50,41 @@ NN_HD void uniform4(uint64_t seed, uint64_t block, float out[4]) {
   for (int k = 0; k < 4; ++k) out[k] = to_uniform(r.v[k]);
 }
 
+// Lane k of a draw, by selects rather than an indexed load (which would put r in local memory
+// on a GPU).
+NN_HD uint32_t lane(const U32x4& r, uint32_t k) {
+  return k == 0 ? r.v[0] : k == 1 ? r.v[1] : k == 2 ? r.v[2] : r.v[3];
+}
+
+// A dropout mask drawn from the stream at (seed, offset): element i is kept when its uniform
+// (counter offset + i / 4, lane i % 4) is >= p, the test nn::dropout applies, and a kept
+// element is multiplied by `scale` (1 / (1 - p); 0 when p is 1). p == 0 draws nothing.
+struct DropoutDraw {
+  uint64_t seed = 0, offset = 0;
+  float p = 0;
+  double scale = 1;
+  NN_HD bool active() const { return p > 0; }
+  NN_HD bool keep(uint64_t i) const {
+    return to_uniform(lane(philox(seed, offset + i / 4), uint32_t(i % 4))) >= p;
+  }
+};
+
+// keep() for a walk over indices that reuses its Philox block while consecutive indices share
+// it (one block per four): a thread going along a row.
+struct DropoutWalk {
+  DropoutDraw d;
+  uint64_t blk = ~uint64_t(0);
+  U32x4 r{};
+  NN_HD explicit DropoutWalk(const DropoutDraw& draw) : d(draw) {}
+  NN_HD bool keep(uint64_t i) {
+    if (i / 4 != blk) {
+      blk = i / 4;
+      r = philox(d.seed, d.offset + blk);
+    }
+    return to_uniform(lane(r, uint32_t(i % 4))) >= d.p;
+  }
+};
+
 // Four standard normals (two Box-Muller pairs) for counter block `block`.
 NN_HD void normal4(uint64_t seed, uint64_t block, float out[4]) {
   U32x4 r = philox(seed, block);

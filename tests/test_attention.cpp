@@ -36,6 +36,55 @@ TEST_CASE("attention equals the unfused composition, forward and backward", "[at
   }
 }
 
+// Attention dropout against its definition: nn::dropout of the unfused softmax with the same
+// generator (the same Philox stream, element (b, t, j) of the (..., T, S) probabilities), so
+// the fused kernel must drop exactly the probabilities the dropout op drops. 70 queries cross
+// the CPU's 64-row blocks; one key of sample 1 is masked.
+TEST_CASE("attention dropout equals dropout on the unfused probabilities", "[attention]") {
+  Tensor keep = from_vector<uint8_t>({1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 9});
+  for (double p : {0.3, 0.75}) {
+    INFO("p " << p);
+    Tensor q = test::rnd({2, 3, 70, 8}, 1), k = test::rnd({2, 3, 9, 8}, 2), v = test::rnd({2, 3, 9, 5}, 3);
+    Tensor rq = q.detach().requires_grad_(), rk = k.detach().requires_grad_(),
+           rv = v.detach().requires_grad_();
+    Generator g(77), rg(77);
+    Tensor out = scaled_dot_product_attention(q, k, v, keep, std::nullopt, p, &g);
+    Tensor s = matmul(rq, rk.transpose(-1, -2)) * (1.0 / std::sqrt(8.0));
+    Tensor m = keep.reshape({2, 1, 1, 9}).to(kF64);
+    s = where(m, s, full({}, -1e30, s.options()));
+    Tensor probs = softmax(s, -1);
+    Tensor ref = matmul(dropout(probs, p, true, &rg), rv);
+    REQUIRE(g.offset() == rg.offset());
+    test::require_close(out, ref, 1e-10, 1e-10);
+    // about p of the probabilities dropped (the same stream again), and the output changed
+    Generator again(77);
+    const double dropped = sum(eq(dropout(ones({2, 3, 70, 9}, kF64), p, true, &again),
+                                  zeros({}, kF64)).to(kF64)).item() / (2 * 3 * 70 * 9);
+    REQUIRE(std::abs(dropped - p) < 0.05);
+    const Tensor plain = scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), keep);
+    REQUIRE(amax(abs(sub(out.detach(), plain))).item() > 0.1);
+    Tensor w = test::rnd(out.shape(), 4, false);
+    sum(out * w).backward();
+    sum(ref * w).backward();
+    test::require_close(q.grad(), rq.grad(), 1e-9, 1e-10);
+    test::require_close(k.grad(), rk.grad(), 1e-9, 1e-10);
+    test::require_close(v.grad(), rv.grad(), 1e-9, 1e-10);
+  }
+  // p = 1 drops everything: zeros and zero gradients; p = 0 is plain attention; others refused
+  Tensor q = test::rnd({1, 2, 3, 4}, 5), k = test::rnd({1, 2, 6, 4}, 6), v = test::rnd({1, 2, 6, 4}, 7);
+  Tensor all = scaled_dot_product_attention(q, k, v, {}, std::nullopt, 1.0);
+  REQUIRE(sum(abs(all)).item() == 0);
+  sum(all * 3).backward();
+  for (const Tensor* t : {&q, &k, &v}) REQUIRE(sum(abs(t->grad())).item() == 0);
+  Generator g0(1);
+  test::require_close(scaled_dot_product_attention(q, k, v, {}, std::nullopt, 0.0, &g0),
+                      scaled_dot_product_attention(q, k, v), 0, 0);
+  REQUIRE(g0.offset() == 0);
+  for (double bad : {-0.1, 1.5, double(NAN)})
+    REQUIRE(test::error_of([&] { scaled_dot_product_attention(q, k, v, {}, std::nullopt, bad); })
+                .find("dropout probability must be in [0, 1]") != std::string::npos);
+}
+
 TEST_CASE("attention honours the padding mask and handles long sequences", "[attention]") {
   // Masked keys have no influence: changing them changes nothing.
   Tensor keep = from_vector<uint8_t>({1, 1, 0, 0}, {1, 4});
@@ -81,17 +130,22 @@ TEST_CASE("bf16 attention on the CPU equals f64's, native and widened", "[attent
     Tensor v = test::rnd({2, 3, 130, 24}, 13, false).to(kBF16).requires_grad_();
     Tensor q64 = q.detach().to(kF64).requires_grad_(), k64 = k.detach().to(kF64).requires_grad_(),
            v64 = v.detach().to(kF64).requires_grad_();
-    Tensor out = scaled_dot_product_attention(q, k, v, keep);
-    Tensor ref = scaled_dot_product_attention(q64, k64, v64, keep);
-    REQUIRE(out.dtype() == kBF16);
-    auto largest = [](const Tensor& t) { return amax(abs(t)).item(); };
-    test::require_close(out.to(kF64), ref, 1e-2, 1e-2 * largest(ref));
-    Tensor w = test::rnd(out.shape(), 14, false).to(kBF16);
-    sum(out * w).backward();
-    sum(ref * w.to(kF64)).backward();
-    for (auto [got, want] : {std::pair{&q, &q64}, std::pair{&k, &k64}, std::pair{&v, &v64}}) {
-      REQUIRE(got->grad().dtype() == kBF16);
-      test::require_close(got->grad().to(kF64), want->grad(), 2e-2, 1.5e-2 * largest(want->grad()));
+    for (double p : {0.0, 0.25}) {  // with dropout: the same mask in both dtypes
+      INFO("dropout " << p);
+      for (Tensor* t : {&q, &k, &v, &q64, &k64, &v64}) t->set_grad({});
+      Generator g(5), g64(5);
+      Tensor out = scaled_dot_product_attention(q, k, v, keep, std::nullopt, p, &g);
+      Tensor ref = scaled_dot_product_attention(q64, k64, v64, keep, std::nullopt, p, &g64);
+      REQUIRE(out.dtype() == kBF16);
+      auto largest = [](const Tensor& t) { return amax(abs(t)).item(); };
+      test::require_close(out.to(kF64), ref, 1e-2, 1e-2 * largest(ref));
+      Tensor w = test::rnd(out.shape(), 14, false).to(kBF16);
+      sum(out * w).backward();
+      sum(ref * w.to(kF64)).backward();
+      for (auto [got, want] : {std::pair{&q, &q64}, std::pair{&k, &k64}, std::pair{&v, &v64}}) {
+        REQUIRE(got->grad().dtype() == kBF16);
+        test::require_close(got->grad().to(kF64), want->grad(), 2e-2, 1.5e-2 * largest(want->grad()));
+      }
     }
   }
   nn::cpu::set_f32_kernel(before);
@@ -126,6 +180,11 @@ TEST_CASE("gradcheck: attention", "[attention][gradcheck]") {
   Tensor keep = from_vector<uint8_t>({1, 0, 1, 1, 1, 1}, {2, 3});
   test::require_gradcheck([&](const std::vector<Tensor>& in) {
     return scaled_dot_product_attention(in[0], in[1], in[2], keep);
+  }, {test::rnd({2, 2, 3, 4}, 5), test::rnd({2, 2, 3, 4}, 6), test::rnd({2, 2, 3, 5}, 7)});
+  // with dropout: a fresh generator per call draws the same mask, so the function is fixed
+  test::require_gradcheck([&](const std::vector<Tensor>& in) {
+    Generator g(11);
+    return scaled_dot_product_attention(in[0], in[1], in[2], keep, std::nullopt, 0.4, &g);
   }, {test::rnd({2, 2, 3, 4}, 5), test::rnd({2, 2, 3, 4}, 6), test::rnd({2, 2, 3, 5}, 7)});
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
 
 #include "test_util.h"
 
@@ -132,6 +133,17 @@ std::vector<Case> attention16_cases() {
                [](auto& x) {
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]).to(kF32)};
                }, 5e-2, true, kF16});
+  // dropout on the tensor-core kernels (f16, bf16) and the plain one (head dim 40)
+  for (auto [name, dt, d] : {std::tuple{"f16", kF16, int64_t(64)}, std::tuple{"bf16", kBF16, int64_t(32)},
+                             std::tuple{"f16", kF16, int64_t(40)}})
+    v.push_back({std::string(name) + " attention with dropout, head dim " + std::to_string(d),
+                 {{2, 2, 70, d}, {2, 2, 45, d}, {2, 2, 45, d}}, [=](auto& x) {
+                   Generator g(8);
+                   return std::vector<Tensor>{
+                       scaled_dot_product_attention(x[0], x[1], x[2], masked(2, 45, x[0]), std::nullopt,
+                                                    0.2, &g).to(kF32),
+                       scaled_dot_product_attention(x[0], x[1], x[2], {}, std::nullopt, 0.5, &g).to(kF32)};
+                 }, dt == kBF16 ? 6e-2 : 5e-2, true, dt});
   v.push_back({"f16 attention with NaN and inf", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
                attention_with_nan, 5e-2, true, kF16});
   v.push_back({"bf16 attention with NaN and inf, head dim 40", {{1, 2, 9, 40}, {1, 2, 12, 40}, {1, 2, 12, 40}},
@@ -439,6 +451,22 @@ std::vector<Case> cases() {
                }, 1e-3});
   v.push_back({"attention with NaN and inf", {{2, 1, 9, 32}, {2, 1, 12, 32}, {2, 1, 12, 32}},
                attention_with_nan, 1e-3});
+  // attention dropout: both devices draw the same Philox stream, so the same probabilities
+  // drop (f32 and f64 on the plain kernels; rows cross their 128-row blocks, keys their 32-key
+  // tiles; a padding mask; head dims apart)
+  for (DType dt : {kF32, kF64})
+    v.push_back({std::string(dtype_name(dt)) + " attention with dropout",
+                 {{2, 2, 130, 24}, {2, 2, 45, 24}, {2, 2, 45, 16}}, [](auto& x) {
+                   Tensor keep = ones({2, 45}, TensorOptions(kU8).device(x[0].device()));
+                   {
+                     NoGradGuard ng;
+                     keep.select(0, 1).slice(0, 33, 45).zero_();
+                   }
+                   Generator g(21);
+                   return std::vector<Tensor>{
+                       scaled_dot_product_attention(x[0], x[1], x[2], keep, std::nullopt, 0.3, &g),
+                       scaled_dot_product_attention(x[0], x[1], x[2], {}, std::nullopt, 0.6, &g)};
+                 }, dt == kF64 ? 1e-9 : 1e-4, true, dt});
   // f64 attention (the plain kernels) whose staged tiles come to just under and just over the
   // 48 KB a kernel gets without opting in: head dims 96 + 96 (forward 49,184 bytes) and
   // 96 + 95 (forward 48,928, dK/dV 49,408)

@@ -170,3 +170,28 @@ TEST_CASE("the BERT encoder: Hugging Face names, shapes, masking, loading", "[mo
   INFO("loss " << first << " -> " << last);
   REQUIRE(last < 0.2 * first);
 }
+
+TEST_CASE("BERT drops attention probabilities in training only, as configured", "[models][bert]") {
+  // Every other dropout off: what differs between two training passes is the attention's.
+  auto c = models::BertConfig::preset("tiny").vocab_size(30).max_len(8).num_classes(2).dropout(0);
+  Tensor ids = from_vector<int64_t>({2, 5, 6, 7, 3, 0, 2, 9, 3, 4, 1, 0}, {2, 6});
+  Tensor keep = ne(ids, zeros({}, kI64)).to(kU8);
+  auto two_passes_differ = [&](models::BertClassifier& net) {
+    Tensor a = net.forward(ids, keep).detach(), b = net.forward(ids, keep).detach();
+    return amax(abs(sub(a, b))).item() > 0;
+  };
+  manual_seed(4);
+  models::BertClassifier off(c);  // attention dropout follows dropout (0)
+  REQUIRE(off.bert->layers->size() == 2);
+  REQUIRE_FALSE(two_passes_differ(off));
+  models::BertClassifier on(models::BertConfig(c).attention_dropout(0.5));
+  REQUIRE(two_passes_differ(on));
+  on.eval();
+  REQUIRE_FALSE(two_passes_differ(on));
+  // unset, it follows dropout (HF's two probabilities are both 0.1 by default)
+  models::BertClassifier both(models::BertConfig(c).dropout(0.1));
+  auto* self = both.bert->layers->at<models::BertLayer>(0)->self.get();
+  REQUIRE(self->dropout_p == 0.1);
+  REQUIRE(test::error_of([&] { models::BertClassifier(models::BertConfig(c).attention_dropout(1.5)); })
+              .find("attention dropout must be in [0, 1]") != std::string::npos);
+}

@@ -43,7 +43,8 @@ class Layer(nn.Module):
         n, t, h = x.shape
         split = lambda y: y.view(n, t, self.heads, h // self.heads).transpose(1, 2)
         a = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
-                                           attn_mask=mask)
+                                           attn_mask=mask,
+                                           dropout_p=self.p if self.training else 0.0)
         a = a.transpose(1, 2).reshape(n, t, h)
         x = self.norm1(x + F.dropout(self.o(a), self.p, self.training))
         return self.norm2(x + F.dropout(self.ff2(F.gelu(self.ff1(x))), self.p, self.training))

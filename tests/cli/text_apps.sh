@@ -140,6 +140,8 @@ bad_inputs)
          --eval-only --load-model "$out/none.st" --metrics /nonexistent/m.jsonl
   done
   "$e" 2 "--max-len must be at least 3" -- "$tr" --data-dir /nonexistent --max-len 2
+  "$e" 2 "--attention-dropout must be in \[0, 1\), got 1.5" -- "$tr" --data-dir /nonexistent \
+       --attention-dropout 1.5
   "$e" 2 "--save-model goes with training, not --eval-only" -- "$mlp" --data-dir /nonexistent \
        --eval-only --load-model "$out/none.st" --save-model "$out/again.st"
   "$e" 2 "--norm pre cannot use them" -- "$tr" --data-dir /nonexistent --pretrained "$out/none.st" --norm pre

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 
 namespace nn::models {
 
@@ -107,7 +108,9 @@ struct BertConfig {
   NN_ARG(int64_t, ffn) = 3072;
   NN_ARG(int64_t, max_len) = 512;      // position embeddings
   NN_ARG(int64_t, type_vocab) = 2;     // segment (token type) embeddings
-  NN_ARG(double, dropout) = 0.1;
+  NN_ARG(double, dropout) = 0.1;        // on embeddings, sublayer outputs and the pooled [CLS]
+  // on the attention probabilities (HF's attention_probs_dropout_prob); unset: `dropout`'s
+  NN_ARG(std::optional<double>, attention_dropout) = std::nullopt;
   NN_ARG(double, layer_norm_eps) = 1e-12;
   NN_ARG(bool, pre_ln) = false;        // BERT is post-LN; pre-LN trains more stably from scratch
   NN_ARG(int64_t, num_classes) = 2;
@@ -126,6 +129,7 @@ class BertSelfAttention : public Module {
   Tensor forward(const Tensor& x, const Tensor& keep);
   std::shared_ptr<Linear> query, key, value;
   int64_t heads;
+  double dropout_p;  // on the attention probabilities, in training
 };
 
 class BertLayer : public Module {

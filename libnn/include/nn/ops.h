@@ -118,9 +118,13 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep
 // key_padding_mask (N, S), nonzero = attend, applied to every head of sample n. scale
 // defaults to 1/sqrt(D). A query whose keys are all masked gets zeros; a NaN or +inf score
 // makes its query's row NaN, as softmax would (a -inf score weighs nothing, as a masked key).
+// dropout_p > 0 drops attention probabilities (after the softmax, before the product with v)
+// and scales the rest by 1/(1-p), as dropout(softmax(...), dropout_p, true, gen) would with
+// the same generator, without the (T x S) matrix; pass 0 outside training.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& key_padding_mask = {},
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt,
+                                    double dropout_p = 0.0, Generator* gen = nullptr);
 
 // ---- activations, normalisation, losses --------------------------------------------------
 Tensor softmax(const Tensor& x, int64_t dim);

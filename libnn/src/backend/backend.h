@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/philox.h"
 
 namespace nn::backend {
 
@@ -171,14 +172,16 @@ class Backend {
   // q (B, T, D), k (B, S, D), v (B, S, E), contiguous, B = batch * heads; key_mask (B, S)
   // u8 (1 = attend) or undefined. out (B, T, E); lse (B, T) log-sum-exp of each row's scores
   // (f64 for f64 inputs, else f32), saved for backward. A row whose keys are all masked gives
-  // zeros.
+  // zeros. `drop` (when active) drops probability j of row t of slice b as nn::dropout drops
+  // element (b * T + t) * S + j of a (B, T, S) tensor, and scales the kept ones; lse stays
+  // the statistic of the whole softmax, before dropout.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& key_mask, double scale, Tensor& out,
-                                 Tensor& lse) = 0;
+                                 const Tensor& key_mask, double scale, const rng::DropoutDraw& drop,
+                                 Tensor& out, Tensor& lse) = 0;
   virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                                  const Tensor& lse, double scale, Tensor& grad_q,
-                                  Tensor& grad_k, Tensor& grad_v) = 0;
+                                  const Tensor& lse, double scale, const rng::DropoutDraw& drop,
+                                  Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) = 0;
 
   // ---- optim: fused multi-tensor update steps, in place ------------------------------------
   // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD

@@ -237,13 +237,13 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "embedding_bag_backward", "embedding");
     inner_.embedding_bag_backward(grad, index, weights, grad_table);
   }
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, double scale, Tensor& out, Tensor& lse) override {
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, double scale, const rng::DropoutDraw& drop, Tensor& out, Tensor& lse) override {
     Timer t(*this, "attention_forward", "attention");
-    inner_.attention_forward(q, k, v, key_mask, scale, out, lse);
+    inner_.attention_forward(q, k, v, key_mask, scale, drop, out, lse);
   }
-  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out, const Tensor& lse, double scale, Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override {
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, const Tensor& out, const Tensor& lse, double scale, const rng::DropoutDraw& drop, Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override {
     Timer t(*this, "attention_backward", "attention");
-    inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, grad_q, grad_k, grad_v);
+    inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q, grad_k, grad_v);
   }
   void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
                 bool nesterov) override {

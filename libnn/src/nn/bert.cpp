@@ -31,7 +31,10 @@ BertConfig BertConfig::preset(const std::string& name) {
 }
 
 BertSelfAttention::BertSelfAttention(const BertConfig& c)
-    : Module("BertSelfAttention"), heads(c.heads()) {
+    : Module("BertSelfAttention"), heads(c.heads()),
+      dropout_p(c.attention_dropout().value_or(c.dropout())) {
+  NN_CHECK(dropout_p >= 0 && dropout_p <= 1, "BERT: attention dropout must be in [0, 1], got ",
+           dropout_p);
   query = linear(*this, "query", c.hidden(), c.hidden());
   key = linear(*this, "key", c.hidden(), c.hidden());
   value = linear(*this, "value", c.hidden(), c.hidden());
@@ -43,7 +46,8 @@ Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& keep) {
     return t.reshape({N, T, heads, dh}).permute({0, 2, 1, 3});
   };
   Tensor o = scaled_dot_product_attention(split(query->forward(x)), split(key->forward(x)),
-                                          split(value->forward(x)), keep);
+                                          split(value->forward(x)), keep, std::nullopt,
+                                          is_training() ? dropout_p : 0.0);
   return o.permute({0, 2, 1, 3}).reshape({N, T, H});
 }
 
@@ -79,6 +83,7 @@ BertModel::BertModel(const BertConfig& c) : Module("BertModel"), config(c) {
            "BERT: hidden size ", c.hidden(), " must be a positive multiple of heads ", c.heads());
   NN_CHECK(c.layers() >= 1 && c.ffn() > 0 && c.vocab_size() > 0 && c.max_len() > 0,
            "BERT: layers, ffn, vocab_size and max_len must be positive");
+  NN_CHECK(c.dropout() >= 0 && c.dropout() <= 1, "BERT: dropout must be in [0, 1], got ", c.dropout());
   auto emb = container(*this, "embeddings");
   word = emb->register_module("word_embeddings", std::make_shared<Embedding>(
                                                      EmbeddingOptions(c.vocab_size(), c.hidden()).padding_idx(c.pad_id())));

@@ -1,5 +1,6 @@
 // Scaled dot-product attention through the fused backend primitive.
 #include <nn/amp.h>
+#include <nn/random.h>
 
 #include <cmath>
 
@@ -9,7 +10,8 @@ namespace nn {
 using namespace ops;
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                    const Tensor& key_padding_mask, std::optional<double> scale) {
+                                    const Tensor& key_padding_mask, std::optional<double> scale,
+                                    double dropout_p, Generator* gen) {
   const char* op = "scaled_dot_product_attention";
   const Tensor q = amp::autocast_lower(q_in), k = amp::autocast_lower(k_in),
                v = amp::autocast_lower(v_in);
@@ -32,6 +34,16 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   NN_CHECK(v.shape()[nd - 2] == S, op, ": k has ", S, " positions, v has ", v.shape()[nd - 2]);
   const int64_t B = numel_of(lead);
   const double sc = scale ? *scale : 1.0 / std::sqrt(double(std::max<int64_t>(D, 1)));
+  NN_CHECK(dropout_p >= 0 && dropout_p <= 1, op, ": dropout probability must be in [0, 1], got ",
+           dropout_p);
+  rng::DropoutDraw drop;
+  if (dropout_p > 0) {  // the stream nn::dropout would draw for a (B, T, S) tensor
+    Generator& g = gen ? *gen : default_generator();
+    drop.seed = g.seed();
+    drop.offset = g.advance(uint64_t(B) * uint64_t(T) * uint64_t(S));
+    drop.p = float(dropout_p);
+    drop.scale = dropout_p < 1 ? 1.0 / (1.0 - dropout_p) : 0.0;
+  }
 
   Tensor mask;
   if (key_padding_mask.defined()) {
@@ -61,9 +73,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor o3 = make_view(out, {B, T, E}, {T * E, E, 1}, 0);
   // log-sum-exp in the accumulation type: f64 for f64 inputs, else f32
   Tensor lse = empty({B, T}, TensorOptions(q.dtype() == kF64 ? kF64 : kF32).device(q.device()));
-  if (B * T * E > 0) backend::of(q).attention_forward(q3, k3, v3, mask, sc, o3, lse);
+  if (B * T * E > 0) backend::of(q).attention_forward(q3, k3, v3, mask, sc, drop, o3, lse);
   record(op, {q, k, v}, out, {q3, k3, v3, o3},
-         [q3 = q3.detach(), k3 = k3.detach(), v3 = v3.detach(), o3 = o3.detach(), mask, lse, sc,
+         [q3 = q3.detach(), k3 = k3.detach(), v3 = v3.detach(), o3 = o3.detach(), mask, lse, sc, drop,
           qs = q.shape(), ks = k.shape(), vs = v.shape()](const Tensor& g, auto&) {
     const int64_t B = q3.shape()[0], T = q3.shape()[1], E = v3.shape()[2];
     Tensor gc = raw_contiguous(g);
@@ -76,7 +88,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     Tensor gk3 = make_view(gk, k3.shape(), k3.strides(), 0);
     Tensor gv3 = make_view(gv, v3.shape(), v3.strides(), 0);
     if (gq.numel() + gk.numel() + gv.numel() > 0)
-      backend::of(g).attention_backward(g3, q3, k3, v3, mask, o3, lse, sc, gq3, gk3, gv3);
+      backend::of(g).attention_backward(g3, q3, k3, v3, mask, o3, lse, sc, drop, gq3, gk3, gv3);
     return std::vector<Tensor>{gq, gk, gv};
   });
   return out;

@@ -18,6 +18,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/exp0.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/philox_batch.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -68,9 +69,35 @@ void store(const Acc<S>* src, int64_t n, S* dst) {
   else for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
 }
 
+// The dropout multipliers (0, or drop.scale where kept) of `count` consecutive elements of
+// drop's stream from `first` (a block of query rows: row * S + key), into z: kPhiloxBatch
+// Philox blocks at a time, vectorised, through a buffer in element order.
+template <typename A>
+void dropout_multipliers(const rng::DropoutDraw& drop, uint64_t first, int64_t count, A* z) {
+  const A kept = A(drop.scale);
+  const float p = drop.p;
+  uint32_t r[4][kPhiloxBatch];
+  A buf[4 * kPhiloxBatch];
+  const uint64_t end = first + uint64_t(count);
+  for (uint64_t i = first; i < end;) {
+    const uint64_t b0 = i / 4;
+    philox_batch(drop.seed, drop.offset + b0, r);
+#pragma omp simd
+    for (int k = 0; k < kPhiloxBatch; ++k) {
+      buf[4 * k] = rng::to_uniform(r[0][k]) >= p ? kept : A(0);
+      buf[4 * k + 1] = rng::to_uniform(r[1][k]) >= p ? kept : A(0);
+      buf[4 * k + 2] = rng::to_uniform(r[2][k]) >= p ? kept : A(0);
+      buf[4 * k + 3] = rng::to_uniform(r[3][k]) >= p ? kept : A(0);
+    }
+    const uint64_t stop = std::min(end, (b0 + kPhiloxBatch) * 4);
+    std::copy(buf + (i - b0 * 4), buf + (stop - b0 * 4), z + (i - first));
+    i = stop;
+  }
+}
+
 template <typename S>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-             double scale, Tensor& out, Tensor& lse) {
+             double scale, const rng::DropoutDraw& drop, Tensor& out, Tensor& lse) {
   using A = Acc<S>;
   const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
   const int64_t S_ = k.shape()[1], E = v.shape()[2];
@@ -91,6 +118,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
     Eigen::Array<A, Eigen::Dynamic, 1> e(S_);  // a row's exponentials (exp0 writes apart)
     std::vector<S> p16;
     std::vector<A> o;  // a block's output before rounding (bf16)
+    RowMat<A> z;       // a block's dropout multipliers, where drop is active
     for (int64_t b = b0; b < b1; ++b) {
       const S* qb = pq + b * Tq * D;
       const S* kb = pk + b * S_ * D;
@@ -98,6 +126,10 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
       for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
         const int64_t n = std::min(kRows, Tq - t0);
         scores<S>(qb, kb, mb, t0, n, S_, D, A(scale), s);
+        if (drop.active()) {
+          z.resize(n, S_);
+          dropout_multipliers(drop, uint64_t(b * Tq + t0) * uint64_t(S_), n * S_, z.data());
+        }
         for (int64_t r = 0; r < n; ++r) {
           auto row = s.row(r);
           const A m = S_ ? row.maxCoeff() : -std::numeric_limits<A>::infinity();
@@ -112,6 +144,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
           const A sum = row.sum();
           row /= sum;
           set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
+          // P V with the dropped probabilities (the statistics keep every key)
+          if (drop.active()) row.array() *= z.row(r).array();
         }
         S* ob = po + (b * Tq + t0) * E;
         A* dst;
@@ -132,7 +166,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
 template <typename S>
 void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
               const Tensor& key_mask, const Tensor& out, const Tensor& lse, double scale,
-              Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
+              const rng::DropoutDraw& drop, Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
   using A = Acc<S>;
   constexpr bool same = std::is_same_v<S, A>;
   const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
@@ -150,7 +184,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   S* gk = static_cast<S*>(grad_k.data_ptr());
   S* gv = static_cast<S*>(grad_v.data_ptr());
   parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-    RowMat<A> p, dp;
+    RowMat<A> p, dp, z;  // z: the block's dropout multipliers, where drop is active
     Eigen::Array<A, Eigen::Dynamic, 1> e(S_);  // a row's exponentials (exp0 writes apart)
     std::vector<S> p16, ds16;
     std::vector<A> kacc, vacc, qblk;  // bf16: dK and dV sums, a block's dQ, in f32
@@ -186,12 +220,22 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         }
         const S* dO = pg + (b * Tq + t0) * E;
         const S* O = po + (b * Tq + t0) * E;
-        gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(p, p16), S_).t(), row_major(dO, E), A(1),
-                   gvb, E);  // dV += P^T dO
+        if (drop.active()) {  // dV += (P Z)^T dO, with Z the forward's dropout multipliers
+          z.resize(n, S_);
+          dropout_multipliers(drop, uint64_t(b * Tq + t0) * uint64_t(S_), n * S_, z.data());
+          dp = p.cwiseProduct(z);
+          gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(dp, p16), S_).t(), row_major(dO, E), A(1),
+                     gvb, E);
+        } else {
+          gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(p, p16), S_).t(), row_major(dO, E), A(1),
+                     gvb, E);  // dV += P^T dO
+        }
         dp.resize(n, S_);
         gemm_of<S>(n, S_, E, A(1), row_major(dO, E), row_major(vb, E).t(), A(0), dp.data(),
                    S_);  // dP = dO V^T
-        // dS = P * (dP - rowsum(dO * O)), the softmax backward per row
+        if (drop.active()) dp.array() *= z.array();  // through the dropout: d(P Z) Z
+        // dS = P * (dP - rowsum(dO * O)), the softmax backward per row (rowsum(dO * O) is
+        // rowsum(P * dP) with or without dropout, as O = (P Z) V)
         for (int64_t r = 0; r < n; ++r) {
           A delta = 0;
           if constexpr (same) {
@@ -233,19 +277,19 @@ void dispatch_attention(DType t, const char* op, F&& f) {
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& key_mask, double scale, Tensor& out,
+                                   const Tensor& key_mask, double scale, const rng::DropoutDraw& drop, Tensor& out,
                                    Tensor& lse) {
   dispatch_attention(q.dtype(), "attention", [&]<typename S>() {
-    forward<S>(q, k, v, key_mask, scale, out, lse);
+    forward<S>(q, k, v, key_mask, scale, drop, out, lse);
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                                    const Tensor& lse, double scale, Tensor& grad_q,
+                                    const Tensor& lse, double scale, const rng::DropoutDraw& drop, Tensor& grad_q,
                                     Tensor& grad_k, Tensor& grad_v) {
   dispatch_attention(q.dtype(), "attention_backward", [&]<typename S>() {
-    backward<S>(grad_out, q, k, v, key_mask, out, lse, scale, grad_q, grad_k, grad_v);
+    backward<S>(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q, grad_k, grad_v);
   });
 }
 

@@ -114,11 +114,12 @@ class CpuBackend final : public Backend {
                               Tensor& grad_table) override;
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& key_mask, double scale, Tensor& out, Tensor& lse) override;
+                         const Tensor& key_mask, double scale, const rng::DropoutDraw& drop,
+                         Tensor& out, Tensor& lse) override;
   void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                           const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                          const Tensor& lse, double scale, Tensor& grad_q, Tensor& grad_k,
-                          Tensor& grad_v) override;
+                          const Tensor& lse, double scale, const rng::DropoutDraw& drop,
+                          Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override;
 
   void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
                 bool nesterov) override;

@@ -393,26 +393,27 @@ class Upcast16Backend final : public Backend {
     down(grad_table32, grad_table);
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                         double scale, Tensor& out, Tensor& lse) override {
+                         double scale, const rng::DropoutDraw& drop,
+                         Tensor& out, Tensor& lse) override {
     if (!(is16(q) || is16(k) || is16(v) || is16(out)) ||
         (all_bf16({&q, &k, &v, &out}) && cpu::bf16_gemm_native()))
-      return inner_.attention_forward(q, k, v, key_mask, scale, out, lse);
+      return inner_.attention_forward(q, k, v, key_mask, scale, drop, out, lse);
     Tensor q32 = up(q), k32 = up(k), v32 = up(v), out32 = up(out);
-    inner_.attention_forward(q32, k32, v32, key_mask, scale, out32, lse);
+    inner_.attention_forward(q32, k32, v32, key_mask, scale, drop, out32, lse);
     down(out32, out);
   }
   void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                           const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                          const Tensor& lse, double scale, Tensor& grad_q, Tensor& grad_k,
-                          Tensor& grad_v) override {
+                          const Tensor& lse, double scale, const rng::DropoutDraw& drop,
+                          Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override {
     if (!(is16(grad_out) || is16(q) || is16(k) || is16(v)) ||
         (all_bf16({&grad_out, &q, &k, &v, &out, &grad_q, &grad_k, &grad_v}) &&
          cpu::bf16_gemm_native()))
-      return inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, grad_q,
+      return inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q,
                                        grad_k, grad_v);
     Tensor go32 = up(grad_out), q32 = up(q), k32 = up(k), v32 = up(v), o32 = up(out);
     Tensor gq32 = up(grad_q), gk32 = up(grad_k), gv32 = up(grad_v);
-    inner_.attention_backward(go32, q32, k32, v32, key_mask, o32, lse, scale, gq32, gk32, gv32);
+    inner_.attention_backward(go32, q32, k32, v32, key_mask, o32, lse, scale, drop, gq32, gk32, gv32);
     down(gq32, grad_q);
     down(gk32, grad_k);
     down(gv32, grad_v);

@@ -6,25 +6,25 @@ namespace nn::backend {
 using namespace cuda;
 
 void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& key_mask, double scale, Tensor& out,
-                                    Tensor& lse) {
+                                    const Tensor& key_mask, double scale, const rng::DropoutDraw& drop,
+                                    Tensor& out, Tensor& lse) {
   activate();
   kernels::launch_attention_forward(
       q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
       key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, q.shape()[0], q.shape()[1],
-      k.shape()[1], q.shape()[2], v.shape()[2], scale, out.data_ptr(), lse.data_ptr(), stream_);
+      k.shape()[1], q.shape()[2], v.shape()[2], scale, drop, out.data_ptr(), lse.data_ptr(), stream_);
 }
 
 void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& key_mask, const Tensor& out,
-                                     const Tensor& lse, double scale, Tensor& grad_q,
-                                     Tensor& grad_k, Tensor& grad_v) {
+                                     const Tensor& lse, double scale, const rng::DropoutDraw& drop,
+                                     Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
   activate();
   Tensor delta = empty(lse.shape(), lse.options());
   kernels::launch_attention_backward(
       q.dtype(), grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
       key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, out.data_ptr(), lse.data_ptr(),
-      q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], v.shape()[2], scale,
+      q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], v.shape()[2], scale, drop,
       grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), delta.data_ptr(), stream_);
 }
 
