@@ -185,6 +185,36 @@ TEST_CASE("gradcheck detects a wrong backward rule", "[autograd][gradcheck]") {
                           {test::rnd({3}, 1)});
 }
 
+TEST_CASE("gradcheck checks the parameters a function reads by itself", "[autograd][gradcheck]") {
+  // A module's parameters, passed as GradcheckOptions::params: checked, left as they were.
+  auto lin = std::make_shared<Linear>(3, 2);
+  lin->to(kF64);
+  const Tensor w0 = lin->weight.clone();
+  const Tensor old_grad = full({2, 3}, 7.0, kF64);
+  lin->weight.set_grad(old_grad);
+  GradcheckOptions opts;
+  opts.params = lin->parameters();
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return tanh(lin->forward(in[0])); },
+                     {test::rnd({4, 3}, 1)}, opts);
+  INFO(r.message);
+  REQUIRE(r.ok);
+  test::require_close(lin->weight, w0, 0, 0);
+  REQUIRE(lin->weight.grad().data_ptr() == old_grad.data_ptr());
+  REQUIRE_FALSE(lin->bias.grad().defined());
+  // A parameter the backward never reaches (detached): its zero gradient is caught.
+  auto r2 = gradcheck([&](const std::vector<Tensor>& in) {
+    return matmul(in[0], lin->weight.detach().transpose(0, 1)) + lin->bias;
+  }, {test::rnd({4, 3}, 1)}, opts);
+  REQUIRE_FALSE(r2.ok);
+  REQUIRE(r2.message.find("param 0 element") != std::string::npos);
+  // only f64 CPU leaves that require grad
+  GradcheckOptions bad;
+  bad.params = {ones({2})};
+  REQUIRE(test::error_of([&] { gradcheck([](const std::vector<Tensor>& in) { return in[0]; },
+                                         {test::rnd({2}, 1)}, bad); })
+              .find("params must be") != std::string::npos);
+}
+
 TEST_CASE("gradients flow through views", "[autograd][views]") {
   auto fn = [](const std::vector<Tensor>& in) {
     Tensor x = in[0];

@@ -404,7 +404,7 @@ TEST_CASE("gradcheck: dropout with p = 1 and in eval mode", "[dropout][gradcheck
 }
 
 // ---- models ------------------------------------------------------------------------------------
-TEST_CASE("gradcheck: a small BERT layer in eval mode, post-LN and pre-LN",
+TEST_CASE("gradcheck: a small BERT layer in eval mode, post-LN and pre-LN, with its parameters",
           "[models][bert][gradcheck]") {
   for (bool pre_ln : {false, true}) {
     INFO("pre_ln " << pre_ln);
@@ -413,7 +413,10 @@ TEST_CASE("gradcheck: a small BERT layer in eval mode, post-LN and pre-LN",
     layer->to(kF64);
     layer->eval();
     Tensor keep = from_vector<uint8_t>({1, 1, 0, 1, 1, 1}, {2, 3});
+    GradcheckOptions opts;  // every weight, bias and layer-norm parameter too
+    opts.params = layer->parameters();
+    REQUIRE(opts.params.size() == 16);
     test::require_gradcheck([&](const std::vector<Tensor>& in) { return layer->forward(in[0], keep); },
-                            {test::rnd({2, 3, 4}, 190)});
+                            {test::rnd({2, 3, 4}, 190)}, opts);
   }
 }

@@ -64,8 +64,11 @@ TEST_CASE("gradcheck: the CIFAR ResNet block with its parameter-free shortcut", 
       p.copy_(randn(p.shape(), kF64, &g) * 0.5 + (p.dim() == 1 ? 1.0 : 0.0));
     }
     INFO(in << " -> " << planes << " channels, stride " << stride);
+    GradcheckOptions opts;  // both convolutions' and batch norms' parameters too
+    opts.params = block->parameters();
+    REQUIRE(opts.params.size() == 6);
     test::require_gradcheck([&](const std::vector<Tensor>& x) { return block->forward(x[0]); },
-                            {test::rnd({2, in, 5, 7}, 10 + uint64_t(planes))});
+                            {test::rnd({2, in, 5, 7}, 10 + uint64_t(planes))}, opts);
   }
   // The shortcut by hand: with zero weights in both BNs the block is relu(shortcut).
   auto block = std::make_shared<models::BasicBlock>(1, 3, 2);

@@ -96,6 +96,10 @@ struct GradcheckOptions {
   double eps = 1e-6;
   double atol = 1e-5;
   double rtol = 1e-3;
+  // Tensors `fn` reads by itself, checked too: a module's parameters (f64 CPU leaves that
+  // require grad, contiguous). Each is perturbed in place and restored; its grad() is left as
+  // it was.
+  std::vector<Tensor> params;
 };
 struct GradcheckResult {
   bool ok = true;
@@ -103,7 +107,8 @@ struct GradcheckResult {
 };
 // `fn` maps the inputs (f64, CPU) to one output tensor. Compares d(sum(out * R))/d(input)
 // from backward() with central differences for every element of every input that
-// requires grad (R is a fixed random tensor, so every output element is exercised).
+// requires grad, and of every tensor in opts.params (R is a fixed random tensor, so every
+// output element is exercised).
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, GradcheckOptions opts = {});
 

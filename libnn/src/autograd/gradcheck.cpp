@@ -12,6 +12,10 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   for (const Tensor& x : inputs)
     NN_CHECK(!x.defined() || (x.dtype() == kF64 && x.device().is_cpu()),
              "gradcheck: inputs must be f64 CPU tensors");
+  for (const Tensor& p : opts.params)
+    NN_CHECK(p.defined() && p.dtype() == kF64 && p.device().is_cpu() && p.is_leaf() &&
+                 p.requires_grad() && p.is_contiguous(),
+             "gradcheck: params must be contiguous f64 CPU leaves that require grad");
   // Fresh leaves holding contiguous copies, so perturbing them touches nothing else.
   std::vector<Tensor> xs;
   for (const Tensor& x : inputs) {
@@ -20,37 +24,58 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     if (x.requires_grad()) c.requires_grad_(true);
     xs.push_back(c);
   }
+  // The params' own gradients, put back on return.
+  std::vector<Tensor> saved;
+  for (Tensor& p : opts.params) {
+    saved.push_back(p.grad());
+    p.set_grad({});
+  }
+  struct Restore {
+    std::vector<Tensor>& params;
+    std::vector<Tensor>& grads;
+    ~Restore() {
+      for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(grads[i]);
+    }
+  } restore{opts.params, saved};
+
   Tensor out = fn(xs);
   Generator gen(1234);
   Tensor r = randn(out.shape(), kF64, &gen);
-  auto objective = [&](const std::vector<Tensor>& in) {
+  auto objective = [&] {
     NoGradGuard ng;
-    return sum(mul(fn(in).detach(), r)).item();
+    return sum(mul(fn(xs).detach(), r)).item();
   };
   sum(mul(out, r)).backward();
 
   GradcheckResult res;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (!xs[i].defined() || !xs[i].requires_grad()) continue;
-    Tensor analytic = xs[i].grad().defined() ? xs[i].grad().contiguous() : zeros_like(xs[i]);
+  // Every element of t (perturbed in place) against its analytic gradient.
+  auto check = [&](const Tensor& t, const char* kind, size_t i) {
+    Tensor analytic = t.grad().defined() ? t.grad().contiguous() : zeros_like(t);
     const double* a = analytic.data<double>();
-    double* p = xs[i].data<double>();
-    for (int64_t j = 0; j < xs[i].numel(); ++j) {
+    double* p = t.data<double>();
+    for (int64_t j = 0; j < t.numel(); ++j) {
       double orig = p[j];
       p[j] = orig + opts.eps;
-      double fp = objective(xs);
+      double fp = objective();
       p[j] = orig - opts.eps;
-      double fm = objective(xs);
+      double fm = objective();
       p[j] = orig;
       double numeric = (fp - fm) / (2 * opts.eps);
       if (!(std::abs(a[j] - numeric) <= opts.atol + opts.rtol * std::abs(numeric))) {
         res.ok = false;
-        res.message = detail::cat("input ", i, " element ", j, ": analytic ", a[j],
+        res.message = detail::cat(kind, " ", i, " element ", j, ": analytic ", a[j],
                                   " vs numeric ", numeric);
-        return res;
+        return false;
       }
     }
+    return true;
+  };
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (!xs[i].defined() || !xs[i].requires_grad()) continue;
+    if (!check(xs[i], "input", i)) return res;
   }
+  for (size_t i = 0; i < opts.params.size(); ++i)
+    if (!check(opts.params[i], "param", i)) return res;
   return res;
 }
 
