@@ -186,10 +186,10 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
         }
         const A p = m_exp(s * scale - ls[i]);
         A pz = p;
-        if (drop.active()) {
-          const A z = drop.keep(uint64_t(b * T_ + i0 + i) * uint64_t(S) + uint64_t(j)) ? kept : A(0);
-          pz *= z;
-          dp *= z;
+        if (drop.active()) {  // selects: a dropped term is 0 whatever it held
+          const bool keep = drop.keep(uint64_t(b * T_ + i0 + i) * uint64_t(S) + uint64_t(j));
+          pz = keep ? pz * kept : A(0);
+          dp = keep ? dp * kept : A(0);
         }
         const A ds = p * (dp - dls[i]);
 #pragma unroll

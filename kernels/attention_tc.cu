@@ -206,8 +206,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = half; c < E; c += 2) of[r * L.ldo + c] = 0.f;
     float m = -INFINITY, l = 0.f;
     const T* qw = qs + warp * 16 * L.ldd;
-    rng::DropoutWalk walk(drop);  // this lane's row's multipliers (l sums every key)
-    const float kept = float(drop.scale);
+    // Dropout: the 16-bit tile holds p or 0 and the output takes the 1/(1-p) in f32 with 1/l
+    // (kept could overflow f16 times p near 1); l sums every key.
+    rng::DropoutWalk walk(drop);
+    const float kept = drop.active() ? float(drop.scale) : 1.f;
     const uint64_t row0 = uint64_t(b * T_ + t0 + warp * 16 + r) * uint64_t(S);
     for (int64_t j0 = 0; j0 < S; j0 += kCols) {
       __syncthreads();  // the previous tile is no longer read
@@ -234,9 +236,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         // a masked key adds nothing; a NaN score (which fmaxf passed over) makes p NaN
         const float p = srow[c] == -INFINITY ? 0.f : expf(srow[c] - mnew);
         sum += p;
-        float pz = p;
-        if (drop.active()) pz = walk.keep(row0 + uint64_t(j0 + c)) ? p * kept : 0.f;
-        prow[c] = convert<T>(pz);
+        prow[c] = convert<T>(drop.active() && !walk.keep(row0 + uint64_t(j0 + c)) ? 0.f : p);
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       l = l * corr + sum;
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t tw = t0 + warp * 16;
     if (half == 0) {
       // all keys masked: zeros (l is 0 only then; NaN goes on to the output)
-      sf[r] = l == 0.f ? 0.f : 1.f / l;
+      sf[r] = l == 0.f ? 0.f : kept / l;
       if (tw + r < T_) lse[b * T_ + tw + r] = l == 0.f ? -INFINITY : m + logf(l);
     }
     __syncwarp();
@@ -297,7 +297,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_rows(v + b * S * E, j0, S, E, vs, L.lde, kRows);
     const int64_t j = j0 + warp * 16 + r;  // this lane's key
     const bool live = j < S && (!mask || mask[b * S + j]);
-    const float kept = float(drop.scale);  // (a lane walks a column: a new block per query)
+    // dropout: the P^T tile holds p or 0 and dV takes the 1/(1-p) in f32 (as the forward);
+    // a lane walks a column, a new Philox block per query
+    const float kept = drop.active() ? float(drop.scale) : 1.f;
     FragC dk[DM / 16], dv[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; ++n) {
@@ -321,18 +323,18 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int c = half; c < kCols; c += 2) {
         const float li = ls[c];
         const float p = (live && li != -INFINITY) ? expf(sf[r * L.lds + c] * scale - li) : 0.f;
-        float z = 1.f;
-        if (drop.active())
-          z = drop.keep(uint64_t(b * T_ + i0 + c) * uint64_t(S) + uint64_t(j)) ? kept : 0.f;
-        pt[r * L.ldp + c] = convert<T>(p * z);
-        dst[r * L.ldp + c] = convert<T>(p * (dpf[r * L.lds + c] * z - dls[c]));
+        const bool keep =
+            !drop.active() || drop.keep(uint64_t(b * T_ + i0 + c) * uint64_t(S) + uint64_t(j));
+        pt[r * L.ldp + c] = convert<T>(keep ? p : 0.f);
+        const float dp = keep ? dpf[r * L.lds + c] * kept : 0.f;  // selects, as nn::dropout
+        dst[r * L.ldp + c] = convert<T>(p * (dp - dls[c]));
       }
       __syncwarp();
       tile_times_rows<T, DM>(pt, L.ldp, gs, L.lde, E, dv);   // dV += P^T dO
       tile_times_rows<T, DM>(dst, L.ldp, qs, L.ldd, D, dk);  // dK += dS^T Q
     }
     write_rows<T, DM>(dk, scale, D, stage, L.ldo, gk + b * S * D, j0 + warp * 16, S, lane);
-    write_rows<T, DM>(dv, 1.f, E, stage, L.ldo, gv + b * S * E, j0 + warp * 16, S, lane);
+    write_rows<T, DM>(dv, kept, E, stage, L.ldo, gv + b * S * E, j0 + warp * 16, S, lane);
   }
 }
 

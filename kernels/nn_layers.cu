@@ -33,7 +33,7 @@ struct alignas(4 * sizeof(T)) Quad {
 };
 
 template <typename T, bool Vec>
-__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, float p, float scale,
+__global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, float p, acc_t<T> scale,
                                uint64_t seed, uint64_t offset) {
   using A = acc_t<T>;
   const int64_t blocks = (n + 3) / 4, stride = int64_t(gridDim.x) * blockDim.x;
@@ -66,7 +66,7 @@ __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, float
 }
 template <typename T, bool Vec>
 __global__ void dropout_backward_kernel(const T* g, const uint8_t* mask, T* gx, int64_t n,
-                                        float scale) {
+                                        acc_t<T> scale) {
   using A = acc_t<T>;
   const int64_t blocks = (n + 3) / 4, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < blocks; blk += stride) {
@@ -662,7 +662,7 @@ void launch_dropout(DType t, const void* x, void* y, uint8_t* mask, int64_t n, d
     auto kernel = vec ? dropout_kernel<T, true> : dropout_kernel<T, false>;
     kernel<<<grid_for(ceil_div(n, 4)), kThreads, 0, s>>>(static_cast<const T*>(x),
                                                            static_cast<T*>(y), mask, n, float(p),
-                                                           float(1.0 / (1.0 - p)), seed, offset);
+                                                           acc_t<T>(1.0 / (1.0 - p)), seed, offset);
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -676,7 +676,7 @@ void launch_dropout_backward(DType t, const void* grad, const uint8_t* mask, voi
     auto kernel = vec ? dropout_backward_kernel<T, true> : dropout_backward_kernel<T, false>;
     kernel<<<grid_for(ceil_div(n, 4)), kThreads, 0, s>>>(static_cast<const T*>(grad), mask,
                                                            static_cast<T*>(grad_x), n,
-                                                           float(1.0 / (1.0 - p)));
+                                                           acc_t<T>(1.0 / (1.0 - p)));
     NN_CUDA_CHECK_LAUNCH();
   });
 }

@@ -384,12 +384,14 @@ std::vector<Case> cases() {
   v.push_back({"mse", {{5, 6}, {5, 6}},
                [](auto& x) { return std::vector<Tensor>{mse_loss(x[0], x[1])}; }});
   // dropout: the same Philox stream on both devices
-  v.push_back({"dropout", {{33, 31}}, [](auto& x) {
-                 Generator g(5);
-                 // quads as vectors, a tail of 3, and a view starting one element in (unaligned)
-                 return std::vector<Tensor>{dropout(x[0], 0.3, true, &g),
-                                            dropout(x[0].reshape({-1}).slice(0, 1, 1000), 0.5, true, &g)};
-               }});
+  // (f64 too: its 1/(1-p) in double on both devices, so the results are equal to the last bit)
+  for (DType dt : {kF32, kF64})
+    v.push_back({std::string(dtype_name(dt)) + " dropout", {{33, 31}}, [](auto& x) {
+                   Generator g(5);
+                   // quads as vectors, a tail of 3, and a view starting one element in (unaligned)
+                   return std::vector<Tensor>{dropout(x[0], 0.3, true, &g),
+                                              dropout(x[0].reshape({-1}).slice(0, 1, 1000), 0.1, true, &g)};
+                 }, dt == kF64 ? 0.0 : 1e-4, true, dt});
   Case drop16{"f16 dropout", {{5, 129}}, [](auto& x) {
                 Generator g(6);
                 return std::vector<Tensor>{dropout(x[0], 0.2, true, &g).to(kF32)};

@@ -36,14 +36,6 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const double sc = scale ? *scale : 1.0 / std::sqrt(double(std::max<int64_t>(D, 1)));
   NN_CHECK(dropout_p >= 0 && dropout_p <= 1, op, ": dropout probability must be in [0, 1], got ",
            dropout_p);
-  rng::DropoutDraw drop;
-  if (dropout_p > 0) {  // the stream nn::dropout would draw for a (B, T, S) tensor
-    Generator& g = gen ? *gen : default_generator();
-    drop.seed = g.seed();
-    drop.offset = g.advance(uint64_t(B) * uint64_t(T) * uint64_t(S));
-    drop.p = float(dropout_p);
-    drop.scale = dropout_p < 1 ? 1.0 / (1.0 - dropout_p) : 0.0;
-  }
 
   Tensor mask;
   if (key_padding_mask.defined()) {
@@ -60,6 +52,19 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     mask = raw_contiguous(raw_expand(make_view(keep, {q.shape()[0], 1, S}, {S, S, 1}, keep.offset()),
                                      {q.shape()[0], per, S}));
     mask = make_view(mask, {B, S}, {S, 1}, mask.offset());
+  }
+  // The stream nn::dropout would draw for a (B, T, S) tensor, taken once the inputs are
+  // checked; as nn::dropout, p = 1 drops everything without drawing.
+  rng::DropoutDraw drop;
+  if (dropout_p > 0) {
+    drop.p = float(dropout_p);
+    drop.scale = 0.0;
+    if (dropout_p < 1) {
+      Generator& g = gen ? *gen : default_generator();
+      drop.seed = g.seed();
+      drop.offset = g.advance(uint64_t(B) * uint64_t(T) * uint64_t(S));
+      drop.scale = 1.0 / (1.0 - dropout_p);
+    }
   }
   auto flat = [&](const Tensor& t, int64_t rows, int64_t cols) {
     Tensor c = raw_contiguous(t);

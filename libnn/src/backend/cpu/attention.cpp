@@ -144,8 +144,10 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
           const A sum = row.sum();
           row /= sum;
           set_lse(b * Tq + t0 + r, double(m) + std::log(double(sum)));
-          // P V with the dropped probabilities (the statistics keep every key)
-          if (drop.active()) row.array() *= z.row(r).array();
+          // P V with the dropped probabilities (the statistics keep every key); a dropped
+          // one is 0 whatever it held, as nn::dropout selects
+          if (drop.active())
+            row = (z.row(r).array() != A(0)).select(row.array() * z.row(r).array(), A(0)).matrix();
         }
         S* ob = po + (b * Tq + t0) * E;
         A* dst;
@@ -223,7 +225,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         if (drop.active()) {  // dV += (P Z)^T dO, with Z the forward's dropout multipliers
           z.resize(n, S_);
           dropout_multipliers(drop, uint64_t(b * Tq + t0) * uint64_t(S_), n * S_, z.data());
-          dp = p.cwiseProduct(z);
+          dp = (z.array() != A(0)).select(p.array() * z.array(), A(0)).matrix();
           gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(dp, p16), S_).t(), row_major(dO, E), A(1),
                      gvb, E);
         } else {
@@ -233,7 +235,8 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         dp.resize(n, S_);
         gemm_of<S>(n, S_, E, A(1), row_major(dO, E), row_major(vb, E).t(), A(0), dp.data(),
                    S_);  // dP = dO V^T
-        if (drop.active()) dp.array() *= z.array();  // through the dropout: d(P Z) Z
+        if (drop.active())  // through the dropout: d(P Z) Z
+          dp = (z.array() != A(0)).select(dp.array() * z.array(), A(0)).matrix();
         // dS = P * (dP - rowsum(dO * O)), the softmax backward per row (rowsum(dO * O) is
         // rowsum(P * dP) with or without dropout, as O = (P Z) V)
         for (int64_t r = 0; r < n; ++r) {
