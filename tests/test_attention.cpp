@@ -72,13 +72,20 @@ TEST_CASE("attention dropout equals dropout on the unfused probabilities", "[att
   }
   // p = 1 drops everything: zeros and zero gradients; p = 0 is plain attention; others refused
   Tensor q = test::rnd({1, 2, 3, 4}, 5), k = test::rnd({1, 2, 6, 4}, 6), v = test::rnd({1, 2, 6, 4}, 7);
-  Tensor all = scaled_dot_product_attention(q, k, v, {}, std::nullopt, 1.0);
+  Generator g1(1);
+  Tensor all = scaled_dot_product_attention(q, k, v, {}, std::nullopt, 1.0, &g1);
   REQUIRE(sum(abs(all)).item() == 0);
+  REQUIRE(g1.offset() == 0);  // as nn::dropout, p = 1 draws nothing
   sum(all * 3).backward();
   for (const Tensor* t : {&q, &k, &v}) REQUIRE(sum(abs(t->grad())).item() == 0);
   Generator g0(1);
   test::require_close(scaled_dot_product_attention(q, k, v, {}, std::nullopt, 0.0, &g0),
                       scaled_dot_product_attention(q, k, v), 0, 0);
+  REQUIRE(g0.offset() == 0);
+  // a call refused for its mask takes nothing from the generator
+  REQUIRE_FALSE(test::error_of([&] {
+    scaled_dot_product_attention(q, k, v, ones({1, 5}, kU8), std::nullopt, 0.5, &g0);
+  }).empty());
   REQUIRE(g0.offset() == 0);
   for (double bad : {-0.1, 1.5, double(NAN)})
     REQUIRE(test::error_of([&] { scaled_dot_product_attention(q, k, v, {}, std::nullopt, bad); })
