@@ -29,7 +29,8 @@ double time_per_call(const nn::Device& d, int iters, const std::function<void()>
 // Fused attention at BERT-like shapes: (batch, heads, T = S, head dim 64), a padding mask
 // keeping every key. FLOPs as usual for attention: 4 N H T S D for the forward (Q K^T and
 // P V), 2.5 times that for the backward. Paths: the default (tensor cores for f16/bf16) and
-// the plain kernel (LIBNN_CUDA_ATTENTION=simt).
+// the plain kernel (LIBNN_CUDA_ATTENTION=simt). The training step is timed again with
+// BERT's attention dropout (0.1), which draws its mask inside the kernels.
 void bench_attention(const nn::Device& d, nn::DType t, int iters) {
   struct Shape {
     int64_t n, h, len;
@@ -53,8 +54,12 @@ void bench_attention(const nn::Device& d, nn::DType t, int iters) {
       const double both = time_per_call(d, iters, [&] {
         nn::scaled_dot_product_attention(q, k, v, keep).backward(g);
       });
+      const double dropped = time_per_call(d, iters, [&] {
+        nn::scaled_dot_product_attention(q, k, v, keep, std::nullopt, 0.1).backward(g);
+      });
       for (auto [phase, sec, flops] : {std::tuple{"forward", fwd, fwd_flops},
-                                       std::tuple{"forward+backward", both, 3.5 * fwd_flops}})
+                                       std::tuple{"forward+backward", both, 3.5 * fwd_flops},
+                                       std::tuple{"forward+backward, dropout 0.1", dropped, 3.5 * fwd_flops}})
         std::printf("{\"impl\": \"libnn-%s\", \"device\": \"%s\", \"device_name\": \"%s\", "
                     "\"dtype\": \"%s\", \"op\": \"attention %s\", \"shape\": \"%lldx%lldx%lldx64\", "
                     "\"us\": %.1f, \"tflops\": %.2f}\n",

@@ -2,7 +2,7 @@
 """PyTorch peer of bench/kernels/kernels_bench: the same ops and sizes, timed the same way
 (warm-up, then a synchronised loop), plus torch's device-to-device copy as the bandwidth
 yardstick. One JSON object per op. --attention times scaled_dot_product_attention at the
-shapes kernels_bench --attention uses (forward, and forward + backward)."""
+shapes kernels_bench --attention uses (forward, forward + backward, and that with dropout 0.1)."""
 import argparse
 import json
 import time
@@ -40,8 +40,12 @@ def attention(dev, dt, a):
         def both():
             sdpa(q, k, v, attn_mask=keep).backward(g)
 
+        def dropped():
+            sdpa(q, k, v, attn_mask=keep, dropout_p=0.1).backward(g)
+
         for phase, f, flops in [("forward", forward, fwd_flops),
-                                ("forward+backward", both, 3.5 * fwd_flops)]:
+                                ("forward+backward", both, 3.5 * fwd_flops),
+                                ("forward+backward, dropout 0.1", dropped, 3.5 * fwd_flops)]:
             s = per_call(dev, a.iters, f)
             print(json.dumps({"impl": "pytorch", "device": str(dev), "dtype": a.dtype,
                               "op": f"attention {phase}", "shape": f"{n}x{h}x{t}x64",

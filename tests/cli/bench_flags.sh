@@ -70,6 +70,14 @@ k="$bin/kernels_bench"
 "$e" 2 "-n must be a positive multiple of 1024, got 1000" -- "$k" --device cpu -n 1000
 "$e" 2 "--iters must be positive, got 0" -- "$k" --device cpu --iters 0
 "$e" 2 "--dtype must be one of f32, f16, bf16, got 'f64'" -- "$k" --device cpu --dtype f64
+# --attention runs on the CPU too: three phases (the training step with dropout among them),
+# two shapes, two paths, each with a positive rate
+"$k" --device cpu --attention --iters 1 | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+assert len(rows) == 12, rows
+assert sum(r["op"] == "attention forward+backward, dropout 0.1" for r in rows) == 4, rows
+assert all(r["tflops"] > 0 for r in rows), rows'
 
 v="$bin/conv_bench"
 "$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$v" --precision fp8
