@@ -50,13 +50,19 @@ TEST_CASE("an exception on an OpenMP worker thread reaches the caller", "[parall
                         "slot 1");
   }
   SECTION("the convolutions' per-image loop") {
+    using nn::backend::conv_detail::for_each_item;
+    using nn::backend::conv_detail::kParallelMacs;
     std::atomic<int> threads_seen{0};
-    REQUIRE_THROWS_WITH(nn::backend::conv_detail::for_each_item(8,
-                                                                [&](int64_t, int t) {
-                                                                  threads_seen |= 1 << t;
-                                                                  if (t == 1) throw std::runtime_error("thread 1");
-                                                                }),
+    REQUIRE_THROWS_WITH(for_each_item(8, kParallelMacs,
+                                      [&](int64_t, int t) {
+                                        threads_seen |= 1 << t;
+                                        if (t == 1) throw std::runtime_error("thread 1");
+                                      }),
                         "thread 1");
     CHECK(threads_seen.load() & 2);
+    // a convolution too small to be worth a parallel region runs its items on this thread
+    threads_seen = 0;
+    for_each_item(8, kParallelMacs / 2, [&](int64_t, int t) { threads_seen |= 1 << t; });
+    CHECK(threads_seen.load() == 1);
   }
 }

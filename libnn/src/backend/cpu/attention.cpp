@@ -95,6 +95,11 @@ void dropout_multipliers(const rng::DropoutDraw& drop, uint64_t first, int64_t c
   }
 }
 
+// Slices a thread takes at least: enough multiply-adds to be worth a parallel region.
+inline int64_t slices_per_thread(int64_t T, int64_t S, int64_t DE) {
+  return std::max<int64_t>(1, 2 * kGrain / std::max<int64_t>(1, T * S * DE));
+}
+
 template <typename S>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
              double scale, const rng::DropoutDraw& drop, Tensor& out, Tensor& lse) {
@@ -113,7 +118,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
     if (pl64) pl64[i] = v;
     else pl32[i] = float(v);
   };
-  parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(0, B, slices_per_thread(Tq, S_, D + E), [&](int64_t b0, int64_t b1) {
     RowMat<A> s;
     Eigen::Array<A, Eigen::Dynamic, 1> e(S_);  // a row's exponentials (exp0 writes apart)
     std::vector<S> p16;
@@ -185,7 +190,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   S* gq = static_cast<S*>(grad_q.data_ptr());
   S* gk = static_cast<S*>(grad_k.data_ptr());
   S* gv = static_cast<S*>(grad_v.data_ptr());
-  parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(0, B, slices_per_thread(Tq, S_, D + E), [&](int64_t b0, int64_t b1) {
     RowMat<A> p, dp, z;  // z: the block's dropout multipliers, where drop is active
     Eigen::Array<A, Eigen::Dynamic, 1> e(S_);  // a row's exponentials (exp0 writes apart)
     std::vector<S> p16, ds16;

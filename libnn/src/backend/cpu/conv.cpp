@@ -146,7 +146,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
     const A* pb = bias.defined() ? bias.data<A>() : nullptr;
     A* po = out.data<A>();
     std::vector<std::vector<T>> cols(omp_get_max_threads());
-    for_each_item(g.N, [&](int64_t n, int t) {
+    for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
       auto& col = cols[t];
       if (!g.pointwise()) col.resize(size_t(g.Kdim * g.col_ld()));
       for (int64_t gr = 0; gr < g.G; ++gr) {
@@ -175,7 +175,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
     const T* pw = static_cast<const T*>(w.data_ptr());
     A* px = grad_x.data<A>();
     std::vector<std::vector<A>> cols(omp_get_max_threads());
-    for_each_item(g.N, [&](int64_t n, int t) {
+    for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
       auto& col = cols[t];
       for (int64_t gr = 0; gr < g.G; ++gr) {
         A* xi = px + (n * g.C + gr * g.Cg) * g.H * g.W;
@@ -206,7 +206,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
     // One private accumulator per thread, summed at the end.
     std::vector<RowMat<A>> acc(nt, RowMat<A>::Zero(g.O, g.Kdim));
     std::vector<std::vector<T>> cols(nt);
-    for_each_item(g.N, [&](int64_t n, int t) {
+    for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
       auto& col = cols[t];
       if (!g.pointwise()) col.resize(size_t(g.Kdim * g.col_ld()));
       for (int64_t gr = 0; gr < g.G; ++gr) {

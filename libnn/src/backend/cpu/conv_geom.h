@@ -23,6 +23,8 @@ struct ConvGeom {
   // apart. With P = 1024 (32 x 32 images) the GEMM's packing read 8 rows 4 KB apart, which
   // share one set of the L1 cache, and ran at half speed.
   int64_t col_ld() const { return (P + 16) % 1024 == 0 ? P + 32 : P + 16; }
+  // Multiply-adds of the whole convolution (each of its three products has as many).
+  double macs() const { return double(N) * double(O) * double(P) * double(Kdim); }
 };
 
 // From the logical (N, C, H, W) shapes of x, (O, C/groups, KH, KW) of w and of the output.
@@ -38,13 +40,19 @@ inline ConvGeom geom(const Shape& x, const Shape& w, const Shape& out, const Con
   return g;
 }
 
+// Below this many multiply-adds a convolution runs on one thread: a parallel region costs
+// microseconds, and far more when the cores are busy with other work (a test suite, a second
+// process), which a tiny convolution cannot earn back.
+inline constexpr double kParallelMacs = 1 << 18;
+
 // Runs f(i, thread_slot) for every work item i in [0, N) (images, or pieces of images):
-// threads over items when there are enough of them (GEMMs single-threaded inside), else the
-// items in turn with the GEMM's own threads.
+// threads over items when there are enough of them and the convolution is worth it (`macs`:
+// its multiply-adds; GEMMs single-threaded inside), else the items in turn with the GEMM's
+// own threads.
 template <typename F>
-void for_each_item(int64_t N, F&& f) {
+void for_each_item(int64_t N, double macs, F&& f) {
   int nt = omp_get_max_threads();
-  if (N >= nt && nt > 1 && !omp_in_parallel()) {
+  if (N >= nt && nt > 1 && macs >= kParallelMacs && !omp_in_parallel()) {
     FirstError error;  // e.g. std::bad_alloc from a thread's scratch buffer
 #pragma omp parallel num_threads(nt)
     {

@@ -122,7 +122,7 @@ template <typename T, typename A = gemm_result_t<T>>
 void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, A* y) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<T>> cols(omp_get_max_threads());
-  for_each_item(g.N, [&](int64_t n, int t) {
+  for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
     const T* xi = x + n * g.H * g.W * g.C;
     A* yi = y + n * g.P * g.O;
     for (int64_t gr = 0; gr < g.G; ++gr) {
@@ -139,7 +139,7 @@ template <typename T, typename A = gemm_result_t<T>>
 void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, A* dx) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<A>> cols(omp_get_max_threads());
-  for_each_item(g.N, [&](int64_t n, int t) {
+  for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
     const T* dyi = dy + n * g.P * g.O;
     A* dxi = dx + n * g.H * g.W * g.C;
     if (!g.pointwise()) std::fill(dxi, dxi + g.H * g.W * g.C, A(0));
@@ -162,7 +162,7 @@ void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, A* dw) {
   const int nt = omp_get_max_threads();
   std::vector<std::vector<A>> acc(nt);  // one accumulator per thread, summed below
   std::vector<std::vector<T>> cols(nt);
-  for_each_item(g.N, [&](int64_t n, int t) {
+  for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
     acc[t].resize(size_t(g.O * g.Kdim), A(0));
     const T* xi = x + n * g.H * g.W * g.C;
     const T* dyi = dy + n * g.P * g.O;
@@ -298,7 +298,7 @@ void forward_tiles(const ConvGeom& g, const Kernels& k, const T* x, WeightsView<
   const int64_t total = g.N * P_, want = 2 * int64_t(omp_get_max_threads());
   const int64_t chunk = std::max(MR, std::min(8192 / kc, ceil_div(total, want)) / MR * MR);
   const int64_t chunks = ceil_div(total, chunk);
-  for_each_item(chunks, [&](int64_t item, int) {
+  for_each_item(chunks, g.macs(), [&](int64_t item, int) {
     const FlushDenormals ftz;
     const int64_t p0 = item * chunk, p1 = std::min(total, p0 + chunk);
     const T** tab = fill_pointers<T>(off, T_, P_, x, g.H * g.W * C, zero, p0, p1, MR);
@@ -412,7 +412,7 @@ void backward_weight_tiles(const ConvGeom& g, const Kernels& k, const T* x, cons
   if constexpr (pairs) NN_CHECK(MR == 8, "conv2d: the bf16 weight-gradient tile's rows are not pack_rows' 8");
   // One accumulator per thread (its buffer, zeroed at its first item), summed below.
   std::vector<float*> acc(size_t(omp_get_max_threads()), nullptr);
-  for_each_item(chunks, [&](int64_t item, int th) {
+  for_each_item(chunks, g.macs(), [&](int64_t item, int th) {
     const FlushDenormals ftz;
     const int64_t p0 = item * chunk, p1 = std::min(total, p0 + chunk);
     if (!acc[th]) {

@@ -56,7 +56,9 @@ void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha, 
   // Many small products: one thread per product. Few large ones: threads inside each.
   double flops = 2.0 * double(M) * double(N) * double(K);
   if (B > 1 && flops < 4e6) {
-    parallel_for(0, B, 1, [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });
+    // enough products a thread to be worth a parallel region
+    const int64_t grain = std::max<int64_t>(1, int64_t(2.0 * kGrain / std::max(flops, 1.0)));
+    parallel_for(0, B, grain, [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });
   } else {
     for (int64_t i = 0; i < B; ++i) one(i);
   }
