@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     // Dropout: the 16-bit tile holds p or 0 and the output takes the 1/(1-p) in f32 with 1/l
     // (kept could overflow f16 times p near 1); l sums every key.
     rng::DropoutWalk walk(drop);
-    const float kept = drop.active() ? float(drop.scale) : 1.f;
+    const float kept = float(drop.scale);
     const uint64_t row0 = uint64_t(b * T_ + t0 + warp * 16 + r) * uint64_t(S);
     for (int64_t j0 = 0; j0 < S; j0 += kCols) {
       __syncthreads();  // the previous tile is no longer read
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const bool live = j < S && (!mask || mask[b * S + j]);
     // dropout: the P^T tile holds p or 0 and dV takes the 1/(1-p) in f32 (as the forward);
     // a lane walks a column, a new Philox block per query
-    const float kept = drop.active() ? float(drop.scale) : 1.f;
+    const float kept = float(drop.scale);
     FragC dk[DM / 16], dv[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; ++n) {

@@ -58,14 +58,17 @@ NN_HD uint32_t lane(const U32x4& r, uint32_t k) {
 
 // A dropout mask drawn from the stream at (seed, offset): element i is kept when its uniform
 // (counter offset + i / 4, lane i % 4) is >= p, the test nn::dropout applies, and a kept
-// element is multiplied by `scale` (1 / (1 - p); 0 when p is 1). p == 0 draws nothing.
+// element is multiplied by `scale` (1 / (1 - p); 0 when p is 1; 1 when inactive). p == 0
+// draws nothing.
 struct DropoutDraw {
   uint64_t seed = 0, offset = 0;
   float p = 0;
   double scale = 1;
   NN_HD bool active() const { return p > 0; }
+  // Whether an element whose random bits are u is kept.
+  NN_HD bool keeps(uint32_t u) const { return to_uniform(u) >= p; }
   NN_HD bool keep(uint64_t i) const {
-    return to_uniform(lane(philox(seed, offset + i / 4), uint32_t(i % 4))) >= p;
+    return keeps(lane(philox(seed, offset + i / 4), uint32_t(i % 4)));
   }
 };
 
@@ -81,7 +84,7 @@ struct DropoutWalk {
       blk = i / 4;
       r = philox(d.seed, d.offset + blk);
     }
-    return to_uniform(lane(r, uint32_t(i % 4))) >= d.p;
+    return d.keeps(lane(r, uint32_t(i % 4)));
   }
 };
 

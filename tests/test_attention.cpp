@@ -4,15 +4,18 @@
 using namespace nn;
 
 namespace {
-// The unfused reference: softmax(q k^T * scale + mask) v with our basic ops.
-Tensor reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep) {
+// The unfused reference: softmax(q k^T * scale + mask) v with our basic ops, the
+// probabilities through nn::dropout when p > 0.
+Tensor reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep,
+                 double p = 0, Generator* gen = nullptr) {
   const double scale = 1.0 / std::sqrt(double(q.size(-1)));
   Tensor s = matmul(q, k.transpose(-1, -2)) * scale;  // (N, H, T, S)
   if (keep.defined()) {
     Tensor m = keep.reshape({keep.size(0), 1, 1, keep.size(1)}).to(s.dtype());
     s = where(m, s, full({}, -1e30, s.options()));
   }
-  return matmul(softmax(s, -1), v);
+  Tensor probs = softmax(s, -1);
+  return matmul(p > 0 ? dropout(probs, p, true, gen) : probs, v);
 }
 }  // namespace
 
@@ -49,11 +52,7 @@ TEST_CASE("attention dropout equals dropout on the unfused probabilities", "[att
            rv = v.detach().requires_grad_();
     Generator g(77), rg(77);
     Tensor out = scaled_dot_product_attention(q, k, v, keep, std::nullopt, p, &g);
-    Tensor s = matmul(rq, rk.transpose(-1, -2)) * (1.0 / std::sqrt(8.0));
-    Tensor m = keep.reshape({2, 1, 1, 9}).to(kF64);
-    s = where(m, s, full({}, -1e30, s.options()));
-    Tensor probs = softmax(s, -1);
-    Tensor ref = matmul(dropout(probs, p, true, &rg), rv);
+    Tensor ref = reference(rq, rk, rv, keep, p, &rg);
     REQUIRE(g.offset() == rg.offset());
     test::require_close(out, ref, 1e-10, 1e-10);
     // about p of the probabilities dropped (the same stream again), and the output changed

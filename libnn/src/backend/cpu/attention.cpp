@@ -75,7 +75,6 @@ void store(const Acc<S>* src, int64_t n, S* dst) {
 template <typename A>
 void dropout_multipliers(const rng::DropoutDraw& drop, uint64_t first, int64_t count, A* z) {
   const A kept = A(drop.scale);
-  const float p = drop.p;
   uint32_t r[4][kPhiloxBatch];
   A buf[4 * kPhiloxBatch];
   const uint64_t end = first + uint64_t(count);
@@ -84,10 +83,10 @@ void dropout_multipliers(const rng::DropoutDraw& drop, uint64_t first, int64_t c
     philox_batch(drop.seed, drop.offset + b0, r);
 #pragma omp simd
     for (int k = 0; k < kPhiloxBatch; ++k) {
-      buf[4 * k] = rng::to_uniform(r[0][k]) >= p ? kept : A(0);
-      buf[4 * k + 1] = rng::to_uniform(r[1][k]) >= p ? kept : A(0);
-      buf[4 * k + 2] = rng::to_uniform(r[2][k]) >= p ? kept : A(0);
-      buf[4 * k + 3] = rng::to_uniform(r[3][k]) >= p ? kept : A(0);
+      buf[4 * k] = drop.keeps(r[0][k]) ? kept : A(0);
+      buf[4 * k + 1] = drop.keeps(r[1][k]) ? kept : A(0);
+      buf[4 * k + 2] = drop.keeps(r[2][k]) ? kept : A(0);
+      buf[4 * k + 3] = drop.keeps(r[3][k]) ? kept : A(0);
     }
     const uint64_t stop = std::min(end, (b0 + kPhiloxBatch) * 4);
     std::copy(buf + (i - b0 * 4), buf + (stop - b0 * 4), z + (i - first));
@@ -95,9 +94,16 @@ void dropout_multipliers(const rng::DropoutDraw& drop, uint64_t first, int64_t c
   }
 }
 
+// x times the dropout multipliers z, a dropped element 0 whatever x held (as nn::dropout
+// selects: 0 x inf would be NaN).
+template <typename A>
+RowMat<A> dropped(const RowMat<A>& x, const RowMat<A>& z) {
+  return (z.array() != A(0)).select(x.array() * z.array(), A(0)).matrix();
+}
+
 // Slices a thread takes at least: enough multiply-adds to be worth a parallel region.
 inline int64_t slices_per_thread(int64_t T, int64_t S, int64_t DE) {
-  return std::max<int64_t>(1, 2 * kGrain / std::max<int64_t>(1, T * S * DE));
+  return grain_for(double(T * S * DE) / 2);
 }
 
 template <typename S>
@@ -227,21 +233,19 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         }
         const S* dO = pg + (b * Tq + t0) * E;
         const S* O = po + (b * Tq + t0) * E;
-        if (drop.active()) {  // dV += (P Z)^T dO, with Z the forward's dropout multipliers
+        const RowMat<A>* pz = &p;  // P, or P Z with Z the forward's dropout multipliers
+        if (drop.active()) {
           z.resize(n, S_);
           dropout_multipliers(drop, uint64_t(b * Tq + t0) * uint64_t(S_), n * S_, z.data());
-          dp = (z.array() != A(0)).select(p.array() * z.array(), A(0)).matrix();
-          gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(dp, p16), S_).t(), row_major(dO, E), A(1),
-                     gvb, E);
-        } else {
-          gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(p, p16), S_).t(), row_major(dO, E), A(1),
-                     gvb, E);  // dV += P^T dO
+          dp = dropped(p, z);
+          pz = &dp;
         }
+        gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(*pz, p16), S_).t(), row_major(dO, E), A(1),
+                   gvb, E);  // dV += (P Z)^T dO
         dp.resize(n, S_);
         gemm_of<S>(n, S_, E, A(1), row_major(dO, E), row_major(vb, E).t(), A(0), dp.data(),
                    S_);  // dP = dO V^T
-        if (drop.active())  // through the dropout: d(P Z) Z
-          dp = (z.array() != A(0)).select(dp.array() * z.array(), A(0)).matrix();
+        if (drop.active()) dp = dropped(dp, z);  // through the dropout: d(P Z) Z
         // dS = P * (dP - rowsum(dO * O)), the softmax backward per row (rowsum(dO * O) is
         // rowsum(P * dP) with or without dropout, as O = (P Z) V)
         for (int64_t r = 0; r < n; ++r) {

@@ -57,8 +57,7 @@ void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha, 
   double flops = 2.0 * double(M) * double(N) * double(K);
   if (B > 1 && flops < 4e6) {
     // enough products a thread to be worth a parallel region
-    const int64_t grain = std::max<int64_t>(1, int64_t(2.0 * kGrain / std::max(flops, 1.0)));
-    parallel_for(0, B, grain, [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });
+    parallel_for(0, B, grain_for(flops / 2), [&](int64_t s, int64_t e) { for (int64_t i = s; i < e; ++i) one(i); });
   } else {
     for (int64_t i = 0; i < B; ++i) one(i);
   }

@@ -307,7 +307,7 @@ void bn_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tenso
   if (is_channels_last(x))
     return bn_forward_nhwc(count, C, px, args, training, momentum, eps, tail, po);
   // channels in parallel, enough of them a thread to be worth a parallel region
-  parallel_for(0, C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, count)), [&](int64_t cb, int64_t ce) {
+  parallel_for(0, C, grain_for(double(count)), [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c) {
       double mean = 0, var = 0;
       if (training) {
@@ -359,7 +359,7 @@ void bn_backward(const Tensor& grad, const Tensor& y, const Tensor& x, const Ten
               : bn_backward_nhwc<kMask, false>(N * S, C, pg, py, px, pw, sm, si, training, gx,
                                                gz, gw, gb);
   const double count = double(N * S);
-  parallel_for(0, C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, N * S)), [&](int64_t cb, int64_t ce) {
+  parallel_for(0, C, grain_for(count), [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c) {
       const double mean = sm[c], inv = si[c];
       double sg = 0, sgx = 0;  // sum(g), sum(g * xhat)

@@ -19,6 +19,12 @@ namespace nn::cpu {
 // Work below this many elements runs on the calling thread.
 inline constexpr int64_t kGrain = 32768;
 
+// The grain of a loop whose items each do `work` (elements, multiply-adds): items enough to
+// make kGrain, at least one.
+inline int64_t grain_for(double work) {
+  return std::max<int64_t>(1, int64_t(double(kGrain) / std::max(work, 1.0)));
+}
+
 // Splits [begin, end) into one contiguous chunk per thread. Runs inline when the range is
 // small, when already inside a parallel region, or with one thread. An exception thrown by f
 // on any thread reaches the caller (the first one, after all threads have finished).
