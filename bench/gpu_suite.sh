@@ -8,17 +8,21 @@
 #
 #   bench/gpu_suite.sh [STEP ...]          (default: all)
 #
-# Steps, in the order they run: build, test, kernels (bandwidth and attention
-# microbenchmarks), mnist (MNIST CNN, 3 epochs, against PyTorch), resnet (ResNet-50 FP32/FP16/
-# BF16 at batch 128 and 256 against PyTorch, and the 200-step loss curves), extras (NCHW
-# ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by layer,
-# the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch), text (MLP and BERT-base at
-# 2..20,000 classes against PyTorch), memcheck (compute-sanitizer over the CUDA tests; last,
-# as its length is the least known). `bench` is kernels mnist resnet extras text; `all` is
-# every step.
+# Steps, in the order they run (what the open issues need first, whatever the order of the
+# arguments): build, test (the CUDA tests, then every CTest test), mnist (MNIST CNN, 3 epochs,
+# against PyTorch), kernels (memory-bound kernels' GB/s against a copy and PyTorch), resnet
+# (ResNet-50 FP32/FP16 at batch 128 and 256 against PyTorch, and the 200-step loss curves),
+# text (MLP and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer
+# over the CUDA tests), extras (attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50,
+# NCHW ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
+# layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch). `bench` is mnist
+# kernels resnet text extras; `all` is every step.
 #
-# GPU_SUITE_TIMEOUT=S stops the suite after S seconds (TERM to every step), still writing
-# summary.md and the tarball: for callers that are themselves killed at a limit.
+# Each step has a time budget (seconds; GPU_SUITE_BUDGETS="resnet=300 text=150" overrides):
+# its commands are stopped at the step's deadline and the next step starts, so one slow step
+# cannot take the others' time. summary.md ends with each step's seconds.
+# GPU_SUITE_TIMEOUT=S stops the whole suite after S seconds (TERM to every step), still
+# writing summary.md and the tarball: for callers that are themselves killed at a limit.
 #
 # Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
 # fills it on a machine with Debian's packages, for GPU machines that reach no registry).
@@ -33,16 +37,25 @@ unset GPU_SUITE_TIMED GPU_SUITE_TIMEOUT  # not inherited by the steps (the tests
 cd "$(dirname "$0")/.."
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
+all_steps="build test mnist kernels resnet text memcheck extras"
 for st in "${steps[@]}"; do
-  case $st in build|test|kernels|mnist|resnet|extras|text|memcheck|bench|all) ;;
-    *) echo "gpu_suite: unknown step '$st' (build test kernels mnist resnet extras text memcheck bench all)" >&2
-       exit 2 ;;
+  case " $all_steps bench all " in *" $st "*) ;;
+    *) echo "gpu_suite: unknown step '$st' ($all_steps bench all)" >&2; exit 2 ;;
   esac
+done
+declare -A budget=([build]=300 [test]=200 [mnist]=150 [kernels]=90 [resnet]=270 [text]=200
+                   [memcheck]=300 [extras]=420)
+for kv in ${GPU_SUITE_BUDGETS:-}; do
+  if [[ $kv =~ ^([a-z]+)=([1-9][0-9]*)$ && -n "${budget[${BASH_REMATCH[1]}]:-}" ]]; then
+    budget[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+  else
+    echo "gpu_suite: GPU_SUITE_BUDGETS takes STEP=SECONDS words (steps: $all_steps), got '$kv'" >&2; exit 2
+  fi
 done
 want() {
   local s=" ${steps[*]} "
   [[ $s == *" $1 "* || $s == *" all "* ]] && return 0
-  [[ $1 =~ ^(kernels|mnist|resnet|extras|text)$ && $s == *" bench "* ]]
+  [[ $1 =~ ^(mnist|kernels|resnet|text|extras)$ && $s == *" bench "* ]]
 }
 FINAL=${OUT:-$PWD/gpu-results}
 OUT=$FINAL/all
@@ -52,9 +65,43 @@ bundle() {  # summary.md next to the tarball of everything
   tar -czf "$FINAL/gpu-results.tar.gz" -C "$FINAL" all
   rm -rf "$OUT"
 }
-trap bundle EXIT
 log() { echo "[gpu_suite $(date +%H:%M:%S)] $*" | tee -a "$OUT/summary.md"; }
-trap 'log "stopped by a signal (GPU_SUITE_TIMEOUT or the caller)"; exit 124' TERM INT
+# Each step's commands run through t: in a process group of their own (GNU timeout's), cut at
+# the step's deadline, and waited for with `wait`, which a signal interrupts, so that a TERM
+# to the suite stops them at once (their groups are listed in $groups) instead of after them.
+groups=$(mktemp)
+stop_groups() { local g; while read -r g; do kill -TERM -- "-$g" 2> /dev/null; done < "$groups"; }
+step=none; step_start=$SECONDS; step_deadline=$SECONDS; times=()
+begin() {  # begin STEP DESCRIPTION
+  step=$1; step_start=$SECONDS; step_deadline=$((SECONDS + budget[$1]))
+  log "$2 (step $1, budget ${budget[$1]} s)"
+}
+cuts=$(mktemp)  # the steps cut at their budget (t may run in a pipeline's subshell: a file)
+end() {
+  local took="$step $((SECONDS - step_start)) s"
+  grep -qx "$step" "$cuts" && took+=" (cut at its budget)"
+  times+=("$took"); log "step $took"; step=none
+}
+t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadline (exit 124)
+  local left=$((step_deadline - SECONDS)) pid rc
+  if ((left < 5)); then
+    log "step $step: its budget is spent, not run: $*"; echo "$step" >> "$cuts"; return 124
+  fi
+  timeout -k 10 "$left" "$@" &
+  pid=$!; echo "$pid" >> "$groups"
+  wait "$pid"; rc=$?
+  if ((rc == 124 || rc == 137)); then log "step $step: cut at its budget (${budget[$step]} s): $*"; echo "$step" >> "$cuts"; fi
+  return $rc
+}
+finish() {
+  stop_groups
+  [[ $step != none ]] && times+=("$step $((SECONDS - step_start)) s (stopped)")
+  log "step times: $(IFS=,; echo "${times[*]:-none}")"
+  rm -f "$groups" "$cuts"
+  bundle
+}
+trap finish EXIT
+trap 'log "stopped by a signal (GPU_SUITE_TIMEOUT or the caller) in step $step"; exit 124' TERM INT
 deps=${LIBNN_GPU_DEPS:-$PWD/.gpu_deps}
 bdir=${BUILD_DIR:-build-gpu}
 py=${PYTHON:-python3}
@@ -76,37 +123,48 @@ machine=${GPU_MACHINE:-$default_machine}
   nvcc --version 2>&1 | tail -1; echo '```'; } >> "$OUT/summary.md"
 
 if want build; then
-  log "build into $bdir"
+  begin build "build into $bdir"
   extra=()
   [[ -d "$deps" ]] && extra+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps")
   arch=${CUDA_ARCHS:-native}
-  cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
+  t cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" "${extra[@]}" > "$OUT/configure.log" 2>&1
   rc=$?; grep -E 'libnn: CUDA|Found CUDNN' "$OUT/configure.log" | tee -a "$OUT/summary.md"
   [[ $rc -ne 0 ]] && { log "configure exit $rc"; tail -40 "$OUT/configure.log"; exit $rc; }
-  cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
+  t cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
   rc=$?; log "build exit $rc"; [[ $rc -ne 0 ]] && { grep -m 20 -B2 -A8 -E 'error|FAILED' "$OUT/build.log"; tail -20 "$OUT/build.log"; exit $rc; }
+  end
 fi
 
 if want test; then
-  log "tests"
-  # eight tests at a time, two CPU threads each: the CPU tests do not oversubscribe the cores
-  # (per-test limit well under a call's: one hung test must not take the call's later steps)
-  OMP_NUM_THREADS=2 ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 150 > "$OUT/ctest.log" 2>&1
-  rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
-  timeout -k 10 300 "$bdir/bin/libnn_tests" "[cuda]" > "$OUT/cuda_tests.log" 2>&1
+  begin test "tests: the CUDA ones, then every CTest test"
+  t "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
   rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
-  if [[ $rc -ne 0 ]]; then  # triage: the same tests with the paths not yet run before 2026-11-24 off
-    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 timeout -k 10 300 "$bdir/bin/libnn_tests" "[cuda]" \
+  if [[ $rc -ne 0 && $rc -ne 124 ]]; then  # triage: the same tests with the paths not yet run on a GPU off
+    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 t "$bdir/bin/libnn_tests" "[cuda]" \
       > "$OUT/cuda_tests_fallbacks.log" 2>&1
     log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0: exit $? $(tail -2 \
       "$OUT/cuda_tests_fallbacks.log" | tr '\n' ' ')"
   fi
+  # eight tests at a time, two CPU threads each: the CPU tests do not oversubscribe the cores
+  # (per-test limit well under the step's: one hung test must not take the others' time)
+  OMP_NUM_THREADS=2 t ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 120 > "$OUT/ctest.log" 2>&1
+  rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
+  end
+fi
+
+if want mnist; then
+  begin mnist "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
+  PYTHON_FOR_TORCH="$py" t "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
+      --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
+      --python "$py" --machine "$machine" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
+  rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+  end
 fi
 
 if want kernels; then
-  log "kernel microbenchmarks (libnn, then PyTorch, same GPU)"
-  { "$bdir/bin/kernels_bench" --device cuda; "$py" bench/peers/kernels_torch.py --device cuda; } \
+  begin kernels "memory-bound kernels, GB/s (libnn, then PyTorch, same GPU)"
+  { t "$bdir/bin/kernels_bench" --device cuda; t "$py" bench/peers/kernels_torch.py --device cuda; } \
     > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"
   "$py" - "$OUT/kernels.jsonl" <<'PY' | tee -a "$OUT/summary.md"
 import json, sys
@@ -122,13 +180,70 @@ for (impl, op), r in by.items():
     print(f"| {op} | {r['gb_per_s']} | {t} | {ratio} | {frac} |")
 print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
 PY
+  end
+fi
+
+if want resnet; then
+  begin resnet "ResNet-50 training throughput, FP32 / FP16 (channels-last): libnn then PyTorch"
+  for b in 128 256; do
+    t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
+        --num-warmup-batches 10 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 \
+        | tee -a "$OUT/summary.md"
+    rc=${PIPESTATUS[0]}; status=$((status | rc))
+    t "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 --batch-size $b \
+        --num-batches 50 --num-warmup-batches 10 --precisions fp32,fp16 \
+        --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
+    "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
+        "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
+        | tee -a "$OUT/summary.md"
+  done
+  log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
+  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
+      --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
+      2>&1 | tee -a "$OUT/summary.md"
+  rc=${PIPESTATUS[0]}; status=$((status | rc))
+  "$py" bench/plot_loss_curves.py "$OUT/resnet50_loss_curve.csv" --label libnn 2>&1 \
+      | tee -a "$OUT/summary.md"   # the table here; plot it with --out where matplotlib is
+  end
+fi
+
+if want text; then
+  begin text "text classifiers (MLP, BERT-base) at 2..20,000 classes, FP32 and FP16: libnn then PyTorch"
+  t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
+      --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
+      > "$OUT/text_cuda.log" 2>&1
+  rc=$?; status=$((status | rc)); grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
+  end
+fi
+
+if want memcheck; then
+  begin memcheck "compute-sanitizer memcheck over the CUDA tests"
+  # without the caching allocator, so each tensor's bounds are an allocation's bounds (the
+  # allocator's own test, which counts the cache's reuse, runs with the cache on); --durations
+  # lists each case as it passes, so a run cut at the budget still says how far it got
+  LIBNN_NO_MEMORY_CACHING=1 t compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bdir/bin/libnn_tests" "[cuda]~[memory]" --durations yes > "$OUT/memcheck.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then
+    t compute-sanitizer --tool memcheck --error-exitcode 3 "$bdir/bin/libnn_tests" "[cuda][memory]" \
+        --durations yes >> "$OUT/memcheck.log" 2>&1
+    rc=$?
+  fi
+  status=$((status | rc))
+  log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')" \
+      "$(grep -c ' s: ' "$OUT/memcheck.log") test cases finished"
+  end
+fi
+
+if want extras; then
+  begin extras "what the issues do not ask for: microbenchmarks, BF16, layouts, fusions, smaller models"
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
-  { "$bdir/bin/kernels_bench" --device cuda --dtype f16; "$py" bench/peers/kernels_torch.py --device cuda --dtype f16; } \
+  { t "$bdir/bin/kernels_bench" --device cuda --dtype f16; t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16; } \
     2>> "$OUT/bench.log" | tee "$OUT/kernels_f16.jsonl" | grep batch_norm | tee -a "$OUT/summary.md"
   log "fused attention, TFLOP/s: libnn (tensor-core and plain kernels), then PyTorch SDPA"
   for dt in f16 bf16 f32; do
-    "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20
-    "$py" bench/peers/kernels_torch.py --device cuda --attention --dtype $dt --iters 20
+    t "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20
+    t "$py" bench/peers/kernels_torch.py --device cuda --attention --dtype $dt --iters 20
   done > "$OUT/attention.jsonl" 2>> "$OUT/bench.log"
   "$py" - "$OUT/attention.jsonl" <<'PY' | tee -a "$OUT/summary.md"
 import json, sys
@@ -141,80 +256,38 @@ for (impl, dt, op, shape), v in by.items():
     ratio = f"{v / torch_:.2f}" if torch_ else "n/a"
     print(f"| {dt} | {op} | {shape} | {v} | {simt} | {torch_} | {ratio} |")
 PY
-fi
-
-if want mnist; then
-  log "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
-  PYTHON_FOR_TORCH="$py" "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
-      --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
-      --python "$py" --machine "$machine" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
-  rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
-fi
-
-if want resnet; then
-  log "ResNet-50 training throughput, FP32 / FP16 / BF16: libnn then PyTorch"
-  for b in 128 256; do
-    "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
-        --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
-    rc=${PIPESTATUS[0]}; status=$((status | rc))
-    "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
-        --num-warmup-batches 10 --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
-    "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
-        "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
-        | tee -a "$OUT/summary.md"
-  done
-  log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
-  "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
-      --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
-      2>&1 | tee -a "$OUT/summary.md"
-  rc=${PIPESTATUS[0]}; status=$((status | rc))
-  "$py" bench/plot_loss_curves.py "$OUT/resnet50_loss_curve.csv" --label libnn 2>&1 \
-      | tee -a "$OUT/summary.md"   # the table here; plot it with --out where matplotlib is
-fi
-
-if want extras; then
+  log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
+  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 --num-batches 30 \
+      --num-warmup-batches 5 --precisions bf16 --json "$OUT/fp16_vs_fp32_libnn_bf16_b256.json" 2>&1 \
+      | tee -a "$OUT/summary.md"
+  t "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 --batch-size 256 \
+      --num-batches 30 --num-warmup-batches 5 --precisions bf16 \
+      --json "$OUT/fp16_vs_fp32_torch_bf16_b256.json" 2>&1 | tee -a "$OUT/summary.md"
   log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the resnet step's runs are NHWC)"
-  "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
+  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
       --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
       2>&1 | tee -a "$OUT/summary.md"
   log "What the fused batch norm + residual + ReLU buys: ResNet-50 FP16 at batch 256 with cuDNN's fused kernels off (LIBNN_CUDNN_BN_FUSED=0; the resnet step's runs have them on)"
-  LIBNN_CUDNN_BN_FUSED=0 "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 --num-batches 30 \
+  LIBNN_CUDNN_BN_FUSED=0 t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 --num-batches 30 \
       --num-warmup-batches 5 --precisions fp16 --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json" \
       2>&1 | tee -a "$OUT/summary.md"
   log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
   for prec in fp16 fp32; do
-    "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5 2>&1 \
+    t "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5 2>&1 \
         | tee -a "$OUT/summary.md"
     rc=${PIPESTATUS[0]}; status=$((status | rc))
   done
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
-  "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 --num-batches 200 \
+  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 --num-batches 200 \
       --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
   log "CIFAR ResNet-20 training throughput at batch 128, FP32 / FP16 / BF16: libnn vs PyTorch"
-  "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 --num-batches 100 \
+  t "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 --num-batches 100 \
       --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
       --out "$OUT/fp16_vs_torch_resnet20.json" 2>&1 | tee -a "$OUT/summary.md"
   rc=${PIPESTATUS[0]}; status=$((status | rc))
+  end
 fi
 
-if want text; then
-  log "text classifiers (MLP, BERT-base) at 2..20,000 classes, FP32 and FP16: libnn then PyTorch"
-  "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
-      --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
-      > "$OUT/text_cuda.log" 2>&1
-  rc=$?; status=$((status | rc)); grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
-fi
-if want memcheck; then  # last: its length is the least known, and the benchmarks come first
-  log "compute-sanitizer memcheck over the CUDA tests"
-  # without the caching allocator, so each tensor's bounds are an allocation's bounds
-  # (the allocator's own test, which counts the cache's reuse, runs with the cache on)
-  { LIBNN_NO_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
-      "$bdir/bin/libnn_tests" "[cuda]~[memory]" \
-    && compute-sanitizer --tool memcheck --error-exitcode 3 "$bdir/bin/libnn_tests" "[cuda][memory]"
-  } > "$OUT/memcheck.log" 2>&1
-  rc=$?; status=$((status | rc))
-  log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')"
-fi
-
+[[ -s $cuts ]] && status=$((status | 1))  # a cut step's results are missing or partial
 log "done, status $status"
 exit $status

@@ -5,9 +5,9 @@
 # against; libnn.so then needs libz.so.1, which every system has: Debian's libz.a is not
 # position-independent and cannot go into a shared library), and Fashion-MNIST. That machine reaches no package registry, so bench/gpu_suite.sh
 # builds against this folder; carry it with the call:
-#   device run: command "GPU_SUITE_TIMEOUT=570 bench/gpu_suite.sh build test kernels mnist",
+#   device run: command "GPU_SUITE_TIMEOUT=550 bench/gpu_suite.sh all", timeout_s 580,
 #   carry [".gpu_deps"]
-# (docs/benchmarks.md, "How to reproduce the GPU tables", gives the other calls)
+# (docs/benchmarks.md, "How to reproduce the GPU tables", gives the second call)
 # GPU_DEPS_DIR=DIR stages into DIR instead (tests/cli/gpu_deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# gpu_suite_budget.sh: bench/gpu_suite.sh's time keeping, with stand-in programs (no GPU
+# needed). A GPU session has 15 minutes of device time, so the suite must not let one step
+# take the others' time, nor lose its results when it is stopped:
+#   - a step that overruns its budget is cut there (its programs' children too) and the next
+#     step still runs; summary.md ends with each step's seconds;
+#   - GPU_SUITE_TIMEOUT stops the suite mid-step at once (not when the step's program ends),
+#     still writing summary.md and the tarball, and leaves no program running;
+#   - a malformed GPU_SUITE_BUDGETS is refused before anything runs.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $1"; [[ -f ${2:-} ]] && cat "$2"; exit 1; }
+
+# Stand-ins: kernels_bench starts a child that outlives it unless its process group is
+# killed, writes that child's pid, and sleeps; the "python" runs real python for the suite's
+# table scripts (stdin) and stands in for the peers and benchmark drivers.
+mkdir -p "$work/build/bin"
+cat > "$work/build/bin/kernels_bench" <<EOF
+#!/usr/bin/env bash
+sleep 300 &
+echo \$! >> "$work/children"
+sleep 300
+EOF
+cat > "$work/python" <<EOF
+#!/usr/bin/env bash
+[[ \${1:-} == - ]] && exec python3 "\$@"
+echo "stand-in for: \$*"
+EOF
+chmod +x "$work/build/bin/kernels_bench" "$work/python"
+run() {  # run OUTDIR [VAR=VALUE...] -- STEPS...
+  local out=$1; shift
+  local vars=(); while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
+  env -u GPU_SUITE_TIMEOUT -u GPU_SUITE_BUDGETS BUILD_DIR="$work/build" PYTHON="$work/python" \
+      OUT="$out" LIBNN_GPU_DEPS="$work/none" "${vars[@]}" "$root/bench/gpu_suite.sh" "$@" \
+      > "$out.log" 2>&1
+}
+no_children() {
+  local p
+  sleep 1  # (signals are delivered asynchronously; a killed child may stay a zombie: dead)
+  while read -r p; do
+    [[ $(ps -o stat= -p "$p") == [^Z]* ]] && { kill "$p"; fail "$1: a benchmark's child (pid $p) still runs"; }
+  done < "$work/children"
+  : > "$work/children"
+}
+: > "$work/children"
+
+# 1. kernels overruns its 6 s budget; text runs after it
+start=$SECONDS
+run "$work/r1" GPU_SUITE_BUDGETS="kernels=6 text=20" -- text kernels
+rc=$?; took=$((SECONDS - start))
+((took < 40)) || fail "a step over its 6 s budget held the suite ${took} s" "$work/r1.log"
+s=$work/r1/summary.md
+[[ -f $s && -f $work/r1/gpu-results.tar.gz ]] || fail "no summary.md or tarball" "$work/r1.log"
+grep -q "step kernels: cut at its budget (6 s): .*kernels_bench --device cuda" "$s" \
+  || fail "the cut is not reported" "$s"
+grep -q "step text [0-9]* s" "$s" || fail "the step after the cut one did not run" "$s"
+grep -Eq "step times: kernels [0-9]+ s \(cut at its budget\),text [0-9]+ s$" "$s" \
+  || fail "no step-times line, or one without the cut" "$s"
+[[ $rc -ne 0 ]] || fail "a cut step left the suite's status 0" "$s"
+[[ $(wc -l < "$work/children") -ge 1 ]] || fail "the stand-in benchmark never ran" "$work/r1.log"
+no_children "cut at the step's budget"
+
+# 2. GPU_SUITE_TIMEOUT=4 while kernels (budget 90 s) sleeps: stopped within seconds
+start=$SECONDS
+run "$work/r2" GPU_SUITE_TIMEOUT=4 -- kernels text
+rc=$?; took=$((SECONDS - start))
+((took < 20)) || fail "GPU_SUITE_TIMEOUT=4 took ${took} s to stop the suite" "$work/r2.log"
+[[ $rc -eq 124 ]] || fail "a stopped suite exits $rc, not 124" "$work/r2.log"
+s=$work/r2/summary.md
+[[ -f $s && -f $work/r2/gpu-results.tar.gz ]] || fail "stopped suite: no summary.md or tarball" "$work/r2.log"
+grep -q "stopped by a signal .* in step kernels" "$s" || fail "the stop does not name its step" "$s"
+grep -Eq "step times: kernels [0-9]+ s \(stopped\)$" "$s" || fail "the stopped step is not in the step times" "$s"
+grep -q "step text" "$s" && fail "a step ran after the suite was stopped" "$s"
+no_children "stopped by GPU_SUITE_TIMEOUT"
+
+# 3. bad budgets are usage errors
+for b in "kernels" "kernels=0" "kernels=5s" "bogus=5"; do
+  run "$work/r3" GPU_SUITE_BUDGETS="$b" -- kernels
+  rc=$?
+  [[ $rc -eq 2 ]] || fail "GPU_SUITE_BUDGETS='$b' exits $rc, not 2" "$work/r3.log"
+  grep -q "GPU_SUITE_BUDGETS takes STEP=SECONDS words .*got '$b'" "$work/r3.log" \
+    || fail "GPU_SUITE_BUDGETS='$b': no usage message" "$work/r3.log"
+done
+echo "ok"
