@@ -18,7 +18,9 @@ cp -r /usr/include/eigen3 "$d/include/"
 cp -r /usr/share/eigen3 "$d/share/"                 # Eigen3Config.cmake (paths relative)
 cp -r /usr/include/catch2 "$d/include/"
 cp -r /usr/lib/cmake/Catch2 "$d/lib/cmake/"
-cp /usr/lib/libCatch2WithMain.a "$d/lib/"  # Catch2Targets.cmake fails when it is missing
+# the static libraries Catch2Targets.cmake names (it fails when one is missing): v2 (Debian
+# 12) has libCatch2WithMain.a, v3 (Debian 13) libCatch2.a and libCatch2Main.a
+cp /usr/lib/libCatch2*.a "$d/lib/"
 cp /usr/include/cxxopts.hpp "$d/include/"
 cp -r /usr/lib/cmake/cxxopts "$d/lib/cmake/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$d/include/"

@@ -185,11 +185,12 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   REQUIRE(all_warm.lr_at(1000) == 0.1);
   // a learning rate that is not finite, or below 0, is refused wherever it comes from
   const double lr = opt2.lr();
-  REQUIRE_THROWS_WITH(opt2.set_lr(NAN), Catch::Contains("must be finite and >= 0, got nan"));
-  REQUIRE_THROWS_WITH(opt2.set_lr(-0.1), Catch::Contains("got -0.1"));
+  const auto npos = std::string::npos;
+  REQUIRE(test::error_of([&] { opt2.set_lr(NAN); }).find("must be finite and >= 0, got nan") != npos);
+  REQUIRE(test::error_of([&] { opt2.set_lr(-0.1); }).find("got -0.1") != npos);
   REQUIRE(opt2.lr() == lr);
-  REQUIRE_THROWS_WITH(optim::StepLR(opt, 1, NAN), Catch::Contains("gamma must be finite"));
-  REQUIRE_THROWS_WITH(optim::CosineLR(opt, 0, 10, -1.0), Catch::Contains("min_lr must be finite"));
+  REQUIRE(test::error_of([&] { optim::StepLR(opt, 1, NAN); }).find("gamma must be finite") != npos);
+  REQUIRE(test::error_of([&] { optim::CosineLR(opt, 0, 10, -1.0); }).find("min_lr must be finite") != npos);
 }
 
 // The base a schedule decays from is the optimizer's initial lr (saved with its state): a

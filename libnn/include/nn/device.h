@@ -1,5 +1,6 @@
 // Where a tensor lives: the CPU or CUDA device N.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace nn {

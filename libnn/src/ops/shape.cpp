@@ -1,5 +1,6 @@
 // Views (share storage, cost no copy) and the shape ops that copy: contiguous, clone,
 // concat, stack, index_select. Each is differentiable.
+#include <algorithm>
 #include <optional>
 
 #include "ops/common.h"
