@@ -15,6 +15,7 @@ packages=(
   libjpeg62-turbo-dev     # JPEG decoding for ImageNet-style folders (resnet50_train --data DIR)
   dataset-fashion-mnist   # Fashion-MNIST in /usr/share/datasets/fashion-mnist: offline data
   clang libclang-rt-14-dev libomp-dev  # scripts/check.sh: sanitizers, libFuzzer, clang's OpenMP
+  debootstrap             # scripts/check_toolchain.sh: a Debian 13 chroot with GCC 14
 )
 missing=()
 for p in "${packages[@]}"; do
