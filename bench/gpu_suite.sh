@@ -9,7 +9,7 @@
 #   bench/gpu_suite.sh [STEP ...]          (default: all)
 #
 # Steps, in the order they run (what the open issues need first, whatever the order of the
-# arguments): build, test (the CUDA tests, then every CTest test), mnist (MNIST CNN, 3 epochs,
+# arguments): build, test (libnn_tests' CUDA cases and the cli_cuda_* checks), mnist (MNIST CNN, 3 epochs,
 # against PyTorch), kernels (memory-bound kernels' GB/s against a copy and PyTorch), resnet
 # (ResNet-50 FP32/FP16 at batch 128 and 256 against PyTorch, and the 200-step loss curves),
 # text (MLP and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer
@@ -137,7 +137,8 @@ if want build; then
 fi
 
 if want test; then
-  begin test "tests: the CUDA ones, then every CTest test"
+  begin test "tests: the CUDA cases of libnn_tests, then the command-line checks on the GPU"
+  # (every Catch2 case that runs on a GPU carries the [cuda] tag)
   t "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
   rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 && $rc -ne 124 ]]; then  # triage: the same tests with the paths not yet run on a GPU off
@@ -146,9 +147,10 @@ if want test; then
     log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0: exit $? $(tail -2 \
       "$OUT/cuda_tests_fallbacks.log" | tr '\n' ' ')"
   fi
-  # eight tests at a time, two CPU threads each: the CPU tests do not oversubscribe the cores
-  # (per-test limit well under the step's: one hung test must not take the others' time)
-  OMP_NUM_THREADS=2 t ctest --test-dir "$bdir" -j 8 --output-on-failure --timeout 120 > "$OUT/ctest.log" 2>&1
+  # the command-line checks that use the GPU (the CPU tests are CI's, and the Catch2 cases ran
+  # above), four at a time with four CPU threads each; a per-test limit well under the step's
+  OMP_NUM_THREADS=4 t ctest --test-dir "$bdir" -R '^cli_cuda_' -j 4 --output-on-failure --timeout 120 \
+    > "$OUT/ctest.log" 2>&1
   rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
   end
 fi

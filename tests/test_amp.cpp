@@ -125,7 +125,7 @@ TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]
 // per dtype: values divided by the scale and rounded to their dtype, and an overflow noticed
 // in any of them, including one that only appears on rounding to f16. On the CPU and, when
 // present, on CUDA.
-TEST_CASE("GradScaler unscales gradients of every dtype and finds any overflow", "[amp]") {
+TEST_CASE("GradScaler unscales gradients of every dtype and finds any overflow", "[amp][cuda]") {
   std::vector<Device> devices{kCPU};
   if (cuda_available()) devices.push_back(kCUDA);
   for (Device d : devices) {
@@ -202,7 +202,7 @@ TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", 
   REQUIRE(test::error_of([] { amp::AutocastGuard ac(kF32); }).find("f16 or bf16") != std::string::npos);
 }
 
-TEST_CASE("a small conv net in FP16 matches FP32 within FP16 tolerance", "[amp]") {
+TEST_CASE("a small conv net in FP16 matches FP32 within FP16 tolerance", "[amp][cuda]") {
   for (Device d : {kCPU, kCUDA}) {
     if (d.is_cuda() && !cuda_available()) continue;
     INFO("device " << d.str());

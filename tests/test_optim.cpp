@@ -266,7 +266,7 @@ TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {
 // A diverging run's gradients: finite, but their squares, or the sum of the squares, beyond
 // f32's range. The norm is summed in double, so it is finite and the gradients are clipped
 // (an f32 sum would give inf and leave them unclipped). On the CPU and, when present, CUDA.
-TEST_CASE("clip_grad_norm of f32 gradients whose squares overflow f32", "[optim]") {
+TEST_CASE("clip_grad_norm of f32 gradients whose squares overflow f32", "[optim][cuda]") {
   std::vector<Device> devices{kCPU};
   if (cuda_available()) devices.push_back(kCUDA);
   for (Device d : devices) {
@@ -285,7 +285,7 @@ TEST_CASE("clip_grad_norm of f32 gradients whose squares overflow f32", "[optim]
 // The fused path: gradients of four dtypes (one a transposed view, one large enough for many
 // blocks on CUDA) in one call per dtype; the norm against a sum in double, every gradient
 // scaled in place. On the CPU and, when present, on CUDA.
-TEST_CASE("clip_grad_norm over mixed dtypes and views", "[optim]") {
+TEST_CASE("clip_grad_norm over mixed dtypes and views", "[optim][cuda]") {
   std::vector<Device> devices{kCPU};
   if (cuda_available()) devices.push_back(kCUDA);
   for (Device d : devices) {

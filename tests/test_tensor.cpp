@@ -276,7 +276,7 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
   }
 }
 
-TEST_CASE("device_name names the CPU and each CUDA device", "[tensor]") {
+TEST_CASE("device_name names the CPU and each CUDA device", "[tensor][cuda]") {
   REQUIRE_FALSE(device_name(kCPU).empty());
   if (cuda_available()) {
     const std::string name = device_name(kCUDA);
