@@ -9,14 +9,15 @@
 #   bench/gpu_suite.sh [STEP ...]          (default: all)
 #
 # Steps, in the order they run (what the open issues need first, whatever the order of the
-# arguments): build, test (libnn_tests' CUDA cases and the cli_cuda_* checks), mnist (MNIST CNN, 3 epochs,
-# against PyTorch), kernels (memory-bound kernels' GB/s against a copy and PyTorch), resnet
-# (ResNet-50 FP32/FP16 at batch 128 and 256 against PyTorch, and the 200-step loss curves),
-# text (MLP and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer
-# over the CUDA tests), extras (attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50,
-# NCHW ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
+# arguments): build, test (libnn_tests' CUDA cases and the cli_cuda_* checks), mnist (MNIST
+# CNN, 3 epochs, against PyTorch), kernels (memory-bound kernels' GB/s against a copy and
+# PyTorch, and the host cost per call of tiny ops), resnet (ResNet-50 FP32/FP16 at batch 256
+# and 128 against PyTorch), curves (200-step FP32 and FP16 ResNet-50 loss curves), text (MLP
+# and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer over the
+# CUDA tests), extras (attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
+# ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
 # layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch). `bench` is mnist
-# kernels resnet text extras; `all` is every step.
+# kernels resnet curves text extras; `all` is every step.
 #
 # Each step has a time budget (seconds; GPU_SUITE_BUDGETS="resnet=300 text=150" overrides):
 # its commands are stopped at the step's deadline and the next step starts, so one slow step
@@ -37,14 +38,14 @@ unset GPU_SUITE_TIMED GPU_SUITE_TIMEOUT  # not inherited by the steps (the tests
 cd "$(dirname "$0")/.."
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
-all_steps="build test mnist kernels resnet text memcheck extras"
+all_steps="build test mnist kernels resnet curves text memcheck extras"
 for st in "${steps[@]}"; do
   case " $all_steps bench all " in *" $st "*) ;;
     *) echo "gpu_suite: unknown step '$st' ($all_steps bench all)" >&2; exit 2 ;;
   esac
 done
-declare -A budget=([build]=300 [test]=200 [mnist]=150 [kernels]=90 [resnet]=270 [text]=200
-                   [memcheck]=300 [extras]=420)
+declare -A budget=([build]=300 [test]=200 [mnist]=150 [kernels]=90 [resnet]=300 [curves]=150
+                   [text]=200 [memcheck]=300 [extras]=420)
 for kv in ${GPU_SUITE_BUDGETS:-}; do
   if [[ $kv =~ ^([a-z]+)=([1-9][0-9]*)$ && -n "${budget[${BASH_REMATCH[1]}]:-}" ]]; then
     budget[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
@@ -55,7 +56,7 @@ done
 want() {
   local s=" ${steps[*]} "
   [[ $s == *" $1 "* || $s == *" all "* ]] && return 0
-  [[ $1 =~ ^(mnist|kernels|resnet|text|extras)$ && $s == *" bench "* ]]
+  [[ $1 =~ ^(mnist|kernels|resnet|curves|text|extras)$ && $s == *" bench "* ]]
 }
 FINAL=${OUT:-$PWD/gpu-results}
 OUT=$FINAL/all
@@ -182,12 +183,16 @@ for (impl, op), r in by.items():
     print(f"| {op} | {r['gb_per_s']} | {t} | {ratio} | {frac} |")
 print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
 PY
+  log "host cost per call (launch and bookkeeping), ops on 16-element tensors: libnn then PyTorch"
+  { t "$bdir/bin/kernels_bench" --device cuda --overhead --iters 2000
+    t "$py" bench/peers/kernels_torch.py --device cuda --overhead --iters 2000; } \
+    2>> "$OUT/bench.log" | tee "$OUT/overhead.jsonl" | tee -a "$OUT/summary.md"
   end
 fi
 
 if want resnet; then
   begin resnet "ResNet-50 training throughput, FP32 / FP16 (channels-last): libnn then PyTorch"
-  for b in 128 256; do
+  for b in 256 128; do  # the headline batch first
     t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
         --num-warmup-batches 10 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
@@ -199,7 +204,11 @@ if want resnet; then
         "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
   done
-  log "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
+  end
+fi
+
+if want curves; then
+  begin curves "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
   t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
       --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
       2>&1 | tee -a "$OUT/summary.md"

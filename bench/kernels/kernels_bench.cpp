@@ -3,7 +3,8 @@
 // copy through libnn. bench/peers/kernels_torch.py measures the same ops (and a
 // device-to-device cudaMemcpy through torch) on the same GPU; bench/gpu_suite.sh runs both.
 // Prints one JSON object per op. --attention times the fused attention instead (TFLOP/s at
-// BERT-base head shapes, forward and forward + backward, each kernel path).
+// BERT-base head shapes, forward and forward + backward, each kernel path); --overhead the
+// host cost per call of ops on tiny tensors.
 #include <nn/nn.h>
 
 #include <cxxopts.hpp>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 namespace {
@@ -71,6 +73,45 @@ void bench_attention(const nn::Device& d, nn::DType t, int iters) {
   ::unsetenv("LIBNN_CUDA_ATTENTION");
 }
 
+// Host cost per call: ops on 16-element tensors, so launching and bookkeeping (argument
+// checks, allocation, recording the autograd graph) are all there is to time. On a GPU this is
+// what bounds a small model such as the MNIST CNN, whose kernels take microseconds.
+void bench_overhead(const nn::Device& d, nn::DType t, int iters) {
+  const nn::TensorOptions o = nn::TensorOptions(nn::kF32).device(d);
+  nn::Tensor x = nn::randn({4, 4}, o).to(t), y = nn::randn({4, 4}, o).to(t);
+  nn::Tensor w = nn::randn({4, 4}, o).to(t).requires_grad_(), b = nn::randn({4}, o).to(t).requires_grad_();
+  nn::Tensor xg = x.clone().requires_grad_();
+  std::vector<nn::Tensor> params;
+  for (int i = 0; i < 10; ++i) {
+    params.push_back(nn::randn({4, 4}, o).requires_grad_());
+    params.back().set_grad(nn::randn({4, 4}, o));
+  }
+  nn::optim::AdamW opt(params, nn::optim::AdamWOptions(1e-3));
+  nn::Tensor out;
+  struct Op {
+    const char* name;
+    bool grad;  // recording on (off: a NoGradGuard around the whole timed loop)
+    std::function<void()> f;
+  };
+  const std::vector<Op> ops = {
+      {"add, no grad", false, [&] { out = nn::add(xg, y); }},
+      {"add, recorded", true, [&] { out = nn::add(xg, y); }},
+      {"relu(x w + b) forward + backward", true,
+       [&] { nn::relu(nn::add(nn::matmul(xg, w), b)).sum().backward(); }},
+      {"adamw step, 10 parameters", true, [&] { opt.step(); }},
+  };
+  const std::string dev = d.str(), name = nn::device_name(d);
+  for (const Op& op : ops) {
+    std::optional<nn::NoGradGuard> ng;
+    if (!op.grad) ng.emplace();
+    const double s = time_per_call(d, iters, op.f);
+    std::printf("{\"impl\": \"libnn\", \"device\": \"%s\", \"device_name\": \"%s\", "
+                "\"dtype\": \"%s\", \"op\": \"overhead: %s\", \"us\": %.2f}\n",
+                dev.c_str(), name.c_str(), nn::dtype_name(t), op.name, s * 1e6);
+    std::fflush(stdout);
+  }
+}
+
 int body(int argc, char** argv) {
   cxxopts::Options opts("kernels_bench", "GB/s of libnn's memory-bound kernels");
   opts.add_options()("device", "cpu or cuda[:N]", cxxopts::value<std::string>()->default_value("cuda"))(
@@ -78,6 +119,7 @@ int body(int argc, char** argv) {
       "iters", "timed iterations", cxxopts::value<int>()->default_value("50"))(
       "dtype", "f32, f16 or bf16", cxxopts::value<std::string>()->default_value("f32"))(
       "attention", "time the fused attention (TFLOP/s) instead of the memory-bound kernels")(
+      "overhead", "time the host cost per call (us) of ops on 16-element tensors instead")(
       "h,help", "show this help");
   auto args = apps::parse(opts, argc, argv);
   if (!args) return 0;
@@ -92,8 +134,14 @@ int body(int argc, char** argv) {
   nn::check_device(d);
   const nn::DType t = nn::dtype_from_name(dtype);
   const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
+  if (apps::flag(a, "attention") && apps::flag(a, "overhead"))
+    throw apps::UsageError("--attention and --overhead are different runs: give one");
   if (apps::flag(a, "attention")) {
     bench_attention(d, t, iters);
+    return 0;
+  }
+  if (apps::flag(a, "overhead")) {
+    bench_overhead(d, t, iters);
     return 0;
   }
   const double es = double(nn::element_size(t));

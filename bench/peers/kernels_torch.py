@@ -2,7 +2,8 @@
 """PyTorch peer of bench/kernels/kernels_bench: the same ops and sizes, timed the same way
 (warm-up, then a synchronised loop), plus torch's device-to-device copy as the bandwidth
 yardstick. One JSON object per op. --attention times scaled_dot_product_attention at the
-shapes kernels_bench --attention uses (forward, forward + backward, and that with dropout 0.1)."""
+shapes kernels_bench --attention uses (forward, forward + backward, and that with dropout 0.1);
+--overhead the host cost per call of ops on tiny tensors."""
 import argparse
 import json
 import time
@@ -53,6 +54,28 @@ def attention(dev, dt, a):
                   flush=True)
 
 
+def overhead(dev, dt, a):
+    """Same ops on 16-element tensors as kernels_bench --overhead: host cost per call."""
+    x, y = torch.randn(4, 4, device=dev).to(dt), torch.randn(4, 4, device=dev).to(dt)
+    w = torch.randn(4, 4, device=dev).to(dt).requires_grad_()
+    b = torch.randn(4, device=dev).to(dt).requires_grad_()
+    xg = x.clone().requires_grad_()
+    params = [torch.randn(4, 4, device=dev).requires_grad_() for _ in range(10)]
+    for p in params:
+        p.grad = torch.randn(4, 4, device=dev)
+    opt = torch.optim.AdamW(params, lr=1e-3, fused=dev.type == "cuda")
+
+    ops = [("add, no grad", lambda: torch.add(xg, y), False),  # (no_grad around the whole loop)
+           ("add, recorded", lambda: torch.add(xg, y), True),
+           ("relu(x w + b) forward + backward", lambda: torch.relu(xg @ w + b).sum().backward(), True),
+           ("adamw step, 10 parameters", opt.step, True)]
+    for name, f, grad in ops:
+        with torch.set_grad_enabled(grad):
+            s = per_call(dev, a.iters, f)
+        print(json.dumps({"impl": "pytorch", "device": str(dev), "dtype": a.dtype,
+                          "op": f"overhead: {name}", "us": round(s * 1e6, 2)}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda")
@@ -60,11 +83,16 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
     ap.add_argument("--attention", action="store_true")
+    ap.add_argument("--overhead", action="store_true")
     a = ap.parse_args()
+    if a.attention and a.overhead:
+        ap.error("--attention and --overhead are different runs: give one")
     dev = torch.device(a.device)
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
     if a.attention:
         return attention(dev, dt, a)
+    if a.overhead:
+        return overhead(dev, dt, a)
     n = a.n or ((64 << 20) if dev.type == "cuda" else (4 << 20))
     es = torch.tensor([], dtype=dt).element_size()
     x = torch.randn(n, device=dev).to(dt)

@@ -78,6 +78,14 @@ rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 assert len(rows) == 12, rows
 assert sum(r["op"] == "attention forward+backward, dropout 0.1" for r in rows) == 4, rows
 assert all(r["tflops"] > 0 for r in rows), rows'
+# --overhead: four ops, each with a positive time; not together with --attention
+"$k" --device cpu --overhead --iters 10 | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+assert [r["op"] for r in rows] == ["overhead: add, no grad", "overhead: add, recorded",
+    "overhead: relu(x w + b) forward + backward", "overhead: adamw step, 10 parameters"], rows
+assert all(r["us"] > 0 for r in rows), rows'
+"$e" 2 "--attention and --overhead are different runs: give one" -- "$k" --device cpu --attention --overhead
 
 v="$bin/conv_bench"
 "$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$v" --precision fp8
