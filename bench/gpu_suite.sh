@@ -78,9 +78,10 @@ begin() {  # begin STEP DESCRIPTION
   log "$2 (step $1, budget ${budget[$1]} s)"
 }
 cuts=$(mktemp)  # the steps cut at their budget (t may run in a pipeline's subshell: a file)
+finished=" "  # the steps that ran to their end, not cut
 end() {
   local took="$step $((SECONDS - step_start)) s"
-  grep -qx "$step" "$cuts" && took+=" (cut at its budget)"
+  if grep -qx "$step" "$cuts"; then took+=" (cut at its budget)"; else finished+="$step "; fi
   times+=("$took"); log "step $took"; step=none
 }
 t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadline (exit 124)
@@ -98,6 +99,9 @@ finish() {
   stop_groups
   [[ $step != none ]] && times+=("$step $((SECONDS - step_start)) s (stopped)")
   log "step times: $(IFS=,; echo "${times[*]:-none}")"
+  local st left=()
+  for st in $all_steps; do want "$st" && [[ $finished != *" $st "* ]] && left+=("$st"); done
+  log "steps to run again (cut, stopped or not reached): ${left[*]:-none}"
   rm -f "$groups" "$cuts"
   bundle
 }

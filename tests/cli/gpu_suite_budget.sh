@@ -58,6 +58,8 @@ grep -q "step kernels: cut at its budget (6 s): .*kernels_bench --device cuda" "
 grep -q "step text [0-9]* s" "$s" || fail "the step after the cut one did not run" "$s"
 grep -Eq "step times: kernels [0-9]+ s \(cut at its budget\),text [0-9]+ s$" "$s" \
   || fail "no step-times line, or one without the cut" "$s"
+grep -q "steps to run again (cut, stopped or not reached): kernels$" "$s" \
+  || fail "the cut step is not listed to run again" "$s"
 [[ $rc -ne 0 ]] || fail "a cut step left the suite's status 0" "$s"
 [[ $(wc -l < "$work/children") -ge 1 ]] || fail "the stand-in benchmark never ran" "$work/r1.log"
 no_children "cut at the step's budget"
@@ -73,6 +75,8 @@ s=$work/r2/summary.md
 grep -q "stopped by a signal .* in step kernels" "$s" || fail "the stop does not name its step" "$s"
 grep -Eq "step times: kernels [0-9]+ s \(stopped\)$" "$s" || fail "the stopped step is not in the step times" "$s"
 grep -q "step text" "$s" && fail "a step ran after the suite was stopped" "$s"
+grep -q "steps to run again (cut, stopped or not reached): kernels text$" "$s" \
+  || fail "the stopped and the unreached steps are not listed to run again" "$s"
 no_children "stopped by GPU_SUITE_TIMEOUT"
 
 # 3. bad budgets are usage errors
