@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything GPU-related in one script, for a machine with an NVIDIA GPU: configure and build
-# for the local GPU, run every test (the GPU ones included) and compute-sanitizer's memcheck
-# over the CUDA tests, then the benchmarks against PyTorch on the same GPU. Everything is
+# for the local GPU, run the GPU tests and compute-sanitizer's memcheck over them, and the
+# benchmarks against PyTorch on the same GPU. Everything is
 # written under $OUT (default ./gpu-results); summary.md holds the tables, and
 # gpu-results.tar.gz bundles every log and result file (the device tool brings back at most 8
 # files per call).
@@ -21,21 +21,24 @@
 #
 # Each step has a time budget (seconds; GPU_SUITE_BUDGETS="resnet=300 text=150" overrides):
 # its commands are stopped at the step's deadline and the next step starts, so one slow step
-# cannot take the others' time. summary.md ends with each step's seconds.
-# GPU_SUITE_TIMEOUT=S stops the whole suite after S seconds (TERM to every step), still
-# writing summary.md and the tarball: for callers that are themselves killed at a limit.
+# cannot take the others' time. summary.md ends with each step's seconds and the steps to run
+# again (cut, stopped or not reached). GPU_SUITE_TIMEOUT=S stops the whole suite after S
+# seconds (TERM to every step), still writing summary.md and the tarball: for callers that are
+# themselves killed at a limit. Steps other than build use the build folder as it is (a second
+# call on a warm machine need not rebuild); without one they build it first.
 #
 # Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
 # fills it on a machine with Debian's packages, for GPU machines that reach no registry).
 set -uo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 if [[ -n "${GPU_SUITE_TIMEOUT:-}" ]]; then
   [[ "$GPU_SUITE_TIMEOUT" =~ ^[1-9][0-9]*$ ]] \
     || { echo "gpu_suite: GPU_SUITE_TIMEOUT must be a number of seconds, got '$GPU_SUITE_TIMEOUT'" >&2; exit 2; }
   # TERM at the limit (the suite still bundles), KILL 20 s later if a step ignores TERM
-  [[ -z "${GPU_SUITE_TIMED:-}" ]] && GPU_SUITE_TIMED=1 exec timeout -s TERM -k 20 "$GPU_SUITE_TIMEOUT" "$0" "$@"
+  [[ -z "${GPU_SUITE_TIMED:-}" ]] && GPU_SUITE_TIMED=1 exec timeout -s TERM -k 20 "$GPU_SUITE_TIMEOUT" "$self" "$@"
 fi
 unset GPU_SUITE_TIMED GPU_SUITE_TIMEOUT  # not inherited by the steps (the tests run this script)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$self")/.."
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
 all_steps="build test mnist kernels resnet curves text memcheck extras"
@@ -61,58 +64,79 @@ want() {
 FINAL=${OUT:-$PWD/gpu-results}
 OUT=$FINAL/all
 mkdir -p "$OUT"
+suite_pid=$BASHPID
+exec 3>&1 4>&2  # the suite's own output: log lines and the closing lines go here whatever a step redirects
+log() { echo "[gpu_suite $(date +%H:%M:%S)] $*" | tee -a "$OUT/summary.md" >&3; }
 bundle() {  # summary.md next to the tarball of everything
-  cp "$OUT/summary.md" "$FINAL/summary.md" 2>/dev/null
-  tar -czf "$FINAL/gpu-results.tar.gz" -C "$FINAL" all
-  rm -rf "$OUT"
+  cp "$OUT/summary.md" "$FINAL/summary.md"
+  tar -czf "$FINAL/gpu-results.tar.gz" -C "$FINAL" all && rm -rf "$OUT"
 }
-log() { echo "[gpu_suite $(date +%H:%M:%S)] $*" | tee -a "$OUT/summary.md"; }
+
 # Each step's commands run through t: in a process group of their own (GNU timeout's), cut at
 # the step's deadline, and waited for with `wait`, which a signal interrupts, so that a TERM
 # to the suite stops them at once (their groups are listed in $groups) instead of after them.
+# t runs in the suite's own shell, never in a pipeline's subshell (tsum keeps the output).
 groups=$(mktemp)
-stop_groups() { local g; while read -r g; do kill -TERM -- "-$g" 2> /dev/null; done < "$groups"; }
-step=none; step_start=$SECONDS; step_deadline=$SECONDS; times=()
+stop_group() {  # stop_group PGID: TERM, up to 8 s to end (the apps save their state), KILL
+  local g=$1 i
+  kill -TERM -- "-$g" 2> /dev/null || kill -TERM "$g" 2> /dev/null || return 0
+  for ((i = 0; i < 40; ++i)); do kill -0 -- "-$g" 2> /dev/null || return 0; sleep 0.2; done
+  kill -KILL -- "-$g" 2> /dev/null
+}
+step=none; step_start=$SECONDS; step_deadline=$SECONDS; times=(); finished=" "; cut=" "; status=0
 begin() {  # begin STEP DESCRIPTION
   step=$1; step_start=$SECONDS; step_deadline=$((SECONDS + budget[$1]))
   log "$2 (step $1, budget ${budget[$1]} s)"
 }
-cuts=$(mktemp)  # the steps cut at their budget (t may run in a pipeline's subshell: a file)
-finished=" "  # the steps that ran to their end, not cut
-end() {
+end() {  # end [failed]: the step is over; a cut or failed one is to run again
   local took="$step $((SECONDS - step_start)) s"
-  if grep -qx "$step" "$cuts"; then took+=" (cut at its budget)"; else finished+="$step "; fi
+  if [[ $cut == *" $step "* ]]; then took+=" (cut at its budget)"
+  elif [[ ${1:-} == failed ]]; then took+=" (failed)"
+  else finished+="$step "; fi
   times+=("$took"); log "step $took"; step=none
 }
+note() { [[ $1 -eq 0 ]] || status=1; }  # note RC: a failed command fails the suite
 t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadline (exit 124)
   local left=$((step_deadline - SECONDS)) pid rc
   if ((left < 5)); then
-    log "step $step: its budget is spent, not run: $*"; echo "$step" >> "$cuts"; return 124
+    log "step $step: its budget is spent, not run: $*"; cut+="$step "; return 124
   fi
   timeout -k 10 "$left" "$@" &
   pid=$!; echo "$pid" >> "$groups"
   wait "$pid"; rc=$?
-  if ((rc == 124 || rc == 137)); then log "step $step: cut at its budget (${budget[$step]} s): $*"; echo "$step" >> "$cuts"; fi
+  stop_group "$pid"  # what the command left running (a driver's child cut with it)
+  if ((rc == 124 || (rc == 137 && SECONDS >= step_deadline))); then
+    log "step $step: cut at its budget (${budget[$step]} s): $*"; cut+="$step "
+  fi
   return $rc
 }
-finish() {
-  stop_groups
+tsum() {  # tsum FILE COMMAND...: t, its output kept in $OUT/FILE and added to summary.md
+  local f=$OUT/$1 rc; shift
+  t "$@" > "$f" 2>&1; rc=$?
+  tee -a "$OUT/summary.md" < "$f"
+  return $rc
+}
+finish() {  # on every exit, once, in the suite's shell only: stop, report, bundle
+  trap '' TERM INT
+  [[ $BASHPID == "$suite_pid" ]] || return 0
+  exec 1>&3 2>&4
+  local g st left=()
+  while read -r g; do stop_group "$g"; done < "$groups"
+  pkill -TERM -P "$suite_pid" 2> /dev/null  # a command started but not yet listed
   [[ $step != none ]] && times+=("$step $((SECONDS - step_start)) s (stopped)")
   log "step times: $(IFS=,; echo "${times[*]:-none}")"
-  local st left=()
   for st in $all_steps; do want "$st" && [[ $finished != *" $st "* ]] && left+=("$st"); done
-  log "steps to run again (cut, stopped or not reached): ${left[*]:-none}"
-  rm -f "$groups" "$cuts"
+  log "steps to run again (cut, stopped, failed or not reached): ${left[*]:-none}"
+  rm -f "$groups"
   bundle
 }
 trap finish EXIT
-trap 'log "stopped by a signal (GPU_SUITE_TIMEOUT or the caller) in step $step"; exit 124' TERM INT
+trap 'trap "" TERM INT; log "stopped by a signal (GPU_SUITE_TIMEOUT or the caller) in step $step"; exit 124' TERM INT
 deps=${LIBNN_GPU_DEPS:-$PWD/.gpu_deps}
 bdir=${BUILD_DIR:-build-gpu}
 py=${PYTHON:-python3}
 fashion=/usr/share/datasets/fashion-mnist
 [[ -d "$deps/fashion-mnist" ]] && fashion="$deps/fashion-mnist"
-status=0
 # The "machine" of every result file, the key of bench/report.py's price table
 # (bench/prices.example.csv): GPU_MACHINE, else nvidia-h100-x1 / nvidia-h200 by the GPU's name.
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -127,6 +151,11 @@ machine=${GPU_MACHINE:-$default_machine}
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
   nvcc --version 2>&1 | tail -1; echo '```'; } >> "$OUT/summary.md"
 
+# Steps other than build use the build folder as it is; without one, they build it first.
+if ! want build && [[ ! -x "$bdir/bin/libnn_tests" ]]; then
+  log "no build in $bdir: building it first"
+  steps+=(build)
+fi
 if want build; then
   begin build "build into $bdir"
   extra=()
@@ -135,9 +164,12 @@ if want build; then
   t cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" "${extra[@]}" > "$OUT/configure.log" 2>&1
   rc=$?; grep -E 'libnn: CUDA|Found CUDNN' "$OUT/configure.log" | tee -a "$OUT/summary.md"
-  [[ $rc -ne 0 ]] && { log "configure exit $rc"; tail -40 "$OUT/configure.log"; exit $rc; }
+  if [[ $rc -ne 0 ]]; then log "configure exit $rc"; tail -40 "$OUT/configure.log"; end failed; exit "$rc"; fi
   t cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
-  rc=$?; log "build exit $rc"; [[ $rc -ne 0 ]] && { grep -m 20 -B2 -A8 -E 'error|FAILED' "$OUT/build.log"; tail -20 "$OUT/build.log"; exit $rc; }
+  rc=$?; log "build exit $rc"
+  if [[ $rc -ne 0 ]]; then
+    grep -m 20 -B2 -A8 -E 'error|FAILED' "$OUT/build.log"; tail -20 "$OUT/build.log"; end failed; exit "$rc"
+  fi
   end
 fi
 
@@ -145,7 +177,7 @@ if want test; then
   begin test "tests: the CUDA cases of libnn_tests, then the command-line checks on the GPU"
   # (every Catch2 case that runs on a GPU carries the [cuda] tag)
   t "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
-  rc=$?; status=$((status | rc)); log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
+  rc=$?; note $rc; log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 && $rc -ne 124 ]]; then  # triage: the same tests with the paths not yet run on a GPU off
     LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 t "$bdir/bin/libnn_tests" "[cuda]" \
       > "$OUT/cuda_tests_fallbacks.log" 2>&1
@@ -154,25 +186,25 @@ if want test; then
   fi
   # the command-line checks that use the GPU (the CPU tests are CI's, and the Catch2 cases ran
   # above), four at a time with four CPU threads each; a per-test limit well under the step's
-  OMP_NUM_THREADS=4 t ctest --test-dir "$bdir" -R '^cli_cuda_' -j 4 --output-on-failure --timeout 120 \
-    > "$OUT/ctest.log" 2>&1
-  rc=$?; status=$((status | rc)); log "ctest exit $rc: $(grep -E 'tests passed' "$OUT/ctest.log")"
+  OMP_NUM_THREADS=4 t ctest --test-dir "$bdir" -R '^cli_cuda_' --no-tests=error -j 4 --output-on-failure \
+    --timeout 120 > "$OUT/ctest.log" 2>&1
+  rc=$?; note $rc; log "ctest exit $rc: $(grep -E 'tests passed|No tests were found' "$OUT/ctest.log")"
   end
 fi
 
 if want mnist; then
   begin mnist "MNIST CNN on the GPU: libnn vs PyTorch, Fashion-MNIST, 3 epochs"
-  PYTHON_FOR_TORCH="$py" t "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
+  t "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
       --python "$py" --machine "$machine" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
-  rc=$?; status=$((status | rc)); tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+  rc=$?; note $rc; tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
   end
 fi
 
 if want kernels; then
   begin kernels "memory-bound kernels, GB/s (libnn, then PyTorch, same GPU)"
-  { t "$bdir/bin/kernels_bench" --device cuda; t "$py" bench/peers/kernels_torch.py --device cuda; } \
-    > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"
+  t "$bdir/bin/kernels_bench" --device cuda > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"; note $?
+  t "$py" bench/peers/kernels_torch.py --device cuda >> "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"; note $?
   "$py" - "$OUT/kernels.jsonl" <<'PY' | tee -a "$OUT/summary.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -188,22 +220,25 @@ for (impl, op), r in by.items():
 print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
 PY
   log "host cost per call (launch and bookkeeping), ops on 16-element tensors: libnn then PyTorch"
-  { t "$bdir/bin/kernels_bench" --device cuda --overhead --iters 2000
-    t "$py" bench/peers/kernels_torch.py --device cuda --overhead --iters 2000; } \
-    2>> "$OUT/bench.log" | tee "$OUT/overhead.jsonl" | tee -a "$OUT/summary.md"
+  t "$bdir/bin/kernels_bench" --device cuda --overhead --iters 2000 > "$OUT/overhead.jsonl" 2>> "$OUT/bench.log"
+  note $?
+  t "$py" bench/peers/kernels_torch.py --device cuda --overhead --iters 2000 >> "$OUT/overhead.jsonl" \
+    2>> "$OUT/bench.log"
+  note $?
+  tee -a "$OUT/summary.md" < "$OUT/overhead.jsonl"
   end
 fi
 
 if want resnet; then
   begin resnet "ResNet-50 training throughput, FP32 / FP16 (channels-last): libnn then PyTorch"
   for b in 256 128; do  # the headline batch first
-    t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b --num-batches 50 \
-        --num-warmup-batches 10 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_b$b.json" 2>&1 \
-        | tee -a "$OUT/summary.md"
-    rc=${PIPESTATUS[0]}; status=$((status | rc))
-    t "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 --batch-size $b \
-        --num-batches 50 --num-warmup-batches 10 --precisions fp32,fp16 \
-        --json "$OUT/fp16_vs_fp32_torch_b$b.json" 2>&1 | tee -a "$OUT/summary.md"
+    tsum resnet_libnn_b$b.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b \
+        --num-batches 50 --num-warmup-batches 10 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_b$b.json"
+    note $?
+    tsum resnet_torch_b$b.log "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 \
+        --batch-size $b --num-batches 50 --num-warmup-batches 10 --precisions fp32,fp16 \
+        --json "$OUT/fp16_vs_fp32_torch_b$b.json"
+    note $?
     "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
         "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
@@ -213,10 +248,9 @@ fi
 
 if want curves; then
   begin curves "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
-  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 --num-warmup-batches 0 \
-      --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv" \
-      2>&1 | tee -a "$OUT/summary.md"
-  rc=${PIPESTATUS[0]}; status=$((status | rc))
+  tsum curves.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 \
+      --num-warmup-batches 0 --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv"
+  note $?
   "$py" bench/plot_loss_curves.py "$OUT/resnet50_loss_curve.csv" --label libnn 2>&1 \
       | tee -a "$OUT/summary.md"   # the table here; plot it with --out where matplotlib is
   end
@@ -227,7 +261,7 @@ if want text; then
   t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
       --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
       > "$OUT/text_cuda.log" 2>&1
-  rc=$?; status=$((status | rc)); grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
+  rc=$?; note $rc; grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
   end
 fi
 
@@ -244,7 +278,7 @@ if want memcheck; then
         --durations yes >> "$OUT/memcheck.log" 2>&1
     rc=$?
   fi
-  status=$((status | rc))
+  note $rc
   log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')" \
       "$(grep -c ' s: ' "$OUT/memcheck.log") test cases finished"
   end
@@ -253,13 +287,20 @@ fi
 if want extras; then
   begin extras "what the issues do not ask for: microbenchmarks, BF16, layouts, fusions, smaller models"
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
-  { t "$bdir/bin/kernels_bench" --device cuda --dtype f16; t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16; } \
-    2>> "$OUT/bench.log" | tee "$OUT/kernels_f16.jsonl" | grep batch_norm | tee -a "$OUT/summary.md"
+  t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"; note $?
+  t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
+  note $?
+  grep batch_norm "$OUT/kernels_f16.jsonl" | tee -a "$OUT/summary.md"
   log "fused attention, TFLOP/s: libnn (tensor-core and plain kernels), then PyTorch SDPA"
+  : > "$OUT/attention.jsonl"
   for dt in f16 bf16 f32; do
-    t "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20
-    t "$py" bench/peers/kernels_torch.py --device cuda --attention --dtype $dt --iters 20
-  done > "$OUT/attention.jsonl" 2>> "$OUT/bench.log"
+    t "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20 >> "$OUT/attention.jsonl" \
+      2>> "$OUT/bench.log"
+    note $?
+    t "$py" bench/peers/kernels_torch.py --device cuda --attention --dtype $dt --iters 20 >> "$OUT/attention.jsonl" \
+      2>> "$OUT/bench.log"
+    note $?
+  done
   "$py" - "$OUT/attention.jsonl" <<'PY' | tee -a "$OUT/summary.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -272,37 +313,38 @@ for (impl, dt, op, shape), v in by.items():
     print(f"| {dt} | {op} | {shape} | {v} | {simt} | {torch_} | {ratio} |")
 PY
   log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
-  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 --num-batches 30 \
-      --num-warmup-batches 5 --precisions bf16 --json "$OUT/fp16_vs_fp32_libnn_bf16_b256.json" 2>&1 \
-      | tee -a "$OUT/summary.md"
-  t "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 --batch-size 256 \
-      --num-batches 30 --num-warmup-batches 5 --precisions bf16 \
-      --json "$OUT/fp16_vs_fp32_torch_bf16_b256.json" 2>&1 | tee -a "$OUT/summary.md"
+  tsum bf16_libnn.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 \
+      --num-batches 30 --num-warmup-batches 5 --precisions bf16 --json "$OUT/fp16_vs_fp32_libnn_bf16_b256.json"
+  note $?
+  tsum bf16_torch.log "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 \
+      --batch-size 256 --num-batches 30 --num-warmup-batches 5 --precisions bf16 \
+      --json "$OUT/fp16_vs_fp32_torch_bf16_b256.json"
+  note $?
   log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the resnet step's runs are NHWC)"
-  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 128 --num-batches 30 --layout nchw \
-      --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json" \
-      2>&1 | tee -a "$OUT/summary.md"
+  tsum nchw.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 128 --num-batches 30 \
+      --layout nchw --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json"
+  note $?
   log "What the fused batch norm + residual + ReLU buys: ResNet-50 FP16 at batch 256 with cuDNN's fused kernels off (LIBNN_CUDNN_BN_FUSED=0; the resnet step's runs have them on)"
-  LIBNN_CUDNN_BN_FUSED=0 t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 --num-batches 30 \
-      --num-warmup-batches 5 --precisions fp16 --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json" \
-      2>&1 | tee -a "$OUT/summary.md"
+  LIBNN_CUDNN_BN_FUSED=0 tsum unfused.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 \
+      --batch-size 256 --num-batches 30 --num-warmup-batches 5 --precisions fp16 \
+      --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json"
+  note $?
   log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
   for prec in fp16 fp32; do
-    t "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5 2>&1 \
-        | tee -a "$OUT/summary.md"
-    rc=${PIPESTATUS[0]}; status=$((status | rc))
+    tsum conv_$prec.log "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5
+    note $?
   done
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
-  t "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 --num-batches 200 \
-      --json "$OUT/fp16_vs_fp32_mnist.json" 2>&1 | tee -a "$OUT/summary.md"
+  tsum mnist_precisions.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 \
+      --num-batches 200 --json "$OUT/fp16_vs_fp32_mnist.json"
+  note $?
   log "CIFAR ResNet-20 training throughput at batch 128, FP32 / FP16 / BF16: libnn vs PyTorch"
-  t "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 --num-batches 100 \
-      --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
-      --out "$OUT/fp16_vs_torch_resnet20.json" 2>&1 | tee -a "$OUT/summary.md"
-  rc=${PIPESTATUS[0]}; status=$((status | rc))
+  tsum resnet20.log "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 \
+      --num-batches 100 --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
+      --out "$OUT/fp16_vs_torch_resnet20.json"
+  note $?
   end
 fi
 
-[[ -s $cuts ]] && status=$((status | 1))  # a cut step's results are missing or partial
 log "done, status $status"
 exit $status

@@ -4,8 +4,9 @@
 # take the others' time, nor lose its results when it is stopped:
 #   - a step that overruns its budget is cut there (its programs' children too) and the next
 #     step still runs; summary.md ends with each step's seconds;
-#   - GPU_SUITE_TIMEOUT stops the suite mid-step at once (not when the step's program ends),
-#     still writing summary.md and the tarball, and leaves no program running;
+#   - GPU_SUITE_TIMEOUT (TERM to the suite and its process group) and a TERM to the suite's
+#     pid alone stop it mid-step at once (not when the step's program ends), still writing
+#     summary.md and the tarball, and leave no program running;
 #   - a malformed GPU_SUITE_BUDGETS is refused before anything runs.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,12 +24,21 @@ sleep 300 &
 echo \$! >> "$work/children"
 sleep 300
 EOF
+# fp16_vs_fp32 stands in for a program that runs through tsum (its output kept and summarised)
+cat > "$work/build/bin/fp16_vs_fp32" <<EOF
+#!/usr/bin/env bash
+echo "stand-in fp16_vs_fp32 started"
+sleep 300 &
+echo \$! >> "$work/children"
+sleep 300
+EOF
+printf '#!/bin/sh\n' > "$work/build/bin/libnn_tests"  # a build folder is there: no build first
 cat > "$work/python" <<EOF
 #!/usr/bin/env bash
 [[ \${1:-} == - ]] && exec python3 "\$@"
 echo "stand-in for: \$*"
 EOF
-chmod +x "$work/build/bin/kernels_bench" "$work/python"
+chmod +x "$work/build/bin/"* "$work/python"
 run() {  # run OUTDIR [VAR=VALUE...] -- STEPS...
   local out=$1; shift
   local vars=(); while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
@@ -58,7 +68,7 @@ grep -q "step kernels: cut at its budget (6 s): .*kernels_bench --device cuda" "
 grep -q "step text [0-9]* s" "$s" || fail "the step after the cut one did not run" "$s"
 grep -Eq "step times: kernels [0-9]+ s \(cut at its budget\),text [0-9]+ s$" "$s" \
   || fail "no step-times line, or one without the cut" "$s"
-grep -q "steps to run again (cut, stopped or not reached): kernels$" "$s" \
+grep -q "steps to run again (cut, stopped, failed or not reached): kernels$" "$s" \
   || fail "the cut step is not listed to run again" "$s"
 [[ $rc -ne 0 ]] || fail "a cut step left the suite's status 0" "$s"
 [[ $(wc -l < "$work/children") -ge 1 ]] || fail "the stand-in benchmark never ran" "$work/r1.log"
@@ -75,11 +85,28 @@ s=$work/r2/summary.md
 grep -q "stopped by a signal .* in step kernels" "$s" || fail "the stop does not name its step" "$s"
 grep -Eq "step times: kernels [0-9]+ s \(stopped\)$" "$s" || fail "the stopped step is not in the step times" "$s"
 grep -q "step text" "$s" && fail "a step ran after the suite was stopped" "$s"
-grep -q "steps to run again (cut, stopped or not reached): kernels text$" "$s" \
+grep -q "steps to run again (cut, stopped, failed or not reached): kernels text$" "$s" \
   || fail "the stopped and the unreached steps are not listed to run again" "$s"
 no_children "stopped by GPU_SUITE_TIMEOUT"
 
-# 3. bad budgets are usage errors
+# 3. a TERM to the suite's pid alone (not its group) while a summarised program runs: the
+#    suite stops within seconds, not at the step's deadline, and its program is stopped
+env -u GPU_SUITE_TIMEOUT BUILD_DIR="$work/build" PYTHON="$work/python" OUT="$work/r4" \
+    LIBNN_GPU_DEPS="$work/none" GPU_SUITE_BUDGETS="resnet=60" "$root/bench/gpu_suite.sh" resnet curves \
+    > "$work/r4.log" 2>&1 &
+pid=$!  # (env execs the suite: this is its pid)
+for ((i = 0; i < 50; ++i)); do [[ -s "$work/children" ]] && break; sleep 0.1; done
+[[ -s "$work/children" ]] || fail "the stand-in fp16_vs_fp32 never started" "$work/r4.log"
+start=$SECONDS; kill -TERM "$pid"; wait "$pid"; rc=$?; took=$((SECONDS - start))
+((took < 20)) || fail "a TERM to the suite took ${took} s to stop it" "$work/r4.log"
+[[ $rc -eq 124 ]] || fail "a suite stopped by TERM exits $rc, not 124" "$work/r4.log"
+s=$work/r4/summary.md
+[[ -f $s && -f $work/r4/gpu-results.tar.gz ]] || fail "TERM: no summary.md or tarball" "$work/r4.log"
+grep -q "steps to run again (cut, stopped, failed or not reached): resnet curves$" "$s" \
+  || fail "TERM: the stopped and unreached steps are not listed to run again" "$s"
+no_children "stopped by a TERM to the suite's pid"
+
+# 4. bad budgets are usage errors
 for b in "kernels" "kernels=0" "kernels=5s" "bogus=5"; do
   run "$work/r3" GPU_SUITE_BUDGETS="$b" -- kernels
   rc=$?
