@@ -42,6 +42,7 @@ cd "$(dirname "$self")/.."
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
 all_steps="build test mnist kernels resnet curves text memcheck extras"
+bench_steps=" mnist kernels resnet curves text extras "
 for st in "${steps[@]}"; do
   case " $all_steps bench all " in *" $st "*) ;;
     *) echo "gpu_suite: unknown step '$st' ($all_steps bench all)" >&2; exit 2 ;;
@@ -59,7 +60,7 @@ done
 want() {
   local s=" ${steps[*]} "
   [[ $s == *" $1 "* || $s == *" all "* ]] && return 0
-  [[ $1 =~ ^(mnist|kernels|resnet|curves|text|extras)$ && $s == *" bench "* ]]
+  [[ $bench_steps == *" $1 "* && $s == *" bench "* ]]
 }
 FINAL=${OUT:-$PWD/gpu-results}
 OUT=$FINAL/all
@@ -95,11 +96,11 @@ end() {  # end [failed]: the step is over; a cut or failed one is to run again
   else finished+="$step "; fi
   times+=("$took"); log "step $took"; step=none
 }
-note() { [[ $1 -eq 0 ]] || status=1; }  # note RC: a failed command fails the suite
-t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadline (exit 124)
+t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadline (exit 124);
+       # its failure (a cut included) fails the suite
   local left=$((step_deadline - SECONDS)) pid rc
   if ((left < 5)); then
-    log "step $step: its budget is spent, not run: $*"; cut+="$step "; return 124
+    log "step $step: its budget is spent, not run: $*"; cut+="$step "; status=1; return 124
   fi
   timeout -k 10 "$left" "$@" &
   pid=$!; echo "$pid" >> "$groups"
@@ -108,6 +109,7 @@ t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadlin
   if ((rc == 124 || (rc == 137 && SECONDS >= step_deadline))); then
     log "step $step: cut at its budget (${budget[$step]} s): $*"; cut+="$step "
   fi
+  ((rc == 0)) || status=1
   return $rc
 }
 tsum() {  # tsum FILE COMMAND...: t, its output kept in $OUT/FILE and added to summary.md
@@ -177,7 +179,7 @@ if want test; then
   begin test "tests: the CUDA cases of libnn_tests, then the command-line checks on the GPU"
   # (every Catch2 case that runs on a GPU carries the [cuda] tag)
   t "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
-  rc=$?; note $rc; log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
+  rc=$?; log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 && $rc -ne 124 ]]; then  # triage: the same tests with the paths not yet run on a GPU off
     LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 t "$bdir/bin/libnn_tests" "[cuda]" \
       > "$OUT/cuda_tests_fallbacks.log" 2>&1
@@ -188,7 +190,7 @@ if want test; then
   # above), four at a time with four CPU threads each; a per-test limit well under the step's
   OMP_NUM_THREADS=4 t ctest --test-dir "$bdir" -R '^cli_cuda_' --no-tests=error -j 4 --output-on-failure \
     --timeout 120 > "$OUT/ctest.log" 2>&1
-  rc=$?; note $rc; log "ctest exit $rc: $(grep -E 'tests passed|No tests were found' "$OUT/ctest.log")"
+  rc=$?; log "ctest exit $rc: $(grep -E 'tests passed|No tests were found' "$OUT/ctest.log")"
   end
 fi
 
@@ -197,14 +199,14 @@ if want mnist; then
   t "$py" bench/mnist_vs_torch.py --device cuda --dataset fashion-mnist \
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
       --python "$py" --machine "$machine" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
-  rc=$?; note $rc; tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+  tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
   end
 fi
 
 if want kernels; then
   begin kernels "memory-bound kernels, GB/s (libnn, then PyTorch, same GPU)"
-  t "$bdir/bin/kernels_bench" --device cuda > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"; note $?
-  t "$py" bench/peers/kernels_torch.py --device cuda >> "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"; note $?
+  t "$bdir/bin/kernels_bench" --device cuda > "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"
+  t "$py" bench/peers/kernels_torch.py --device cuda >> "$OUT/kernels.jsonl" 2>> "$OUT/bench.log"
   "$py" - "$OUT/kernels.jsonl" <<'PY' | tee -a "$OUT/summary.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -221,10 +223,8 @@ print(f"\nD2D copy through PyTorch: {copy} GB/s (bytes read + written)")
 PY
   log "host cost per call (launch and bookkeeping), ops on 16-element tensors: libnn then PyTorch"
   t "$bdir/bin/kernels_bench" --device cuda --overhead --iters 2000 > "$OUT/overhead.jsonl" 2>> "$OUT/bench.log"
-  note $?
   t "$py" bench/peers/kernels_torch.py --device cuda --overhead --iters 2000 >> "$OUT/overhead.jsonl" \
     2>> "$OUT/bench.log"
-  note $?
   tee -a "$OUT/summary.md" < "$OUT/overhead.jsonl"
   end
 fi
@@ -234,11 +234,9 @@ if want resnet; then
   for b in 256 128; do  # the headline batch first
     tsum resnet_libnn_b$b.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size $b \
         --num-batches 50 --num-warmup-batches 10 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_b$b.json"
-    note $?
     tsum resnet_torch_b$b.log "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 \
         --batch-size $b --num-batches 50 --num-warmup-batches 10 --precisions fp32,fp16 \
         --json "$OUT/fp16_vs_fp32_torch_b$b.json"
-    note $?
     "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
         "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
@@ -250,7 +248,6 @@ if want curves; then
   begin curves "200 steps of ResNet-50 on fixed synthetic batches: FP32 and FP16 loss curves"
   tsum curves.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 64 \
       --num-warmup-batches 0 --num-batches 200 --precisions fp32,fp16 --loss-curve "$OUT/resnet50_loss_curve.csv"
-  note $?
   "$py" bench/plot_loss_curves.py "$OUT/resnet50_loss_curve.csv" --label libnn 2>&1 \
       | tee -a "$OUT/summary.md"   # the table here; plot it with --out where matplotlib is
   end
@@ -261,7 +258,7 @@ if want text; then
   t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
       --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
       > "$OUT/text_cuda.log" 2>&1
-  rc=$?; note $rc; grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
+  grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
   end
 fi
 
@@ -278,7 +275,6 @@ if want memcheck; then
         --durations yes >> "$OUT/memcheck.log" 2>&1
     rc=$?
   fi
-  note $rc
   log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')" \
       "$(grep -c ' s: ' "$OUT/memcheck.log") test cases finished"
   end
@@ -287,19 +283,16 @@ fi
 if want extras; then
   begin extras "what the issues do not ask for: microbenchmarks, BF16, layouts, fusions, smaller models"
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
-  t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"; note $?
+  t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
-  note $?
   grep batch_norm "$OUT/kernels_f16.jsonl" | tee -a "$OUT/summary.md"
   log "fused attention, TFLOP/s: libnn (tensor-core and plain kernels), then PyTorch SDPA"
   : > "$OUT/attention.jsonl"
   for dt in f16 bf16 f32; do
     t "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20 >> "$OUT/attention.jsonl" \
       2>> "$OUT/bench.log"
-    note $?
     t "$py" bench/peers/kernels_torch.py --device cuda --attention --dtype $dt --iters 20 >> "$OUT/attention.jsonl" \
       2>> "$OUT/bench.log"
-    note $?
   done
   "$py" - "$OUT/attention.jsonl" <<'PY' | tee -a "$OUT/summary.md"
 import json, sys
@@ -315,34 +308,27 @@ PY
   log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
   tsum bf16_libnn.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 \
       --num-batches 30 --num-warmup-batches 5 --precisions bf16 --json "$OUT/fp16_vs_fp32_libnn_bf16_b256.json"
-  note $?
   tsum bf16_torch.log "$py" bench/peers/fp16_vs_fp32_torch.py --machine "$machine" --model resnet50 \
       --batch-size 256 --num-batches 30 --num-warmup-batches 5 --precisions bf16 \
       --json "$OUT/fp16_vs_fp32_torch_bf16_b256.json"
-  note $?
   log "What channels-last buys: ResNet-50 at batch 128 in NCHW (the resnet step's runs are NHWC)"
   tsum nchw.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 128 --num-batches 30 \
       --layout nchw --num-warmup-batches 5 --precisions fp32,fp16 --json "$OUT/fp16_vs_fp32_libnn_nchw_b128.json"
-  note $?
   log "What the fused batch norm + residual + ReLU buys: ResNet-50 FP16 at batch 256 with cuDNN's fused kernels off (LIBNN_CUDNN_BN_FUSED=0; the resnet step's runs have them on)"
   LIBNN_CUDNN_BN_FUSED=0 tsum unfused.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 \
       --batch-size 256 --num-batches 30 --num-warmup-batches 5 --precisions fp16 \
       --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json"
-  note $?
   log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
   for prec in fp16 fp32; do
     tsum conv_$prec.log "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5
-    note $?
   done
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   tsum mnist_precisions.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 \
       --num-batches 200 --json "$OUT/fp16_vs_fp32_mnist.json"
-  note $?
   log "CIFAR ResNet-20 training throughput at batch 128, FP32 / FP16 / BF16: libnn vs PyTorch"
   tsum resnet20.log "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 \
       --num-batches 100 --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
       --out "$OUT/fp16_vs_torch_resnet20.json"
-  note $?
   end
 fi
 

@@ -41,7 +41,8 @@ t_chroot=$SECONDS
 # for the emulator build (it needs no nvcc and no GPU).
 rm -rf "$cache/src" "$cache/cuda"
 mkdir -p "$cache/src" "$cache/cuda"
-git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} find {} -maxdepth 0 -type f -print0 \
+git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' f; do [[ -f $f ]] && printf '%s\0' "$f"; done \
   | tar --null -T - -cf - | tar -xf - -C "$cache/src"
 emu=(-DLIBNN_WITH_CUDA=OFF)
 tk=/usr/local/cuda

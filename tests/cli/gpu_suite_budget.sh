@@ -14,24 +14,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $1"; [[ -f ${2:-} ]] && cat "$2"; exit 1; }
 
-# Stand-ins: kernels_bench starts a child that outlives it unless its process group is
-# killed, writes that child's pid, and sleeps; the "python" runs real python for the suite's
+# Stand-ins: kernels_bench and fp16_vs_fp32 (which runs through tsum, its output kept and
+# summarised) say they started, start a child that outlives them unless their process group
+# is killed, write that child's pid, and sleep; the "python" runs real python for the suite's
 # table scripts (stdin) and stands in for the peers and benchmark drivers.
 mkdir -p "$work/build/bin"
 cat > "$work/build/bin/kernels_bench" <<EOF
 #!/usr/bin/env bash
+echo "stand-in \$(basename "\$0") started"
 sleep 300 &
 echo \$! >> "$work/children"
 sleep 300
 EOF
-# fp16_vs_fp32 stands in for a program that runs through tsum (its output kept and summarised)
-cat > "$work/build/bin/fp16_vs_fp32" <<EOF
-#!/usr/bin/env bash
-echo "stand-in fp16_vs_fp32 started"
-sleep 300 &
-echo \$! >> "$work/children"
-sleep 300
-EOF
+cp "$work/build/bin/kernels_bench" "$work/build/bin/fp16_vs_fp32"
 printf '#!/bin/sh\n' > "$work/build/bin/libnn_tests"  # a build folder is there: no build first
 cat > "$work/python" <<EOF
 #!/usr/bin/env bash
@@ -39,12 +34,12 @@ cat > "$work/python" <<EOF
 echo "stand-in for: \$*"
 EOF
 chmod +x "$work/build/bin/"* "$work/python"
+suite=(env -u GPU_SUITE_TIMEOUT -u GPU_SUITE_BUDGETS BUILD_DIR="$work/build" PYTHON="$work/python"
+       LIBNN_GPU_DEPS="$work/none")
 run() {  # run OUTDIR [VAR=VALUE...] -- STEPS...
   local out=$1; shift
   local vars=(); while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
-  env -u GPU_SUITE_TIMEOUT -u GPU_SUITE_BUDGETS BUILD_DIR="$work/build" PYTHON="$work/python" \
-      OUT="$out" LIBNN_GPU_DEPS="$work/none" "${vars[@]}" "$root/bench/gpu_suite.sh" "$@" \
-      > "$out.log" 2>&1
+  "${suite[@]}" OUT="$out" "${vars[@]}" "$root/bench/gpu_suite.sh" "$@" > "$out.log" 2>&1
 }
 no_children() {
   local p
@@ -91,27 +86,26 @@ no_children "stopped by GPU_SUITE_TIMEOUT"
 
 # 3. a TERM to the suite's pid alone (not its group) while a summarised program runs: the
 #    suite stops within seconds, not at the step's deadline, and its program is stopped
-env -u GPU_SUITE_TIMEOUT BUILD_DIR="$work/build" PYTHON="$work/python" OUT="$work/r4" \
-    LIBNN_GPU_DEPS="$work/none" GPU_SUITE_BUDGETS="resnet=60" "$root/bench/gpu_suite.sh" resnet curves \
-    > "$work/r4.log" 2>&1 &
+"${suite[@]}" OUT="$work/r3" GPU_SUITE_BUDGETS="resnet=60" "$root/bench/gpu_suite.sh" resnet curves \
+  > "$work/r3.log" 2>&1 &
 pid=$!  # (env execs the suite: this is its pid)
 for ((i = 0; i < 50; ++i)); do [[ -s "$work/children" ]] && break; sleep 0.1; done
-[[ -s "$work/children" ]] || fail "the stand-in fp16_vs_fp32 never started" "$work/r4.log"
+[[ -s "$work/children" ]] || fail "the stand-in fp16_vs_fp32 never started" "$work/r3.log"
 start=$SECONDS; kill -TERM "$pid"; wait "$pid"; rc=$?; took=$((SECONDS - start))
-((took < 20)) || fail "a TERM to the suite took ${took} s to stop it" "$work/r4.log"
-[[ $rc -eq 124 ]] || fail "a suite stopped by TERM exits $rc, not 124" "$work/r4.log"
-s=$work/r4/summary.md
-[[ -f $s && -f $work/r4/gpu-results.tar.gz ]] || fail "TERM: no summary.md or tarball" "$work/r4.log"
+((took < 20)) || fail "a TERM to the suite took ${took} s to stop it" "$work/r3.log"
+[[ $rc -eq 124 ]] || fail "a suite stopped by TERM exits $rc, not 124" "$work/r3.log"
+s=$work/r3/summary.md
+[[ -f $s && -f $work/r3/gpu-results.tar.gz ]] || fail "TERM: no summary.md or tarball" "$work/r3.log"
 grep -q "steps to run again (cut, stopped, failed or not reached): resnet curves$" "$s" \
   || fail "TERM: the stopped and unreached steps are not listed to run again" "$s"
 no_children "stopped by a TERM to the suite's pid"
 
 # 4. bad budgets are usage errors
 for b in "kernels" "kernels=0" "kernels=5s" "bogus=5"; do
-  run "$work/r3" GPU_SUITE_BUDGETS="$b" -- kernels
+  run "$work/r4" GPU_SUITE_BUDGETS="$b" -- kernels
   rc=$?
-  [[ $rc -eq 2 ]] || fail "GPU_SUITE_BUDGETS='$b' exits $rc, not 2" "$work/r3.log"
-  grep -q "GPU_SUITE_BUDGETS takes STEP=SECONDS words .*got '$b'" "$work/r3.log" \
-    || fail "GPU_SUITE_BUDGETS='$b': no usage message" "$work/r3.log"
+  [[ $rc -eq 2 ]] || fail "GPU_SUITE_BUDGETS='$b' exits $rc, not 2" "$work/r4.log"
+  grep -q "GPU_SUITE_BUDGETS takes STEP=SECONDS words .*got '$b'" "$work/r4.log" \
+    || fail "GPU_SUITE_BUDGETS='$b': no usage message" "$work/r4.log"
 done
 echo "ok"
