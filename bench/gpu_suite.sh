@@ -28,7 +28,10 @@
 # call on a warm machine need not rebuild); without one they build it first.
 #
 # Dependencies come from the system, or from .gpu_deps/ when present (bench/stage_gpu_deps.sh
-# fills it on a machine with Debian's packages, for GPU machines that reach no registry).
+# fills it on a machine with Debian's packages, for GPU machines that reach no registry), and
+# so does a build made there for sm_90 (.gpu_deps/prebuilt.tar.gz), which the build step uses
+# instead of building when it fits this tree and GPU (bench/gpu_prebuilt.sh;
+# GPU_SUITE_PREBUILT=0 builds regardless).
 set -uo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 if [[ -n "${GPU_SUITE_TIMEOUT:-}" ]]; then
@@ -160,20 +163,34 @@ if ! want build && [[ ! -x "$bdir/bin/libnn_tests" ]]; then
 fi
 if want build; then
   begin build "build into $bdir"
-  extra=()
-  [[ -d "$deps" ]] && extra+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps")
-  arch=${CUDA_ARCHS:-native}
-  t cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" "${extra[@]}" > "$OUT/configure.log" 2>&1
-  rc=$?; grep -E 'libnn: CUDA|Found CUDNN' "$OUT/configure.log" | tee -a "$OUT/summary.md"
-  if [[ $rc -ne 0 ]]; then log "configure exit $rc"; tail -40 "$OUT/configure.log"; end failed; exit "$rc"; fi
-  t cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
-  rc=$?; log "build exit $rc"
-  if [[ $rc -ne 0 ]]; then
-    grep -m 20 -B2 -A8 -E 'error|FAILED' "$OUT/build.log"; tail -20 "$OUT/build.log"; end failed; exit "$rc"
+  # A build made beforehand on a machine without a GPU (bench/stage_gpu_deps.sh) when it was
+  # made from these sources for this GPU and runs here (bench/gpu_prebuilt.sh), else from source
+  if [[ ${GPU_SUITE_PREBUILT:-1} != 0 && -f $deps/prebuilt.tar.gz ]] \
+     && timeout 120 bench/gpu_prebuilt.sh unpack "$deps/prebuilt.tar.gz" "$bdir" > "$OUT/prebuilt.log" 2>&1; then
+    log "$(tail -1 "$OUT/prebuilt.log")"
+  else
+    [[ -f $OUT/prebuilt.log ]] && log "$(tail -1 "$OUT/prebuilt.log"): building from source"
+    extra=()
+    [[ -d "$deps" ]] && extra+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps")
+    command -v ccache > /dev/null && extra+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    arch=${CUDA_ARCHS:-native}
+    # (programs find libnn.so beside them wherever the folder goes; no JPEG: the suite reads
+    # none, and a GPU machine's libjpeg need not be a build machine's)
+    t cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=ON \
+          -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIBNN_FASHION_MNIST_DIR="$fashion" \
+          -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_JPEG=ON "${extra[@]}" > "$OUT/configure.log" 2>&1
+    rc=$?; grep -E 'libnn: CUDA|Found CUDNN' "$OUT/configure.log" | tee -a "$OUT/summary.md"
+    if [[ $rc -ne 0 ]]; then log "configure exit $rc"; tail -40 "$OUT/configure.log"; end failed; exit "$rc"; fi
+    t cmake --build "$bdir" -j "$(nproc)" > "$OUT/build.log" 2>&1
+    rc=$?; log "build exit $rc"
+    if [[ $rc -ne 0 ]]; then
+      grep -m 20 -B2 -A8 -E 'error|FAILED' "$OUT/build.log"; tail -20 "$OUT/build.log"; end failed; exit "$rc"
+    fi
   fi
   end
 fi
+# the library folders a carried build needed here (bench/gpu_prebuilt.sh), for every step
+[[ -f $bdir/prebuilt.env ]] && source "$bdir/prebuilt.env"
 
 if want test; then
   begin test "tests: the CUDA cases of libnn_tests, then the command-line checks on the GPU"

@@ -9,7 +9,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $1"; [[ -f ${2:-} ]] && tail -30 "$2"; exit 1; }
 deps=$work/deps
-GPU_DEPS_DIR=$deps "$root/bench/stage_gpu_deps.sh" > "$work/stage.log" 2>&1 || fail "staging failed" "$work/stage.log"
+GPU_DEPS_DIR=$deps "$root/bench/stage_gpu_deps.sh" --no-prebuilt > "$work/stage.log" 2>&1 || fail "staging failed" "$work/stage.log"
 cmake -S "$root" -B "$work/b" -DLIBNN_WITH_CUDA=OFF -DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps" \
       -DLIBNN_FASHION_MNIST_DIR="$deps/fashion-mnist" > "$work/configure.log" 2>&1 \
   || fail "configure against the staged folder failed" "$work/configure.log"
