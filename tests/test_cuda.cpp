@@ -1,8 +1,10 @@
 // The cross-backend test: every primitive run on the CPU and on CUDA from the same random
 // inputs (odd sizes, non-contiguous views, broadcasting, empty tensors), outputs and input
 // gradients compared with a tolerance per dtype. Skips, saying so, when no GPU is present.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <tuple>
@@ -864,4 +866,44 @@ TEST_CASE("the CUDA caching allocator reuses blocks and reports out-of-memory", 
   REQUIRE(e.find("out of memory on cuda:0") != std::string::npos);
   REQUIRE(e.find("tried to allocate") != std::string::npos);
   REQUIRE(sum(ones({10}, kCUDA)).item() == 10);
+}
+
+// On a GPU, host code cannot dereference device memory; the emulator keeps its device memory
+// inaccessible outside kernels, copies and library calls so that such code fails in CI too.
+// (The hardware's behaviour is its own: the case runs on the emulator only.)
+TEST_CASE("host code reading device memory faults on the emulated device", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  if (device_name(kCUDA).find("emulator") == std::string::npos) {
+    WARN("not the CUDA emulator: case skipped");
+    return;
+  }
+  if (const char* e = std::getenv("LIBNN_CUDA_EMU_PROTECT"); e && std::string(e) == "0") {
+    WARN("LIBNN_CUDA_EMU_PROTECT=0: device memory is left open, case skipped");
+    return;
+  }
+  Tensor t = ones({64}, kCUDA);  // a kernel wrote it; the access ended with the launch
+  const volatile float* p = static_cast<const float*>(t.data_ptr());
+  int out[2];
+  REQUIRE(pipe(out) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the child reports through the pipe alone, whatever Catch2 prints
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    const float v = p[0];
+    _exit(v == 1.0f ? 0 : 1);
+  }
+  close(out[1]);
+  std::string said;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, size_t(n));
+  close(out[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("the child said: " << said);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(WTERMSIG(status) == SIGSEGV);
+  REQUIRE(said.find("host code touched device memory") != std::string::npos);
+  // and the same memory is the device's again: a copy reads it
+  REQUIRE(t.to(kCPU).data<float>()[0] == 1.0f);
 }

@@ -72,6 +72,17 @@ void fresh_shared(void* p, size_t bytes);
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const void* kernel,
             const std::function<void()>& body);
 
+// Device memory can be read and written only while a DeviceAccess lives (a kernel, a copy or
+// memset, a library computation, the emulator's own checks); elsewhere it is inaccessible, so
+// host code dereferencing a device pointer faults here as it does on a GPU (runtime.cpp).
+// Nests, and may be held by several threads at once.
+struct DeviceAccess {
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
 // Runs the stream's queued copies and memsets (runtime.cpp): kernels and library calls come
 // after them on the stream.
 void run_queued();

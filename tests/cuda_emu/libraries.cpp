@@ -81,6 +81,7 @@ struct Gemm {
 };
 void gemm(const Gemm& g) {
   ::emu::run_queued();  // the stream's earlier copies come first
+  ::emu::DeviceAccess access;
   std::vector<double> col(size_t(g.m));
   for (int64_t j = 0; j < g.n; ++j) {
     for (int64_t i = 0; i < g.m; ++i) {
@@ -179,6 +180,7 @@ S guarded(S status, const char* what) {
 template <typename F>
 void per_channel(const TensorDesc& x, F&& f) {
   ::emu::run_queued();
+  ::emu::DeviceAccess access;
   std::vector<int64_t> idx;
   idx.reserve(size_t(x.n) * x.h * x.w);
   for (int c = 0; c < x.c; ++c) {
@@ -198,6 +200,7 @@ cudnnStatus_t conv_pass(Pass pass, const TensorDesc& x, const TensorDesc& wd, co
                         const ConvDesc& cv, const void* X, const void* W, const void* Y, void* out,
                         const void* alpha, const void* beta) {
   ::emu::run_queued();
+  ::emu::DeviceAccess access;
   const TensorDesc& od = pass == Pass::forward ? y : pass == Pass::data ? x : wd;
   std::vector<double> acc(size_t(count(od)), 0.0);
   conv_taps(x, wd, y, cv, [&](int64_t yi, int64_t xi, int64_t wi) {
@@ -506,6 +509,7 @@ cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, in
   if (st != CUDNN_STATUS_SUCCESS) return st;
   // cuDNN leaves Find's output undefined: NaN bytes, so a caller that skips the real call fails
   const TensorDesc& od = *static_cast<const TensorDesc*>(out_desc);
+  ::emu::DeviceAccess access;
   std::memset(out, 0xff, size_t(count(od)) * bytes_of(od.ty));
   *ret = req > 0 ? 1 : 0;
   if (req > 0) {
