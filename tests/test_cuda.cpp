@@ -1,6 +1,7 @@
 // The cross-backend test: every primitive run on the CPU and on CUDA from the same random
 // inputs (odd sizes, non-contiguous views, broadcasting, empty tensors), outputs and input
 // gradients compared with a tolerance per dtype. Skips, saying so, when no GPU is present.
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -906,4 +907,89 @@ TEST_CASE("host code reading device memory faults on the emulated device", "[cud
   REQUIRE(said.find("host code touched device memory") != std::string::npos);
   // and the same memory is the device's again: a copy reads it
   REQUIRE(t.to(kCPU).data<float>()[0] == 1.0f);
+}
+
+// The emulator counts the calls that make the host wait for the device; null elsewhere.
+using HostWaits = unsigned long long (*)();
+HostWaits emulator_host_waits() {
+  return reinterpret_cast<HostWaits>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_host_waits"));
+}
+
+// A training step is all launches: the host runs ahead of the device and never waits for it
+// (the GPU's time is the step's time), except where a value is read: GradScaler's inf check,
+// once a step, as one item() waits. Tagged [memory]: with the caching allocator, which a
+// cudaFree per tensor (LIBNN_NO_MEMORY_CACHING=1) would turn into a wait each.
+TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator][memory]") {
+  if (!have_gpu()) return;
+  HostWaits waits = emulator_host_waits();
+  if (!waits) {
+    WARN("not the CUDA emulator (it counts the host's waits): case skipped");
+    return;
+  }
+  if (const char* e = std::getenv("LIBNN_NO_MEMORY_CACHING"); e && std::string(e) == "1") {
+    WARN("LIBNN_NO_MEMORY_CACHING=1: every free waits, case skipped");
+    return;
+  }
+  manual_seed(3);
+  // The waits of 3 steps after 2 (which allocate, pick cuDNN's algorithms, create the
+  // optimizer's state), and those of reading the last loss.
+  auto count = [&](const std::function<Tensor()>& step, unsigned long long& per_read) {
+    step();
+    step();
+    const unsigned long long before = waits();
+    Tensor loss;
+    for (int i = 0; i < 3; ++i) loss = step();
+    const unsigned long long during = waits() - before, read_start = waits();
+    CHECK(std::isfinite(loss.item()));
+    per_read = waits() - read_start;
+    CHECK(per_read > 0);
+    return during;
+  };
+  unsigned long long per_read = 0;
+  SECTION("the MNIST CNN, FP32 and FP16 with GradScaler") {
+    auto model = models::keras_mnist_cnn();
+    model->to(kCUDA);
+    optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-3));
+    Tensor x = randn({4, 1, 28, 28}, kCUDA), y = randint(0, 10, {4}, TensorOptions(kI64).device(kCUDA));
+    for (const bool fp16 : {false, true}) {
+      INFO((fp16 ? "FP16" : "FP32"));
+      amp::GradScalerOptions so;
+      so.enabled = fp16;
+      amp::GradScaler scaler(so);
+      const unsigned long long during = count([&] {
+        Tensor loss;
+        {
+          amp::AutocastGuard ac(kF16, fp16);
+          loss = cross_entropy(model->forward(x), y);
+        }
+        opt.zero_grad();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      }, per_read);
+      CHECK(during == (fp16 ? 3 * per_read : 0u));
+    }
+  }
+  SECTION("a BERT-style encoder with padding and dropout, FP32") {
+    models::BertClassifier model(
+        models::BertConfig::preset("tiny").vocab_size(64).max_len(16).num_classes(3));
+    model.to(kCUDA);
+    model.train();
+    optim::AdamW opt(model.parameters(), optim::AdamWOptions(1e-3));
+    Tensor ids = randint(1, 64, {3, 12});
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t t = 9 - 3 * r; t < 12; ++t) ids.data<int64_t>()[r * 12 + t] = 0;  // [PAD]s
+    ids = ids.to(kCUDA);
+    Tensor keep = text::padding_mask(ids, 0);
+    Tensor y = randint(0, 3, {3}, TensorOptions(kI64).device(kCUDA));
+    const unsigned long long during = count([&] {
+      Tensor loss = cross_entropy(model.forward(ids, keep), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return loss;
+    }, per_read);
+    CHECK(during == 0u);
+  }
 }

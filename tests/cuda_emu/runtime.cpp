@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -515,6 +516,15 @@ void check_guard(void* p, size_t n, const char* where) {
   std::abort();
 }
 
+// The calls that make the host wait for the device (synchronisations, a copy to pageable host
+// memory, cudaMemcpy, the frees), counted for tests that a training step waits nowhere
+// (libnn_cuda_emu_host_waits, found with dlsym).
+std::atomic<unsigned long long> host_waits{0};
+void host_wait() {
+  ++host_waits;
+  emu::run_queued();
+}
+
 struct EmuEvent {
   std::chrono::steady_clock::time_point at;
   uint64_t seq = 0;  // the stream operations queued before it
@@ -582,6 +592,8 @@ void emu::check_guards(const char* where) {
 }
 
 extern "C" {
+
+unsigned long long libnn_cuda_emu_host_waits() { return host_waits; }
 
 // CUDA_VISIBLE_DEVICES hides the device as the real runtime does when it is set to nothing
 // or to an index other than 0 (so the no-GPU paths can be tested here too).
@@ -681,7 +693,7 @@ cudaError_t cudaMalloc(void** p, size_t n) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  emu::run_queued();  // cudaFree synchronises the device
+  host_wait();  // cudaFree synchronises the device
   std::lock_guard<std::mutex> lock(memory_mutex);
   auto it = allocations.find(p);
   if (it == allocations.end()) return record(cudaErrorInvalidValue);
@@ -709,7 +721,7 @@ cudaError_t cudaMallocHost(void** p, size_t n) {
 }
 cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMallocHost(p, n); }
 cudaError_t cudaFreeHost(void* p) {
-  emu::run_queued();  // as cudaFreeHost synchronises
+  host_wait();  // as cudaFreeHost synchronises
   {
     std::lock_guard<std::mutex> lock(memory_mutex);
     pinned.erase(p);
@@ -729,7 +741,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     src_pageable = !inside(allocations, src) && !inside(pinned, src);
   }
   if (dst_pageable) {
-    emu::run_queued();
+    host_wait();
     emu::DeviceAccess access;
     std::memmove(dst, src, n);
   } else if (src_pageable) {  // (read now, as the runtime stages it: host memory, no access)
@@ -742,7 +754,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
-  emu::run_queued();
+  host_wait();
   emu::DeviceAccess access;
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
@@ -757,11 +769,11 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  emu::run_queued();
+  host_wait();
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
-  emu::run_queued();
+  host_wait();
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
@@ -785,7 +797,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return done >= reinterpret_cast<EmuEvent*>(e)->seq ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  emu::run_queued();
+  host_wait();
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
