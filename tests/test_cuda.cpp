@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <tuple>
 
 #include "test_util.h"
@@ -946,21 +947,34 @@ TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator
     return during;
   };
   unsigned long long per_read = 0;
-  SECTION("the MNIST CNN, FP32 and FP16 with GradScaler") {
+  SECTION("the MNIST CNN fed by a DataLoader from device memory, FP32 and FP16 with GradScaler") {
     auto model = models::keras_mnist_cnn();
     model->to(kCUDA);
     optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-3));
-    Tensor x = randn({4, 1, 28, 28}, kCUDA), y = randint(0, 10, {4}, TensorOptions(kI64).device(kCUDA));
+    // as mnist_train feeds it: the data set on the device, shuffled batches of it (their
+    // indices uploaded, gathered there) prepared on the loader's thread, epoch after epoch
+    data::DataLoaderOptions lo;
+    lo.batch_size = 4;
+    data::DataLoader loader(std::make_shared<data::TensorDataset>(
+        randn({10, 1, 28, 28}, kCUDA), randint(0, 10, {10}, TensorOptions(kI64).device(kCUDA))), lo);
+    std::optional<data::DataLoader::Iterator> it;
+    auto next_batch = [&]() -> data::Batch {
+      if (!it || !(*it != loader.end())) it.emplace(loader.begin());
+      data::Batch b = **it;
+      ++*it;
+      return b;
+    };
     for (const bool fp16 : {false, true}) {
       INFO((fp16 ? "FP16" : "FP32"));
       amp::GradScalerOptions so;
       so.enabled = fp16;
       amp::GradScaler scaler(so);
       const unsigned long long during = count([&] {
+        data::Batch b = next_batch();
         Tensor loss;
         {
           amp::AutocastGuard ac(kF16, fp16);
-          loss = cross_entropy(model->forward(x), y);
+          loss = cross_entropy(model->forward(b.data), b.target);
         }
         opt.zero_grad();
         scaler.scale(loss).backward();
