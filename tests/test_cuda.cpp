@@ -954,9 +954,9 @@ TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator
     // as mnist_train feeds it: the data set on the device, shuffled batches of it (their
     // indices uploaded, gathered there) prepared on the loader's thread, epoch after epoch
     data::DataLoaderOptions lo;
-    lo.batch_size = 4;
+    lo.batch_size = 2;  // (the emulator's reference convolutions are slow)
     data::DataLoader loader(std::make_shared<data::TensorDataset>(
-        randn({10, 1, 28, 28}, kCUDA), randint(0, 10, {10}, TensorOptions(kI64).device(kCUDA))), lo);
+        randn({6, 1, 28, 28}, kCUDA), randint(0, 10, {6}, TensorOptions(kI64).device(kCUDA))), lo);
     std::optional<data::DataLoader::Iterator> it;
     auto next_batch = [&]() -> data::Batch {
       if (!it || !(*it != loader.end())) it.emplace(loader.begin());
@@ -984,6 +984,31 @@ TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator
       }, per_read);
       CHECK(during == (fp16 ? 3 * per_read : 0u));
     }
+  }
+  SECTION("a CIFAR ResNet in channels-last, FP16 with GradScaler and SGD with momentum") {
+    // the ResNet-50 benchmark's step at a small size: cuDNN's convolutions and fused batch
+    // norm + add + ReLU in NHWC, the scaler's one read
+    auto model = models::cifar_resnet(models::CifarResNetOptions().depth(8).width(8).channels_last(true));
+    model->to(kCUDA);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4));
+    amp::GradScaler scaler;
+    Tensor x = randn({4, 3, 16, 16}, kCUDA).contiguous(MemoryFormat::channels_last);
+    Tensor y = randint(0, 10, {4}, TensorOptions(kI64).device(kCUDA));
+    const unsigned long long during = count([&] {
+      Tensor loss;
+      {
+        amp::AutocastGuard ac(kF16);
+        CrossEntropyOptions ce;
+        ce.label_smoothing = 0.1;
+        loss = cross_entropy(model->forward(x), y, ce);
+      }
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      return loss;
+    }, per_read);
+    CHECK(during == 3 * per_read);
   }
   SECTION("a BERT-style encoder with padding and dropout, FP32") {
     models::BertClassifier model(
