@@ -516,8 +516,8 @@ void check_guard(void* p, size_t n, const char* where) {
   std::abort();
 }
 
-// The calls that make the host wait for the device (synchronisations, a copy to pageable host
-// memory, cudaMemcpy, the frees), counted for tests that a training step waits nowhere
+// The calls that make the host wait for the device (synchronisations, an asynchronous copy to
+// or from pageable host memory, cudaMemcpy, the frees), counted for tests that a training step waits nowhere
 // (libnn_cuda_emu_host_waits, found with dlsym).
 std::atomic<unsigned long long> host_waits{0};
 void host_wait() {
@@ -745,6 +745,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     emu::DeviceAccess access;
     std::memmove(dst, src, n);
   } else if (src_pageable) {  // (read now, as the runtime stages it: host memory, no access)
+    ++host_waits;  // the runtime "may synchronize with the stream" to stage it: counted as a wait
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + n);
     enqueue([dst, staged] { std::memmove(dst, staged->data(), staged->size()); });
