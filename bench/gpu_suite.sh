@@ -14,7 +14,8 @@
 # PyTorch, and the host cost per call of tiny ops), resnet (ResNet-50 FP32/FP16 at batch 256
 # and 128 against PyTorch), curves (200-step FP32 and FP16 ResNet-50 loss curves), text (MLP
 # and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer over the
-# CUDA tests), extras (attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
+# CUDA tests; asked for with test, it runs beside the test step, within its own budget, and
+# ends before the next step starts), extras (attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
 # ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
 # layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch). `bench` is mnist
 # kernels resnet curves text extras; `all` is every step.
@@ -88,6 +89,7 @@ stop_group() {  # stop_group PGID: TERM, up to 8 s to end (the apps save their s
   kill -KILL -- "-$g" 2> /dev/null
 }
 step=none; step_start=$SECONDS; step_deadline=$SECONDS; times=(); finished=" "; cut=" "; status=0
+memcheck_pid=; memcheck_joined=; memcheck_t0=0  # memcheck beside the tests (memcheck_start)
 begin() {  # begin STEP DESCRIPTION
   step=$1; step_start=$SECONDS; step_deadline=$((SECONDS + budget[$1]))
   log "$2 (step $1, budget ${budget[$1]} s)"
@@ -129,6 +131,7 @@ finish() {  # on every exit, once, in the suite's shell only: stop, report, bund
   while read -r g; do stop_group "$g"; done < "$groups"
   pkill -TERM -P "$suite_pid" 2> /dev/null  # a command started but not yet listed
   [[ $step != none ]] && times+=("$step $((SECONDS - step_start)) s (stopped)")
+  [[ -n $memcheck_pid && -z $memcheck_joined ]] && times+=("memcheck $((SECONDS - memcheck_t0)) s (stopped)")
   log "step times: $(IFS=,; echo "${times[*]:-none}")"
   for st in $all_steps; do want "$st" && [[ $finished != *" $st "* ]] && left+=("$st"); done
   log "steps to run again (cut, stopped, failed or not reached): ${left[*]:-none}"
@@ -192,13 +195,57 @@ fi
 # the library folders a carried build needed here (bench/gpu_prebuilt.sh), for every step
 [[ -f $bdir/prebuilt.env ]] && source "$bdir/prebuilt.env"
 
+memcheck_body() {
+  # without the caching allocator, so each tensor's bounds are an allocation's bounds (the
+  # allocator's own test, which counts the cache's reuse, runs with the cache on); --durations
+  # lists each case as it passes, so a run cut at the budget still says how far it got
+  LIBNN_NO_MEMORY_CACHING=1 t compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bdir/bin/libnn_tests" "[cuda]~[memory]" --durations yes > "$OUT/memcheck.log" 2>&1
+  local rc=$?
+  if [[ $rc -eq 0 ]]; then
+    t compute-sanitizer --tool memcheck --error-exitcode 3 "$bdir/bin/libnn_tests" "[cuda][memory]" \
+        --durations yes >> "$OUT/memcheck.log" 2>&1
+    rc=$?
+  fi
+  log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')" \
+      "$(grep -c ' s: ' "$OUT/memcheck.log") test cases finished"
+}
+# With the test step, memcheck runs beside it as a background job (neither is timed, and the
+# GPU and the cores hold both), so the suite spends the longer of the two, not their sum. The
+# job keeps memcheck's own budget; its step's bookkeeping comes back through a file and is
+# merged when the test step joins it (memcheck_join).
+memcheck_state=$OUT/.memcheck_state
+memcheck_start() {
+  memcheck_t0=$SECONDS
+  ( begin memcheck "compute-sanitizer memcheck over the CUDA tests, beside the tests"
+    OMP_NUM_THREADS=8 memcheck_body
+    end
+    printf '%s\n%s\n%s\n%s\n' "$status" "$finished" "$cut" "${times[-1]}" > "$memcheck_state"
+  ) &
+  memcheck_pid=$!
+}
+memcheck_join() {
+  wait "$memcheck_pid"
+  memcheck_joined=1
+  local st fin ct took
+  { IFS= read -r st; IFS= read -r fin; IFS= read -r ct; IFS= read -r took; } < "$memcheck_state" 2> /dev/null \
+    || { log "memcheck: its job left no state"; status=1; return; }
+  rm -f "$memcheck_state"
+  ((st == 0)) || status=1
+  [[ $fin == *" memcheck "* ]] && finished+="memcheck "
+  [[ $ct == *" memcheck "* ]] && cut+="memcheck "
+  times+=("$took")
+}
+
 if want test; then
   begin test "tests: the CUDA cases of libnn_tests, then the command-line checks on the GPU"
+  want memcheck && memcheck_start
+  omp=(); [[ -n $memcheck_pid ]] && omp=(env OMP_NUM_THREADS=8)  # (the cores shared with memcheck)
   # (every Catch2 case that runs on a GPU carries the [cuda] tag)
-  t "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
+  t "${omp[@]}" "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
   rc=$?; log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 && $rc -ne 124 ]]; then  # triage: the same tests with the paths not yet run on a GPU off
-    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 t "$bdir/bin/libnn_tests" "[cuda]" \
+    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 t "${omp[@]}" "$bdir/bin/libnn_tests" "[cuda]" \
       > "$OUT/cuda_tests_fallbacks.log" 2>&1
     log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0: exit $? $(tail -2 \
       "$OUT/cuda_tests_fallbacks.log" | tr '\n' ' ')"
@@ -209,6 +256,10 @@ if want test; then
     --timeout 120 > "$OUT/ctest.log" 2>&1
   rc=$?; log "ctest exit $rc: $(grep -E 'tests passed|No tests were found' "$OUT/ctest.log")"
   end
+  if [[ -n $memcheck_pid ]]; then  # the benchmarks must not share the GPU with it
+    log "waiting for memcheck (beside the tests) to end before the next step"
+    memcheck_join
+  fi
 fi
 
 if want mnist; then
@@ -279,21 +330,9 @@ if want text; then
   end
 fi
 
-if want memcheck; then
+if want memcheck && [[ -z $memcheck_joined ]]; then
   begin memcheck "compute-sanitizer memcheck over the CUDA tests"
-  # without the caching allocator, so each tensor's bounds are an allocation's bounds (the
-  # allocator's own test, which counts the cache's reuse, runs with the cache on); --durations
-  # lists each case as it passes, so a run cut at the budget still says how far it got
-  LIBNN_NO_MEMORY_CACHING=1 t compute-sanitizer --tool memcheck --error-exitcode 3 \
-      "$bdir/bin/libnn_tests" "[cuda]~[memory]" --durations yes > "$OUT/memcheck.log" 2>&1
-  rc=$?
-  if [[ $rc -eq 0 ]]; then
-    t compute-sanitizer --tool memcheck --error-exitcode 3 "$bdir/bin/libnn_tests" "[cuda][memory]" \
-        --durations yes >> "$OUT/memcheck.log" 2>&1
-    rc=$?
-  fi
-  log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')" \
-      "$(grep -c ' s: ' "$OUT/memcheck.log") test cases finished"
+  memcheck_body
   end
 fi
 

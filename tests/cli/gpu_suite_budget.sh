@@ -27,7 +27,22 @@ echo \$! >> "$work/children"
 sleep 300
 EOF
 cp "$work/build/bin/kernels_bench" "$work/build/bin/fp16_vs_fp32"
-printf '#!/bin/sh\n' > "$work/build/bin/libnn_tests"  # a build folder is there: no build first
+# libnn_tests (a build folder is there: no build first) and, on the PATH, compute-sanitizer
+# write when they start and end to a timeline; ctest passes
+cat > "$work/build/bin/libnn_tests" <<EOF
+#!/usr/bin/env bash
+echo "tests start" >> "$work/timeline"; sleep \${STANDIN_TESTS_SECONDS:-0}; echo "tests end" >> "$work/timeline"
+EOF
+mkdir -p "$work/path"
+cat > "$work/path/compute-sanitizer" <<EOF
+#!/usr/bin/env bash
+echo "sanitizer start" >> "$work/timeline"
+sleep 300 &
+echo \$! >> "$work/children"
+sleep \${STANDIN_SANITIZER_SECONDS:-3}; echo "sanitizer end" >> "$work/timeline"
+EOF
+printf '#!/bin/sh\necho "100%% tests passed, 0 tests failed out of 7"\n' > "$work/path/ctest"
+chmod +x "$work/path/"*
 cat > "$work/python" <<EOF
 #!/usr/bin/env bash
 [[ \${1:-} == - ]] && exec python3 "\$@"
@@ -35,7 +50,7 @@ echo "stand-in for: \$*"
 EOF
 chmod +x "$work/build/bin/"* "$work/python"
 suite=(env -u GPU_SUITE_TIMEOUT -u GPU_SUITE_BUDGETS BUILD_DIR="$work/build" PYTHON="$work/python"
-       LIBNN_GPU_DEPS="$work/none")
+       LIBNN_GPU_DEPS="$work/none" PATH="$work/path:$PATH")
 run() {  # run OUTDIR [VAR=VALUE...] -- STEPS...
   local out=$1; shift
   local vars=(); while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
@@ -99,6 +114,48 @@ s=$work/r3/summary.md
 grep -q "steps to run again (cut, stopped, failed or not reached): resnet curves$" "$s" \
   || fail "TERM: the stopped and unreached steps are not listed to run again" "$s"
 no_children "stopped by a TERM to the suite's pid"
+
+# 5. memcheck runs beside the tests (it starts before they end), keeps its own budget, and is
+#    joined before the next step: both steps' times, neither to run again; then with a 6 s
+#    budget its 30 s run is cut there, and only memcheck is to run again
+: > "$work/timeline"
+run "$work/r5" STANDIN_TESTS_SECONDS=3 -- memcheck test text
+s=$work/r5/summary.md
+[[ $(grep -n "sanitizer start" "$work/timeline" | head -1 | cut -d: -f1) -lt \
+   $(grep -n "tests end" "$work/timeline" | head -1 | cut -d: -f1) ]] \
+  || fail "memcheck did not run beside the tests: $(tr '\n' ' ' < "$work/timeline")" "$work/r5.log"
+[[ $(grep -c "sanitizer end" "$work/timeline") -eq 2 ]] || fail "memcheck's two runs did not both end" "$work/r5.log"
+grep -q "waiting for memcheck" "$s" || fail "the test step did not join memcheck" "$s"
+(( $(grep -n "memcheck exit 0" "$s" | cut -d: -f1) < $(grep -n "text classifiers" "$s" | cut -d: -f1) )) \
+  || fail "memcheck did not end before the next step started" "$s"
+grep -Eq "step times: test [0-9]+ s,memcheck [0-9]+ s,text [0-9]+ s$" "$s" \
+  || fail "the step times do not name test and memcheck" "$s"
+grep -q "steps to run again (cut, stopped, failed or not reached): none$" "$s" \
+  || fail "a step is to run again" "$s"
+no_children "memcheck beside the tests"
+run "$work/r5b" GPU_SUITE_BUDGETS="memcheck=6" STANDIN_SANITIZER_SECONDS=30 -- test memcheck
+s=$work/r5b/summary.md
+grep -q "step memcheck: cut at its budget (6 s): compute-sanitizer" "$s" || fail "memcheck's cut is not reported" "$s"
+grep -q "steps to run again (cut, stopped, failed or not reached): memcheck$" "$s" \
+  || fail "the cut memcheck is not (alone) to run again" "$s"
+no_children "memcheck cut beside the tests"
+
+# 6. a TERM while memcheck runs beside the tests stops both at once; both are to run again
+"${suite[@]}" OUT="$work/r6" STANDIN_TESTS_SECONDS=60 STANDIN_SANITIZER_SECONDS=60 \
+  "$root/bench/gpu_suite.sh" test memcheck > "$work/r6.log" 2>&1 &
+pid=$!
+for ((i = 0; i < 50; ++i)); do [[ -s "$work/children" ]] && break; sleep 0.1; done
+[[ -s "$work/children" ]] || fail "the stand-in compute-sanitizer never started" "$work/r6.log"
+start=$SECONDS; kill -TERM "$pid"; wait "$pid"; rc=$?; took=$((SECONDS - start))
+((took < 20)) || fail "a TERM took ${took} s to stop the suite and memcheck" "$work/r6.log"
+[[ $rc -eq 124 ]] || fail "a suite stopped by TERM exits $rc, not 124" "$work/r6.log"
+s=$work/r6/summary.md
+grep -Eq "step times: test [0-9]+ s \(stopped\),memcheck [0-9]+ s \(stopped\)$" "$s" \
+  || fail "the stopped test and memcheck are not in the step times" "$s"
+grep -q "steps to run again (cut, stopped, failed or not reached): test memcheck$" "$s" \
+  || fail "TERM: test and memcheck are not listed to run again" "$s"
+no_children "memcheck beside the tests, stopped by TERM"
+pgrep -f "$work/build/bin/libnn_tests" > /dev/null && fail "the stand-in tests still run after a TERM"
 
 # 4. bad budgets are usage errors
 for b in "kernels" "kernels=0" "kernels=5s" "bogus=5"; do
