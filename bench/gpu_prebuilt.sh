@@ -96,6 +96,7 @@ PY
 }
 
 case ${1:-} in
+  -h|--help) source "$root/scripts/args.sh"; help_text ;;
   pack) (($# == 3)) || die "usage: pack BUILD_DIR TARBALL"; pack "$2" "$3" ;;
   unpack) (($# == 3)) || die "usage: unpack TARBALL BUILD_DIR"; unpack "$2" "$3" ;;
   sources) sources_hash ;;

@@ -35,6 +35,8 @@
 # GPU_SUITE_PREBUILT=0 builds regardless).
 set -uo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+source "$(dirname "$0")/../scripts/args.sh"
+[[ ${1:-} == -h || ${1:-} == --help ]] && { help_text; exit 0; }
 if [[ -n "${GPU_SUITE_TIMEOUT:-}" ]]; then
   [[ "$GPU_SUITE_TIMEOUT" =~ ^[1-9][0-9]*$ ]] \
     || { echo "gpu_suite: GPU_SUITE_TIMEOUT must be a number of seconds, got '$GPU_SUITE_TIMEOUT'" >&2; exit 2; }

@@ -20,7 +20,7 @@ prebuilt=1
 for a in "$@"; do
   case $a in
     --no-prebuilt) prebuilt=0 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) source scripts/args.sh; help_text; exit 0 ;;
     *) echo "stage_gpu_deps: unknown argument '$a' (--no-prebuilt, --help)" >&2; exit 2 ;;
   esac
 done

@@ -4,15 +4,17 @@
 #   data/cifar/cifar-10-batches-bin/   -> cifar_train --data-dir data/cifar
 #   data/cifar/cifar-100-binary/       -> cifar_train --data-dir data/cifar/cifar-100-binary
 # Offline, cifar_train --data synthetic trains on a generated stand-in instead.
+#   data/fetch_cifar.sh [--cifar100] [DEST]   (DEST defaults to data/cifar)
 set -euo pipefail
-usage() { echo "usage: $0 [--cifar100] [DEST]   (DEST defaults to data/cifar)"; }
+source "$(dirname "$0")/../scripts/args.sh"
+usage() { help_text; }
 sets=(cifar-10-binary.tar.gz)
 dest=""
 for a in "$@"; do
   case $a in
     --cifar100) sets+=(cifar-100-binary.tar.gz) ;;
     -h|--help) usage; exit 0 ;;
-    -*) usage >&2; exit 2 ;;
+    -*) echo "fetch_cifar.sh: unknown option '$a'" >&2; usage >&2; exit 2 ;;
     *) dest=$a ;;
   esac
 done

@@ -3,6 +3,11 @@
 # Offline, use Fashion-MNIST from the Debian package dataset-fashion-mnist instead:
 #   build/bin/mnist_train --dataset fashion-mnist
 set -euo pipefail
+source "$(dirname "$0")/../scripts/args.sh"
+case ${1:-} in
+  -h|--help) help_text; exit 0 ;;
+  -*) echo "fetch_mnist.sh: unknown option '$1' (the one argument is a folder; --help)" >&2; exit 2 ;;
+esac
 dest=${1:-"$(dirname "$0")/mnist"}
 mirror=${MNIST_MIRROR:-https://ossci-datasets.s3.amazonaws.com/mnist}
 mkdir -p "$dest"

@@ -8,6 +8,7 @@
 #   scripts/check.sh
 #   FUZZ_SECONDS=600 scripts/check.sh     # fuzz longer
 set -euo pipefail
+source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 build_dir=${CHECK_BUILD_DIR:-build-check}
 fuzz_seconds=${FUZZ_SECONDS:-60}

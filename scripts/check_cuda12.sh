@@ -10,6 +10,7 @@
 #   scripts/check_cuda12.sh                  # build into build-cuda12/
 #   CUDA_ARCHS="70;80" scripts/check_cuda12.sh
 set -euo pipefail
+source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 root=$PWD
 cache=${CUDA12_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/libnn-cuda12}

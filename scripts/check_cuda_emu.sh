@@ -13,6 +13,7 @@
 # (not a GPU, not nvcc's compiler); skips with a message when there are none
 # (CUDA_EMU_REQUIRED=1: fail instead).
 set -euo pipefail
+source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 build_dir=${EMU_BUILD_DIR:-build-emu}
 t0=$SECONDS

@@ -12,6 +12,7 @@
 #
 #   scripts/check_toolchain.sh
 set -euo pipefail
+source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 cache=${TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/libnn-trixie}
 t0=$SECONDS

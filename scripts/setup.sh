@@ -6,6 +6,7 @@
 #   BUILD_DIR=out scripts/setup.sh
 #   LIBNN_CMAKE_ARGS="-DLIBNN_WITH_CUDA=OFF" scripts/setup.sh
 set -euo pipefail
+source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 
 packages=(

@@ -10,6 +10,7 @@
 # Debian 13's GCC 14 and Catch2 v3 (syntax only), as Ubuntu 24.04 and Debian 13 users build.
 # LIBNN_QUICK_TEST=1 skips all four (for quick local runs; CI runs them).
 set -euo pipefail
+source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 build_dir=${BUILD_DIR:-build}
