@@ -458,7 +458,10 @@ void init_arena() {
   backtrace(warm, 1);  // loads what backtrace needs now, not in the signal handler
 }
 
-// A block of `bytes` (a multiple of kGuard) in the range, or null when it is full.
+// The block an allocation of n bytes takes: the bytes between two guard zones, whole zones.
+size_t block_bytes(size_t n) { return round_up(kGuard + n + kGuard, kGuard); }
+
+// A block of `bytes` (block_bytes) in the range, or null when it is full.
 char* arena_alloc(size_t bytes) {
   init_arena();
   for (auto it = arena.free_blocks.begin(); it != arena.free_blocks.end(); ++it) {
@@ -578,10 +581,12 @@ emu::DeviceAccess::~DeviceAccess() {
 }
 
 void emu::run_queued() {
-  DeviceAccess access;
   std::lock_guard<std::mutex> lock(stream_mutex);
-  for (auto& op : pending) op();
-  pending.clear();
+  if (!pending.empty()) {  // (device memory opened only for work: every launch comes here)
+    DeviceAccess access;
+    for (auto& op : pending) op();
+    pending.clear();
+  }
   done = queued;
 }
 
@@ -679,7 +684,7 @@ cudaError_t cudaMalloc(void** p, size_t n) {
     *p = nullptr;
     return record(cudaErrorMemoryAllocation);
   }
-  unsigned char* base = reinterpret_cast<unsigned char*>(arena_alloc(round_up(kGuard + n + kGuard, kGuard)));
+  unsigned char* base = reinterpret_cast<unsigned char*>(arena_alloc(block_bytes(n)));
   if (!base) return record(cudaErrorMemoryAllocation);
   emu::DeviceAccess access;
   std::memset(base, kGuardByte, kGuard);
@@ -701,7 +706,7 @@ cudaError_t cudaFree(void* p) {
     emu::DeviceAccess access;
     check_guard(p, it->second, "a kernel or library call (found at cudaFree)");
   }
-  arena_free(static_cast<char*>(p) - kGuard, round_up(kGuard + it->second + kGuard, kGuard));
+  arena_free(static_cast<char*>(p) - kGuard, block_bytes(it->second));
   in_use -= it->second;
   allocations.erase(it);
   return cudaSuccess;
