@@ -9,6 +9,7 @@ set -uo pipefail
 launch=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/processes.sh"
 fail() { echo "FAIL: $*"; exit 1; }
 
 # runs the launcher with ARGS, sends SIG after DELAY seconds; sets rc and secs
@@ -57,7 +58,7 @@ printf '#!/bin/sh\n%s\necho after\n' "$marker" > "$work/wrap.sh"
 chmod +x "$work/wrap.sh"
 signalled TERM 0.5 --nprocs 2 -- "$work/wrap.sh"
 sleep 0.3
-if pgrep -f "$marker" > /dev/null; then pkill -f "$marker"; fail "a wrapper rank's child outlived the launcher"; fi
+if left=$(pids_with "$marker"); then kill $left; fail "a wrapper rank's child outlived the launcher"; fi
 
 for opt in --nprocs --nnodes --node-rank --master; do
   timeout 5 "$launch" --nprocs 2 "$opt" > "$work/out" 2>&1; rc=$?

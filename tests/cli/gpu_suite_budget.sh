@@ -12,6 +12,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/processes.sh"
 fail() { echo "FAIL: $1"; [[ -f ${2:-} ]] && cat "$2"; exit 1; }
 
 # Stand-ins: kernels_bench and fp16_vs_fp32 (which runs through tsum, its output kept and
@@ -60,7 +61,7 @@ no_children() {
   local p
   sleep 1  # (signals are delivered asynchronously; a killed child may stay a zombie: dead)
   while read -r p; do
-    [[ $(ps -o stat= -p "$p") == [^Z]* ]] && { kill "$p"; fail "$1: a benchmark's child (pid $p) still runs"; }
+    alive "$p" && { kill "$p"; fail "$1: a benchmark's child (pid $p) still runs"; }
   done < "$work/children"
   : > "$work/children"
 }
@@ -155,7 +156,7 @@ grep -Eq "step times: test [0-9]+ s \(stopped\),memcheck [0-9]+ s \(stopped\)$" 
 grep -q "steps to run again (cut, stopped, failed or not reached): test memcheck$" "$s" \
   || fail "TERM: test and memcheck are not listed to run again" "$s"
 no_children "memcheck beside the tests, stopped by TERM"
-pgrep -f "$work/build/bin/libnn_tests" > /dev/null && fail "the stand-in tests still run after a TERM"
+pids_with "$work/build/bin/libnn_tests" > /dev/null && fail "the stand-in tests still run after a TERM"
 
 # 4. bad budgets are usage errors
 for b in "kernels" "kernels=0" "kernels=5s" "bogus=5"; do
