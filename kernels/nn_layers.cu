@@ -1,3 +1,4 @@
+#include "kernels/clip.h"
 #include "kernels/math.cuh"
 #include "kernels/nn_layers.cuh"
 #include "kernels/philox.h"
@@ -590,8 +591,10 @@ __global__ void adamw_kernel(TensorList<AdamWTensor> list, float beta1, float be
   }
 }
 
+// This thread's elements of its block's tensor times `factor` in place; true when a rounded
+// result is inf or NaN.
 template <typename T>
-__global__ void scale_kernel(TensorList<FlatTensor> list, acc_t<T> factor, float* found) {
+__device__ bool scale_block(const TensorList<FlatTensor>& list, acc_t<T> factor) {
   using A = acc_t<T>;
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
   const FlatTensor& st = list.t[ti];
@@ -605,7 +608,19 @@ __global__ void scale_kernel(TensorList<FlatTensor> list, acc_t<T> factor, float
     p[i] = r;
     bad |= !isfinite(load(r));
   }
-  if (bad) *found = 1.f;  // every writer stores the same value
+  return bad;
+}
+
+template <typename T>
+__global__ void scale_kernel(TensorList<FlatTensor> list, acc_t<T> factor, float* found) {
+  if (scale_block<T>(list, factor)) *found = 1.f;  // every writer stores the same value
+}
+
+// The factor from the sum of squares on the device: nothing is read or written where it is 1.
+template <typename T>
+__global__ void clip_kernel(TensorList<FlatTensor> list, const double* sum_squares, double max_norm) {
+  const double f = clip_factor(*sum_squares, max_norm);
+  if (f != 1.0) scale_block<T>(list, acc_t<T>(f));
 }
 
 // One partial sum of squares per block, in block order; sum_partials adds them in a fixed
@@ -884,6 +899,16 @@ void launch_scale(DType t, const FlatTensor* tensors, int count, double factor,
   dispatch_float(t, "scale_grads", [&]<typename T>() {
     multi_tensor(tensors, count, [&](const TensorList<FlatTensor>& list, unsigned blocks) {
       scale_kernel<T><<<blocks, kThreads, 0, s>>>(list, acc_t<T>(factor), found_inf);
+      NN_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_clip(DType t, const FlatTensor* tensors, int count, const double* sum_squares,
+                 double max_norm, cudaStream_t s) {
+  dispatch_float(t, "clip_grads", [&]<typename T>() {
+    multi_tensor(tensors, count, [&](const TensorList<FlatTensor>& list, unsigned blocks) {
+      clip_kernel<T><<<blocks, kThreads, 0, s>>>(list, sum_squares, max_norm);
       NN_CUDA_CHECK_LAUNCH();
     });
   });

@@ -94,6 +94,10 @@ struct FlatTensor {
 // Each tensor times `factor` in place; *found_inf = 1 when a rounded result is inf or NaN.
 void launch_scale(DType t, const FlatTensor* tensors, int count, double factor,
                   float* found_inf, cudaStream_t s);
+// Each tensor times kernels::clip_factor(*sum_squares, max_norm) (kernels/clip.h) in place;
+// sum_squares is a double on the device.
+void launch_clip(DType t, const FlatTensor* tensors, int count, const double* sum_squares,
+                 double max_norm, cudaStream_t s);
 // *out (a double) = the sum of x^2 over all elements, summed in double for every dtype;
 // `partials` is scratch of sum_squares_partials() doubles.
 int64_t sum_squares_partials(const FlatTensor* tensors, int count);

@@ -5,11 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define NN_HD __host__ __device__ __forceinline__
-#else
-#define NN_HD inline
-#endif
+#include "kernels/hd.h"
 
 namespace nn::rng {
 

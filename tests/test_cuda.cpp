@@ -1006,7 +1006,7 @@ TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator
         count([&] { return scaled_step(*model, opt, scaler, true, x, y, ce); }, per_read);
     CHECK(during == 3 * per_read);
   }
-  SECTION("a BERT-style encoder with padding and dropout, FP32") {
+  SECTION("a BERT-style encoder with padding, dropout and gradient clipping, FP32") {
     models::BertClassifier model(
         models::BertConfig::preset("tiny").vocab_size(64).max_len(16).num_classes(3));
     model.to(kCUDA);
@@ -1022,6 +1022,7 @@ TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator
       Tensor loss = cross_entropy(model.forward(ids, keep), y);
       opt.zero_grad();
       loss.backward();
+      optim::clip_grad_norm_(model.parameters(), 1.0);  // as transformer_train clips
       opt.step();
       return loss;
     }, per_read);

@@ -263,6 +263,38 @@ TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {
   REQUIRE(optim::clip_grad_norm({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));
 }
 
+// A NaN or inf among the gradients: the norm says so and every gradient is left as it was
+// (the loss scaler's step is skipped; scaling would spread the NaN). A negative max_norm is
+// refused. clip_grad_norm_ gives the norm as an f64 tensor on the gradients' device. On the
+// CPU and, when present, CUDA.
+TEST_CASE("clip_grad_norm leaves non-finite gradients alone", "[optim][cuda]") {
+  std::vector<Device> devices{kCPU};
+  if (cuda_available()) devices.push_back(kCUDA);
+  for (Device d : devices)
+    for (const double bad : {std::nan(""), double(INFINITY)}) {
+      INFO(d.str() << " " << bad);
+      Tensor a = zeros({2}, TensorOptions(kF32).device(d)).requires_grad_();
+      a.set_grad(tensor({30, bad}, {2}).to(kF32).to(d));
+      Tensor b = zeros({1}, TensorOptions(kF16).device(d)).requires_grad_();
+      b.set_grad(tensor({40}, {1}).to(kF16).to(d));
+      Tensor n = optim::clip_grad_norm_({a, b}, 1.0);
+      REQUIRE(n.dtype() == kF64);
+      REQUIRE(n.device() == d);
+      REQUIRE(n.numel() == 1);
+      const double v = n.item();
+      REQUIRE((std::isnan(bad) ? std::isnan(v) : std::isinf(v)));
+      Tensor ga = a.grad().cpu();
+      REQUIRE(ga.data<float>()[0] == 30.f);
+      REQUIRE(b.grad().cpu().to(kF32).data<float>()[0] == 40.f);
+      // and finite ones are clipped by the tensor form as by the double one
+      a.set_grad(tensor({30, 0}, {2}).to(kF32).to(d));
+      REQUIRE(optim::clip_grad_norm_({a, b}, 1.0).item() == Approx(50.0));
+      require_values(a.grad().cpu(), {0.6, 0}, 1e-6);
+      REQUIRE(test::error_of([&] { optim::clip_grad_norm({a, b}, -1.0); })
+                  .find("max_norm must be finite and >= 0, got -1") != std::string::npos);
+    }
+}
+
 // A diverging run's gradients: finite, but their squares, or the sum of the squares, beyond
 // f32's range. The norm is summed in double, so it is finite and the gradients are clipped
 // (an f32 sum would give inf and leave them unclipped). On the CPU and, when present, CUDA.

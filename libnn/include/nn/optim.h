@@ -156,7 +156,11 @@ class LinearLR : public LRScheduler {
   int64_t warmup_, total_;
 };
 
-// Scales gradients so their global L2 norm is at most max_norm; returns the norm before.
+// Scales gradients so their global L2 norm is at most max_norm (by max_norm / (norm + 1e-6);
+// left as they are when the norm is inf or NaN); returns the norm before, read on the host.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The same clip, returning the norm as an f64 scalar tensor on the gradients' (first) device
+// instead of reading it: on a GPU the host does not wait (PyTorch's clip_grad_norm_).
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace nn::optim

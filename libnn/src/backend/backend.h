@@ -206,8 +206,12 @@ class Backend {
   // rounded result is inf or NaN, and left as it was otherwise. sum_squares: the sum of x^2
   // over every element into `out`, an f64 scalar on this device, summed in double whatever
   // the dtype (f32 squares overflow from |x| = 1.8e19, where a diverging run needs clipping).
+  // clip_grads: every tensor times kernels::clip_factor(sum_squares, max_norm) in place, the
+  // factor computed on this device from `sum_squares` (an f64 scalar there), so the host
+  // need not wait for the norm.
   virtual void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) = 0;
   virtual void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) = 0;
+  virtual void clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) = 0;
 };
 
 // The backend for a device; throws nn::Error when the device cannot be used.

@@ -263,6 +263,10 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "sum_squares", "optim");
     inner_.sum_squares(tensors, out);
   }
+  void clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) override {
+    Timer t(*this, "clip_grads", "optim");
+    inner_.clip_grads(grads, sum_squares, max_norm);
+  }
 
  private:
   Backend& inner_;

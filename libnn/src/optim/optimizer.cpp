@@ -336,31 +336,31 @@ double LinearLR::lr_at(int64_t step) const {
   return base_lr_ * left;
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  NN_CHECK(max_norm >= 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm must be finite and "
+           ">= 0, got ", max_norm);
   NoGradGuard ng;
-  // One fused sum of squares per (device, dtype) batch, all launched before the host reads
-  // them, then one fused scaling per batch.
+  // One fused sum of squares per (device, dtype) batch, added up on the first batch's device;
+  // each batch is then scaled by a factor its kernel computes from that sum, so on one GPU
+  // nothing here waits for it (gradients on several GPUs meet through the host).
   GradBatches gb;
   for (auto& p : params)
     if (p.grad().defined()) gb.add(p.grad());
-  if (gb.batches.empty()) return 0.0;
-  std::vector<Tensor> sums;
+  if (gb.batches.empty()) return zeros({}, kF64);
+  Tensor total;
   for (auto& [key, grads] : gb.batches) {
-    sums.push_back(empty({}, TensorOptions(kF64).device(grads[0].device())));
-    backend::of(grads[0]).sum_squares(grads, sums.back());
+    Tensor s = empty({}, TensorOptions(kF64).device(grads[0].device()));
+    backend::of(grads[0]).sum_squares(grads, s);
+    total = total.defined() ? total + s.to(total.device()) : s;
   }
-  double total = 0;
-  for (auto& s : sums) total += s.item();
-  const double norm = std::sqrt(total);
-  if (norm > max_norm && std::isfinite(norm)) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& [key, grads] : gb.batches) {
-      Tensor unused = zeros({}, TensorOptions(kF32).device(grads[0].device()));
-      backend::of(grads[0]).scale_grads(grads, scale, unused);
-    }
-    gb.write_back();
-  }
-  return norm;
+  for (auto& [key, grads] : gb.batches)
+    backend::of(grads[0]).clip_grads(grads, total.to(grads[0].device()), max_norm);
+  gb.write_back();
+  return sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  return clip_grad_norm_(params, max_norm).item();
 }
 
 }  // namespace nn::optim

@@ -127,6 +127,7 @@ class CpuBackend final : public Backend {
                   double eps) override;
   void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override;
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
+  void clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) override;
 
  private:
   std::unique_ptr<CachingAllocator> alloc_;

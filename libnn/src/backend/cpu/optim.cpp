@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
+#include "kernels/clip.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -95,6 +96,15 @@ void CpuBackend::scale_grads(std::vector<Tensor>& grads, double factor, Tensor& 
       });
     });
   if (bad) found_inf.data<float>()[0] = 1.f;
+}
+
+void CpuBackend::clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) {
+  NN_CHECK(sum_squares.dtype() == DType::f64 && sum_squares.numel() == 1 && sum_squares.device() == kCPU,
+           "clip_grads: sum_squares must be one f64 value on the CPU");
+  const double f = kernels::clip_factor(sum_squares.data<double>()[0], max_norm);
+  if (f == 1.0) return;
+  Tensor unused = zeros({}, kF32);
+  scale_grads(grads, f, unused);
 }
 
 void CpuBackend::sum_squares(const std::vector<Tensor>& tensors, Tensor& out) {

@@ -447,12 +447,15 @@ class Upcast16Backend final : public Backend {
       down(wide[i].exp_avg_sq, slots[i].exp_avg_sq);
     }
   }
-  // These two handle 16-bit tensors themselves (scale_grads checks the rounded values).
+  // These three handle 16-bit tensors themselves (scale_grads checks the rounded values).
   void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override {
     inner_.scale_grads(grads, factor, found_inf);
   }
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override {
     inner_.sum_squares(tensors, out);
+  }
+  void clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) override {
+    inner_.clip_grads(grads, sum_squares, max_norm);
   }
 
  private:

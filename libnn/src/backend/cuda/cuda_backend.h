@@ -144,6 +144,7 @@ class CudaBackend final : public Backend {
                   double eps) override;
   void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override;
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
+  void clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) override;
 
   // ---- helpers for the family files ----------------------------------------------------
   cudaStream_t stream() const { return stream_; }

@@ -161,6 +161,15 @@ void CudaBackend::scale_grads(std::vector<Tensor>& grads, double factor, Tensor&
   kernels::launch_scale(grads[0].dtype(), ts.data(), int(ts.size()), factor,
                         ptr<float>(found_inf), stream_);
 }
+void CudaBackend::clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) {
+  if (grads.empty()) return;
+  activate();
+  NN_CHECK(sum_squares.dtype() == kF64 && sum_squares.numel() == 1 && sum_squares.device() == device(),
+           "clip_grads: sum_squares must be one f64 value on ", device().str());
+  const auto ts = flat(grads);
+  kernels::launch_clip(grads[0].dtype(), ts.data(), int(ts.size()), ptr<double>(sum_squares),
+                       max_norm, stream_);
+}
 void CudaBackend::sum_squares(const std::vector<Tensor>& tensors, Tensor& out) {
   activate();
   NN_CHECK(out.dtype() == kF64 && out.numel() == 1, "sum_squares: out must be one f64 value");
