@@ -82,6 +82,11 @@ TEST_CASE("batch_norm takes strided weight and bias and refuses broadcast runnin
   Tensor rm = zeros({1}).expand({3}), rv = ones({3});
   REQUIRE(test::error_of([&] { batch_norm(x, rm, rv, w, b, true); })
               .find("must be contiguous") != std::string::npos);
+  // one running statistic without the other (cuDNN takes both or neither)
+  for (const bool mean_only : {true, false})
+    REQUIRE(test::error_of([&] {
+              batch_norm(x, mean_only ? zeros({3}) : Tensor(), mean_only ? Tensor() : ones({3}), w, b, true);
+            }).find("batch_norm: running_mean and running_var go together") != std::string::npos);
 }
 
 TEST_CASE("batch_norm of zero channels is empty in both formats", "[norm][layout]") {

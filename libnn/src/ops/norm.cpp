@@ -54,6 +54,9 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   const Tensor bc = bias.defined() ? raw_contiguous(bias) : bias;
   NN_CHECK(training || (running_mean.defined() && running_var.defined()),
            op, ": eval mode needs running_mean and running_var");
+  // (cuDNN takes both or neither; one alone would leave the other's statistics stale)
+  NN_CHECK(running_mean.defined() == running_var.defined(), op, ": running_mean and running_var "
+           "go together: pass both or neither");
   NN_CHECK(!training || C == 0 || x.numel() / C > 1, op, ": training needs more than one value per "
            "channel, got input ", shape_str(x.shape()));
   if (residual.defined()) {

@@ -202,9 +202,17 @@ struct ReluDesc {
 cudnnBatchNormOps_t fused_ops(bool has_z) {
   return has_z ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
 }
-// cuDNN's answer, NOT_SUPPORTED (false: take the composition) included; other errors throw.
+// cuDNN's answer, a refusal (false: take the composition) included; other errors throw.
+// cuDNN 9 refuses with sub-codes of NOT_SUPPORTED (..._SHAPE, ..._SHARED_MEMORY_INSUFFICIENT,
+// ...) and with BAD_PARAM_MISALIGNED_POINTER for a view the fused kernels cannot read.
 bool fused_ran(cudnnStatus_t st) {
+#ifdef CUDNN_STATUS_CATEGORY
+  if (CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED ||
+      st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER)
+    return false;
+#else
   if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
+#endif
   NN_CUDNN_CHECK(st);
   return true;
 }
