@@ -69,10 +69,14 @@ CudaBackend::CudaBackend(int index) : index_(index) {
       [dev](size_t n) -> void* {
         void* p = nullptr;
         OnDevice on(dev);
-        if (cudaMalloc(&p, n) != cudaSuccess) {
+        const cudaError_t err = cudaMalloc(&p, n);
+        if (err == cudaErrorMemoryAllocation) {
           cudaGetLastError();  // clear the error; the allocator frees its cache and retries
           return nullptr;
         }
+        // any other error is an earlier kernel's (a fault is sticky: every later call returns
+        // it): named as it is, not as an out-of-memory
+        NN_CUDA_CHECK(err);
         return p;
       },
       [dev](void* p) {
@@ -140,12 +144,16 @@ void CudaBackend::upload(const void* host, Tensor& dst) {
   }
   std::lock_guard<std::mutex> lock(staging_mu_);
   Staging* slot = nullptr;
-  for (auto& s : staging_)
-    if (s.bytes >= n && cudaEventQuery(s.done) == cudaSuccess) {
+  for (auto& s : staging_) {
+    if (s.bytes < n) continue;
+    const cudaError_t q = cudaEventQuery(s.done);
+    if (q == cudaSuccess) {
       slot = &s;
       break;
     }
-  cudaGetLastError();  // cudaEventQuery's "not ready" is not an error
+    if (q != cudaErrorNotReady) NN_CUDA_CHECK(q);  // an earlier kernel's fault, named here
+    cudaGetLastError();  // "not ready" is no error: not left for the next launch check
+  }
   if (!slot) {
     Staging s;
     s.bytes = std::max<size_t>(n, 1 << 16);

@@ -179,7 +179,12 @@ void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor
   Layout la, lb;
   const Tensor a = readable(a_in, la), b = readable(b_in, lb);
   Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), dt);
-  if (address_alignment(bias.data_ptr()) < 16) {  // no preference says the bias' alignment: copy it
+  // The plan's heuristic ran with no bias pointer set, and cuBLASLt reads the expected bias
+  // alignment from that pointer ("Routines that don't dereference this pointer, like
+  // cublasLtMatmulAlgoGetHeuristic() depend on its value", cublasLt.h): a null one is aligned
+  // to anything, so a bias less than 256-byte aligned (a view into a packed bias) could meet a
+  // kernel that faults on it. Such a bias (N elements) is copied; one of its own is aligned.
+  if (address_alignment(bias.data_ptr()) < 256) {
     Tensor aligned = empty(bias.shape(), bias.options());
     copy(bias, aligned);
     bias = aligned;
