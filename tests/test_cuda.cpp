@@ -1029,3 +1029,51 @@ TEST_CASE("a training step on CUDA never waits for the device", "[cuda][emulator
     CHECK(during == 0u);
   }
 }
+
+// cuDNN's refusals of the fused NHWC batch norm + ReLU, answered by the emulator on demand
+// (LIBNN_CUDA_EMU_FUSED_BN_FORWARD / _BACKWARD): NOT_SUPPORTED and cuDNN 9's sub-codes of it
+// (3002 a shape, 3010 shared memory) and a misaligned pointer (2003) run the composition, in
+// the forward or only in the backward, with the fused run's values; any other error (2000,
+// BAD_PARAM) is reported.
+TEST_CASE("refusals of cuDNN's fused batch norm fall back to the composition", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  if (!emulator_host_waits()) {
+    WARN("not the CUDA emulator (it answers as told): case skipped");
+    return;
+  }
+  struct Env {  // sets a variable for the scope
+    const char* name;
+    Env(const char* n, int status) : name(n) { setenv(n, std::to_string(status).c_str(), 1); }
+    ~Env() { unsetenv(name); }
+  };
+  manual_seed(5);
+  const Tensor x0 = randn({4, 8, 3, 3}).to(kF16).contiguous(MemoryFormat::channels_last);
+  const Tensor z0 = randn({4, 8, 3, 3}).to(kF16).contiguous(MemoryFormat::channels_last);
+  const Tensor up = randn({4, 8, 3, 3});
+  // output, running mean, input, residual and weight gradients: on CUDA, read back as f32
+  auto run = [&] {
+    Tensor x = x0.to(kCUDA).requires_grad_(), z = z0.to(kCUDA).requires_grad_();
+    Tensor w = ones({8}, kCUDA).requires_grad_(), b = zeros({8}, kCUDA).requires_grad_();
+    Tensor rm = zeros({8}, kCUDA), rv = ones({8}, kCUDA);
+    Tensor y = batch_norm_relu(x, z, rm, rv, w, b, true, 0.1, 1e-5);
+    sum(mul(y.to(kF32), up.to(kCUDA))).backward();
+    return std::vector<Tensor>{y.to(kF32).cpu(), rm.cpu(), x.grad().to(kF32).cpu(),
+                               z.grad().to(kF32).cpu(), w.grad().cpu()};
+  };
+  const std::vector<Tensor> fused = run();
+  for (const char* var : {"LIBNN_CUDA_EMU_FUSED_BN_FORWARD", "LIBNN_CUDA_EMU_FUSED_BN_BACKWARD"})
+    for (const int status : {3000, 3002, 3010, 2003}) {
+      INFO(var << "=" << status);
+      Env env(var, status);
+      const std::vector<Tensor> composed = run();
+      for (size_t i = 0; i < fused.size(); ++i) {
+        INFO("result " << i);
+        test::require_close(composed[i], fused[i], 2e-2, 2e-2);  // f16 data, two summation orders
+      }
+    }
+  for (const char* var : {"LIBNN_CUDA_EMU_FUSED_BN_FORWARD", "LIBNN_CUDA_EMU_FUSED_BN_BACKWARD"}) {
+    INFO(var);
+    Env env(var, 2000);
+    REQUIRE(test::error_of(run).find("CUDNN_STATUS_BAD_PARAM") != std::string::npos);
+  }
+}

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -737,6 +738,14 @@ extern "C" {
 // Missing operands, one running statistic alone and a small eps are BAD_PARAM, as documented.
 // The reserve space holds the ReLU's mask as bits, written forward and read backward, so a
 // backward given another call's reserve, or none, computes wrong gradients.
+// LIBNN_CUDA_EMU_FUSED_BN_FORWARD / _BACKWARD=<status>: the forward or backward call answers
+// that cudnnStatus_t (a number) after its parameter checks, as a cuDNN that refuses a shape
+// the emulator takes would: the library's fallback to the composition is tested with it.
+cudnnStatus_t forced_status(const char* var) {
+  const char* e = std::getenv(var);
+  return e && *e ? cudnnStatus_t(std::atoi(e)) : CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* d) {
   *d = reinterpret_cast<cudnnActivationDescriptor_t>(new ActDesc);
   return CUDNN_STATUS_SUCCESS;
@@ -791,6 +800,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
   if (!alpha || !beta || !X || !Y || !scale || !bias || (add && !Z) ||
       !running_mean != !running_var || !save_mean != !save_invstd || eps < CUDNN_BN_MIN_EPSILON)
     return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t st = forced_status("LIBNN_CUDA_EMU_FUSED_BN_FORWARD")) return st;
   if (!fused_bn_supported(mode, ops, act, {xd, add ? zd : nullptr, yd}) || !ws ||
       ws_bytes < kFusedBnWorkspace || !reserve || reserve_bytes < mask_bytes(*desc(xd)))
     return CUDNN_STATUS_NOT_SUPPORTED;
@@ -813,6 +823,7 @@ cudnnStatus_t cudnnBatchNormalizationBackwardEx(
       (add && !dZ) || !dscale || !dbias || !save_mean != !save_invstd ||
       eps < CUDNN_BN_MIN_EPSILON)
     return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t st = forced_status("LIBNN_CUDA_EMU_FUSED_BN_BACKWARD")) return st;
   // the emulator, like the library, always passes the saved statistics
   if (!fused_bn_supported(mode, ops, act, {xd, yd, dyd, add ? dzd : nullptr, dxd}) || !ws ||
       ws_bytes < kFusedBnWorkspace || !reserve || reserve_bytes < mask_bytes(*desc(xd)) ||

@@ -175,10 +175,10 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
 // fuse the residual add and the ReLU into batch norm's passes and keep the ReLU's mask in a
 // reserve space for the backward. They are documented for fully packed NHWC f16 data with
 // channels a multiple of 4 (for the residual add; required here for both), so only that is
-// sent: bf16 is not documented, and an answer other than NOT_SUPPORTED (BAD_PARAM) would
-// throw rather than fall back. Running statistics go both or neither (one alone is
-// BAD_PARAM). Other calls, and NOT_SUPPORTED answers (limits cuDNN does not document), run
-// the composition. LIBNN_CUDNN_BN_FUSED=0 turns the fused kernels off, to compare.
+// sent: bf16 is not documented, and an answer other than a refusal (BAD_PARAM) would throw
+// rather than fall back. Running statistics go both or neither (one alone is BAD_PARAM).
+// Other calls, and refusals (NOT_SUPPORTED or one of its cuDNN 9 sub-codes, a misaligned
+// pointer: limits cuDNN does not document; see fused_ran), run the composition. LIBNN_CUDNN_BN_FUSED=0 turns the fused kernels off, to compare.
 namespace {
 bool fused_bn_enabled() {
   static const bool on = [] {
