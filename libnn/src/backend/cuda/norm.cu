@@ -1,9 +1,11 @@
 // CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
 // channels-last data), layer norm on our kernels.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
@@ -205,14 +207,24 @@ cudnnBatchNormOps_t fused_ops(bool has_z) {
 // cuDNN's answer, a refusal (false: take the composition) included; other errors throw.
 // cuDNN 9 refuses with sub-codes of NOT_SUPPORTED (..._SHAPE, ..._SHARED_MEMORY_INSUFFICIENT,
 // ...) and with BAD_PARAM_MISALIGNED_POINTER for a view the fused kernels cannot read.
+// The first refusal is said once on stderr (as cuBLASLt's in matmul.cu): the composition
+// is slower, and a benchmark should not hide that it ran.
 bool fused_ran(cudnnStatus_t st) {
 #ifdef CUDNN_STATUS_CATEGORY
-  if (CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED ||
-      st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER)
-    return false;
+  const bool refused = CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED ||
+                       st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
 #else
-  if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  const bool refused = st == CUDNN_STATUS_NOT_SUPPORTED;
 #endif
+  if (refused) {
+    static std::once_flag once;
+    std::call_once(once, [st] {
+      std::fprintf(stderr, "libnn: cuDNN refused its fused batch norm + ReLU (%s, %d); batch "
+                   "norm, add and ReLU run as separate kernels where that happens\n",
+                   cudnnGetErrorString(st), int(st));
+    });
+    return false;
+  }
   NN_CUDNN_CHECK(st);
   return true;
 }
