@@ -55,6 +55,9 @@ LIBNN_NO_MEMORY_CACHING=1 run "$build_dir/bin/libnn_tests" "~[memory]"
 # (which the hardware does not promise) shows as a difference between the two runs' checks
 LIBNN_CUDA_EMU_ORDER=reverse LIBNN_NO_MEMORY_CACHING=1 run "$build_dir/bin/libnn_tests" "~[memory]"
 run "$build_dir/bin/libnn_tests" "[memory]"
+# convolutions chosen by cuDNN's heuristics (as the GPU suite's memcheck runs them)
+LIBNN_CUDNN_FIND=0 run "$build_dir/bin/libnn_tests" \
+  "convolutions on cuDNN's heuristics*,a small ResNet in channels-last on CUDA matches the CPU*"
 # The command-line checks of CUDA paths: mnist_train's (tests/cli/cuda_cli.sh: no GPU, out
 # of memory, checkpoints moving between CPU and the device; they need Fashion-MNIST) and the
 # GPU suite's benchmark programs at tiny sizes (tests/cli/cuda_bench_smoke.sh), and

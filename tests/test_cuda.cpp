@@ -1077,3 +1077,31 @@ TEST_CASE("refusals of cuDNN's fused batch norm fall back to the composition", "
     REQUIRE(test::error_of(run).find("CUDNN_STATUS_BAD_PARAM") != std::string::npos);
   }
 }
+
+// LIBNN_CUDNN_FIND=0 (read once a process): cuDNN's heuristics choose the convolution
+// algorithms, not its benchmark; the results are the same convolutions. The emulator counts
+// the heuristics' calls; scripts/check_cuda_emu.sh runs this case with and without it.
+TEST_CASE("convolutions on cuDNN's heuristics (LIBNN_CUDNN_FIND=0) or its benchmark", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  using Calls = unsigned long long (*)();
+  const auto calls = reinterpret_cast<Calls>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_cudnn_heuristic_calls"));
+  if (!calls) {
+    WARN("not the CUDA emulator (it counts the heuristics' calls): case skipped");
+    return;
+  }
+  const char* e = std::getenv("LIBNN_CUDNN_FIND");
+  const bool heuristics = e && std::string(e) == "0";
+  manual_seed(11);
+  // a shape no other case of this process has planned: its three passes are chosen here
+  Tensor x = randn({3, 5, 13, 11}), w = randn({7, 5, 3, 3});
+  const unsigned long long before = calls();
+  std::vector<Tensor> got, want;
+  for (Device d : {kCUDA, kCPU}) {
+    Tensor xd = x.to(d).requires_grad_(), wd = w.to(d).requires_grad_();
+    Tensor y = conv2d(xd, wd, {}, Conv2dParams{{2, 1}, {1, 2}, {1, 1}, 1});
+    sum(mul(y, y)).backward();
+    (d == kCUDA ? got : want) = {y.cpu(), xd.grad().cpu(), wd.grad().cpu()};
+  }
+  CHECK(calls() - before == (heuristics ? 3u : 0u));
+  for (size_t i = 0; i < got.size(); ++i) test::require_close(got[i], want[i], 1e-4, 1e-4);
+}

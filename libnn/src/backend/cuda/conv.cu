@@ -2,13 +2,17 @@
 // NCHW or, for channels-last tensors, NHWC: the layout whose FP16/BF16 kernels run on tensor
 // cores without transposes.
 // Each shape's descriptors and algorithms are made once (the algorithm by cuDNN's benchmark,
-// Find) and cached, so a repeated call costs a map lookup; workspaces come from our caching
-// allocator.
+// Find, or with LIBNN_CUDNN_FIND=0 its heuristics) and cached, so a repeated call costs a map
+// lookup; workspaces come from our caching allocator.
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
@@ -112,29 +116,42 @@ Tensor find_workspace(CudaBackend& be, size_t& bytes) {
   return be.scratch(0);
 }
 
-// Runs cuDNN's benchmark over every algorithm of one pass (on the real buffers, before they
-// are computed for real) and keeps the fastest that succeeded. For f32 and f64 (`exact`) only
+// The first usable entry of a list cuDNN ranked (Find: by measured time; the heuristics: by
+// expected time), filled by run(perf, requested, returned). For f32 and f64 (`exact`) only
 // FMA-math entries count: one reported with default math would run f32 in TF32 on Ampere and
 // later, which libnn's FP32 never does.
-template <typename Perf, typename Find>
-Choice find_best(CudaBackend& be, int max_count, bool exact, Find&& find) {
+template <typename Perf, typename Run>
+std::optional<Choice> first_usable(int max_count, bool exact, Run&& run) {
   std::vector<Perf> perf(size_t(std::max(max_count, 1)));
   int returned = 0;
-  size_t bytes = 0;
-  Tensor ws = find_workspace(be, bytes);
-  find(perf.data(), int(perf.size()), &returned, ws.data_ptr(), bytes);
+  run(perf.data(), int(perf.size()), &returned);
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && (!exact || perf[i].mathType == CUDNN_FMA_MATH))
-      return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
-  NN_ERROR("cuDNN found no working convolution algorithm for this shape");
+      return Choice{int(perf[i].algo), perf[i].memory, perf[i].mathType};
+  return std::nullopt;
 }
 
-// The plan for `key`, made on first use: descriptors, then cuDNN's benchmark over the pass's
-// algorithms (find(descs, ...) runs it). Plans are never removed, so the reference stays valid.
-template <typename Perf, typename Count, typename Find>
+// LIBNN_CUDNN_FIND=0: cuDNN's heuristics choose (cudnnGet*Algorithm_v7, PyTorch's default,
+// cudnn.benchmark = False) instead of its benchmark over every algorithm: no algorithm is run
+// to choose, which spares compute-sanitizer instrumenting each (the GPU suite's memcheck
+// step) at the cost of the measured fastest. Find still chooses where no heuristic is usable.
+bool cudnn_find_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LIBNN_CUDNN_FIND");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+// The plan for `key`, made on first use: descriptors, then the algorithm: cuDNN's benchmark
+// (find(descs, perf, requested, returned, workspace, bytes) runs it over the pass's
+// algorithms, on the real buffers, before they are computed for real), or its heuristics
+// (guess(descs, perf, requested, returned)). Plans are never removed, so the reference stays
+// valid.
+template <typename Perf, typename Count, typename Find, typename Guess>
 const Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const Shape& ws,
                      const Shape& ys, const Conv2dParams& p, DType t, bool nhwc, Count&& count,
-                     Find&& find) {
+                     Find&& find, Guess&& guess) {
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return it->second;
@@ -144,9 +161,18 @@ const Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const
   NN_CUDNN_CHECK(count(&n));
   const ConvDescs& d = *plan.d;
   const bool exact = t == DType::f32 || t == DType::f64;
-  plan.c = find_best<Perf>(be, n, exact, [&](auto* perf, int req, int* ret, void* w, size_t wb) {
-    find(d, perf, req, ret, w, wb);
-  });
+  std::optional<Choice> c;
+  if (!cudnn_find_enabled())
+    c = first_usable<Perf>(n, exact, [&](auto* perf, int req, int* ret) { guess(d, perf, req, ret); });
+  if (!c) {
+    size_t bytes = 0;
+    Tensor w = find_workspace(be, bytes);
+    c = first_usable<Perf>(n, exact, [&](auto* perf, int req, int* ret) {
+      find(d, perf, req, ret, w.data_ptr(), bytes);
+    });
+  }
+  NN_CHECK(c, "cuDNN found no working convolution algorithm for this shape");
+  plan.c = *c;
   NN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.d->conv, plan.c.math));
   return g_plans.emplace(key, std::move(plan)).first->second;
 }
@@ -174,6 +200,10 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
         NN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
             cudnn_, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y, out.data_ptr(), req, ret,
             perf, ws, wsb));
+      },
+      [&](const ConvDescs& d, auto* perf, int req, int* ret) {
+        NN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, d.x, d.w, d.conv, d.y, req,
+                                                              ret, perf));
       });
   const ConvDescs& d = *plan.d;
   const Choice& c = plan.c;
@@ -206,6 +236,10 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
         NN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
             cudnn_, d.w, w.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.x, grad_x.data_ptr(),
             req, ret, perf, ws, wsb));
+      },
+      [&](const ConvDescs& d, auto* perf, int req, int* ret) {
+        NN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, d.w, d.y, d.conv, d.x,
+                                                                   req, ret, perf));
       });
   const ConvDescs& d = *plan.d;
   const Choice& c = plan.c;
@@ -231,6 +265,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
         NN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
             cudnn_, d.x, x.data_ptr(), d.y, grad_out.data_ptr(), d.conv, d.w, grad_w.data_ptr(),
             req, ret, perf, ws, wsb));
+      },
+      [&](const ConvDescs& d, auto* perf, int req, int* ret) {
+        NN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, d.x, d.y, d.conv, d.w,
+                                                                     req, ret, perf));
       });
   const ConvDescs& d = *plan.d;
   const Choice& c = plan.c;
