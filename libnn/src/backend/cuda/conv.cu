@@ -5,8 +5,6 @@
 // Find, or with LIBNN_CUDNN_FIND=0 its heuristics) and cached, so a repeated call costs a map
 // lookup; workspaces come from our caching allocator.
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -136,10 +134,7 @@ std::optional<Choice> first_usable(int max_count, bool exact, Run&& run) {
 // to choose, which spares compute-sanitizer instrumenting each (the GPU suite's memcheck
 // step) at the cost of the measured fastest. Find still chooses where no heuristic is usable.
 bool cudnn_find_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LIBNN_CUDNN_FIND");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = env_switch_on("LIBNN_CUDNN_FIND");
   return on;
 }
 

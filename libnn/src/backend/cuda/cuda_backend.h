@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -204,6 +206,13 @@ inline uint32_t address_alignment(const void* p) {
   uint32_t k = 256;
   while (k > 1 && a % k != 0) k /= 2;
   return k;
+}
+// A path the environment can turn off for comparison or while it is being fixed
+// (LIBNN_CUBLASLT=0, LIBNN_CUDNN_BN_FUSED=0, LIBNN_CUDNN_FIND=0): on unless `name` is "0".
+// Callers read it once a process (static), not per call.
+inline bool env_switch_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::strcmp(e, "0") == 0);
 }
 // cuDNN takes int dimensions and indexes its kernels in 32 bits: a tensor of 2^31 elements or
 // more is refused with a message, never handed over truncated.

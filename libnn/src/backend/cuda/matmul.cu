@@ -2,8 +2,6 @@
 // cuBLASLt's epilogue. Row-major C = A B is computed as the column-major C^T = B^T A^T, so
 // transposed operands are read in place.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <array>
 #include <memory>
@@ -111,8 +109,8 @@ std::map<LtKey, std::unique_ptr<LtPlan>> g_lt_plans;
 constexpr size_t kLtWorkspace = size_t(32) << 20;
 
 bool lt_enabled() {
-  const char* e = std::getenv("LIBNN_CUBLASLT");
-  return !(e && std::strcmp(e, "0") == 0);
+  static const bool on = env_switch_on("LIBNN_CUBLASLT");
+  return on;
 }
 
 // Builds the plan: C (N x M, col-major) = op(b) (N x K) op(a) (K x M) + bias (N per column).

@@ -2,8 +2,6 @@
 // channels-last data), layer norm on our kernels.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <mutex>
 
@@ -180,13 +178,11 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
 // sent: bf16 is not documented, and an answer other than a refusal (BAD_PARAM) would throw
 // rather than fall back. Running statistics go both or neither (one alone is BAD_PARAM).
 // Other calls, and refusals (NOT_SUPPORTED or one of its cuDNN 9 sub-codes, a misaligned
-// pointer: limits cuDNN does not document; see fused_ran), run the composition. LIBNN_CUDNN_BN_FUSED=0 turns the fused kernels off, to compare.
+// pointer: limits cuDNN does not document; see fused_ran), run the composition.
+// LIBNN_CUDNN_BN_FUSED=0 turns the fused kernels off, to compare.
 namespace {
 bool fused_bn_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LIBNN_CUDNN_BN_FUSED");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = env_switch_on("LIBNN_CUDNN_BN_FUSED");
   return on;
 }
 constexpr cudnnBatchNormMode_t kFusedMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
