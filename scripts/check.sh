@@ -27,13 +27,13 @@ t_build=$SECONDS
 # Skipped under the sanitizers, by exact name (a bare word would also drop every Catch2 case
 # whose name holds it): install_find_package (a packaging check; the consumer project it
 # builds has no sanitizer flags, nor do the docs_* programs), the docker/report lint scripts
-# (Python), mnist_fashion_smoke*, the cli_resume_* tests, cli_text_learn_transformer and
-# cli_resnet50_cpu_* (real training, minutes under ASan; the text apps' other tests still run
-# here); all run in the normal stage.
+# (Python), mnist_fashion_smoke*, cli_text_learn_transformer and cli_resnet50_cpu_* (real
+# training, minutes under ASan; the text apps' other tests still run here); all run in the
+# normal stage.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir "$build_dir" -j "$jobs" --output-on-failure --timeout 900 \
-      -E '^(install_find_package|mnist_fashion_smoke.*|cli_resume_.*|cli_text_learn_transformer|cli_resnet50_cpu_.*|docker_lint.*|bench_report|docs_.*)$'
+      -E '^(install_find_package|mnist_fashion_smoke.*|cli_text_learn_transformer|cli_resnet50_cpu_.*|docker_lint.*|bench_report|docs_.*)$'
 t_tests=$SECONDS
 
 # Every fuzz/fuzz_<name>.cpp target at once (they share the cores), seeded from
