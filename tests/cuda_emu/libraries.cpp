@@ -135,33 +135,8 @@ T* as(void* d) {
   return static_cast<T*>(d);
 }
 
-// Visits every (n, k, p, q, c, r, s) tap of a convolution with in-bounds input.
-template <typename F>
-void conv_taps(const TensorDesc& x, const TensorDesc& wd, const TensorDesc& y, const ConvDesc& cv,
-               F&& f) {
-  const int kpg = y.c / cv.groups, cpg = wd.c;
-  for (int n = 0; n < y.n; ++n)
-    for (int k = 0; k < y.c; ++k)
-      for (int p = 0; p < y.h; ++p)
-        for (int q = 0; q < y.w; ++q)
-          for (int c = 0; c < cpg; ++c)
-            for (int r = 0; r < wd.h; ++r)
-              for (int s = 0; s < wd.w; ++s) {
-                const int ih = p * cv.stride[0] - cv.pad[0] + r * cv.dilation[0];
-                const int iw = q * cv.stride[1] - cv.pad[1] + s * cv.dilation[1];
-                if (ih < 0 || ih >= x.h || iw < 0 || iw >= x.w) continue;
-                f(y.at(n, k, p, q), x.at(n, k / kpg * cpg + c, ih, iw), wd.at(k, c, r, s));
-              }
-}
-
 // Element count of a 4-d descriptor.
 int64_t count(const TensorDesc& d) { return int64_t(d.n) * d.c * d.h * d.w; }
-
-// out = alpha * acc + beta * out over every element, acc summed by taps.
-void finish(const TensorDesc& d, void* out, std::vector<double>& acc, double alpha, double beta) {
-  for (int64_t i = 0; i < count(d); ++i)
-    put(d.ty, out, i, alpha * acc[size_t(i)] + (beta != 0 ? beta * get(d.ty, out, i) : 0.0));
-}
 
 bool bad_types(const TensorDesc& a, const TensorDesc& b) { return a.ty == Ty::bad || a.ty != b.ty; }
 // Batch norm indexes x, y, dy and dx alike: they must share dtype, dims and format.
@@ -194,8 +169,11 @@ void per_channel(const TensorDesc& x, F&& f) {
 }
 Ty param_ty(const TensorDesc& x) { return x.ty == Ty::f64 ? Ty::f64 : Ty::f32; }
 
-// One pass of a convolution: its output (y, dx or dw) = alpha * the sum over the taps of the
-// other two operands' products + beta * itself.
+// One pass of a convolution: its output (y, dx or dw) = alpha * the sum over the taps
+// (n, k, p, q, c, r, s) with in-bounds input of the other two operands' products + beta *
+// itself. Each output element sums its own taps in the order of that loop nest (the order
+// is part of the result when the sum is rounded to f32 after every tap), so the elements
+// are independent and computed in parallel.
 enum class Pass { forward, data, filter };
 cudnnStatus_t conv_pass(Pass pass, const TensorDesc& x, const TensorDesc& wd, const TensorDesc& y,
                         const ConvDesc& cv, const void* X, const void* W, const void* Y, void* out,
@@ -203,14 +181,63 @@ cudnnStatus_t conv_pass(Pass pass, const TensorDesc& x, const TensorDesc& wd, co
   ::emu::run_queued();
   ::emu::DeviceAccess access;
   const TensorDesc& od = pass == Pass::forward ? y : pass == Pass::data ? x : wd;
-  std::vector<double> acc(size_t(count(od)), 0.0);
-  conv_taps(x, wd, y, cv, [&](int64_t yi, int64_t xi, int64_t wi) {
-    const int64_t o = pass == Pass::forward ? yi : pass == Pass::data ? xi : wi;
-    const double u = pass == Pass::forward ? get(x.ty, X, xi) : get(y.ty, Y, yi);
-    const double v = pass == Pass::filter ? get(x.ty, X, xi) : get(wd.ty, W, wi);
-    acc[size_t(o)] = round_acc(cv.f64, acc[size_t(o)] + u * v);
-  });
-  finish(od, out, acc, scalar(cv.f64, alpha), scalar(cv.f64, beta));
+  const int kpg = y.c / cv.groups, cpg = wd.c;
+  const int st0 = cv.stride[0], st1 = cv.stride[1], pad0 = cv.pad[0], pad1 = cv.pad[1];
+  const int dl0 = cv.dilation[0], dl1 = cv.dilation[1];
+  const double a = scalar(cv.f64, alpha), b = scalar(cv.f64, beta);
+  const bool f64 = cv.f64;
+  const int64_t total = count(od);
+  // the two operands as doubles, converted once rather than at each of their many taps
+  auto doubles = [](const TensorDesc& d, const void* p) {
+    std::vector<double> v(p ? size_t(count(d)) : 0);
+#pragma omp parallel for
+    for (int64_t i = 0; i < int64_t(v.size()); ++i) v[size_t(i)] = get(d.ty, p, i);
+    return v;
+  };
+  const std::vector<double> xv = doubles(x, X), wv = doubles(wd, W), yv = doubles(y, Y);
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int64_t i = 0; i < total; ++i) {
+    // (i0, i1, i2, i3): the output's logical (N, C, H, W) or, for dw, (K, C, R, S) index
+    const int i3 = int(i % od.w), i2 = int(i / od.w % od.h), i1 = int(i / od.w / od.h % od.c);
+    const int i0 = int(i / od.w / od.h / od.c);
+    double acc = 0;
+    auto tap = [&](double u, double v) { acc = round_acc(f64, acc + u * v); };
+    if (pass == Pass::forward) {  // y[n, k, p, q]: taps c, r, s
+      const int n = i0, k = i1, p = i2, q = i3, c0 = k / kpg * cpg;
+      for (int c = 0; c < cpg; ++c)
+        for (int r = 0; r < wd.h; ++r)
+          for (int s = 0; s < wd.w; ++s) {
+            const int ih = p * st0 - pad0 + r * dl0, iw = q * st1 - pad1 + s * dl1;
+            if (ih < 0 || ih >= x.h || iw < 0 || iw >= x.w) continue;
+            tap(xv[size_t(x.at(n, c0 + c, ih, iw))], wv[size_t(wd.at(k, c, r, s))]);
+          }
+    } else if (pass == Pass::data) {
+      // dx[n, ic, ih, iw]: taps k, p, q, where each (p, q) has one (r, s); p rises as r
+      // falls, so r and s run downwards
+      const int n = i0, ic = i1, ih = i2, iw = i3, c = ic % cpg, k0 = ic / cpg * kpg;
+      for (int k = k0; k < k0 + kpg; ++k)
+        for (int r = wd.h - 1; r >= 0; --r) {
+          const int th = ih + pad0 - r * dl0;
+          if (th < 0 || th % st0 != 0 || th / st0 >= y.h) continue;
+          for (int s = wd.w - 1; s >= 0; --s) {
+            const int tw = iw + pad1 - s * dl1;
+            if (tw < 0 || tw % st1 != 0 || tw / st1 >= y.w) continue;
+            tap(yv[size_t(y.at(n, k, th / st0, tw / st1))], wv[size_t(wd.at(k, c, r, s))]);
+          }
+        }
+    } else {  // dw[k, c, r, s]: taps n, p, q
+      const int k = i0, c = i1, r = i2, s = i3, ic = k / kpg * cpg + c;
+      for (int n = 0; n < y.n; ++n)
+        for (int p = 0; p < y.h; ++p)
+          for (int q = 0; q < y.w; ++q) {
+            const int ih = p * st0 - pad0 + r * dl0, iw = q * st1 - pad1 + s * dl1;
+            if (ih < 0 || ih >= x.h || iw < 0 || iw >= x.w) continue;
+            tap(yv[size_t(y.at(n, k, p, q))], xv[size_t(x.at(n, ic, ih, iw))]);
+          }
+    }
+    const int64_t o = od.at(i0, i1, i2, i3);
+    put(od.ty, out, o, a * acc + (b != 0 ? b * get(od.ty, out, o) : 0.0));
+  }
   return guarded(CUDNN_STATUS_SUCCESS, "a cuDNN convolution");
 }
 
