@@ -30,7 +30,7 @@ if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLIBNN_WITH_CUDA=EMULATOR \
       -DLIBNN_BUILD_APPS=ON -DLIBNN_BUILD_BENCH=ON "${root[@]}" "${launcher[@]}" > /dev/null
 cmake --build "$build_dir" -j "$(nproc)" --target libnn_tests mnist_train cifar_train \
-      fp16_vs_fp32 text_bench kernels_bench
+      fp16_vs_fp32 text_bench kernels_bench cuda_emu_selftest
 t_build=$SECONDS
 
 # Every unit test, the CUDA ones on the emulated device (they must run, not skip), with the
@@ -50,6 +50,10 @@ run() {
   fi
   status=$((status | rc))
 }
+# (first the emulator's own checks, tests/cuda_emu/selftest.cu: barriers, shuffles and the
+# faults it must report, in both orders)
+run "$build_dir/bin/cuda_emu_selftest"
+LIBNN_CUDA_EMU_ORDER=reverse run "$build_dir/bin/cuda_emu_selftest"
 LIBNN_NO_MEMORY_CACHING=1 run "$build_dir/bin/libnn_tests" "~[memory]"
 # again with blocks and threads scheduled last to first: a result that depends on the order
 # (which the hardware does not promise) shows as a difference between the two runs' checks

@@ -55,7 +55,7 @@ template <typename Tuple>
 Tuple checked_args(Tuple args) {
   std::apply([](const auto&... a) {
     int i = 0;
-    auto check = [&i](const auto& v) {
+    [[maybe_unused]] auto check = [&i](const auto& v) {
       if constexpr (std::is_pointer_v<std::decay_t<decltype(v)>>)
         if (v != nullptr && !is_device_pointer(v)) note_host_pointer_arg(i);
       ++i;

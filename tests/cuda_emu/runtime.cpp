@@ -27,6 +27,51 @@
 
 #include "cuda_emu.h"
 
+// Switching between fibers. glibc's swapcontext saves and restores the signal mask, a system
+// call at every switch, and the emulator switches at every barrier and warp collective of
+// every thread. On x86-64 we switch the System V ABI's callee-saved registers, the SSE and
+// x87 control words and the stack pointer ourselves (the compiler saves the rest around the
+// call); elsewhere, and where CET shadow stacks may be on (the hand-made return would break
+// them), ucontext.
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
+#define LIBNN_EMU_OWN_SWITCH 1
+// emu_fiber_switch(save, to): pushes the registers, stores the stack pointer in *save, takes
+// `to` as the stack pointer and pops what was pushed there.
+asm(R"(
+  .text
+  .p2align 4
+  .globl emu_fiber_switch
+  .hidden emu_fiber_switch
+  .type emu_fiber_switch, @function
+emu_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_fiber_switch, .-emu_fiber_switch
+)");
+extern "C" __attribute__((visibility("hidden"))) void emu_fiber_switch(void** save, void* to);
+#else
+#define LIBNN_EMU_OWN_SWITCH 0
+#endif
+
 namespace emu {
 
 Coords coords;
@@ -35,8 +80,47 @@ namespace {
 
 enum class State { ready, block_wait, warp_wait, done, trapped };
 
+// Where a suspended fiber (or the scheduler) resumes.
+struct Context {
+#if LIBNN_EMU_OWN_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+// Saves the running context in `from` and resumes `to`.
+void jump(Context& from, Context& to) {
+#if LIBNN_EMU_OWN_SWITCH
+  emu_fiber_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+// Makes `c` start `entry` (which must never return) on the stack [stack, stack + size).
+void prepare(Context& c, char* stack, size_t size, void (*entry)()) {
+#if LIBNN_EMU_OWN_SWITCH
+  // emu_fiber_switch's frame below a return address into `entry`, placed so that `entry`
+  // starts with the stack pointer 8 past a 16-byte boundary, as after a call
+  auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t(15);
+  auto* frame = reinterpret_cast<uint64_t*>(top - 16 - 7 * 8);
+  uint32_t csr[2];
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+  std::memcpy(&frame[0], csr, 8);                   // the control words
+  for (int i = 1; i < 7; ++i) frame[i] = 0;         // r15 .. rbp
+  frame[7] = reinterpret_cast<uint64_t>(entry);     // the return address
+  frame[8] = 0;                                     // entry's own (it never returns)
+  c.sp = frame;
+#else
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+#endif
+}
+
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   uint3 tid;
   State state = State::ready;
   unsigned mask = 0;
@@ -53,7 +137,10 @@ constexpr size_t kDefaultShared = 48 * 1024;
 struct Grid {
   std::vector<Fiber> fibers;
   std::vector<std::vector<char>> stacks;
-  ucontext_t scheduler;
+  Context scheduler;
+  // fibers not done, and those of them waiting at __syncthreads (kept as the states change,
+  // so an arrival at a barrier costs no pass over the block)
+  int live = 0, waiting = 0;
   const std::function<void()>* body = nullptr;
   int current = 0;
   std::string error;
@@ -87,18 +174,19 @@ Fiber& self() { return grid_state.fibers[grid_state.current]; }
 
 void switch_out() {
   Fiber& f = self();
-  swapcontext(&f.ctx, &grid_state.scheduler);
+  jump(f.ctx, grid_state.scheduler);
+}
+// Leaves the running fiber for good.
+[[noreturn]] void leave() {
+  Context gone;
+  jump(gone, grid_state.scheduler);
+  std::abort();  // not reached: nothing resumes `gone`
 }
 
 // Releases the block barrier when every live thread waits at it.
 void try_release_block() {
   Grid& g = grid_state;
-  size_t live = 0, waiting = 0;
-  for (auto& f : g.fibers) {
-    if (f.state != State::done) ++live;
-    if (f.state == State::block_wait) ++waiting;
-  }
-  if (waiting == 0 || waiting != live) return;
+  if (g.waiting == 0 || g.waiting != g.live) return;
   const Fiber* first = nullptr;
   for (auto& f : g.fibers) {
     if (f.state != State::block_wait) continue;
@@ -112,6 +200,7 @@ void try_release_block() {
   }
   for (auto& f : g.fibers)
     if (f.state == State::block_wait) f.state = State::ready;
+  g.waiting = 0;
 }
 
 // Completes the warp collective lane `lane` of warp `w` waits at, if all its lanes arrived.
@@ -152,8 +241,9 @@ void fiber_main() {
   Grid& g = grid_state;
   (*g.body)();
   g.fibers[g.current].state = State::done;
+  --g.live;
   try_release_block();
-  // returning resumes uc_link: the scheduler
+  leave();
 }
 
 std::string describe_states(const Grid& g) {
@@ -179,17 +269,15 @@ void run_block(dim3 block) {
   Grid& g = grid_state;
   const int n = int(block.x * block.y * block.z);
   g.fibers.assign(n, Fiber{});
+  g.live = n;
+  g.waiting = 0;
   if (g.stacks.size() < size_t(n)) g.stacks.resize(n);
   for (int i = 0; i < n; ++i) {
     Fiber& f = g.fibers[i];
     f.tid = uint3{unsigned(i) % block.x, unsigned(i) / block.x % block.y,
                   unsigned(i) / (block.x * block.y)};
     if (g.stacks[i].empty()) g.stacks[i].resize(kStack);
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = g.stacks[i].data();
-    f.ctx.uc_stack.ss_size = kStack;
-    f.ctx.uc_link = &g.scheduler;
-    makecontext(&f.ctx, fiber_main, 0);
+    prepare(f.ctx, g.stacks[i].data(), kStack, fiber_main);
   }
   std::memset(g.smem_base(), 0xff, g.smem_bytes);  // uninitialised shared memory reads NaN
   ++block_serial;  // and so do static shared variables (fresh_shared)
@@ -212,7 +300,7 @@ void run_block(dim3 block) {
           if (f.state != State::ready) continue;
           g.current = i;
           coords.thread = f.tid;
-          swapcontext(&g.scheduler, &f.ctx);
+          jump(g.scheduler, f.ctx);
           ran = progress = true;
           if (!g.error.empty()) return;
         }
@@ -254,6 +342,7 @@ void fresh_shared(void* p, size_t bytes) {
 void syncthreads(const char* file, int line) {
   Fiber& f = self();
   f.state = State::block_wait;
+  ++grid_state.waiting;
   f.barrier_file = file;
   f.barrier_line = line;
   try_release_block();
@@ -282,8 +371,7 @@ void trap(const char* what) {
   Grid& g = grid_state;
   if (what && *what) fail(g, what);
   g.fibers[g.current].state = State::trapped;
-  setcontext(&g.scheduler);
-  std::abort();  // not reached
+  leave();
 }
 
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel,
