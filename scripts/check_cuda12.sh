@@ -108,9 +108,15 @@ export LIBRARY_PATH="$tk/lib64/stubs:$tk/lib64" CUDA_HOME="$tk" CUDA_PATH="$tk"
 if [[ -f "$build_dir/CMakeCache.txt" ]] && ! grep -q "^CMAKE_CUDA_COMPILER:.*=$tk/bin/nvcc$" "$build_dir/CMakeCache.txt"; then
   rm -rf "$build_dir"
 fi
+# ccache (as scripts/setup.sh uses it): the sources that include no CUDA header preprocess
+# as in the main build, so their objects come from its cache
+launcher=()
+if command -v ccache > /dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 LDFLAGS="-L$tk/lib64" cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLIBNN_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$tk/bin/nvcc" -DCUDAToolkit_ROOT="$tk" \
-  -DCMAKE_CUDA_ARCHITECTURES="$archs" > /dev/null
+  -DCMAKE_CUDA_ARCHITECTURES="$archs" "${launcher[@]}" > /dev/null
 cmake --build "$build_dir" -j "$(nproc)"
 echo "check_cuda12: the whole tree builds with CUDA 12.4 for sm_$archs" \
      "(fetch $((t_fetch - t0)) s, build $((SECONDS - t_fetch)) s)"
