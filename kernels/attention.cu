@@ -10,11 +10,19 @@ constexpr int kTile = 32;           // keys (or queries) staged in shared memory
 // Every shared array is in the dynamic buffer (none static), so the launch's size is the
 // kernel's whole use and allow_dynamic_smem's opt-in is exact: see smem_bytes().
 
+// Rows [r0, r0 + n) of a slice (rows `ld` apart, `cols` wide) into a packed shared tile.
+template <typename T, typename A>
+__device__ __forceinline__ void load_tile(const T* src, int64_t ld, int64_t r0, int n, int cols, A* tile) {
+  for (int i = threadIdx.x; i < n * cols; i += blockDim.x)
+    tile[i] = A(load(src[(r0 + i / cols) * ld + i % cols]));
+}
+
 // Forward: thread = query row t of slice b.
 template <typename T, int DM>
-__global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
-                              int64_t S, int D, int E, acc_t<T> scale, rng::DropoutDraw drop,
-                              int64_t blocks_per_slice, T* out, acc_t<T>* lse) {
+__global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t* mask,
+                              AttnLayout L, int64_t T_, int64_t S, int D, int E, acc_t<T> scale,
+                              rng::DropoutDraw drop, int64_t blocks_per_slice, T* out,
+                              acc_t<T>* lse) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ks = reinterpret_cast<A*>(smem_raw);  // kTile x D
@@ -23,6 +31,7 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
+  L.seek(b, q, k, v);
   A qr[DM], o[DM];
   A m = A(-INFINITY), l = A(0);
   rng::DropoutWalk walk(drop);  // this row's dropout multipliers (the sums l keep every key)
@@ -30,15 +39,13 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
   const uint64_t row0 = uint64_t(b * T_ + t) * uint64_t(S);
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
-    qr[d] = (active && d < D) ? A(load(q[(b * T_ + t) * D + d])) * scale : A(0);
+    qr[d] = (active && d < D) ? A(load(q[t * L.q.st + d])) * scale : A(0);
     o[d] = A(0);
   }
   for (int64_t j0 = 0; j0 < S; j0 += kTile) {
     const int n = S - j0 < kTile ? int(S - j0) : kTile;
-    for (int i = threadIdx.x; i < n * D; i += blockDim.x)
-      ks[i] = A(load(k[(b * S + j0) * D + i]));
-    for (int i = threadIdx.x; i < n * E; i += blockDim.x)
-      vs[i] = A(load(v[(b * S + j0) * E + i]));
+    load_tile(k, L.k.st, j0, n, D, ks);
+    load_tile(v, L.v.st, j0, n, E, vs);
     for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[b * S + j0 + i] : 1;
     __syncthreads();
     if (active) {
@@ -71,17 +78,21 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
   const A inv = l == A(0) ? A(0) : A(1) / l;
 #pragma unroll
   for (int e = 0; e < DM; ++e)
-    if (e < E) out[(b * T_ + t) * E + e] = convert<T>(o[e] * inv);
+    if (e < E) out[L.slice(L.o, b) + t * L.o.st + e] = convert<T>(o[e] * inv);
   lse[b * T_ + t] = l == A(0) ? A(-INFINITY) : m + m_log(l);
 }
 
-// delta[t] = dot(dO[t], O[t]): the per-row term of the softmax backward.
+// delta[r] = dot(dO[r], O[r]) for row r = b * T + t: the per-row term of the softmax backward.
 template <typename T>
-__global__ void attention_delta(const T* g, const T* o, int64_t rows, int E, acc_t<T>* delta) {
+__global__ void attention_delta(const T* g, const T* o, AttnLayout L, int64_t T_, int64_t rows,
+                                int E, acc_t<T>* delta) {
   const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows) return;
+  const int64_t b = r / T_, t = r % T_;
+  g += L.slice(L.g, b) + t * L.g.st;
+  o += L.slice(L.o, b) + t * L.o.st;
   acc_t<T> s = 0;
-  for (int e = 0; e < E; ++e) s += acc_t<T>(load(g[r * E + e])) * acc_t<T>(load(o[r * E + e]));
+  for (int e = 0; e < E; ++e) s += acc_t<T>(load(g[e])) * acc_t<T>(load(o[e]));
   delta[r] = s;
 }
 
@@ -89,7 +100,7 @@ __global__ void attention_delta(const T* g, const T* o, int64_t rows, int E, acc
 template <typename T, int DM>
 __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
                                 const uint8_t* mask, const acc_t<T>* lse,
-                                const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
+                                const acc_t<T>* delta, AttnLayout L, int64_t T_, int64_t S, int D, int E,
                                 acc_t<T> scale, rng::DropoutDraw drop, int64_t blocks_per_slice,
                                 T* gq) {
   using A = acc_t<T>;
@@ -100,11 +111,12 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
+  L.seek(b, q, k, v, g);
   A qr[DM], gr[DM], dq[DM];
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
-    qr[d] = (active && d < D) ? A(load(q[(b * T_ + t) * D + d])) * scale : A(0);
-    gr[d] = (active && d < E) ? A(load(g[(b * T_ + t) * E + d])) : A(0);
+    qr[d] = (active && d < D) ? A(load(q[t * L.q.st + d])) * scale : A(0);
+    gr[d] = (active && d < E) ? A(load(g[t * L.g.st + d])) : A(0);
     dq[d] = A(0);
   }
   const A l = active ? lse[b * T_ + t] : A(0), dl = active ? delta[b * T_ + t] : A(0);
@@ -114,8 +126,8 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
   const uint64_t row0 = uint64_t(b * T_ + t) * uint64_t(S);
   for (int64_t j0 = 0; j0 < S; j0 += kTile) {
     const int n = S - j0 < kTile ? int(S - j0) : kTile;
-    for (int i = threadIdx.x; i < n * D; i += blockDim.x) ks[i] = A(load(k[(b * S + j0) * D + i]));
-    for (int i = threadIdx.x; i < n * E; i += blockDim.x) vs[i] = A(load(v[(b * S + j0) * E + i]));
+    load_tile(k, L.k.st, j0, n, D, ks);
+    load_tile(v, L.v.st, j0, n, E, vs);
     for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[b * S + j0 + i] : 1;
     __syncthreads();
     if (live) {
@@ -139,14 +151,14 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
   if (!active) return;
 #pragma unroll
   for (int d = 0; d < DM; ++d)
-    if (d < D) gq[(b * T_ + t) * D + d] = convert<T>(dq[d] * scale);
+    if (d < D) gq[L.slice(L.gq, b) + t * L.gq.st + d] = convert<T>(dq[d] * scale);
 }
 
 // dK, dV: thread = key row; streams queries, output gradients and row statistics.
 template <typename T, int DM>
 __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
                                  const uint8_t* mask, const acc_t<T>* lse,
-                                 const acc_t<T>* delta, int64_t T_, int64_t S, int D, int E,
+                                 const acc_t<T>* delta, AttnLayout L, int64_t T_, int64_t S, int D, int E,
                                  acc_t<T> scale, rng::DropoutDraw drop, int64_t blocks_per_slice,
                                  T* gk, T* gv) {
   using A = acc_t<T>;
@@ -158,18 +170,19 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t j = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = j < S && (!mask || mask[b * S + (j < S ? j : 0)]);
+  L.seek(b, q, k, v, g);
   A kr[DM], vr[DM], dk[DM], dv[DM];
   const A kept = A(drop.scale);  // (a thread walks a column: a new Philox block per query)
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
-    kr[d] = (active && d < D) ? A(load(k[(b * S + j) * D + d])) : A(0);
-    vr[d] = (active && d < E) ? A(load(v[(b * S + j) * E + d])) : A(0);
+    kr[d] = (active && d < D) ? A(load(k[j * L.k.st + d])) : A(0);
+    vr[d] = (active && d < E) ? A(load(v[j * L.v.st + d])) : A(0);
     dk[d] = dv[d] = A(0);
   }
   for (int64_t i0 = 0; i0 < T_; i0 += kTile) {
     const int n = T_ - i0 < kTile ? int(T_ - i0) : kTile;
-    for (int i = threadIdx.x; i < n * D; i += blockDim.x) qs[i] = A(load(q[(b * T_ + i0) * D + i]));
-    for (int i = threadIdx.x; i < n * E; i += blockDim.x) gs[i] = A(load(g[(b * T_ + i0) * E + i]));
+    load_tile(q, L.q.st, i0, n, D, qs);
+    load_tile(g, L.g.st, i0, n, E, gs);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       ls[i] = lse[b * T_ + i0 + i];
       dls[i] = delta[b * T_ + i0 + i];
@@ -204,8 +217,8 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
   if (j >= S) return;
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
-    if (d < D) gk[(b * S + j) * D + d] = convert<T>(dk[d] * scale);
-    if (d < E) gv[(b * S + j) * E + d] = convert<T>(dv[d]);
+    if (d < D) gk[L.slice(L.gk, b) + j * L.gk.st + d] = convert<T>(dk[d] * scale);
+    if (d < E) gv[L.slice(L.gv, b) + j * L.gv.st + d] = convert<T>(dv[d]);
   }
 }
 
@@ -231,19 +244,20 @@ void dispatch_dims(DType t, int64_t D, int64_t E, const char* op, F&& f) {
 }  // namespace
 
 void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
-                              const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
-                              int64_t E, double scale, const rng::DropoutDraw& drop, void* out,
-                              void* lse, cudaStream_t s) {
+                              const uint8_t* mask, const AttnLayout& L, int64_t B, int64_t T,
+                              int64_t S, int64_t D, int64_t E, double scale,
+                              const rng::DropoutDraw& drop, void* out, void* lse, cudaStream_t s) {
   if (B * T == 0) return;
-  if (launch_attention_forward_tc(t, q, k, v, mask, B, T, S, D, E, scale, drop, out, lse, s)) return;
+  if (launch_attention_forward_tc(t, q, k, v, mask, L, B, T, S, D, E, scale, drop, out, lse, s))
+    return;
   dispatch_dims(t, D, E, "attention", [&]<typename Ty, int DM>() {
     using A = acc_t<Ty>;
     const size_t smem = smem_bytes<A>(D, E, false);
     auto kernel = attention_fwd<Ty, DM>;
     allow_dynamic_smem(kernel, smem, "attention");  // f64, head dims over 96
     kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention"), kRowsPerBlock, smem, s>>>(
-        static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T, S,
-        int(D), int(E), A(scale), drop, ceil_div(T, kRowsPerBlock), static_cast<Ty*>(out),
+        static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, L, T,
+        S, int(D), int(E), A(scale), drop, ceil_div(T, kRowsPerBlock), static_cast<Ty*>(out),
         static_cast<A*>(lse));
     NN_CUDA_CHECK_LAUNCH();
   });
@@ -251,7 +265,8 @@ void launch_attention_forward(DType t, const void* q, const void* k, const void*
 
 void launch_attention_backward(DType t, const void* grad_out, const void* q, const void* k,
                                const void* v, const uint8_t* mask, const void* out,
-                               const void* lse, int64_t B, int64_t T, int64_t S, int64_t D,
+                               const void* lse, const AttnLayout& L, int64_t B, int64_t T,
+                               int64_t S, int64_t D,
                                int64_t E, double scale, const rng::DropoutDraw& drop, void* grad_q,
                                void* grad_k, void* grad_v, void* delta, cudaStream_t s) {
   dispatch_dims(t, D, E, "attention_backward", [&]<typename Ty, int DM>() {
@@ -260,12 +275,12 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
     A* dl = static_cast<A*>(delta);
     const A* l = static_cast<const A*>(lse);
     if (B * T > 0) {
-      attention_delta<Ty><<<grid_for(B * T), kThreads, 0, s>>>(g, static_cast<const Ty*>(out), B * T,
-                                                              int(E), dl);
+      attention_delta<Ty><<<grid_for(B * T), kThreads, 0, s>>>(g, static_cast<const Ty*>(out), L, T,
+                                                              B * T, int(E), dl);
       NN_CUDA_CHECK_LAUNCH();
     }
-    if (launch_attention_backward_tc(t, grad_out, q, k, v, mask, lse, delta, B, T, S, D, E, scale,
-                                     drop, grad_q, grad_k, grad_v, s))
+    if (launch_attention_backward_tc(t, grad_out, q, k, v, mask, lse, delta, L, B, T, S, D, E,
+                                     scale, drop, grad_q, grad_k, grad_v, s))
       return;
     if (B * T > 0) {
       auto kernel = attention_bwd_q<Ty, DM>;
@@ -273,7 +288,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(T, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
-          T, S, int(D), int(E), A(scale), drop, ceil_div(T, kRowsPerBlock), static_cast<Ty*>(grad_q));
+          L, T, S, int(D), int(E), A(scale), drop, ceil_div(T, kRowsPerBlock), static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
     if (B * S > 0) {
@@ -282,7 +297,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(S, kRowsPerBlock), "attention_backward"), kRowsPerBlock, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, l, dl,
-          T, S, int(D), int(E), A(scale), drop, ceil_div(S, kRowsPerBlock), static_cast<Ty*>(grad_k),
+          L, T, S, int(D), int(E), A(scale), drop, ceil_div(S, kRowsPerBlock), static_cast<Ty*>(grad_k),
           static_cast<Ty*>(grad_v));
       NN_CUDA_CHECK_LAUNCH();
     }

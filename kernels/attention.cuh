@@ -9,36 +9,41 @@
 #include <cuda_runtime.h>
 #include <nn/dtype.h>
 
+#include "kernels/attention_layout.h"
 #include "kernels/philox.h"
 
 namespace nn::kernels {
 
 constexpr int kAttentionMaxDim = 128;
 
-// q (B, T, D), k (B, S, D), v (B, S, E), mask (B, S) or null; out (B, T, E), lse (B, T) in
-// the accumulation type (f64 for f64 data, else f32). `drop`, where active, drops probability
-// (b, t, j) as element (b * T + t) * S + j of its stream (Backend::attention_forward).
+// q, k, v, out (and grad_out, the gradients) as Backend::attention_forward describes them:
+// B = N * heads slices, each operand's rows where L says (kernels/attention_layout.h); mask
+// (B, S) or null; lse (B, T) in the accumulation type (f64 for f64 data, else f32). `drop`,
+// where active, drops probability (b, t, j) as element (b * T + t) * S + j of its stream.
 void launch_attention_forward(DType t, const void* q, const void* k, const void* v,
-                              const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
-                              int64_t E, double scale, const rng::DropoutDraw& drop, void* out,
-                              void* lse, cudaStream_t s);
+                              const uint8_t* mask, const AttnLayout& L, int64_t B, int64_t T,
+                              int64_t S, int64_t D, int64_t E, double scale,
+                              const rng::DropoutDraw& drop, void* out, void* lse, cudaStream_t s);
 // `delta` is scratch of B * T accumulation-type elements.
 void launch_attention_backward(DType t, const void* grad_out, const void* q, const void* k,
                                const void* v, const uint8_t* mask, const void* out,
-                               const void* lse, int64_t B, int64_t T, int64_t S, int64_t D,
-                               int64_t E, double scale, const rng::DropoutDraw& drop, void* grad_q,
-                               void* grad_k, void* grad_v, void* delta, cudaStream_t s);
+                               const void* lse, const AttnLayout& L, int64_t B, int64_t T,
+                               int64_t S, int64_t D, int64_t E, double scale,
+                               const rng::DropoutDraw& drop, void* grad_q, void* grad_k,
+                               void* grad_v, void* delta, cudaStream_t s);
 
 // The tensor-core path (attention_tc.cu); false, with nothing launched, where it does not
 // apply. The backward expects `delta` already computed.
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
-                                 const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
-                                 int64_t E, double scale, const rng::DropoutDraw& drop, void* out,
-                                 void* lse, cudaStream_t s);
+                                 const uint8_t* mask, const AttnLayout& L, int64_t B, int64_t T,
+                                 int64_t S, int64_t D, int64_t E, double scale,
+                                 const rng::DropoutDraw& drop, void* out, void* lse,
+                                 cudaStream_t s);
 bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, const void* k,
                                   const void* v, const uint8_t* mask, const void* lse,
-                                  const void* delta, int64_t B, int64_t T, int64_t S, int64_t D,
-                                  int64_t E, double scale, const rng::DropoutDraw& drop,
-                                  void* grad_q, void* grad_k, void* grad_v, cudaStream_t s);
+                                  const void* delta, const AttnLayout& L, int64_t B, int64_t T,
+                                  int64_t S, int64_t D, int64_t E, double scale,
+                                  const rng::DropoutDraw& drop, void* grad_q, void* grad_k,
+                                  void* grad_v, cudaStream_t s);
 
 }  // namespace nn::kernels

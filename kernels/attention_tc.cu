@@ -107,15 +107,16 @@ struct Tiles {
   }
 };
 
-// Rows [r0, r0 + n) of a row-major (rows x cols) matrix into shared memory (row stride ld),
-// 16 bytes at a time; rows past the end are zeros.
+// Rows [r0, r0 + n) of a (rows x cols) matrix whose rows are `stride` apart into shared
+// memory (row stride ld), 16 bytes at a time; rows past the end are zeros.
 template <typename T>
-__device__ __forceinline__ void load_rows(const T* g, int64_t r0, int64_t rows, int cols, T* s, int ld, int n) {
+__device__ __forceinline__ void load_rows(const T* g, int64_t stride, int64_t r0, int64_t rows, int cols,
+                                          T* s, int ld, int n) {
   const int chunks = cols / 8;
   for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
     const int r = i / chunks, c = (i % chunks) * 8;
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (r0 + r < rows) val = *reinterpret_cast<const uint4*>(g + (r0 + r) * int64_t(cols) + c);
+    if (r0 + r < rows) val = *reinterpret_cast<const uint4*>(g + (r0 + r) * stride + c);
     *reinterpret_cast<uint4*>(s + r * ld + c) = val;
   }
 }
@@ -163,11 +164,11 @@ __device__ __forceinline__ void tile_times_rows(const T* p, int ldp, const T* b,
   }
 }
 
-// Writes `acc` (16 rows x width, times `mul`) to rows [r0, r0 + 16) of out (row stride
-// width), rows at or past `rows` skipped, staging through the warp's f32 tile.
+// Writes `acc` (16 rows x width, times `mul`) to rows [r0, r0 + 16) of out (rows `stride`
+// apart), rows at or past `rows` skipped, staging through the warp's f32 tile.
 template <typename T, int DM>
 __device__ __forceinline__ void write_rows(FragC (&acc)[DM / 16], float mul, int width, float* stage, int ldo,
-                           T* out, int64_t r0, int64_t rows, int lane) {
+                           T* out, int64_t stride, int64_t r0, int64_t rows, int lane) {
   __syncwarp();
 #pragma unroll
   for (int n = 0; n < DM / 16; ++n) {
@@ -179,7 +180,7 @@ __device__ __forceinline__ void write_rows(FragC (&acc)[DM / 16], float mul, int
   __syncwarp();
   for (int i = lane; i < 16 * width; i += 32) {
     const int r = i / width, c = i % width;
-    if (r0 + r < rows) out[(r0 + r) * width + c] = convert<T>(stage[r * ldo + c]);
+    if (r0 + r < rows) out[(r0 + r) * stride + c] = convert<T>(stage[r * ldo + c]);
   }
 }
 
@@ -187,8 +188,8 @@ __device__ __forceinline__ void write_rows(FragC (&acc)[DM / 16], float mul, int
 // tile o (rows rescaled there when the running maximum grows), two lanes per row.
 template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_fwd_tc(const T* q, const T* k, const T* v, const uint8_t* mask, int64_t T_,
-                     int64_t S, int D, int E, float scale, rng::DropoutDraw drop,
+    attention_fwd_tc(const T* q, const T* k, const T* v, const uint8_t* mask, AttnLayout Lo,
+                     int64_t T_, int64_t S, int D, int E, float scale, rng::DropoutDraw drop,
                      int64_t blocks_per_slice, T* out, float* lse) {
   if constexpr (!tc_built<T>()) {
     __trap();
@@ -202,7 +203,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     float *live = tl.rows, *sf = tl.s, *of = tl.o;
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
-    load_rows(q + b * T_ * D, t0, T_, D, qs, L.ldd, kRows);
+    Lo.seek(b, q, k, v);
+    out += Lo.slice(Lo.o, b);
+    load_rows(q, Lo.q.st, t0, T_, D, qs, L.ldd, kRows);
     for (int c = half; c < E; c += 2) of[r * L.ldo + c] = 0.f;
     float m = -INFINITY, l = 0.f;
     const T* qw = qs + warp * 16 * L.ldd;
@@ -213,8 +216,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint64_t row0 = uint64_t(b * T_ + t0 + warp * 16 + r) * uint64_t(S);
     for (int64_t j0 = 0; j0 < S; j0 += kCols) {
       __syncthreads();  // the previous tile is no longer read
-      load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kCols);
-      load_rows(v + b * S * E, j0, S, E, vs, L.lde, kCols);
+      load_rows(k, Lo.k.st, j0, S, D, ks, L.ldd, kCols);
+      load_rows(v, Lo.v.st, j0, S, E, vs, L.lde, kCols);
       for (int i = threadIdx.x; i < kCols; i += blockDim.x)
         live[i] = (j0 + i < S && (!mask || mask[b * S + j0 + i])) ? 1.f : 0.f;
       __syncthreads();
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncwarp();
     for (int i = lane; i < 16 * E; i += 32) {
       const int rr = i / E, c = i % E;
-      if (tw + rr < T_) out[(b * T_ + tw + rr) * E + c] = convert<T>(of[rr * L.ldo + c] * sf[rr]);
+      if (tw + rr < T_) out[(tw + rr) * Lo.o.st + c] = convert<T>(of[rr * L.ldo + c] * sf[rr]);
     }
   }
 }
@@ -278,7 +281,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_bwd_kv_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
-                        const float* lse, const float* delta, int64_t T_, int64_t S, int D, int E,
+                        const float* lse, const float* delta, AttnLayout Lo, int64_t T_, int64_t S,
+                        int D, int E,
                         float scale, rng::DropoutDraw drop, int64_t blocks_per_slice, T* gk,
                         T* gv) {
   if constexpr (!tc_built<T>()) {
@@ -293,8 +297,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     float *ls = tl.rows, *dls = tl.rows + kCols, *sf = tl.s, *dpf = tl.t, *stage = tl.o;
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t j0 = (blockIdx.x % blocks_per_slice) * kRows;
-    load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kRows);
-    load_rows(v + b * S * E, j0, S, E, vs, L.lde, kRows);
+    Lo.seek(b, q, k, v, g);
+    load_rows(k, Lo.k.st, j0, S, D, ks, L.ldd, kRows);
+    load_rows(v, Lo.v.st, j0, S, E, vs, L.lde, kRows);
     const int64_t j = j0 + warp * 16 + r;  // this lane's key
     const bool live = j < S && (!mask || mask[b * S + j]);
     // dropout: the P^T tile holds p or 0 and dV takes the 1/(1-p) in f32 (as the forward);
@@ -310,8 +315,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const T* vw = vs + warp * 16 * L.lde;
     for (int64_t i0 = 0; i0 < T_; i0 += kCols) {
       __syncthreads();
-      load_rows(q + b * T_ * D, i0, T_, D, qs, L.ldd, kCols);
-      load_rows(g + b * T_ * E, i0, T_, E, gs, L.lde, kCols);
+      load_rows(q, Lo.q.st, i0, T_, D, qs, L.ldd, kCols);
+      load_rows(g, Lo.g.st, i0, T_, E, gs, L.lde, kCols);
       for (int i = threadIdx.x; i < kCols; i += blockDim.x) {
         ls[i] = i0 + i < T_ ? lse[b * T_ + i0 + i] : -INFINITY;
         dls[i] = i0 + i < T_ ? delta[b * T_ + i0 + i] : 0.f;
@@ -333,8 +338,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       tile_times_rows<T, DM>(pt, L.ldp, gs, L.lde, E, dv);   // dV += P^T dO
       tile_times_rows<T, DM>(dst, L.ldp, qs, L.ldd, D, dk);  // dK += dS^T Q
     }
-    write_rows<T, DM>(dk, scale, D, stage, L.ldo, gk + b * S * D, j0 + warp * 16, S, lane);
-    write_rows<T, DM>(dv, kept, E, stage, L.ldo, gv + b * S * E, j0 + warp * 16, S, lane);
+    write_rows<T, DM>(dk, scale, D, stage, L.ldo, gk + Lo.slice(Lo.gk, b), Lo.gk.st, j0 + warp * 16,
+                      S, lane);
+    write_rows<T, DM>(dv, kept, E, stage, L.ldo, gv + Lo.slice(Lo.gv, b), Lo.gv.st, j0 + warp * 16,
+                      S, lane);
   }
 }
 
@@ -342,7 +349,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_bwd_q_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
-                       const float* lse, const float* delta, int64_t T_, int64_t S, int D, int E,
+                       const float* lse, const float* delta, AttnLayout Lo, int64_t T_, int64_t S,
+                       int D, int E,
                        float scale, rng::DropoutDraw drop, int64_t blocks_per_slice, T* gq) {
   if constexpr (!tc_built<T>()) {
     __trap();
@@ -356,8 +364,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     float *live = tl.rows, *sf = tl.s, *dpf = tl.t, *stage = tl.o;
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
-    load_rows(q + b * T_ * D, t0, T_, D, qs, L.ldd, kRows);
-    load_rows(g + b * T_ * E, t0, T_, E, gs, L.lde, kRows);
+    Lo.seek(b, q, k, v, g);
+    load_rows(q, Lo.q.st, t0, T_, D, qs, L.ldd, kRows);
+    load_rows(g, Lo.g.st, t0, T_, E, gs, L.lde, kRows);
     const int64_t t = t0 + warp * 16 + r;
     const float li = t < T_ ? lse[b * T_ + t] : -INFINITY;
     const float dli = t < T_ ? delta[b * T_ + t] : 0.f;
@@ -371,8 +380,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const T* gw = gs + warp * 16 * L.lde;
     for (int64_t j0 = 0; j0 < S; j0 += kCols) {
       __syncthreads();
-      load_rows(k + b * S * D, j0, S, D, ks, L.ldd, kCols);
-      load_rows(v + b * S * E, j0, S, E, vs, L.lde, kCols);
+      load_rows(k, Lo.k.st, j0, S, D, ks, L.ldd, kCols);
+      load_rows(v, Lo.v.st, j0, S, E, vs, L.lde, kCols);
       for (int i = threadIdx.x; i < kCols; i += blockDim.x)
         live[i] = (j0 + i < S && (!mask || mask[b * S + j0 + i])) ? 1.f : 0.f;
       __syncthreads();
@@ -389,7 +398,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       __syncwarp();
       tile_times_rows<T, DM>(dst, L.ldp, ks, L.ldd, D, dq);  // dQ += dS K
     }
-    write_rows<T, DM>(dq, scale, D, stage, L.ldo, gq + b * T_ * D, t0 + warp * 16, T_, lane);
+    write_rows<T, DM>(dq, scale, D, stage, L.ldo, gq + Lo.slice(Lo.gq, b), Lo.gq.st, t0 + warp * 16,
+                      T_, lane);
   }
 }
 
@@ -425,7 +435,7 @@ const TcDevice& tc_device() {
 // Shared memory the kernels need for these head dims, or 0 when the tensor-core path does not
 // apply (dtype, head dims, alignment, the device, or LIBNN_CUDA_ATTENTION=simt).
 size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
-               std::initializer_list<const void*> ptrs) {
+               std::initializer_list<const void*> ptrs, std::initializer_list<AttnRows> rows) {
   if (t != DType::f16 && t != DType::bf16) return 0;
   if (D <= 0 || E <= 0 || D % 16 || E % 16 || D > kAttentionMaxDim || E > kAttentionMaxDim)
     return 0;
@@ -433,6 +443,8 @@ size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
     return 0;
   for (const void* p : ptrs)
     if (!aligned_to(p, 16)) return 0;
+  for (const AttnRows& r : rows)  // every row 16-byte aligned too (8 elements of 2 bytes)
+    if (r.sn % 8 || r.sh % 8 || r.st % 8) return 0;
   const TcDevice& dev = tc_device();
   if (!dev.f16 || (t == DType::bf16 && !dev.bf16)) return 0;
   const size_t need = Smem(int(D), int(E), 2, backward).total;
@@ -449,18 +461,19 @@ void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
 }  // namespace
 
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
-                                 const uint8_t* mask, int64_t B, int64_t T, int64_t S, int64_t D,
-                                 int64_t E, double scale, const rng::DropoutDraw& drop, void* out,
-                                 void* lse, cudaStream_t s) {
-  const size_t smem = tc_smem(t, D, E, false, {q, k, v, out});
+                                 const uint8_t* mask, const AttnLayout& L, int64_t B, int64_t T,
+                                 int64_t S, int64_t D, int64_t E, double scale,
+                                 const rng::DropoutDraw& drop, void* out, void* lse,
+                                 cudaStream_t s) {
+  const size_t smem = tc_smem(t, D, E, false, {q, k, v, out}, {L.q, L.k, L.v, L.o});
   if (smem == 0) return false;
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
     auto kernel = attention_fwd_tc<Ty, DM>;
     allow_dynamic_smem(kernel, smem, "attention");
     const int64_t per = ceil_div(T, kRows);
     kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention"), kWarps * 32, smem, s>>>(
-        static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, T,
-        S, int(D), int(E), float(scale), drop, per, static_cast<Ty*>(out), static_cast<float*>(lse));
+        static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v), mask, L,
+        T, S, int(D), int(E), float(scale), drop, per, static_cast<Ty*>(out), static_cast<float*>(lse));
     NN_CUDA_CHECK_LAUNCH();
   });
   return true;
@@ -468,10 +481,12 @@ bool launch_attention_forward_tc(DType t, const void* q, const void* k, const vo
 
 bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, const void* k,
                                   const void* v, const uint8_t* mask, const void* lse,
-                                  const void* delta, int64_t B, int64_t T, int64_t S, int64_t D,
-                                  int64_t E, double scale, const rng::DropoutDraw& drop,
-                                  void* grad_q, void* grad_k, void* grad_v, cudaStream_t s) {
-  const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v});
+                                  const void* delta, const AttnLayout& L, int64_t B, int64_t T,
+                                  int64_t S, int64_t D, int64_t E, double scale,
+                                  const rng::DropoutDraw& drop, void* grad_q, void* grad_k,
+                                  void* grad_v, cudaStream_t s) {
+  const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v},
+                              {L.g, L.q, L.k, L.v, L.gq, L.gk, L.gv});
   if (smem == 0) return false;
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
     const Ty* g = static_cast<const Ty*>(grad_out);
@@ -482,7 +497,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
-          mask, l, dl, T, S, int(D), int(E), float(scale), drop, ceil_div(T, kRows),
+          mask, l, dl, L, T, S, int(D), int(E), float(scale), drop, ceil_div(T, kRows),
           static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
@@ -491,7 +506,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(S, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
-          mask, l, dl, T, S, int(D), int(E), float(scale), drop, ceil_div(S, kRows),
+          mask, l, dl, L, T, S, int(D), int(E), float(scale), drop, ceil_div(S, kRows),
           static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));
       NN_CUDA_CHECK_LAUNCH();
     }

@@ -182,6 +182,118 @@ TEST_CASE("attention over an empty batch with a padding mask is empty", "[attent
   REQUIRE(out.shape() == Shape{0, 2, 3, 4});
 }
 
+// q, k, v of a packed (N, T, 3, heads, D) projection as (N, heads, T, D) views, through
+// autograd (select and permute): the separate-tensor form the packed op must equal.
+std::vector<Tensor> unpack(const Tensor& qkv) {
+  std::vector<Tensor> out;
+  for (int i = 0; i < 3; ++i) out.push_back(qkv.select(2, i).permute({0, 2, 1, 3}));
+  return out;
+}
+
+// The packed form against scaled_dot_product_attention of the same heads: the same values,
+// the same dropout draws, and one gradient equal to the three; the output comes back (N, T,
+// heads, D) as the projection laid them out. 70 queries cross the CPU's 64-row blocks.
+TEST_CASE("packed attention equals attention on the separate heads", "[attention]") {
+  Tensor keep = from_vector<uint8_t>(std::vector<uint8_t>(70, 1), {1, 70}).expand({2, 70}).contiguous();
+  {
+    NoGradGuard ng;
+    keep.select(0, 1).slice(0, 50, 70).zero_();
+  }
+  for (double p : {0.0, 0.3}) {
+    for (bool masked : {false, true}) {
+      INFO("dropout " << p << ", masked " << masked);
+      Tensor qkv = test::rnd({2, 70, 3, 3, 8}, 1), ref_qkv = qkv.detach().requires_grad_();
+      const Tensor m = masked ? keep : Tensor();
+      Generator g(9), rg(9);
+      Tensor out = scaled_dot_product_attention_packed(qkv, m, std::nullopt, p, &g);
+      auto h = unpack(ref_qkv);
+      Tensor ref = scaled_dot_product_attention(h[0], h[1], h[2], m, std::nullopt, p, &rg);
+      REQUIRE(g.offset() == rg.offset());
+      REQUIRE(out.shape() == Shape{2, 70, 3, 8});
+      REQUIRE(out.is_contiguous());
+      test::require_close(out, ref.permute({0, 2, 1, 3}), 1e-10, 1e-10);
+      Tensor w = test::rnd(out.shape(), 4, false);
+      sum(out * w).backward();
+      sum(ref.permute({0, 2, 1, 3}) * w).backward();
+      test::require_close(qkv.grad(), ref_qkv.grad(), 1e-9, 1e-10);
+    }
+  }
+  // a scale, and a packed tensor whose last dim is not contiguous (copied first)
+  Tensor wide = test::rnd({2, 5, 3, 2, 8}, 2, false);
+  Tensor strided = wide.transpose(3, 4).contiguous().transpose(3, 4).requires_grad_();
+  auto h = unpack(strided);
+  test::require_close(scaled_dot_product_attention_packed(strided, {}, 0.5),
+                      scaled_dot_product_attention(h[0], h[1], h[2], {}, 0.5).permute({0, 2, 1, 3}),
+                      1e-12, 1e-12);
+  REQUIRE(test::error_of([] { scaled_dot_product_attention_packed(zeros({2, 5, 2, 2, 8})); })
+              .find("(N, T, 3, heads, D)") != std::string::npos);
+  REQUIRE(test::error_of([] { scaled_dot_product_attention_packed(zeros({2, 5, 3, 2, 8}), ones({2, 4}, kU8)); })
+              .find("key_padding_mask must be (2, 5)") != std::string::npos);
+}
+
+// Heads split from a projection's (N, T, heads * D) output are read in place, and the output
+// and the gradients keep that layout (so merging the heads back costs no copy); values as for
+// row-major inputs.
+TEST_CASE("attention keeps heads where a projection put them", "[attention]") {
+  const Tensor keep = from_vector<uint8_t>({1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0}, {2, 6});
+  Tensor x = test::rnd({2, 6, 3 * 4 * 8}, 3);
+  auto split = [](const Tensor& t, int i) {  // (N, T, 3 * heads * D) -> (N, heads, T, D)
+    return t.reshape({2, 6, 3, 4, 8}).select(2, i).permute({0, 2, 1, 3});
+  };
+  Tensor q = split(x, 0), k = split(x, 1), v = split(x, 2);
+  REQUIRE(!q.is_contiguous());
+  Tensor out = scaled_dot_product_attention(q, k, v, keep);
+  REQUIRE(out.permute({0, 2, 1, 3}).is_contiguous());  // (N, T, heads, D) in memory
+  Tensor rq = q.contiguous().detach().requires_grad_(), rk = k.contiguous().detach().requires_grad_(),
+         rv = v.contiguous().detach().requires_grad_();
+  Tensor ref = scaled_dot_product_attention(rq, rk, rv, keep);
+  REQUIRE(ref.is_contiguous());
+  test::require_close(out, ref, 1e-12, 1e-12);
+  Tensor w = test::rnd(out.shape(), 5, false);
+  sum(out * w).backward();
+  sum(ref * w).backward();
+  Tensor gx = x.grad().reshape({2, 6, 3, 4, 8});
+  test::require_close(gx.select(2, 0).permute({0, 2, 1, 3}), rq.grad(), 1e-12, 1e-12);
+  test::require_close(gx.select(2, 1).permute({0, 2, 1, 3}), rk.grad(), 1e-12, 1e-12);
+  test::require_close(gx.select(2, 2).permute({0, 2, 1, 3}), rv.grad(), 1e-12, 1e-12);
+}
+
+// bf16 heads in place: the native bf16 path (AVX512_BF16) rounds its f32 rows into the
+// strided output and gradients, the widened path copies them back; both against f64.
+TEST_CASE("bf16 packed attention on the CPU equals f64's", "[attention]") {
+  using nn::cpu::F32Kernel;
+  const F32Kernel before = nn::cpu::f32_kernel();
+  const Tensor keep = from_vector<uint8_t>(std::vector<uint8_t>(2 * 70, 1), {2, 70});
+  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2}) {
+    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+    nn::cpu::set_f32_kernel(kernel);
+    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native());
+    Tensor qkv = test::rnd({2, 70, 3, 2, 16}, 7, false).to(kBF16).requires_grad_();
+    Tensor ref_qkv = qkv.detach().to(kF64).requires_grad_();
+    Generator g(3), g64(3);
+    Tensor out = scaled_dot_product_attention_packed(qkv, keep, std::nullopt, 0.2, &g);
+    Tensor ref = scaled_dot_product_attention_packed(ref_qkv, keep, std::nullopt, 0.2, &g64);
+    auto largest = [](const Tensor& t) { return amax(abs(t)).item(); };
+    test::require_close(out.to(kF64), ref, 1e-2, 1e-2 * largest(ref));
+    Tensor w = test::rnd(out.shape(), 8, false);
+    sum(out * w.to(kBF16)).backward();
+    sum(ref * w).backward();
+    test::require_close(qkv.grad().to(kF64), ref_qkv.grad(), 2e-2, 1.5e-2 * largest(ref_qkv.grad()));
+  }
+  nn::cpu::set_f32_kernel(before);
+}
+
+TEST_CASE("gradcheck: packed attention", "[attention][gradcheck]") {
+  Tensor keep = from_vector<uint8_t>({1, 0, 1, 1, 1, 1}, {2, 3});
+  test::require_gradcheck([&](const std::vector<Tensor>& in) {
+    return scaled_dot_product_attention_packed(in[0], keep);
+  }, {test::rnd({2, 3, 3, 2, 4}, 5)});
+  test::require_gradcheck([&](const std::vector<Tensor>& in) {
+    Generator g(11);
+    return scaled_dot_product_attention_packed(in[0], keep, std::nullopt, 0.4, &g);
+  }, {test::rnd({2, 3, 3, 2, 4}, 6)});
+}
+
 TEST_CASE("gradcheck: attention", "[attention][gradcheck]") {
   Tensor keep = from_vector<uint8_t>({1, 0, 1, 1, 1, 1}, {2, 3});
   test::require_gradcheck([&](const std::vector<Tensor>& in) {

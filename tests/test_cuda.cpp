@@ -148,6 +148,21 @@ std::vector<Case> attention16_cases() {
                                                     0.2, &g).to(kF32),
                        scaled_dot_product_attention(x[0], x[1], x[2], {}, std::nullopt, 0.5, &g).to(kF32)};
                  }, dt == kBF16 ? 6e-2 : 5e-2, true, dt});
+  // heads read and written in place: a packed (N, T, 3, heads, D) projection, and heads split
+  // from a (N, T, 3 * heads * D) one (rows 16-byte aligned: the tensor-core kernels take them)
+  for (auto [name, dt, d] : {std::tuple{"f16", kF16, int64_t(64)}, std::tuple{"bf16", kBF16, int64_t(32)}})
+    v.push_back({std::string(name) + " attention on packed heads, head dim " + std::to_string(d),
+                 {{2, 70, 3, 2, d}, {2, 45, 3 * 2 * d}}, [=](auto& x) {
+                   Generator g(4);
+                   auto split = [&](int i) {
+                     return x[1].reshape({2, 45, 3, 2, d}).select(2, i).permute({0, 2, 1, 3});
+                   };
+                   return std::vector<Tensor>{
+                       scaled_dot_product_attention_packed(x[0], masked(2, 70, x[0]), std::nullopt, 0.2, &g)
+                           .to(kF32),
+                       scaled_dot_product_attention(split(0), split(1), split(2), masked(2, 45, x[0]))
+                           .to(kF32)};
+                 }, dt == kBF16 ? 6e-2 : 5e-2, true, dt});
   v.push_back({"f16 attention with NaN and inf", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
                attention_with_nan, 5e-2, true, kF16});
   v.push_back({"bf16 attention with NaN and inf, head dim 40", {{1, 2, 9, 40}, {1, 2, 12, 40}, {1, 2, 12, 40}},
@@ -451,6 +466,23 @@ std::vector<Case> cases() {
                  }
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]),
                                             scaled_dot_product_attention(x[0], x[1], x[2], keep)};
+               }, 1e-3});
+  // heads in place on the plain kernels: a packed projection (70 queries, a padding mask,
+  // dropout), and heads split from a (N, T, heads * D) projection with a head dim whose rows
+  // are not 16-byte aligned
+  v.push_back({"attention on packed and split heads", {{2, 70, 3, 3, 24}, {2, 9, 3 * 2 * 13}}, [](auto& x) {
+                 Tensor keep = ones({2, 70}, TensorOptions(kU8).device(x[0].device()));
+                 {
+                   NoGradGuard ng;
+                   keep.select(0, 1).slice(0, 40, 70).zero_();
+                 }
+                 Generator g(6);
+                 auto split = [&](int i) {
+                   return x[1].reshape({2, 9, 3, 2, 13}).select(2, i).permute({0, 2, 1, 3});
+                 };
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention_packed(x[0], keep, std::nullopt, 0.3, &g),
+                     scaled_dot_product_attention(split(0), split(1), split(2))};
                }, 1e-3});
   v.push_back({"attention wide heads", {{1, 2, 9, 96}, {1, 2, 7, 96}, {1, 2, 7, 80}}, [](auto& x) {
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2])};

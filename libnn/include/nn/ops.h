@@ -125,6 +125,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& key_padding_mask = {},
                                     std::optional<double> scale = std::nullopt,
                                     double dropout_p = 0.0, Generator* gen = nullptr);
+// The same over one packed projection, as a fused QKV linear layer gives it: qkv (N, T, 3,
+// heads, D) holds q, k and v of every head (a (N, T, 3 * heads * D) output reshaped), and the
+// result is (N, T, heads, D), so neither side needs a transpose or a copy: the kernels read
+// the heads where they lie, and the gradient comes back as one (N, T, 3, heads, D) tensor.
+// key_padding_mask (N, T); dropout as above (the same draws as scaled_dot_product_attention
+// on the permuted q, k, v).
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, const Tensor& key_padding_mask = {},
+                                           std::optional<double> scale = std::nullopt,
+                                           double dropout_p = 0.0, Generator* gen = nullptr);
 
 // ---- activations, normalisation, losses --------------------------------------------------
 Tensor softmax(const Tensor& x, int64_t dim);

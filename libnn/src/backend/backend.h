@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/attention_layout.h"
 #include "kernels/ops.h"
 #include "kernels/philox.h"
 
@@ -20,6 +21,20 @@ using kernels::UnaryOp;
 enum class RandomKind { uniform, normal };
 
 using nn::MemoryStats;
+
+// Where the rows of a call's 4-d attention operands lie (Backend::attention_forward); zeros
+// for those it does not have.
+inline kernels::AttnLayout attention_layout(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& out, const Tensor& grad_out = {},
+                                            const Tensor& grad_q = {}, const Tensor& grad_k = {},
+                                            const Tensor& grad_v = {}) {
+  auto rows = [](const Tensor& t) {
+    return t.defined() ? kernels::AttnRows{t.strides()[0], t.strides()[1], t.strides()[2]}
+                       : kernels::AttnRows{};
+  };
+  return {q.shape()[1], rows(q),  rows(k),      rows(v),      rows(out),
+          rows(grad_out), rows(grad_q), rows(grad_k), rows(grad_v)};
+}
 
 class Backend {
  public:
@@ -169,12 +184,15 @@ class Backend {
                                       const Tensor& weights, Tensor& grad_table) = 0;
 
   // ---- attention: softmax(q k^T * scale, keys masked) v without the (T x S) matrix -------
-  // q (B, T, D), k (B, S, D), v (B, S, E), contiguous, B = batch * heads; key_mask (B, S)
-  // u8 (1 = attend) or undefined. out (B, T, E); lse (B, T) log-sum-exp of each row's scores
-  // (f64 for f64 inputs, else f32), saved for backward. A row whose keys are all masked gives
-  // zeros. `drop` (when active) drops probability j of row t of slice b as nn::dropout drops
-  // element (b * T + t) * S + j of a (B, T, S) tensor, and scales the kept ones; lse stays
-  // the statistic of the whole softmax, before dropout.
+  // q (N, H, T, D), k (N, H, S, D), v (N, H, S, E), out and grad_out (N, H, T, E), the
+  // gradients shaped as q, k, v: each with its last dim contiguous and any strides in the
+  // other three (kernels/attention_layout.h), so heads are read and written in place. B = N *
+  // H slices, slice b = n * H + h; key_mask (B, S) u8 (1 = attend) or undefined, contiguous;
+  // lse (B, T) contiguous, the log-sum-exp of each row's scores (f64 for f64 inputs, else
+  // f32), saved for backward. A row whose keys are all masked gives zeros. `drop` (when
+  // active) drops probability j of row t of slice b as nn::dropout drops element
+  // (b * T + t) * S + j of a (B, T, S) tensor, and scales the kept ones; lse stays the
+  // statistic of the whole softmax, before dropout.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& key_mask, double scale, const rng::DropoutDraw& drop,
                                  Tensor& out, Tensor& lse) = 0;

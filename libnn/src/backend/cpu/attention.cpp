@@ -37,12 +37,14 @@ float widen(S x) {
   else return float(x);
 }
 
-// Masked scores of rows [t0, t0 + n) against every key, into s (n, S).
+// Masked scores of rows [t0, t0 + n) of q (row stride ldq) against every key (row stride
+// ldk), into s (n, S).
 template <typename S>
-void scores(const S* q, const S* k, const uint8_t* mask, int64_t t0, int64_t n, int64_t S_,
-            int64_t D, Acc<S> scale, RowMat<Acc<S>>& s) {
+void scores(const S* q, int64_t ldq, const S* k, int64_t ldk, const uint8_t* mask, int64_t t0,
+            int64_t n, int64_t S_, int64_t D, Acc<S> scale, RowMat<Acc<S>>& s) {
   s.resize(n, S_);
-  gemm_of<S>(n, S_, D, scale, row_major(q + t0 * D, D), row_major(k, D).t(), Acc<S>(0), s.data(), S_);
+  gemm_of<S>(n, S_, D, scale, row_major(q + t0 * ldq, ldq), row_major(k, ldk).t(), Acc<S>(0),
+             s.data(), S_);
   if (mask)
     for (int64_t j = 0; j < S_; ++j)
       if (!mask[j]) s.col(j).setConstant(-std::numeric_limits<Acc<S>>::infinity());
@@ -62,12 +64,28 @@ const S* operand(const RowMat<Acc<S>>& m, std::vector<S>& buf) {
   }
 }
 
-// n values of A into S (rounded to bf16 bits where S is).
+// rows x cols values of A (row-major) into S rows `ld` apart (rounded to bf16 bits where S
+// is).
 template <typename S>
-void store(const Acc<S>* src, int64_t n, S* dst) {
-  if constexpr (std::is_same_v<S, Acc<S>>) std::copy(src, src + n, dst);
-  else for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
+void store(const Acc<S>* src, int64_t rows, int64_t cols, S* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const Acc<S>* from = src + r * cols;
+    S* to = dst + r * ld;
+    if constexpr (std::is_same_v<S, Acc<S>>) std::copy(from, from + cols, to);
+    else for (int64_t i = 0; i < cols; ++i) to[i] = float_to_bf16_bits(from[i]);
+  }
 }
+
+// The shapes of a call (Backend::attention_forward): B = N * heads slices of T queries and S
+// keys, head dims D (q, k) and E (v), and where each operand's rows are.
+struct Dims {
+  int64_t B, T, S, D, E;
+  kernels::AttnLayout L;
+  Dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& g = {},
+       const Tensor& gq = {}, const Tensor& gk = {}, const Tensor& gv = {})
+      : B(q.shape()[0] * q.shape()[1]), T(q.shape()[2]), S(k.shape()[2]), D(q.shape()[3]),
+        E(v.shape()[3]), L(attention_layout(q, k, v, o, g, gq, gk, gv)) {}
+};
 
 // The dropout multipliers (0, or drop.scale where kept) of `count` consecutive elements of
 // drop's stream from `first` (a block of query rows: row * S + key), into z: kPhiloxBatch
@@ -110,8 +128,9 @@ template <typename S>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
              double scale, const rng::DropoutDraw& drop, Tensor& out, Tensor& lse) {
   using A = Acc<S>;
-  const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
-  const int64_t S_ = k.shape()[1], E = v.shape()[2];
+  const Dims dm(q, k, v, out);
+  const kernels::AttnLayout& L = dm.L;
+  const int64_t B = dm.B, Tq = dm.T, D = dm.D, S_ = dm.S, E = dm.E;
   const S* pq = static_cast<const S*>(q.data_ptr());
   const S* pk = static_cast<const S*>(k.data_ptr());
   const S* pv = static_cast<const S*>(v.data_ptr());
@@ -131,12 +150,12 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
     std::vector<A> o;  // a block's output before rounding (bf16)
     RowMat<A> z;       // a block's dropout multipliers, where drop is active
     for (int64_t b = b0; b < b1; ++b) {
-      const S* qb = pq + b * Tq * D;
-      const S* kb = pk + b * S_ * D;
+      const S* qb = pq + L.slice(L.q, b);
+      const S* kb = pk + L.slice(L.k, b);
       const uint8_t* mb = pm ? pm + b * S_ : nullptr;
       for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
         const int64_t n = std::min(kRows, Tq - t0);
-        scores<S>(qb, kb, mb, t0, n, S_, D, A(scale), s);
+        scores<S>(qb, L.q.st, kb, L.k.st, mb, t0, n, S_, D, A(scale), s);
         if (drop.active()) {
           z.resize(n, S_);
           dropout_multipliers(drop, uint64_t(b * Tq + t0) * uint64_t(S_), n * S_, z.data());
@@ -160,17 +179,16 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
           if (drop.active())
             row = (z.row(r).array() != A(0)).select(row.array() * z.row(r).array(), A(0)).matrix();
         }
-        S* ob = po + (b * Tq + t0) * E;
-        A* dst;
+        S* ob = po + L.slice(L.o, b) + t0 * L.o.st;
         if constexpr (std::is_same_v<S, A>) {
-          dst = ob;
+          gemm_of<S>(n, E, S_, A(1), row_major(operand<S>(s, p16), S_),
+                     row_major(pv + L.slice(L.v, b), L.v.st), A(0), ob, L.o.st);
         } else {
           o.resize(size_t(n * E));
-          dst = o.data();
+          gemm_of<S>(n, E, S_, A(1), row_major(operand<S>(s, p16), S_),
+                     row_major(pv + L.slice(L.v, b), L.v.st), A(0), o.data(), E);
+          store<S>(o.data(), n, E, ob, L.o.st);
         }
-        gemm_of<S>(n, E, S_, A(1), row_major(operand<S>(s, p16), S_), row_major(pv + b * S_ * E, E),
-                   A(0), dst, E);
-        if constexpr (!std::is_same_v<S, A>) store<S>(dst, n * E, ob);
       }
     }
   });
@@ -182,8 +200,9 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
               const rng::DropoutDraw& drop, Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
   using A = Acc<S>;
   constexpr bool same = std::is_same_v<S, A>;
-  const int64_t B = q.shape()[0], Tq = q.shape()[1], D = q.shape()[2];
-  const int64_t S_ = k.shape()[1], E = v.shape()[2];
+  const Dims dm(q, k, v, out, grad_out, grad_q, grad_k, grad_v);
+  const kernels::AttnLayout& L = dm.L;
+  const int64_t B = dm.B, Tq = dm.T, D = dm.D, S_ = dm.S, E = dm.E;
   const S* pq = static_cast<const S*>(q.data_ptr());
   const S* pk = static_cast<const S*>(k.data_ptr());
   const S* pv = static_cast<const S*>(v.data_ptr());
@@ -202,27 +221,34 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
     std::vector<S> p16, ds16;
     std::vector<A> kacc, vacc, qblk;  // bf16: dK and dV sums, a block's dQ, in f32
     for (int64_t b = b0; b < b1; ++b) {
-      const S* qb = pq + b * Tq * D;
-      const S* kb = pk + b * S_ * D;
-      const S* vb = pv + b * S_ * E;
+      const S* qb = pq + L.slice(L.q, b);
+      const S* kb = pk + L.slice(L.k, b);
+      const S* vb = pv + L.slice(L.v, b);
       const uint8_t* mb = pm ? pm + b * S_ : nullptr;
-      // dK and dV accumulate over the query blocks
+      // dK and dV accumulate over the query blocks: in place, or (bf16) in f32 rows
       A* gkb;
       A* gvb;
+      int64_t ldk, ldv;
       if constexpr (same) {
-        gkb = gk + b * S_ * D;
-        gvb = gv + b * S_ * E;
+        gkb = gk + L.slice(L.gk, b);
+        gvb = gv + L.slice(L.gv, b);
+        ldk = L.gk.st;
+        ldv = L.gv.st;
       } else {
         kacc.resize(size_t(S_ * D));
         vacc.resize(size_t(S_ * E));
         gkb = kacc.data();
         gvb = vacc.data();
+        ldk = D;
+        ldv = E;
       }
-      std::fill(gkb, gkb + S_ * D, A(0));
-      std::fill(gvb, gvb + S_ * E, A(0));
+      for (int64_t j = 0; j < S_; ++j) {
+        std::fill(gkb + j * ldk, gkb + j * ldk + D, A(0));
+        std::fill(gvb + j * ldv, gvb + j * ldv + E, A(0));
+      }
       for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
         const int64_t n = std::min(kRows, Tq - t0);
-        scores<S>(qb, kb, mb, t0, n, S_, D, A(scale), p);
+        scores<S>(qb, L.q.st, kb, L.k.st, mb, t0, n, S_, D, A(scale), p);
         for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse), recomputed
           const double l = lse_at(b * Tq + t0 + r);
           if (l == -std::numeric_limits<double>::infinity()) p.row(r).setZero();
@@ -231,8 +257,8 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
             p.row(r) = e.matrix().transpose();
           }
         }
-        const S* dO = pg + (b * Tq + t0) * E;
-        const S* O = po + (b * Tq + t0) * E;
+        const S* dO = pg + L.slice(L.g, b) + t0 * L.g.st;
+        const S* O = po + L.slice(L.o, b) + t0 * L.o.st;
         const RowMat<A>* pz = &p;  // P, or P Z with Z the forward's dropout multipliers
         if (drop.active()) {
           z.resize(n, S_);
@@ -240,41 +266,41 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           dp = dropped(p, z);
           pz = &dp;
         }
-        gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(*pz, p16), S_).t(), row_major(dO, E), A(1),
-                   gvb, E);  // dV += (P Z)^T dO
+        gemm_of<S>(S_, E, n, A(1), row_major(operand<S>(*pz, p16), S_).t(), row_major(dO, L.g.st),
+                   A(1), gvb, ldv);  // dV += (P Z)^T dO
         dp.resize(n, S_);
-        gemm_of<S>(n, S_, E, A(1), row_major(dO, E), row_major(vb, E).t(), A(0), dp.data(),
-                   S_);  // dP = dO V^T
+        gemm_of<S>(n, S_, E, A(1), row_major(dO, L.g.st), row_major(vb, L.v.st).t(), A(0),
+                   dp.data(), S_);  // dP = dO V^T
         if (drop.active()) dp = dropped(dp, z);  // through the dropout: d(P Z) Z
         // dS = P * (dP - rowsum(dO * O)), the softmax backward per row (rowsum(dO * O) is
         // rowsum(P * dP) with or without dropout, as O = (P Z) V)
         for (int64_t r = 0; r < n; ++r) {
           A delta = 0;
           if constexpr (same) {
-            delta = crmap(dO, n, E, E).row(r).dot(crmap(O, n, E, E).row(r));
+            delta = crmap(dO, n, E, L.g.st).row(r).dot(crmap(O, n, E, L.o.st).row(r));
           } else {
-            for (int64_t e = 0; e < E; ++e) delta += widen(dO[r * E + e]) * widen(O[r * E + e]);
+            for (int64_t e = 0; e < E; ++e)
+              delta += widen(dO[r * L.g.st + e]) * widen(O[r * L.o.st + e]);
           }
           dp.row(r) = p.row(r).array() * (dp.row(r).array() - delta);
         }
         const S* ds = operand<S>(dp, ds16);
-        S* gqb = gq + (b * Tq + t0) * D;
-        A* qdst;
+        S* gqb = gq + L.slice(L.gq, b) + t0 * L.gq.st;
         if constexpr (same) {
-          qdst = gqb;
+          gemm_of<S>(n, D, S_, A(scale), row_major(ds, S_), row_major(kb, L.k.st), A(0), gqb,
+                     L.gq.st);  // dQ = dS K * scale
         } else {
           qblk.resize(size_t(n * D));
-          qdst = qblk.data();
+          gemm_of<S>(n, D, S_, A(scale), row_major(ds, S_), row_major(kb, L.k.st), A(0),
+                     qblk.data(), D);
+          store<S>(qblk.data(), n, D, gqb, L.gq.st);
         }
-        gemm_of<S>(n, D, S_, A(scale), row_major(ds, S_), row_major(kb, D), A(0), qdst,
-                   D);  // dQ = dS K * scale
-        if constexpr (!same) store<S>(qdst, n * D, gqb);
-        gemm_of<S>(S_, D, n, A(scale), row_major(ds, S_).t(), row_major(qb + t0 * D, D), A(1), gkb,
-                   D);  // dK += dS^T Q * scale
+        gemm_of<S>(S_, D, n, A(scale), row_major(ds, S_).t(), row_major(qb + t0 * L.q.st, L.q.st),
+                   A(1), gkb, ldk);  // dK += dS^T Q * scale
       }
       if constexpr (!same) {
-        store<S>(gkb, S_ * D, gk + b * S_ * D);
-        store<S>(gvb, S_ * E, gv + b * S_ * E);
+        store<S>(gkb, S_, D, gk + L.slice(L.gk, b), L.gk.st);
+        store<S>(gvb, S_, E, gv + L.slice(L.gv, b), L.gv.st);
       }
     }
   });

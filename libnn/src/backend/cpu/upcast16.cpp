@@ -398,7 +398,7 @@ class Upcast16Backend final : public Backend {
     if (!(is16(q) || is16(k) || is16(v) || is16(out)) ||
         (all_bf16({&q, &k, &v, &out}) && cpu::bf16_gemm_native()))
       return inner_.attention_forward(q, k, v, key_mask, scale, drop, out, lse);
-    Tensor q32 = up(q), k32 = up(k), v32 = up(v), out32 = up(out);
+    Tensor q32 = up_rows(q), k32 = up_rows(k), v32 = up_rows(v), out32 = up_rows(out);
     inner_.attention_forward(q32, k32, v32, key_mask, scale, drop, out32, lse);
     down(out32, out);
   }
@@ -411,8 +411,9 @@ class Upcast16Backend final : public Backend {
          cpu::bf16_gemm_native()))
       return inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q,
                                        grad_k, grad_v);
-    Tensor go32 = up(grad_out), q32 = up(q), k32 = up(k), v32 = up(v), o32 = up(out);
-    Tensor gq32 = up(grad_q), gk32 = up(grad_k), gv32 = up(grad_v);
+    Tensor go32 = up_rows(grad_out), q32 = up_rows(q), k32 = up_rows(k), v32 = up_rows(v),
+           o32 = up_rows(out);
+    Tensor gq32 = up_rows(grad_q), gk32 = up_rows(grad_k), gv32 = up_rows(grad_v);
     inner_.attention_backward(go32, q32, k32, v32, key_mask, o32, lse, scale, drop, gq32, gk32, gv32);
     down(gq32, grad_q);
     down(gk32, grad_k);
@@ -498,6 +499,13 @@ class Upcast16Backend final : public Backend {
   Tensor up(const Tensor& t) {
     if (!is16(t)) return t;
     Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()), format_of(t));
+    inner_.copy(t, f);
+    return f;
+  }
+  // An attention operand in f32, row-major (its last dim contiguous, as attention needs).
+  Tensor up_rows(const Tensor& t) {
+    if (!is16(t)) return t;
+    Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()));
     inner_.copy(t, f);
     return f;
   }

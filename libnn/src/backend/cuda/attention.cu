@@ -9,10 +9,12 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& key_mask, double scale, const rng::DropoutDraw& drop,
                                     Tensor& out, Tensor& lse) {
   activate();
+  const kernels::AttnLayout L = attention_layout(q, k, v, out);
   kernels::launch_attention_forward(
       q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-      key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, q.shape()[0], q.shape()[1],
-      k.shape()[1], q.shape()[2], v.shape()[2], scale, drop, out.data_ptr(), lse.data_ptr(), stream_);
+      key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, L, q.shape()[0] * q.shape()[1],
+      q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale, drop, out.data_ptr(),
+      lse.data_ptr(), stream_);
 }
 
 void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
@@ -20,12 +22,13 @@ void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, co
                                      const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                                      Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
   activate();
+  const kernels::AttnLayout L = attention_layout(q, k, v, out, grad_out, grad_q, grad_k, grad_v);
   Tensor delta = empty(lse.shape(), lse.options());
   kernels::launch_attention_backward(
       q.dtype(), grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-      key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, out.data_ptr(), lse.data_ptr(),
-      q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], v.shape()[2], scale, drop,
-      grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), delta.data_ptr(), stream_);
+      key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, out.data_ptr(), lse.data_ptr(), L,
+      q.shape()[0] * q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale,
+      drop, grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), delta.data_ptr(), stream_);
 }
 
 }  // namespace nn::backend
