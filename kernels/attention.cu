@@ -32,6 +32,7 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
   const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
   L.seek(b, q, k, v);
+  if (mask) mask += (b / L.mask_per) * S;
   A qr[DM], o[DM];
   A m = A(-INFINITY), l = A(0);
   rng::DropoutWalk walk(drop);  // this row's dropout multipliers (the sums l keep every key)
@@ -46,7 +47,7 @@ __global__ void attention_fwd(const T* q, const T* k, const T* v, const uint8_t*
     const int n = S - j0 < kTile ? int(S - j0) : kTile;
     load_tile(k, L.k.st, j0, n, D, ks);
     load_tile(v, L.v.st, j0, n, E, vs);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[b * S + j0 + i] : 1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[j0 + i] : 1;
     __syncthreads();
     if (active) {
       for (int j = 0; j < n; ++j) {
@@ -112,6 +113,7 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
   const int64_t t = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
   const bool active = t < T_;
   L.seek(b, q, k, v, g);
+  if (mask) mask += (b / L.mask_per) * S;
   A qr[DM], gr[DM], dq[DM];
 #pragma unroll
   for (int d = 0; d < DM; ++d) {
@@ -128,7 +130,7 @@ __global__ void attention_bwd_q(const T* g, const T* q, const T* k, const T* v,
     const int n = S - j0 < kTile ? int(S - j0) : kTile;
     load_tile(k, L.k.st, j0, n, D, ks);
     load_tile(v, L.v.st, j0, n, E, vs);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[b * S + j0 + i] : 1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ms[i] = mask ? mask[j0 + i] : 1;
     __syncthreads();
     if (live) {
       for (int j = 0; j < n; ++j) {
@@ -169,8 +171,9 @@ __global__ void attention_bwd_kv(const T* g, const T* q, const T* k, const T* v,
   A* dls = ls + kTile;                     // kTile
   const int64_t b = blockIdx.x / blocks_per_slice;
   const int64_t j = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
-  const bool active = j < S && (!mask || mask[b * S + (j < S ? j : 0)]);
   L.seek(b, q, k, v, g);
+  if (mask) mask += (b / L.mask_per) * S;
+  const bool active = j < S && (!mask || mask[j < S ? j : 0]);
   A kr[DM], vr[DM], dk[DM], dv[DM];
   const A kept = A(drop.scale);  // (a thread walks a column: a new Philox block per query)
 #pragma unroll

@@ -20,6 +20,7 @@ struct AttnRows {
 struct AttnLayout {
   int64_t heads = 1;
   AttnRows q, k, v, o, g, gq, gk, gv;
+  int64_t mask_per = 1;  // slices per row of the key mask: slice b reads row b / mask_per
   // where slice b of an operand starts, in elements
   NN_HD int64_t slice(const AttnRows& r, int64_t b) const {
     return (b / heads) * r.sn + (b % heads) * r.sh;

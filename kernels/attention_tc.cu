@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
     Lo.seek(b, q, k, v);
+    if (mask) mask += (b / Lo.mask_per) * S;
     out += Lo.slice(Lo.o, b);
     load_rows(q, Lo.q.st, t0, T_, D, qs, L.ldd, kRows);
     for (int c = half; c < E; c += 2) of[r * L.ldo + c] = 0.f;
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       load_rows(k, Lo.k.st, j0, S, D, ks, L.ldd, kCols);
       load_rows(v, Lo.v.st, j0, S, E, vs, L.lde, kCols);
       for (int i = threadIdx.x; i < kCols; i += blockDim.x)
-        live[i] = (j0 + i < S && (!mask || mask[b * S + j0 + i])) ? 1.f : 0.f;
+        live[i] = (j0 + i < S && (!mask || mask[j0 + i])) ? 1.f : 0.f;
       __syncthreads();
       rows_times_tile_t(qw, L.ldd, ks, L.ldd, D, sf, L.lds);
       __syncwarp();
@@ -298,10 +299,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t j0 = (blockIdx.x % blocks_per_slice) * kRows;
     Lo.seek(b, q, k, v, g);
+    if (mask) mask += (b / Lo.mask_per) * S;
     load_rows(k, Lo.k.st, j0, S, D, ks, L.ldd, kRows);
     load_rows(v, Lo.v.st, j0, S, E, vs, L.lde, kRows);
     const int64_t j = j0 + warp * 16 + r;  // this lane's key
-    const bool live = j < S && (!mask || mask[b * S + j]);
+    const bool live = j < S && (!mask || mask[j]);
     // dropout: the P^T tile holds p or 0 and dV takes the 1/(1-p) in f32 (as the forward);
     // a lane walks a column, a new Philox block per query
     const float kept = float(drop.scale);
@@ -365,6 +367,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t b = blockIdx.x / blocks_per_slice;
     const int64_t t0 = (blockIdx.x % blocks_per_slice) * kRows;
     Lo.seek(b, q, k, v, g);
+    if (mask) mask += (b / Lo.mask_per) * S;
     load_rows(q, Lo.q.st, t0, T_, D, qs, L.ldd, kRows);
     load_rows(g, Lo.g.st, t0, T_, E, gs, L.lde, kRows);
     const int64_t t = t0 + warp * 16 + r;
@@ -383,7 +386,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       load_rows(k, Lo.k.st, j0, S, D, ks, L.ldd, kCols);
       load_rows(v, Lo.v.st, j0, S, E, vs, L.lde, kCols);
       for (int i = threadIdx.x; i < kCols; i += blockDim.x)
-        live[i] = (j0 + i < S && (!mask || mask[b * S + j0 + i])) ? 1.f : 0.f;
+        live[i] = (j0 + i < S && (!mask || mask[j0 + i])) ? 1.f : 0.f;
       __syncthreads();
       rows_times_tile_t(qw, L.ldd, ks, L.ldd, D, sf, L.lds);   // S = Q K^T
       rows_times_tile_t(gw, L.lde, vs, L.lde, E, dpf, L.lds);  // dP = dO V^T

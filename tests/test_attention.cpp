@@ -103,6 +103,18 @@ TEST_CASE("attention honours the padding mask and handles long sequences", "[att
   }
   test::require_close(scaled_dot_product_attention(q, k, v, keep),
                       scaled_dot_product_attention(q, k2, v2, keep), 1e-6, 1e-6);
+  // nonzero attends, whatever the value or dtype (bytes go in as they are, others compared
+  // with 0); a non-contiguous byte mask too
+  const Tensor want = scaled_dot_product_attention(q, k, v, keep);
+  test::require_close(scaled_dot_product_attention(q, k, v, from_vector<uint8_t>({7, 255, 0, 0}, {1, 4})),
+                      want, 0, 0);
+  test::require_close(scaled_dot_product_attention(q, k, v, from_vector<int64_t>({-2, 3, 0, 0}, {1, 4})),
+                      want, 0, 0);
+  test::require_close(scaled_dot_product_attention(q, k, v, from_vector<float>({0.5f, 1, 0, 0}, {1, 4})),
+                      want, 0, 0);
+  test::require_close(
+      scaled_dot_product_attention(q, k, v, from_vector<uint8_t>({1, 9, 1, 9, 0, 9, 0, 9}, {1, 8}).slice(1, 0, 8, 2)),
+      want, 0, 0);
   // every key masked: zeros, not NaN
   Tensor none = zeros({1, 4}, kU8);
   REQUIRE(sum(abs(scaled_dot_product_attention(q, k, v, none))).item() == 0);

@@ -22,18 +22,21 @@ enum class RandomKind { uniform, normal };
 
 using nn::MemoryStats;
 
-// Where the rows of a call's 4-d attention operands lie (Backend::attention_forward); zeros
-// for those it does not have.
-inline kernels::AttnLayout attention_layout(const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& out, const Tensor& grad_out = {},
-                                            const Tensor& grad_q = {}, const Tensor& grad_k = {},
-                                            const Tensor& grad_v = {}) {
+// Where the rows of a call's 4-d attention operands lie and which key-mask row each slice
+// reads (Backend::attention_forward); zeros for the operands it does not have.
+inline kernels::AttnLayout attention_layout(const Tensor& key_mask, const Tensor& q,
+                                            const Tensor& k, const Tensor& v, const Tensor& out,
+                                            const Tensor& grad_out = {}, const Tensor& grad_q = {},
+                                            const Tensor& grad_k = {}, const Tensor& grad_v = {}) {
   auto rows = [](const Tensor& t) {
     return t.defined() ? kernels::AttnRows{t.strides()[0], t.strides()[1], t.strides()[2]}
                        : kernels::AttnRows{};
   };
-  return {q.shape()[1], rows(q),  rows(k),      rows(v),      rows(out),
-          rows(grad_out), rows(grad_q), rows(grad_k), rows(grad_v)};
+  const int64_t B = q.shape()[0] * q.shape()[1];
+  const int64_t mask_rows = key_mask.defined() ? key_mask.shape()[0] : 0;
+  return {q.shape()[1],   rows(q),      rows(k),      rows(v),      rows(out),
+          rows(grad_out), rows(grad_q), rows(grad_k), rows(grad_v),
+          mask_rows > 0 ? B / mask_rows : 1};
 }
 
 class Backend {
@@ -187,7 +190,8 @@ class Backend {
   // q (N, H, T, D), k (N, H, S, D), v (N, H, S, E), out and grad_out (N, H, T, E), the
   // gradients shaped as q, k, v: each with its last dim contiguous and any strides in the
   // other three (kernels/attention_layout.h), so heads are read and written in place. B = N *
-  // H slices, slice b = n * H + h; key_mask (B, S) u8 (1 = attend) or undefined, contiguous;
+  // H slices, slice b = n * H + h; key_mask (M, S) u8 (nonzero = attend) or undefined,
+  // contiguous, M dividing B: slice b takes row b / (B / M) (a sample's row for its heads);
   // lse (B, T) contiguous, the log-sum-exp of each row's scores (f64 for f64 inputs, else
   // f32), saved for backward. A row whose keys are all masked gives zeros. `drop` (when
   // active) drops probability j of row t of slice b as nn::dropout drops element

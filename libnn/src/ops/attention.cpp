@@ -57,14 +57,15 @@ Tensor fresh4(const Shape& s, bool inter, const TensorOptions& o) {
   return make_view(m, s, {R * H * C, C, H * C, 1}, 0);
 }
 
-// What both forms share: the key mask as (B, S) bytes, the dropout draw and the scale.
+// What both forms share: the key mask as (N, S) bytes (nonzero = attend), the dropout draw
+// and the scale.
 struct Setup {
   Tensor mask;
   rng::DropoutDraw drop;
   double scale = 1;
 };
 Setup setup(const char* op, const Tensor& q4, int64_t S, const Tensor& key_padding_mask,
-            int64_t mask_rows, std::optional<double> scale, double dropout_p, Generator* gen) {
+            std::optional<double> scale, double dropout_p, Generator* gen) {
   const int64_t B = q4.shape()[0] * q4.shape()[1], T = q4.shape()[2], D = q4.shape()[3];
   Setup st;
   st.scale = scale ? *scale : 1.0 / std::sqrt(double(std::max<int64_t>(D, 1)));
@@ -73,13 +74,11 @@ Setup setup(const char* op, const Tensor& q4, int64_t S, const Tensor& key_paddi
   if (key_padding_mask.defined()) {
     NN_CHECK(key_padding_mask.device() == q4.device(), op, ": mask on ",
              key_padding_mask.device().str(), ", q on ", q4.device().str());
+    // the backend reads a sample's row for each of its heads; bytes as they are (the kernels
+    // test them for nonzero), anything else compared with 0
     NoGradGuard ng;
-    Tensor keep = ne(key_padding_mask, zeros({}, key_padding_mask.options())).to(kU8);
-    // (N, S) -> (N, heads..., S) -> (B, S)
-    const int64_t per = mask_rows ? B / mask_rows : 0;  // heads... (no batch: no rows)
-    Tensor m = raw_contiguous(
-        raw_expand(make_view(keep, {mask_rows, 1, S}, {S, S, 1}, keep.offset()), {mask_rows, per, S}));
-    st.mask = make_view(m, {B, S}, {S, 1}, m.offset());
+    const Tensor& m = key_padding_mask;
+    st.mask = m.dtype() == kU8 ? raw_contiguous(m) : ne(m, zeros({}, m.options())).to(kU8);
   }
   // The stream nn::dropout would draw for a (B, T, S) tensor, taken once the inputs are
   // checked; as nn::dropout, p = 1 drops everything without drawing.
@@ -149,8 +148,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
              op, ": key_padding_mask must be (", nd >= 3 ? q.shape()[0] : 1, ", ", S, "), got ",
              shape_str(key_padding_mask.shape()));
   const Tensor q4 = rows4(q), k4 = rows4(k), v4 = rows4(v);
-  const Setup st = setup(op, q4, S, key_padding_mask, nd >= 3 ? q.shape()[0] : 1, scale,
-                         dropout_p, gen);
+  const Setup st = setup(op, q4, S, key_padding_mask, scale, dropout_p, gen);
   // With (N, heads) leading dims the output (and each gradient) is laid out as its input:
   // heads within rows for heads split from a projection's output, so merging them back is
   // free; otherwise row-major.
@@ -200,7 +198,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, const Tensor& k
   const Tensor packed = D > 1 && qkv.strides()[4] != 1 ? raw_contiguous(qkv) : qkv;
   const Tensor q4 = rows4(heads(packed, 0)), k4 = rows4(heads(packed, 1)),
                v4 = rows4(heads(packed, 2));
-  const Setup st = setup(op, q4, T, key_padding_mask, N, scale, dropout_p, gen);
+  const Setup st = setup(op, q4, T, key_padding_mask, scale, dropout_p, gen);
   Tensor out = empty({N, T, H, D}, qkv.options());  // heads within rows, as qkv holds them
   Tensor o4 = make_view(out, {N, H, T, D}, {T * H * D, D, H * D, 1}, 0);
   Tensor lse = forward4(q4, k4, v4, st, o4);

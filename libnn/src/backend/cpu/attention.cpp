@@ -81,10 +81,10 @@ void store(const Acc<S>* src, int64_t rows, int64_t cols, S* dst, int64_t ld) {
 struct Dims {
   int64_t B, T, S, D, E;
   kernels::AttnLayout L;
-  Dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& g = {},
-       const Tensor& gq = {}, const Tensor& gk = {}, const Tensor& gv = {})
+  Dims(const Tensor& mask, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+       const Tensor& g = {}, const Tensor& gq = {}, const Tensor& gk = {}, const Tensor& gv = {})
       : B(q.shape()[0] * q.shape()[1]), T(q.shape()[2]), S(k.shape()[2]), D(q.shape()[3]),
-        E(v.shape()[3]), L(attention_layout(q, k, v, o, g, gq, gk, gv)) {}
+        E(v.shape()[3]), L(attention_layout(mask, q, k, v, o, g, gq, gk, gv)) {}
 };
 
 // The dropout multipliers (0, or drop.scale where kept) of `count` consecutive elements of
@@ -128,7 +128,7 @@ template <typename S>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
              double scale, const rng::DropoutDraw& drop, Tensor& out, Tensor& lse) {
   using A = Acc<S>;
-  const Dims dm(q, k, v, out);
+  const Dims dm(key_mask, q, k, v, out);
   const kernels::AttnLayout& L = dm.L;
   const int64_t B = dm.B, Tq = dm.T, D = dm.D, S_ = dm.S, E = dm.E;
   const S* pq = static_cast<const S*>(q.data_ptr());
@@ -152,7 +152,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ke
     for (int64_t b = b0; b < b1; ++b) {
       const S* qb = pq + L.slice(L.q, b);
       const S* kb = pk + L.slice(L.k, b);
-      const uint8_t* mb = pm ? pm + b * S_ : nullptr;
+      const uint8_t* mb = pm ? pm + (b / L.mask_per) * S_ : nullptr;
       for (int64_t t0 = 0; t0 < Tq; t0 += kRows) {
         const int64_t n = std::min(kRows, Tq - t0);
         scores<S>(qb, L.q.st, kb, L.k.st, mb, t0, n, S_, D, A(scale), s);
@@ -200,7 +200,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
               const rng::DropoutDraw& drop, Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
   using A = Acc<S>;
   constexpr bool same = std::is_same_v<S, A>;
-  const Dims dm(q, k, v, out, grad_out, grad_q, grad_k, grad_v);
+  const Dims dm(key_mask, q, k, v, out, grad_out, grad_q, grad_k, grad_v);
   const kernels::AttnLayout& L = dm.L;
   const int64_t B = dm.B, Tq = dm.T, D = dm.D, S_ = dm.S, E = dm.E;
   const S* pq = static_cast<const S*>(q.data_ptr());
@@ -224,7 +224,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
       const S* qb = pq + L.slice(L.q, b);
       const S* kb = pk + L.slice(L.k, b);
       const S* vb = pv + L.slice(L.v, b);
-      const uint8_t* mb = pm ? pm + b * S_ : nullptr;
+      const uint8_t* mb = pm ? pm + (b / L.mask_per) * S_ : nullptr;
       // dK and dV accumulate over the query blocks: in place, or (bf16) in f32 rows
       A* gkb;
       A* gvb;

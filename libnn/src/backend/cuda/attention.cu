@@ -9,7 +9,7 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& key_mask, double scale, const rng::DropoutDraw& drop,
                                     Tensor& out, Tensor& lse) {
   activate();
-  const kernels::AttnLayout L = attention_layout(q, k, v, out);
+  const kernels::AttnLayout L = attention_layout(key_mask, q, k, v, out);
   kernels::launch_attention_forward(
       q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
       key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, L, q.shape()[0] * q.shape()[1],
@@ -22,7 +22,7 @@ void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, co
                                      const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                                      Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) {
   activate();
-  const kernels::AttnLayout L = attention_layout(q, k, v, out, grad_out, grad_q, grad_k, grad_v);
+  const kernels::AttnLayout L = attention_layout(key_mask, q, k, v, out, grad_out, grad_q, grad_k, grad_v);
   Tensor delta = empty(lse.shape(), lse.options());
   kernels::launch_attention_backward(
       q.dtype(), grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
