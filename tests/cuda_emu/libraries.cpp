@@ -383,14 +383,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   if (ty == Ty::bad || ty == Ty::f64 || desc.compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (C != D) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, as the library calls it
-  if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc.epilogue != CUBLASLT_EPILOGUE_BIAS)
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator computes these two epilogues only
+  if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc.epilogue != CUBLASLT_EPILOGUE_BIAS &&
+      desc.epilogue != CUBLASLT_EPILOGUE_BGRADB)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator computes these three epilogues only
   const bool with_bias = desc.epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if (with_bias && !desc.bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool bias_grad = desc.epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if ((with_bias || bias_grad) && !desc.bias) return CUBLAS_STATUS_INVALID_VALUE;
   const bool ta = desc.ta != CUBLAS_OP_N, tb = desc.tb != CUBLAS_OP_N;
-  gemm(Gemm{ta, tb, int64_t(ld.rows), int64_t(ld.cols), int64_t(ta ? la.rows : la.cols), ty, A,
-            B, la.ld, lb.ld, D, ld.ld, scalar(false, alpha), scalar(false, beta), false,
-            with_bias ? desc.bias : nullptr, from_cuda(desc.bias_type)});
+  const int64_t k = int64_t(ta ? la.rows : la.cols);
+  gemm(Gemm{ta, tb, int64_t(ld.rows), int64_t(ld.cols), k, ty, A, B, la.ld, lb.ld, D, ld.ld,
+            scalar(false, alpha), scalar(false, beta), false, with_bias ? desc.bias : nullptr,
+            from_cuda(desc.bias_type)});
+  if (bias_grad) {  // the bias gradient: op(B)'s columns summed over k, in f32
+    ::emu::DeviceAccess access;
+    for (int64_t j = 0; j < int64_t(ld.cols); ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum = round_acc(false, sum + get(ty, B, tb ? j + p * lb.ld : p + j * lb.ld));
+      put(from_cuda(desc.bias_type), const_cast<void*>(desc.bias), j, sum);
+    }
+  }
   return guarded(CUBLAS_STATUS_SUCCESS, "cublasLtMatmul");
 }
 

@@ -82,6 +82,11 @@ class Backend {
   // forward. The default copies the bias into every row and runs gemm with beta = 1; CUDA
   // adds it in cuBLASLt's epilogue instead.
   virtual void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out);
+  // out (1, M, N) = a (1, M, K) @ b (1, K, N) and grad_bias (M, contiguous) = the sums of a's
+  // rows: Linear's weight and bias gradients (a = grad_out^T, b = the input) from one read
+  // of the output gradient. The default runs gemm and a reduction; CUDA computes the sums in
+  // cuBLASLt's bias-gradient epilogue.
+  virtual void gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias);
 
   // ---- conv, pool, batch norm: layouts ------------------------------------------------------
   // 4-d (N, C, H, W) arguments are all row-major, or, on a backend that is

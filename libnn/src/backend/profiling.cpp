@@ -135,6 +135,10 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "gemm_bias", "matmul");
     inner_.gemm_bias(a, b, bias, out);
   }
+  void gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias) override {
+    Timer t(*this, "gemm_bias_grad", "matmul");
+    inner_.gemm_bias_grad(a, b, out, grad_bias);
+  }
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, const Conv2dParams& p) override {
     Timer t(*this, "conv2d_forward", "conv");
     inner_.conv2d_forward(x, w, bias, out, p);

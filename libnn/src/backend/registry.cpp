@@ -21,6 +21,12 @@ void Backend::gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Te
   gemm(a, b, out, 1.0, 1.0);
 }
 
+void Backend::gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias) {
+  gemm(a, b, out, 1.0, 0.0);
+  Tensor sums = make_view(grad_bias, {1, a.shape()[1], 1}, {0, 1, 1}, grad_bias.offset());
+  reduce(ReduceOp::sum, a, {2}, sums);
+}
+
 namespace {
 // A dense tensor (row-major or channels-last) as one run of its elements in memory order.
 Tensor flat(const Tensor& t) {

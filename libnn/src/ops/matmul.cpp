@@ -107,9 +107,17 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   record("linear", {x2, weight, bias}, out, {x2, weight},
          [xs = x2.detach(), ws = weight.detach()](const Tensor& g, auto& need) {
     Tensor gx, gw, gb;
-    if (need[0]) gx = bmm(g, ws);                 // (R, O) @ (O, in)
-    if (need[1]) gw = bmm(swap_last(g), xs);      // (O, R) @ (R, in)
-    if (need[2]) gb = sum(g, {0});
+    if (need[0]) gx = bmm(g, ws);  // (R, O) @ (O, in)
+    if (need[1] && need[2]) {      // (O, R) @ (R, in), and the bias's from the same read of g
+      const int64_t O = ws.shape()[0], in = ws.shape()[1];
+      gw = empty({O, in}, g.options());
+      gb = empty({O}, g.options());
+      Tensor gw3 = make_view(gw, {1, O, in}, {0, in, 1}, 0);
+      backend::of(g).gemm_bias_grad(lift3(swap_last(g)), lift3(xs), gw3, gb);
+    } else {
+      if (need[1]) gw = bmm(swap_last(g), xs);
+      if (need[2]) gb = sum(g, {0});
+    }
     return std::vector<Tensor>{gx, gw, gb};
   });
   Shape os(x.shape().begin(), x.shape().end() - 1);

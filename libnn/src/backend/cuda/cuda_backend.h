@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
 
   void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) override;
   void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) override;
+  void gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias) override;
 
   // cuDNN's NHWC convolution and batch norm take no f64: those run on row-major copies.
   bool channels_last_native(DType t) const override { return t != kF64; }
@@ -164,6 +165,9 @@ class CudaBackend final : public Backend {
   void activate() const;
 
  private:
+  // Linear's GEMMs through cuBLASLt with an epilogue (matmul.cu).
+  bool lt_matmul(const Tensor& a, const Tensor& b, Tensor& out, cublasLtEpilogue_t epi, void* bias);
+
   int index_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

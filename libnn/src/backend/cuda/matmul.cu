@@ -84,8 +84,9 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
 }
 
 namespace {
-// (device, dtype, M, N, K, ops, leading dims, A/B/C alignments): what a plan depends on.
-using LtKey = std::array<int64_t, 11>;
+// (device, dtype, M, N, K, ops, leading dims, A/B/C alignments, epilogue): what a plan
+// depends on.
+using LtKey = std::array<int64_t, 12>;
 
 // One problem's cuBLASLt descriptors and the algorithm its heuristic chose, kept for the
 // next call of the same shape; the bias pointer is set per call.
@@ -113,12 +114,12 @@ bool lt_enabled() {
   return on;
 }
 
-// Builds the plan: C (N x M, col-major) = op(b) (N x K) op(a) (K x M) + bias (N per column).
-void make_plan(LtPlan& p, cublasLtHandle_t lt, cudaDataType_t type, cublasOperation_t opb,
-               cublasOperation_t opa, int64_t M, int64_t N, int64_t K, int64_t ldb, int64_t lda,
-               uint32_t align_b, uint32_t align_a, uint32_t align_c) {
+// Builds the plan: C (N x M, col-major) = op(b) (N x K) op(a) (K x M), with `epi`: BIAS
+// adds a bias (N per column), BGRADB sums op(a) over K into the bias pointer (M values).
+void make_plan(LtPlan& p, cublasLtHandle_t lt, cublasLtEpilogue_t epi, cudaDataType_t type,
+               cublasOperation_t opb, cublasOperation_t opa, int64_t M, int64_t N, int64_t K,
+               int64_t ldb, int64_t lda, uint32_t align_b, uint32_t align_a, uint32_t align_c) {
   auto ok = [](cublasStatus_t st) { return st == CUBLAS_STATUS_SUCCESS; };
-  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
   cublasLtMatmulPreference_t pref = nullptr;
   const uint64_t ws = kLtWorkspace;
   // split-K partial sums added in the compute type (FP32), never in a 16-bit output's (as the
@@ -156,67 +157,88 @@ void make_plan(LtPlan& p, cublasLtHandle_t lt, cudaDataType_t type, cublasOperat
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
 }
 
-void warn_lt_once(const char* why) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    std::fprintf(stderr, "libnn: cuBLASLt bias epilogue unavailable (%s); Linear adds its bias "
-                 "by a copy before the GEMM where that happens\n", why);
+void warn_lt_once(cublasLtEpilogue_t epi, const char* why) {
+  static std::once_flag bias, grad;
+  std::call_once(epi == CUBLASLT_EPILOGUE_BIAS ? bias : grad, [&] {
+    if (epi == CUBLASLT_EPILOGUE_BIAS)
+      std::fprintf(stderr, "libnn: cuBLASLt bias epilogue unavailable (%s); Linear adds its bias "
+                   "by a copy before the GEMM where that happens\n", why);
+    else
+      std::fprintf(stderr, "libnn: cuBLASLt bias-gradient epilogue unavailable (%s); Linear sums "
+                   "its bias gradient in a reduction where that happens\n", why);
   });
 }
 }  // namespace
 
-void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
-                            Tensor& out) {
-  activate();
+// out (1, M, N) = a @ b through cuBLASLt with epilogue `epi` (BIAS: + bias (N); BGRADB: the
+// sums of a's rows into bias (M)); false, with nothing computed, where it does not apply
+// (f64, batches, empty products, sizes past int range, LIBNN_CUBLASLT=0, an unaligned bias
+// vector, no algorithm, a refusal).
+bool CudaBackend::lt_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out,
+                            cublasLtEpilogue_t epi, void* bias) {
   const int64_t M = out.shape()[1], N = out.shape()[2], K = a_in.shape()[2];
   const DType dt = out.dtype();
-  // f64, batches, empty products and sizes past int range take the plain path
   if (!lt_enabled() || dt == kF64 || out.shape()[0] != 1 || M * N == 0 || K == 0 ||
       M >= INT32_MAX || N >= INT32_MAX || K >= INT32_MAX)
-    return Backend::gemm_bias(a_in, b_in, bias_in, out);
-  Layout la, lb;
-  const Tensor a = readable(a_in, la), b = readable(b_in, lb);
-  Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), dt);
+    return false;
   // The plan's heuristic ran with no bias pointer set, and cuBLASLt reads the expected bias
   // alignment from that pointer ("Routines that don't dereference this pointer, like
   // cublasLtMatmulAlgoGetHeuristic() depend on its value", cublasLt.h): a null one is aligned
-  // to anything, so a bias less than 256-byte aligned (a view into a packed bias) could meet a
-  // kernel that faults on it. Such a bias (N elements) is copied; one of its own is aligned.
-  if (address_alignment(bias.data_ptr()) < 256) {
-    Tensor aligned = empty(bias.shape(), bias.options());
-    copy(bias, aligned);
-    bias = aligned;
-  }
+  // to anything, so a vector less than 256-byte aligned could meet a kernel that faults on it.
+  if (address_alignment(bias) < 256) return false;
+  Layout la, lb;
+  const Tensor a = readable(a_in, la), b = readable(b_in, lb);
   const cublasOperation_t opb = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const uint32_t align_b = address_alignment(b.data_ptr()), align_a = address_alignment(a.data_ptr()),
                  align_c = address_alignment(out.data_ptr());
   const LtKey key{index_, int64_t(dt), M, N, K, opb, opa, lb.ld, la.ld, align_b,
-                  int64_t(align_a) << 16 | align_c};
+                  int64_t(align_a) << 16 | align_c, int64_t(epi)};
   std::lock_guard<std::mutex> lock(g_lt_mu);
   std::unique_ptr<LtPlan>& plan = g_lt_plans[key];
   if (!plan) {
     plan = std::make_unique<LtPlan>();
-    make_plan(*plan, cublas_lt_, cuda_type(dt), opb, opa, M, N, K, lb.ld, la.ld, align_b, align_a,
-              align_c);
+    make_plan(*plan, cublas_lt_, epi, cuda_type(dt), opb, opa, M, N, K, lb.ld, la.ld, align_b,
+              align_a, align_c);
   }
-  if (plan->ok) {
-    const void* bp = bias.data_ptr();
-    Tensor ws = scratch(plan->heur.workspaceSize);
-    const float one = 1, zero = 0;
-    cublasStatus_t st = cublasLtMatmulDescSetAttribute(
-        plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp));
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmul(cublas_lt_, plan->op, &one, b.data_ptr(), plan->a, a.data_ptr(), plan->b,
-                          &zero, out.data_ptr(), plan->c, out.data_ptr(), plan->c, &plan->heur.algo,
-                          ws.data_ptr(), plan->heur.workspaceSize, stream_);
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    warn_lt_once(cublasGetStatusString(st));
-    plan->ok = false;
-  } else {
-    warn_lt_once("no algorithm for a shape");
+  if (!plan->ok) {
+    warn_lt_once(epi, "no algorithm for a shape");
+    return false;
   }
-  Backend::gemm_bias(a_in, b_in, bias_in, out);
+  Tensor ws = scratch(plan->heur.workspaceSize);
+  const float one = 1, zero = 0;
+  cublasStatus_t st = cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof(bias));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(cublas_lt_, plan->op, &one, b.data_ptr(), plan->a, a.data_ptr(), plan->b,
+                        &zero, out.data_ptr(), plan->c, out.data_ptr(), plan->c, &plan->heur.algo,
+                        ws.data_ptr(), plan->heur.workspaceSize, stream_);
+  if (st == CUBLAS_STATUS_SUCCESS) return true;
+  warn_lt_once(epi, cublasGetStatusString(st));
+  plan->ok = false;
+  return false;
+}
+
+void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
+                            Tensor& out) {
+  activate();
+  // the bias in the output's dtype, contiguous; one of its own is 256-byte aligned where a
+  // view into a packed bias might not be
+  Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), out.dtype());
+  if (address_alignment(bias.data_ptr()) < 256) {
+    Tensor aligned = empty(bias.shape(), bias.options());
+    copy(bias, aligned);
+    bias = aligned;
+  }
+  if (!lt_matmul(a_in, b_in, out, CUBLASLT_EPILOGUE_BIAS, bias.data_ptr()))
+    Backend::gemm_bias(a_in, b_in, bias_in, out);
+}
+
+void CudaBackend::gemm_bias_grad(const Tensor& a_in, const Tensor& b_in, Tensor& out,
+                                 Tensor& grad_bias) {
+  activate();
+  if (!lt_matmul(a_in, b_in, out, CUBLASLT_EPILOGUE_BGRADB, grad_bias.data_ptr()))
+    Backend::gemm_bias_grad(a_in, b_in, out, grad_bias);
 }
 
 }  // namespace nn::backend
