@@ -115,6 +115,16 @@ TEST_CASE("attention honours the padding mask and handles long sequences", "[att
   test::require_close(
       scaled_dot_product_attention(q, k, v, from_vector<uint8_t>({1, 9, 1, 9, 0, 9, 0, 9}, {1, 8}).slice(1, 0, 8, 2)),
       want, 0, 0);
+  // the backward reads the byte mask the forward did: changing it in between is an error
+  {
+    Tensor m = keep.clone(), qg = q.detach().requires_grad_();
+    Tensor o = scaled_dot_product_attention(qg, k, v, m);
+    {
+      NoGradGuard ng;
+      m.fill_(1);
+    }
+    REQUIRE(test::error_of([&] { sum(o).backward(); }).find("in place") != std::string::npos);
+  }
   // every key masked: zeros, not NaN
   Tensor none = zeros({1, 4}, kU8);
   REQUIRE(sum(abs(scaled_dot_product_attention(q, k, v, none))).item() == 0);

@@ -150,7 +150,8 @@ std::vector<Case> attention16_cases() {
                  }, dt == kBF16 ? 6e-2 : 5e-2, true, dt});
   // heads read and written in place: a packed (N, T, 3, heads, D) projection, and heads split
   // from a (N, T, 3 * heads * D) one (rows 16-byte aligned: the tensor-core kernels take them)
-  for (auto [name, dt, d] : {std::tuple{"f16", kF16, int64_t(64)}, std::tuple{"bf16", kBF16, int64_t(32)}})
+  for (auto [name, dt, hd] : {std::tuple{"f16", kF16, int64_t(64)}, std::tuple{"bf16", kBF16, int64_t(32)}}) {
+    const int64_t d = hd;  // (clang before 16 lets no lambda capture a structured binding)
     v.push_back({std::string(name) + " attention on packed heads, head dim " + std::to_string(d),
                  {{2, 70, 3, 2, d}, {2, 45, 3 * 2 * d}}, [=](auto& x) {
                    Generator g(4);
@@ -163,6 +164,7 @@ std::vector<Case> attention16_cases() {
                        scaled_dot_product_attention(split(0), split(1), split(2), masked(2, 45, x[0]))
                            .to(kF32)};
                  }, dt == kBF16 ? 6e-2 : 5e-2, true, dt});
+  }
   v.push_back({"f16 attention with NaN and inf", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
                attention_with_nan, 5e-2, true, kF16});
   v.push_back({"bf16 attention with NaN and inf, head dim 40", {{1, 2, 9, 40}, {1, 2, 12, 40}, {1, 2, 12, 40}},

@@ -75,7 +75,8 @@ Setup setup(const char* op, const Tensor& q4, int64_t S, const Tensor& key_paddi
     NN_CHECK(key_padding_mask.device() == q4.device(), op, ": mask on ",
              key_padding_mask.device().str(), ", q on ", q4.device().str());
     // the backend reads a sample's row for each of its heads; bytes as they are (the kernels
-    // test them for nonzero), anything else compared with 0
+    // test them for nonzero: saved for backward, so changing them in place before it is an
+    // error), anything else compared with 0
     NoGradGuard ng;
     const Tensor& m = key_padding_mask;
     st.mask = m.dtype() == kU8 ? raw_contiguous(m) : ne(m, zeros({}, m.options())).to(kU8);
@@ -163,7 +164,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor out = alike(q4, os, os4);
   Tensor o4 = rows4(out);
   Tensor lse = forward4(q4, k4, v4, st, o4);
-  record(op, {q, k, v}, out, {q4, k4, v4, o4},
+  record(op, {q, k, v}, out, {q4, k4, v4, o4, st.mask},
          [q4 = q4.detach(), k4 = k4.detach(), v4 = v4.detach(), o4 = o4.detach(), lse, st, alike,
           qs = q.shape(), ks = k.shape(), vs = v.shape()](const Tensor& g, auto&) {
     Tensor gq = alike(q4, qs, q4.shape()), gk = alike(k4, ks, k4.shape()),
@@ -202,7 +203,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, const Tensor& k
   Tensor out = empty({N, T, H, D}, qkv.options());  // heads within rows, as qkv holds them
   Tensor o4 = make_view(out, {N, H, T, D}, {T * H * D, D, H * D, 1}, 0);
   Tensor lse = forward4(q4, k4, v4, st, o4);
-  record(op, {qkv}, out, {packed, o4},
+  record(op, {qkv}, out, {packed, o4, st.mask},
          [q4 = q4.detach(), k4 = k4.detach(), v4 = v4.detach(), o4 = o4.detach(), lse, st, heads,
           ps = qkv.shape()](const Tensor& g, auto&) {
     Tensor gqkv = empty(ps, g.options());  // one buffer: the three gradients side by side
