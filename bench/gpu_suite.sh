@@ -15,7 +15,8 @@
 # and 128 against PyTorch), curves (200-step FP32 and FP16 ResNet-50 loss curves), text (MLP
 # and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer over the
 # CUDA tests; asked for with test, it runs beside the test step, within its own budget, and
-# ends before the next step starts), extras (attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
+# ends before the next step starts), extras (BERT-base FP16 training's time per primitive,
+# attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
 # ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
 # layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch). `bench` is mnist
 # kernels resnet curves text extras; `all` is every step.
@@ -343,6 +344,9 @@ fi
 
 if want extras; then
   begin extras "what the issues do not ask for: microbenchmarks, BF16, layouts, fusions, smaller models"
+  log "where BERT-base FP16 training's time goes, primitive by primitive (the profiler waits after each, so read the shares, not the rate)"
+  tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
+      --phases train --num-batches 5 --num-warmup-batches 2 --profile
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
   t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"

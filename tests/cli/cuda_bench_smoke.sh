@@ -5,7 +5,8 @@
 # "emulator" (tests/cuda_emu's device, always present).
 #   fp16_vs_fp32 (MNIST CNN): FP32, FP16 and BF16 train; the first step's loss (same weights,
 #                same batch) agrees across precisions within 16-bit rounding
-#   text_bench:  tests/cli/text_bench_smoke.sh on the device, FP32 and FP16
+#   text_bench:  tests/cli/text_bench_smoke.sh on the device, FP32 and FP16; BERT's FP16
+#                training step profiled primitive by primitive, as the suite's extras step does
 #   kernels_bench: one JSON line per memory-bound kernel, f32 and f16
 set -euo pipefail
 bin=$1; device=$2
@@ -34,6 +35,13 @@ print("ok: fp16_vs_fp32 first-step losses", first)
 PY
 
 "$(dirname "$0")/text_bench_smoke.sh" "$bin/text_bench" --device cuda --precisions fp32,fp16
+"$bin/text_bench" --device cuda --preset tiny --models bert --classes 2 --precisions fp16 --phases train \
+    --num-batches 1 --num-warmup-batches 1 --bert-batch 2 --bert-seq-len 16 --vocab-size 100 --profile \
+    > /dev/null 2> "$out/profile.log"
+for primitive in attention_forward attention_backward gemm_bias gemm_bias_grad layer_norm_backward; do
+  grep -q "^$primitive " "$out/profile.log" || { cat "$out/profile.log"; echo "no $primitive in the profile"; exit 1; }
+done
+echo "ok: BERT's FP16 step profiled on the device"
 
 for dt in f32 f16; do
   "$bin/kernels_bench" --device cuda --dtype $dt -n 4096 --iters 1
