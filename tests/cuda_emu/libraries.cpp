@@ -66,7 +66,8 @@ double scalar(bool f64, const void* p) {
   return f64 ? *static_cast<const double*>(p) : double(*static_cast<const float*>(p));
 }
 
-// C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C [+ bias per row]
+// C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C [+ bias per row]; C of type cty
+// (ty, or f32 for 16-bit operands)
 struct Gemm {
   bool ta, tb;
   int64_t m, n, k;
@@ -79,8 +80,10 @@ struct Gemm {
   bool f64;
   const void* bias = nullptr;
   Ty bias_ty = Ty::f32;
+  Ty cty = Ty::bad;  // bad: ty
 };
 void gemm(const Gemm& g) {
+  const Ty cty = g.cty == Ty::bad ? g.ty : g.cty;
   ::emu::run_queued();  // the stream's earlier copies come first
   ::emu::DeviceAccess access;
   std::vector<double> col(size_t(g.m));
@@ -93,11 +96,11 @@ void gemm(const Gemm& g) {
         s = round_acc(g.f64, s + round_acc(g.f64, x * y));
       }
       double v = g.alpha * s;
-      if (g.beta != 0) v += g.beta * get(g.ty, g.c, i + j * g.ldc);
+      if (g.beta != 0) v += g.beta * get(cty, g.c, i + j * g.ldc);
       if (g.bias) v += get(g.bias_ty, g.bias, i);
       col[size_t(i)] = v;
     }
-    for (int64_t i = 0; i < g.m; ++i) put(g.ty, g.c, i + j * g.ldc, col[size_t(i)]);
+    for (int64_t i = 0; i < g.m; ++i) put(cty, g.c, i + j * g.ldc, col[size_t(i)]);
   }
 }
 
@@ -274,7 +277,9 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t tran
                                           cublasComputeType_t compute, cublasGemmAlgo_t) {
   const Ty ty = from_cuda(at);
   const bool f64 = compute == CUBLAS_COMPUTE_64F;
-  if (ty == Ty::bad || bt != at || ct != at || (f64 != (ty == Ty::f64)) ||
+  // C as A and B, or f32 from 16-bit A and B (as cuBLAS's table of GemmEx types allows)
+  const bool wide_c = ct == CUDA_R_32F && (ty == Ty::f16 || ty == Ty::bf16);
+  if (ty == Ty::bad || bt != at || (ct != at && !wide_c) || (f64 != (ty == Ty::f64)) ||
       (!f64 && compute != CUBLAS_COMPUTE_32F))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
@@ -285,7 +290,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t tran
   for (int i = 0; i < batch; ++i)
     gemm(Gemm{ta, tb, m, n, k, ty, static_cast<const char*>(A) + i * sa * es,
               static_cast<const char*>(B) + i * sb * es, lda, ldb,
-              static_cast<char*>(C) + i * sc * es, ldc, scalar(f64, alpha), scalar(f64, beta), f64});
+              static_cast<char*>(C) + i * sc * bytes_of(from_cuda(ct)), ldc, scalar(f64, alpha),
+              scalar(f64, beta), f64, nullptr, Ty::f32, from_cuda(ct)});
   return guarded(CUBLAS_STATUS_SUCCESS, "cublasGemmStridedBatchedEx");
 }
 
@@ -379,8 +385,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   const LtLayout &la = *reinterpret_cast<const LtLayout*>(a),
                  &lb = *reinterpret_cast<const LtLayout*>(b),
                  &ld = *reinterpret_cast<const LtLayout*>(d);
-  const Ty ty = from_cuda(la.type);
-  if (ty == Ty::bad || ty == Ty::f64 || desc.compute != CUBLAS_COMPUTE_32F)
+  const Ty ty = from_cuda(la.type), cty = from_cuda(ld.type);
+  const bool wide_c = cty == Ty::f32 && (ty == Ty::f16 || ty == Ty::bf16);
+  if (ty == Ty::bad || ty == Ty::f64 || desc.compute != CUBLAS_COMPUTE_32F || lb.type != la.type ||
+      (cty != ty && !wide_c))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (C != D) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, as the library calls it
   if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc.epilogue != CUBLASLT_EPILOGUE_BIAS &&
@@ -393,7 +401,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   const int64_t k = int64_t(ta ? la.rows : la.cols);
   gemm(Gemm{ta, tb, int64_t(ld.rows), int64_t(ld.cols), k, ty, A, B, la.ld, lb.ld, D, ld.ld,
             scalar(false, alpha), scalar(false, beta), false, with_bias ? desc.bias : nullptr,
-            from_cuda(desc.bias_type)});
+            from_cuda(desc.bias_type), cty});
   if (bias_grad) {  // the bias gradient: op(B)'s columns summed over k, in f32
     ::emu::DeviceAccess access;
     for (int64_t j = 0; j < int64_t(ld.cols); ++j) {

@@ -76,15 +76,16 @@ class Backend {
 
   // ---- matmul ---------------------------------------------------------------------------
   // out (B, M, N) = alpha * a (B, M, K) @ b (B, K, N) + beta * out. a and b may be transposed
-  // views or broadcast over B (stride 0); out is contiguous.
+  // views or broadcast over B (stride 0); out is contiguous, of a's dtype or, for 16-bit a and
+  // b, f32 (sums never rounded to 16 bits: a gradient for an f32 master weight).
   virtual void gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) = 0;
   // out (1, M, N) = a (1, M, K) @ b (1, K, N) + bias (N), broadcast over the rows: Linear's
   // forward. The default copies the bias into every row and runs gemm with beta = 1; CUDA
   // adds it in cuBLASLt's epilogue instead.
   virtual void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out);
-  // out (1, M, N) = a (1, M, K) @ b (1, K, N) and grad_bias (M, contiguous) = the sums of a's
-  // rows: Linear's weight and bias gradients (a = grad_out^T, b = the input) from one read
-  // of the output gradient. The default runs gemm and a reduction; CUDA computes the sums in
+  // out (1, M, N) = a (1, M, K) @ b (1, K, N) and grad_bias (M, contiguous, out's dtype) =
+  // the sums of a's rows: Linear's weight and bias gradients (a = grad_out^T, b = the input)
+  // from one read of the output gradient; out as gemm's. The default runs gemm and a reduction; CUDA computes the sums in
   // cuBLASLt's bias-gradient epilogue.
   virtual void gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias);
 

@@ -23,8 +23,15 @@ void Backend::gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Te
 
 void Backend::gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias) {
   gemm(a, b, out, 1.0, 0.0);
+  // (a reduction writes its input's dtype: f32 sums of 16-bit rows reduce a widened copy,
+  // so that they are never rounded to 16 bits)
+  Tensor rows = a;
+  if (a.dtype() != grad_bias.dtype()) {
+    rows = empty(a.shape(), grad_bias.options());
+    copy(a, rows);
+  }
   Tensor sums = make_view(grad_bias, {1, a.shape()[1], 1}, {0, 1, 1}, grad_bias.offset());
-  reduce(ReduceOp::sum, a, {2}, sums);
+  reduce(ReduceOp::sum, rows, {2}, sums);
 }
 
 namespace {

@@ -80,8 +80,16 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
-  const Tensor x = amp::autocast_lower(x_in), weight = amp::autocast_lower(w_in),
-               bias = amp::autocast_lower(b_in);
+  // Under autocast an f32 weight and bias are lowered here, outside the graph: their
+  // gradients come out of the backward's GEMM in f32 (its f32 sums never rounded to 16 bits)
+  // instead of a 16-bit gradient and a cast node turning it back into f32.
+  const Tensor x = amp::autocast_lower(x_in);
+  Tensor weight, bias;
+  {
+    NoGradGuard ng;
+    weight = amp::autocast_lower(w_in);
+    bias = amp::autocast_lower(b_in);
+  }
   check_pair(x, weight, "linear");
   check_floating(x, "linear");
   check_dim(weight, 2, "linear", "weight");
@@ -104,20 +112,25 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (bias.defined()) backend::of(x).gemm_bias(x3, wt, bias, out);
   else backend::of(x).gemm(x3, wt, out, 1.0, 0.0);
   out = make_view(out, {R, outf}, {outf, 1}, 0);
-  record("linear", {x2, weight, bias}, out, {x2, weight},
-         [xs = x2.detach(), ws = weight.detach()](const Tensor& g, auto& need) {
+  record("linear", {x2, w_in, b_in}, out, {x2, weight},
+         [xs = x2.detach(), ws = weight.detach(), wd = w_in.dtype(),
+          bd = b_in.defined() ? b_in.dtype() : w_in.dtype()](const Tensor& g, auto& need) {
     Tensor gx, gw, gb;
     if (need[0]) gx = bmm(g, ws);  // (R, O) @ (O, in)
-    if (need[1] && need[2]) {      // (O, R) @ (R, in), and the bias's from the same read of g
-      const int64_t O = ws.shape()[0], in = ws.shape()[1];
-      gw = empty({O, in}, g.options());
-      gb = empty({O}, g.options());
+    const int64_t O = ws.shape()[0], in = ws.shape()[1];
+    // (O, R) @ (R, in) in the weight's dtype, with the bias's sums from the same read of g
+    Tensor gt = lift3(swap_last(g));
+    if (need[1]) {
+      gw = empty({O, in}, g.options().dtype(wd));
       Tensor gw3 = make_view(gw, {1, O, in}, {0, in, 1}, 0);
-      backend::of(g).gemm_bias_grad(lift3(swap_last(g)), lift3(xs), gw3, gb);
-    } else {
-      if (need[1]) gw = bmm(swap_last(g), xs);
-      if (need[2]) gb = sum(g, {0});
+      if (need[2] && bd == wd) {
+        gb = empty({O}, g.options().dtype(bd));
+        backend::of(g).gemm_bias_grad(gt, lift3(xs), gw3, gb);
+      } else {
+        backend::of(g).gemm(gt, lift3(xs), gw3, 1.0, 0.0);
+      }
     }
+    if (need[2] && !gb.defined()) gb = sum(g.to(bd), {0});
     return std::vector<Tensor>{gx, gw, gb};
   });
   Shape os(x.shape().begin(), x.shape().end() - 1);

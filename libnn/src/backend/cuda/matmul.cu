@@ -69,7 +69,9 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
   // cuBLAS sees: C (N x M, col-major) = op(b) (N x K) * op(a) (K x M).
   const cublasOperation_t opb = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cudaDataType_t type = cuda_type(out.dtype());
+  // the operands' type, and the output's: the same, or f32 from 16-bit operands (a weight
+  // gradient straight into an f32 master weight's dtype)
+  const cudaDataType_t type = cuda_type(a.dtype()), out_type = cuda_type(out.dtype());
   const bool f64 = out.dtype() == kF64;
   const float alpha_f = float(alpha), beta_f = float(beta);
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &alpha_f;
@@ -79,13 +81,13 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   NN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_, opb, opa, int(N), int(M), int(K), pa, b.data_ptr(), type, int(lb.ld),
-      lb.batch_stride, a.data_ptr(), type, int(la.ld), la.batch_stride, pb, out.data_ptr(), type,
-      int(N), M * N, int(Bn), compute, CUBLAS_GEMM_DEFAULT));
+      lb.batch_stride, a.data_ptr(), type, int(la.ld), la.batch_stride, pb, out.data_ptr(),
+      out_type, int(N), M * N, int(Bn), compute, CUBLAS_GEMM_DEFAULT));
 }
 
 namespace {
-// (device, dtype, M, N, K, ops, leading dims, A/B/C alignments, epilogue): what a plan
-// depends on.
+// (device, operand and output dtypes, M, N, K, ops, leading dims, A/B/C alignments,
+// epilogue): what a plan depends on.
 using LtKey = std::array<int64_t, 12>;
 
 // One problem's cuBLASLt descriptors and the algorithm its heuristic chose, kept for the
@@ -117,27 +119,28 @@ bool lt_enabled() {
 // Builds the plan: C (N x M, col-major) = op(b) (N x K) op(a) (K x M), with `epi`: BIAS
 // adds a bias (N per column), BGRADB sums op(a) over K into the bias pointer (M values).
 void make_plan(LtPlan& p, cublasLtHandle_t lt, cublasLtEpilogue_t epi, cudaDataType_t type,
-               cublasOperation_t opb, cublasOperation_t opa, int64_t M, int64_t N, int64_t K,
-               int64_t ldb, int64_t lda, uint32_t align_b, uint32_t align_a, uint32_t align_c) {
+               cudaDataType_t out_type, cublasOperation_t opb, cublasOperation_t opa, int64_t M,
+               int64_t N, int64_t K, int64_t ldb, int64_t lda, uint32_t align_b, uint32_t align_a,
+               uint32_t align_c) {
   auto ok = [](cublasStatus_t st) { return st == CUBLAS_STATUS_SUCCESS; };
   cublasLtMatmulPreference_t pref = nullptr;
   const uint64_t ws = kLtWorkspace;
   // split-K partial sums added in the compute type (FP32), never in a 16-bit output's (as the
   // cuBLAS handle's CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: device.cu)
-  const uint32_t reduction = type == CUDA_R_32F ? uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
+  const uint32_t reduction = out_type == CUDA_R_32F ? uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
                                                 : uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
   int returned = 0;
   p.ok = ok(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof(opb))) &&
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof(opa))) &&
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi))) &&
-         ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+         ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
                                            sizeof(type))) &&
          ok(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(opb == CUBLAS_OP_N ? N : K),
                                        uint64_t(opb == CUBLAS_OP_N ? K : N), ldb)) &&
          ok(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(opa == CUBLAS_OP_N ? K : M),
                                        uint64_t(opa == CUBLAS_OP_N ? M : K), lda)) &&
-         ok(cublasLtMatrixLayoutCreate(&p.c, type, uint64_t(N), uint64_t(M), N)) &&
+         ok(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(N), uint64_t(M), N)) &&
          ok(cublasLtMatmulPreferenceCreate(&pref)) &&
          ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof(ws))) &&
@@ -192,14 +195,14 @@ bool CudaBackend::lt_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out,
   const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const uint32_t align_b = address_alignment(b.data_ptr()), align_a = address_alignment(a.data_ptr()),
                  align_c = address_alignment(out.data_ptr());
-  const LtKey key{index_, int64_t(dt), M, N, K, opb, opa, lb.ld, la.ld, align_b,
-                  int64_t(align_a) << 16 | align_c, int64_t(epi)};
+  const LtKey key{index_, int64_t(a.dtype()) << 8 | int64_t(dt), M, N, K, opb, opa, lb.ld, la.ld,
+                  align_b, int64_t(align_a) << 16 | align_c, int64_t(epi)};
   std::lock_guard<std::mutex> lock(g_lt_mu);
   std::unique_ptr<LtPlan>& plan = g_lt_plans[key];
   if (!plan) {
     plan = std::make_unique<LtPlan>();
-    make_plan(*plan, cublas_lt_, epi, cuda_type(dt), opb, opa, M, N, K, lb.ld, la.ld, align_b,
-              align_a, align_c);
+    make_plan(*plan, cublas_lt_, epi, cuda_type(a.dtype()), cuda_type(dt), opb, opa, M, N, K,
+              lb.ld, la.ld, align_b, align_a, align_c);
   }
   if (!plan->ok) {
     warn_lt_once(epi, "no algorithm for a shape");
