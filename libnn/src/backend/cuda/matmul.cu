@@ -135,7 +135,7 @@ void make_plan(LtPlan& p, cublasLtHandle_t lt, cublasLtEpilogue_t epi, cudaDataT
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof(opa))) &&
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi))) &&
          ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
-                                           sizeof(type))) &&
+                                           sizeof(out_type))) &&
          ok(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(opb == CUBLAS_OP_N ? N : K),
                                        uint64_t(opb == CUBLAS_OP_N ? K : N), ldb)) &&
          ok(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(opa == CUBLAS_OP_N ? K : M),
