@@ -496,19 +496,16 @@ class Upcast16Backend final : public Backend {
     return empty(t.shape(), TensorOptions(DType::f32).device(t.device()), format_of(t));
   }
   // An f32 copy of a 16-bit tensor, channels-last where t is (other tensors pass through).
-  Tensor up(const Tensor& t) {
+  // (format_of only for a tensor that is there: undefined ones pass through too)
+  Tensor up(const Tensor& t) { return is16(t) ? up(t, format_of(t)) : t; }
+  Tensor up(const Tensor& t, MemoryFormat f) {
     if (!is16(t)) return t;
-    Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()), format_of(t));
-    inner_.copy(t, f);
-    return f;
+    Tensor w = empty(t.shape(), TensorOptions(DType::f32).device(t.device()), f);
+    inner_.copy(t, w);
+    return w;
   }
   // An attention operand in f32, row-major (its last dim contiguous, as attention needs).
-  Tensor up_rows(const Tensor& t) {
-    if (!is16(t)) return t;
-    Tensor f = empty(t.shape(), TensorOptions(DType::f32).device(t.device()));
-    inner_.copy(t, f);
-    return f;
-  }
+  Tensor up_rows(const Tensor& t) { return up(t, MemoryFormat::contiguous); }
   // Writes the f32 result back into the 16-bit tensor, rounding.
   void down(const Tensor& f32, Tensor& t) {
     if (is16(t)) inner_.copy(f32, t);

@@ -116,6 +116,14 @@ bool lt_enabled() {
   return on;
 }
 
+// Whether cuBLASLt takes out (1, M, N) = a (1, M, K) @ b: not for f64, batches, empty
+// products, sizes past int range, or with LIBNN_CUBLASLT=0.
+bool lt_applies(const Tensor& a, const Tensor& out) {
+  const int64_t M = out.shape()[1], N = out.shape()[2], K = a.shape()[2];
+  return lt_enabled() && out.dtype() != kF64 && out.shape()[0] == 1 && M * N > 0 && K > 0 &&
+         M < INT32_MAX && N < INT32_MAX && K < INT32_MAX;
+}
+
 // Builds the plan: C (N x M, col-major) = op(b) (N x K) op(a) (K x M), with `epi`: BIAS
 // adds a bias (N per column), BGRADB sums op(a) over K into the bias pointer (M values).
 void make_plan(LtPlan& p, cublasLtHandle_t lt, cublasLtEpilogue_t epi, cudaDataType_t type,
@@ -175,15 +183,12 @@ void warn_lt_once(cublasLtEpilogue_t epi, const char* why) {
 
 // out (1, M, N) = a @ b through cuBLASLt with epilogue `epi` (BIAS: + bias (N); BGRADB: the
 // sums of a's rows into bias (M)); false, with nothing computed, where it does not apply
-// (f64, batches, empty products, sizes past int range, LIBNN_CUBLASLT=0, an unaligned bias
-// vector, no algorithm, a refusal).
+// (lt_applies, an unaligned bias vector, no algorithm, a refusal).
 bool CudaBackend::lt_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out,
                             cublasLtEpilogue_t epi, void* bias) {
+  if (!lt_applies(a_in, out)) return false;
   const int64_t M = out.shape()[1], N = out.shape()[2], K = a_in.shape()[2];
   const DType dt = out.dtype();
-  if (!lt_enabled() || dt == kF64 || out.shape()[0] != 1 || M * N == 0 || K == 0 ||
-      M >= INT32_MAX || N >= INT32_MAX || K >= INT32_MAX)
-    return false;
   // The plan's heuristic ran with no bias pointer set, and cuBLASLt reads the expected bias
   // alignment from that pointer ("Routines that don't dereference this pointer, like
   // cublasLtMatmulAlgoGetHeuristic() depend on its value", cublasLt.h): a null one is aligned
@@ -225,16 +230,18 @@ bool CudaBackend::lt_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out,
 void CudaBackend::gemm_bias(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
                             Tensor& out) {
   activate();
-  // the bias in the output's dtype, contiguous; one of its own is 256-byte aligned where a
-  // view into a packed bias might not be
-  Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), out.dtype());
-  if (address_alignment(bias.data_ptr()) < 256) {
-    Tensor aligned = empty(bias.shape(), bias.options());
-    copy(bias, aligned);
-    bias = aligned;
+  if (lt_applies(a_in, out)) {
+    // the bias in the output's dtype, contiguous; one of its own is 256-byte aligned where a
+    // view into a packed bias might not be
+    Tensor bias = as_dtype(*this, bias_in.is_contiguous() ? bias_in : bias_in.contiguous(), out.dtype());
+    if (address_alignment(bias.data_ptr()) < 256) {
+      Tensor aligned = empty(bias.shape(), bias.options());
+      copy(bias, aligned);
+      bias = aligned;
+    }
+    if (lt_matmul(a_in, b_in, out, CUBLASLT_EPILOGUE_BIAS, bias.data_ptr())) return;
   }
-  if (!lt_matmul(a_in, b_in, out, CUBLASLT_EPILOGUE_BIAS, bias.data_ptr()))
-    Backend::gemm_bias(a_in, b_in, bias_in, out);
+  Backend::gemm_bias(a_in, b_in, bias_in, out);
 }
 
 void CudaBackend::gemm_bias_grad(const Tensor& a_in, const Tensor& b_in, Tensor& out,
