@@ -251,9 +251,9 @@ if want test; then
   t "${omp[@]}" "$bdir/bin/libnn_tests" "[cuda]" --durations yes > "$OUT/cuda_tests.log" 2>&1
   rc=$?; log "CUDA tests exit $rc: $(tail -3 "$OUT/cuda_tests.log" | tr '\n' ' ')"
   if [[ $rc -ne 0 && $rc -ne 124 ]]; then  # triage: the same tests with the paths not yet run on a GPU off
-    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 t "${omp[@]}" "$bdir/bin/libnn_tests" "[cuda]" \
+    LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 LIBNN_CUDA_LN_FUSED=0 t "${omp[@]}" "$bdir/bin/libnn_tests" "[cuda]" \
       > "$OUT/cuda_tests_fallbacks.log" 2>&1
-    log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0: exit $? $(tail -2 \
+    log "CUDA tests with LIBNN_CUDA_ATTENTION=simt LIBNN_CUBLASLT=0 LIBNN_CUDNN_BN_FUSED=0 LIBNN_CUDA_LN_FUSED=0: exit $? $(tail -2 \
       "$OUT/cuda_tests_fallbacks.log" | tr '\n' ' ')"
   fi
   # the command-line checks that use the GPU (the CPU tests are CI's, and the Catch2 cases ran
@@ -347,6 +347,11 @@ if want extras; then
   log "where BERT-base FP16 training's time goes, primitive by primitive (the profiler waits after each, so read the shares, not the rate)"
   tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
       --phases train --num-batches 5 --num-warmup-batches 2 --profile
+  log "What the fused dropout + residual add + layer norm buys: BERT-base FP16 training with it (the default) and without (LIBNN_CUDA_LN_FUSED=0)"
+  for fused in 1 0; do
+    LIBNN_CUDA_LN_FUSED=$fused tsum bert_ln_fused$fused.log "$bdir/bin/text_bench" --device cuda --models bert \
+        --classes 2 --precisions fp16 --phases train --num-batches 20 --num-warmup-batches 3
+  done
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
   t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"

@@ -263,6 +263,129 @@ __global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S,
 }
 int ln_splits(int64_t R) { return int(std::clamp<int64_t>(ceil_div(R, 64), 1, 256)); }
 
+// ---- dropout + residual add + layer norm ------------------------------------------------------
+// A warp per row as layer_norm_warp, but lane l holds quads l + 32 k: the four elements of one
+// Philox draw and of one vector load. Each value is rounded where the ops it fuses round it
+// (dropout's output to x's type, the sum to the residual's), so it equals them up to the
+// order of the row sums.
+constexpr int kLnQuads = 8;  // quads per lane: rows up to 32 * 8 * 4 = 1024
+
+template <typename X, typename T, typename W>
+__global__ void dropout_add_layer_norm_warp(const X* x, const T* res, const W* w, const W* b,
+                                            int64_t R, int D, float eps, rng::DropoutDraw drop,
+                                            T* sum, uint8_t* mask, T* y, T* mean, T* rstd) {
+  using A = acc_t<T>;
+  using AX = acc_t<X>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;  // the whole warp
+  const int nq = D / 4;
+  const int64_t row = r * D;
+  A v[kLnQuads][4];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    const int64_t i = row + 4 * q;
+    const Quad<X> xv = *reinterpret_cast<const Quad<X>*>(x + i);
+    const Quad<T> rv = *reinterpret_cast<const Quad<T>*>(res + i);
+    rng::U32x4 u{};
+    if (drop.active()) u = rng::philox(drop.seed, drop.offset + uint64_t(i / 4));
+    Quad<T> sv;
+    uint32_t bits = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool keep = !drop.active() || drop.keeps(rng::lane(u, uint32_t(j)));
+      bits |= uint32_t(keep) << (8 * j);
+      const X d = convert<X>(keep ? AX(load(xv.v[j])) * AX(drop.scale) : AX(0));
+      sv.v[j] = convert<T>(A(load(rv.v[j])) + A(load(d)));
+      v[k][j] = A(load(sv.v[j]));
+      s += v[k][j];
+    }
+    *reinterpret_cast<Quad<T>*>(sum + i) = sv;
+    if (drop.active()) *reinterpret_cast<uint32_t*>(mask + i) = bits;
+  }
+  const A mu = warp_sum(s) / A(D);
+  A sq = 0;
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k)
+    if (lane + 32 * k < nq)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sq += (v[k][j] - mu) * (v[k][j] - mu);
+  const A inv = m_rsqrt(warp_sum(sq) / A(D) + A(eps));
+  if (lane == 0) {
+    mean[r] = convert<T>(mu);
+    rstd[r] = convert<T>(inv);
+  }
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    Quad<T> o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      A e = (v[k][j] - mu) * inv;
+      if (w) e *= A(load(w[4 * q + j]));
+      if (b) e += A(load(b[4 * q + j]));
+      o.v[j] = convert<T>(e);
+    }
+    *reinterpret_cast<Quad<T>*>(y + row + 4 * q) = o;
+  }
+}
+
+template <typename X, typename T, typename W>
+__global__ void dropout_add_layer_norm_backward_warp(const T* g, const T* sum, const W* w,
+                                                     const T* mean, const T* rstd,
+                                                     const uint8_t* mask, acc_t<X> scale,
+                                                     int64_t R, int D, T* gsum, X* gx) {
+  using A = acc_t<T>;
+  using AX = acc_t<X>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;
+  const int nq = D / 4;
+  const int64_t row = r * D;
+  const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
+  A gw[kLnQuads][4], xh[kLnQuads][4];
+  A a = 0, c = 0;
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    const Quad<T> gv = *reinterpret_cast<const Quad<T>*>(g + row + 4 * q);
+    const Quad<T> sv = *reinterpret_cast<const Quad<T>*>(sum + row + 4 * q);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      gw[k][j] = A(load(gv.v[j])) * (w ? A(load(w[4 * q + j])) : A(1));
+      xh[k][j] = (A(load(sv.v[j])) - mu) * inv;
+      a += gw[k][j];
+      c += gw[k][j] * xh[k][j];
+    }
+  }
+  a = warp_sum(a) / A(D);
+  c = warp_sum(c) / A(D);
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    const int64_t i = row + 4 * q;
+    Quad<T> o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o.v[j] = convert<T>(inv * (gw[k][j] - a - xh[k][j] * c));
+    *reinterpret_cast<Quad<T>*>(gsum + i) = o;
+    if (!gx) continue;
+    // the promotion's backward (a rounding to X), then dropout's
+    const uint32_t bits = mask ? *reinterpret_cast<const uint32_t*>(mask + i) : 0x01010101u;
+    Quad<X> ox;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      ox.v[j] = convert<X>(((bits >> (8 * j)) & 0xffu) ? AX(load(convert<X>(o.v[j]))) * scale
+                                                        : AX(0));
+    *reinterpret_cast<Quad<X>*>(gx + i) = ox;
+  }
+}
+
 // ---- pooling ---------------------------------------------------------------------------------
 // Element i (in memory order) of a (planes, Hd, Wd) tensor in g's layout: its row h and
 // column w, and n and c such that its plane starts at n * Hd * Wd * es + c (es, the element
@@ -762,6 +885,70 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
           ws, D, S, static_cast<W*>(grad_w), static_cast<W*>(grad_b));
       NN_CUDA_CHECK_LAUNCH();
     }
+  });
+}
+
+namespace {
+// f.template operator()<X, T, W>() for x's type X (T's, or a 16-bit type under an f32 T).
+template <typename F>
+void dispatch_residual(DType xt, DType t, DType wt, const char* op, F&& f) {
+  dispatch_with_params(t, wt, op, [&]<typename T, typename W>() {
+    if (xt == t) return f.template operator()<T, T, W>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (xt == DType::f16) return f.template operator()<__half, T, W>();
+      if (xt == DType::bf16) return f.template operator()<__nv_bfloat16, T, W>();
+    }
+    NN_ERROR(op, ": input of dtype ", dtype_name(xt), " with a residual of dtype ",
+             dtype_name(t));
+  });
+}
+}  // namespace
+
+bool dropout_add_layer_norm_fits(int64_t D,
+                                 std::initializer_list<std::pair<const void*, size_t>> quads) {
+  if (D <= 0 || D % 4 != 0 || D > 32 * kLnQuads * 4) return false;
+  for (const auto& [p, element_bytes] : quads)
+    if (p && !aligned_to(p, 4 * element_bytes)) return false;
+  return true;
+}
+
+void launch_dropout_add_layer_norm(DType xt, DType t, DType wt, const void* x,
+                                   const void* residual, const void* w, const void* b,
+                                   int64_t R, int64_t D, double eps, double p, uint64_t seed,
+                                   uint64_t offset, void* sum, uint8_t* mask, void* y,
+                                   void* mean, void* rstd, cudaStream_t s) {
+  if (R == 0) return;
+  rng::DropoutDraw drop;
+  if (p > 0) {
+    drop.seed = seed;
+    drop.offset = offset;
+    drop.p = float(p);
+    drop.scale = 1.0 / (1.0 - p);
+  }
+  dispatch_residual(xt, t, wt, "dropout_add_layer_norm", [&]<typename X, typename T, typename W>() {
+    dropout_add_layer_norm_warp<X, T, W><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+        static_cast<const X*>(x), static_cast<const T*>(residual), static_cast<const W*>(w),
+        static_cast<const W*>(b), R, int(D), float(eps), drop, static_cast<T*>(sum), mask,
+        static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const void* grad,
+                                            const void* sum, const void* w, const void* mean,
+                                            const void* rstd, const uint8_t* mask, double p,
+                                            int64_t R, int64_t D, void* grad_sum, void* grad_x,
+                                            cudaStream_t s) {
+  if (R == 0) return;
+  dispatch_residual(xt, t, wt, "dropout_add_layer_norm_backward",
+                    [&]<typename X, typename T, typename W>() {
+    auto kernel = dropout_add_layer_norm_backward_warp<X, T, W>;
+    kernel<<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+        static_cast<const T*>(grad), static_cast<const T*>(sum), static_cast<const W*>(w),
+        static_cast<const T*>(mean), static_cast<const T*>(rstd), p > 0 ? mask : nullptr,
+        acc_t<X>(p > 0 ? 1.0 / (1.0 - p) : 1.0), R, int(D), static_cast<T*>(grad_sum),
+        static_cast<X*>(grad_x));
+    NN_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 #include <nn/dtype.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "kernels/common.cuh"
 
 namespace nn::kernels {
@@ -26,6 +29,24 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
                                 const void* w, const void* mean, const void* rstd, int64_t R,
                                 int64_t D, void* grad_x, void* grad_w, void* grad_b,
                                 void* workspace, cudaStream_t s);
+
+// ---- dropout + residual add + layer norm: one warp per row, in quads ------------------------
+// sum = residual + dropout(x), y = layer_norm(sum), rows (R, D); the backward writes the
+// sum's gradient and x's (dropout's backward of it rounded to x's dtype; grad_x may be null).
+// xt: x's dtype; t: the residual's, sum's, y's and the statistics'; wt: the parameters'.
+// p == 0 draws nothing and writes no mask. Rows must be whole quads: fits() says which
+// calls the kernels take (D a multiple of 4 up to 1024, every pointer aligned for its quads).
+bool dropout_add_layer_norm_fits(int64_t D, std::initializer_list<std::pair<const void*, size_t>> quads);
+void launch_dropout_add_layer_norm(DType xt, DType t, DType wt, const void* x,
+                                   const void* residual, const void* w, const void* b,
+                                   int64_t R, int64_t D, double eps, double p, uint64_t seed,
+                                   uint64_t offset, void* sum, uint8_t* mask, void* y,
+                                   void* mean, void* rstd, cudaStream_t s);
+void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const void* grad,
+                                            const void* sum, const void* w, const void* mean,
+                                            const void* rstd, const uint8_t* mask, double p,
+                                            int64_t R, int64_t D, void* grad_sum, void* grad_x,
+                                            cudaStream_t s);
 
 // ---- 2-D pooling over (planes, H, W), planes = N * C ------------------------------------------
 // nhwc: input, output and indices stored (N, H, W, C) (channels-last), else (N, C, H, W).

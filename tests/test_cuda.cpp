@@ -446,6 +446,27 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{layer_norm(x[0], {200}), layer_norm(x[1], {768}, x[3], x[4]),
                                             layer_norm(x[2], {1100})};
                }, 1e-3});
+  // a post-LN block's dropout + residual add + layer norm: one warp per row in quads (rows of
+  // 64, BERT-base's 768, 1024); the composition where rows are not whole quads (30), too long
+  // (1100) or start off a quad's alignment (one element into a buffer); without dropout
+  v.push_back({"dropout + residual add + layer norm",
+               {{6, 7, 64}, {6, 7, 64}, {64}, {64}, {5, 768}, {5, 768}, {2, 1024}, {2, 1024},
+                {3, 30}, {3, 30}, {2, 1100}, {2, 1100}},
+               [](auto& x) {
+                 Generator g(8);
+                 auto off_by_one = [](const Tensor& t) {
+                   return t.reshape({-1}).slice(0, 1, 1 + 4 * 764).reshape({4, 764});
+                 };
+                 return std::vector<Tensor>{
+                     dropout_add_layer_norm(x[0], x[1], {64}, x[2], x[3], 0.1, true, 1e-5, &g),
+                     dropout_add_layer_norm(x[4], x[5], {768}, {}, {}, 0.2, true, 1e-5, &g),
+                     dropout_add_layer_norm(x[4], x[5], {768}, {}, {}, 0.2, false),
+                     dropout_add_layer_norm(x[6], x[7], {1024}, {}, {}, 0.1, true, 1e-5, &g),
+                     dropout_add_layer_norm(x[8], x[9], {30}, {}, {}, 0.1, true, 1e-5, &g),
+                     dropout_add_layer_norm(x[10], x[11], {1100}, {}, {}, 0.1, true, 1e-5, &g),
+                     dropout_add_layer_norm(off_by_one(x[4]), x[5].reshape({-1}).slice(0, 0, 4 * 764).reshape({4, 764}),
+                                            {764}, {}, {}, 0.1, true, 1e-5, &g)};
+               }, 1e-4});
   // embedding and row gathers
   v.push_back({"embedding", {{11, 6}}, [](auto& x) {
                  Tensor idx = from_vector<int64_t>({3, 0, 3, 10, 7}, {5}).to(x[0].device());
@@ -572,6 +593,21 @@ std::vector<Case> cases() {
                   layer_norm(x[0], {33}, x[1].to(kF32), x[2].to(kF32)).to(kF32)};
             }, 5e-2, true, kF16};
   v.push_back(ln16);
+  // autocast's residual step: a 16-bit Linear output onto the f32 residual stream; and a model
+  // cast to 16 bits, with 16-bit and with f32 parameters
+  for (DType h : {kF16, kBF16}) {
+    Case daln{std::string(dtype_name(h)) + " dropout + residual add + layer norm",
+              {{6, 7, 64}, {6, 7, 64}, {64}, {64}}, [](auto& x) {
+                Generator g(9);
+                return std::vector<Tensor>{
+                    dropout_add_layer_norm(x[0], x[1].to(kF32), {64}, x[2].to(kF32),
+                                           x[3].to(kF32), 0.1, true, 1e-5, &g),
+                    dropout_add_layer_norm(x[0], x[1], {64}, x[2], x[3], 0.1, true, 1e-5, &g).to(kF32),
+                    dropout_add_layer_norm(x[0], x[1], {64}, x[2].to(kF32), x[3].to(kF32), 0.1,
+                                           true, 1e-5, &g).to(kF32)};
+              }, h == kF16 ? 5e-2 : 6e-2, true, h};
+    v.push_back(daln);
+  }
   Case bn16e{"f16 batch norm eval, f32 parameters", {{8, 3, 5, 4}, {3}, {3}}, [](auto& x) {
                Tensor rm = full({3}, 0.2, x[0].device()), rv = full({3}, 1.5, x[0].device());
                return std::vector<Tensor>{
@@ -1109,6 +1145,54 @@ TEST_CASE("refusals of cuDNN's fused batch norm fall back to the composition", "
     INFO(var);
     Env env(var, 2000);
     REQUIRE(test::error_of(run).find("CUDNN_STATUS_BAD_PARAM") != std::string::npos);
+  }
+}
+
+// A post-LN block's residual step at BERT-base's width is one kernel forward and one backward
+// (plus layer norm's two for the parameter sums), in f32 and in autocast's mix (a 16-bit
+// Linear output onto the f32 residual stream). Its values equal the composition's (the
+// cross-backend table), so only the count tells that the fused kernels ran.
+TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  using Launches = unsigned long long (*)();
+  const auto launches =
+      reinterpret_cast<Launches>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_kernel_launches"));
+  if (!launches) {
+    WARN("not the CUDA emulator (it counts kernel launches): case skipped");
+    return;
+  }
+  if (const char* e = std::getenv("LIBNN_CUDA_LN_FUSED"); e && std::string(e) == "0") {
+    WARN("LIBNN_CUDA_LN_FUSED=0: case skipped");
+    return;
+  }
+  auto count = [&](const std::function<void()>& f) {
+    const unsigned long long before = launches();
+    f();
+    return launches() - before;
+  };
+  manual_seed(7);
+  for (DType xt : {kF32, kF16, kBF16}) {
+    INFO(dtype_name(xt));
+    const Tensor x0 = randn({8, 768}).to(xt).to(kCUDA), r0 = randn({8, 768}).to(kCUDA);
+    const Tensor up = randn({8, 768}).to(kCUDA);
+    auto leaf = [](const Tensor& t) { return t.detach().requires_grad_(); };
+    Tensor x = leaf(x0), r = leaf(r0), w = leaf(ones({768}, kCUDA)), b = leaf(zeros({768}, kCUDA));
+    Tensor y;
+    const auto fwd = count([&] { y = dropout_add_layer_norm(x, r, {768}, w, b, 0.1, true); });
+    const auto bwd = count([&] { y.backward(up); });
+    CHECK(fwd == 1);
+    CHECK(bwd == 3);
+    // and in eval, nothing dropped
+    CHECK(count([&] { dropout_add_layer_norm(x0, r0, {768}, w, b, 0.1, false); }) == 1);
+    // the ops it stands for (dropout, the promotion of a 16-bit x, the add and the norm, and
+    // their backwards) take more: 3 or 4 forward and 5 or 6 backward (2026-11-29)
+    Tensor xc = leaf(x0), rc = leaf(r0), wc = leaf(ones({768}, kCUDA)), bc = leaf(zeros({768}, kCUDA));
+    Tensor yc;
+    const auto fwd_ops = count([&] { yc = layer_norm(add(rc, dropout(xc, 0.1, true)), {768}, wc, bc); });
+    const auto bwd_ops = count([&] { yc.backward(up); });
+    INFO("composed: " << fwd_ops << " forward, " << bwd_ops << " backward");
+    CHECK(fwd_ops > fwd);
+    CHECK(bwd_ops > bwd);
   }
 }
 

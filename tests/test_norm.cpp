@@ -324,3 +324,82 @@ TEST_CASE("f16 and bf16 layer_norm: f32's of the widened values, rounded once", 
                        layer_norm(x32, {96}, w.to(kF32), b.to(kF32)).to(h));
   }
 }
+
+namespace {
+// dropout_add_layer_norm against the ops it stands for, with a generator of the same seed:
+// output, input and parameter gradients, and the generator left where dropout leaves it.
+void require_fused_as_composed(const Tensor& x0, const Tensor& r0, const Tensor& w0,
+                               const Tensor& b0, double p, bool training) {
+  const int64_t D = r0.shape().back();
+  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().requires_grad_(true) : t; };
+  Tensor x = leaf(x0), r = leaf(r0), w = leaf(w0), b = leaf(b0);
+  Tensor xc = leaf(x0), rc = leaf(r0), wc = leaf(w0), bc = leaf(b0);
+  Generator g(17), gc(17);
+  Tensor y = dropout_add_layer_norm(x, r, {D}, w, b, p, training, 1e-5, &g);
+  Tensor yc = layer_norm(add(rc, dropout(xc, p, training, &gc)), {D}, wc, bc, 1e-5);
+  test::require_same(y, yc);
+  Generator gw(5);
+  Tensor up = randn(y.shape(), kF32, &gw).to(y.dtype());
+  (y * up).sum().backward();
+  (yc * up).sum().backward();
+  test::require_same(x.grad(), xc.grad());
+  test::require_same(r.grad(), rc.grad());
+  if (w.defined()) test::require_same(w.grad(), wc.grad());
+  if (b.defined()) test::require_same(b.grad(), bc.grad());
+  REQUIRE(g.advance(1) == gc.advance(1));
+}
+}  // namespace
+
+TEST_CASE("dropout_add_layer_norm is layer_norm(residual + dropout(x)): values, draws, gradients",
+          "[norm][dropout]") {
+  Tensor x = rnd({3, 5, 8}, 51, false), r = rnd({3, 5, 8}, 52, false);
+  Tensor w = rnd({8}, 53, false), b = rnd({8}, 54, false);
+  for (double p : {0.0, 0.25}) {
+    INFO("p " << p);
+    require_fused_as_composed(x, r, w, b, p, true);
+    require_fused_as_composed(x, r, w, b, p, false);
+    require_fused_as_composed(x, r, Tensor(), Tensor(), p, true);
+    // 16-bit x with an f32 residual and parameters (autocast's Linear output and residual
+    // stream): the sum in f32; and everything in one 16-bit type (a model cast with .to())
+    for (DType h : {kF16, kBF16}) {
+      INFO(dtype_name(h));
+      require_fused_as_composed(x.to(h), r.to(kF32), w.to(kF32), b.to(kF32), p, true);
+      require_fused_as_composed(x.to(h), r.to(h), w.to(h), b.to(h), p, true);
+      require_fused_as_composed(x.to(h), r.to(h), w.to(kF32), b.to(kF32), p, true);
+    }
+    // a strided x; a residual broadcast over rows and one of a wider dtype than the sum's
+    // partner (each the ops it stands for)
+    require_fused_as_composed(rnd({8, 5, 3}, 55, false).permute({2, 1, 0}), r, w, b, p, true);
+    require_fused_as_composed(x, rnd({5, 8}, 56, false), w, b, p, true);
+    require_fused_as_composed(x, r.to(kF32), w, b, p, true);
+  }
+  require_fused_as_composed(x, r, w, b, 1.0, true);  // everything dropped
+  REQUIRE(test::error_of([&] { dropout_add_layer_norm(x, r, {8}, w, b, 1.5, true); })
+              .find("probability must be in [0, 1]") != std::string::npos);
+  REQUIRE(test::error_of([&] { dropout_add_layer_norm(x, r, {5}, w, b, 0.1, true); })
+              .find("does not end in") != std::string::npos);
+  REQUIRE(test::error_of([&] { dropout_add_layer_norm(x, r, {8}, rnd({7}, 1, false), b, 0.1, true); })
+              .find("weight has 7 elements") != std::string::npos);
+}
+
+TEST_CASE("dropout_add_layer_norm under autocast is the composition's f32 norm", "[norm][amp]") {
+  Tensor x = rnd({4, 12}, 61, false).to(kF16), r = rnd({4, 12}, 62, false).to(kF32);
+  Tensor w = rnd({12}, 63, false).to(kF32), b = rnd({12}, 64, false).to(kF32);
+  amp::AutocastGuard guard(kF16);
+  require_fused_as_composed(x, r, w, b, 0.2, true);
+  // both 16-bit: add keeps f16, layer norm widens it (the composition)
+  require_fused_as_composed(x, r.to(kF16), w, b, 0.2, true);
+  REQUIRE(dropout_add_layer_norm(x, r.to(kF16), {12}, w, b, 0.2, true).dtype() == kF32);
+}
+
+TEST_CASE("gradcheck: dropout_add_layer_norm", "[norm][dropout][gradcheck]") {
+  for (double p : {0.0, 0.3}) {
+    INFO("p " << p);
+    require_gradcheck(
+        [p](const std::vector<Tensor>& in) {
+          Generator g(3);  // the same mask at every evaluation
+          return dropout_add_layer_norm(in[0], in[1], {6}, in[2], in[3], p, true, 1e-5, &g);
+        },
+        {rnd({4, 6}, 71), rnd({4, 6}, 72), rnd({6}, 73), rnd({6}, 74)});
+  }
+}

@@ -374,6 +374,11 @@ void trap(const char* what) {
   leave();
 }
 
+// Kernels launched with a valid configuration (libnn_cuda_emu_kernel_launches, found with
+// dlsym): what a test counts to see that a fused path ran, where its values equal the
+// composition's.
+std::atomic<unsigned long long> kernel_launches{0};
+
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel,
             const std::function<void()>& body) {
   run_queued();  // the stream's earlier copies come first
@@ -407,6 +412,7 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
       return;
     }
   }
+  ++kernel_launches;
   Grid& g = grid_state;
   g.body = &body;
   g.error.clear();
@@ -687,6 +693,7 @@ void emu::check_guards(const char* where) {
 extern "C" {
 
 unsigned long long libnn_cuda_emu_host_waits() { return host_waits; }
+unsigned long long libnn_cuda_emu_kernel_launches() { return emu::kernel_launches; }
 
 // CUDA_VISIBLE_DEVICES hides the device as the real runtime does when it is set to nothing
 // or to an index other than 0 (so the no-GPU paths can be tested here too).

@@ -83,6 +83,9 @@ class LayerNorm : public Module {
   explicit LayerNorm(const LayerNormOptions& o);
   explicit LayerNorm(int64_t d) : LayerNorm(LayerNormOptions({d})) {}
   Tensor forward(const Tensor& x) override;
+  // The norm of residual + dropout(x) (nn::dropout_add_layer_norm): a post-LN block's end.
+  Tensor forward_residual(const Tensor& x, const Tensor& residual, double dropout_p,
+                          bool training, Generator* gen = nullptr);
   std::string extra_repr() const override;
   LayerNormOptions options;
   Tensor weight, bias;

@@ -167,6 +167,13 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& ru
 // Normalises over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+// layer_norm(add(residual, dropout(x, p, training, gen)), ...): a post-LN transformer's
+// residual step, the same values, draws and gradients, in one pass where the backend has
+// one (CUDA) instead of four (dropout, the promotion of a 16-bit x, the add, the norm).
+Tensor dropout_add_layer_norm(const Tensor& x, const Tensor& residual,
+                              const Shape& normalized_shape, const Tensor& weight,
+                              const Tensor& bias, double p, bool training, double eps = 1e-5,
+                              Generator* gen = nullptr);
 // weight (V, D), indices (any shape, i64/i32) -> (indices..., D). Rows at padding_idx get no
 // gradient (a negative padding_idx counts from the end: -1 is row V - 1).
 Tensor embedding(const Tensor& weight, const Tensor& indices,

@@ -173,6 +173,26 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
                                    Tensor& grad_weight, Tensor& grad_bias) = 0;
+  // A post-LN transformer's residual step in one call: sum = residual + dropout(x), out =
+  // layer_norm(sum), rows of D as layer_norm_forward's. x (R, D) in its own dtype; residual,
+  // sum and out (R, D) in the sum's dtype, x's or f32 for 16-bit x; all contiguous. With p > 0
+  // mask (R, D) u8 is written and x dropped as dropout_forward drops it (its draws at seed,
+  // offset; the kept value rounded to x's dtype before the add, as the two ops would); with
+  // p == 0 nothing is dropped and mask is left alone. The default composes dropout_forward,
+  // copy, binary and layer_norm_forward; CUDA makes one pass.
+  virtual void dropout_add_layer_norm_forward(const Tensor& x, const Tensor& residual, double p,
+                                              uint64_t seed, uint64_t offset,
+                                              const Tensor& weight, const Tensor& bias,
+                                              double eps, Tensor& sum, Tensor& mask, Tensor& out,
+                                              Tensor& mean, Tensor& rstd);
+  // Its backward: grad_sum = layer norm's input gradient (the residual's gradient, always
+  // written), grad_x (x's dtype, undefined: skipped) = grad_sum rounded to x's dtype, then
+  // dropout's backward through mask (p > 0); parameter gradients as layer_norm_backward's.
+  virtual void dropout_add_layer_norm_backward(const Tensor& grad, const Tensor& sum,
+                                               const Tensor& weight, const Tensor& mean,
+                                               const Tensor& rstd, const Tensor& mask, double p,
+                                               Tensor& grad_sum, Tensor& grad_x,
+                                               Tensor& grad_weight, Tensor& grad_bias);
 
   // ---- embedding (row gather / scatter-add, any dtype) --------------------------------------
   // src (V, D) contiguous, index (M) i64/i32 -> out (M, D). Throws on an index out of range.

@@ -223,6 +223,23 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "layer_norm_backward", "norm");
     inner_.layer_norm_backward(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
   }
+  void dropout_add_layer_norm_forward(const Tensor& x, const Tensor& residual, double p,
+                                      uint64_t seed, uint64_t offset, const Tensor& weight,
+                                      const Tensor& bias, double eps, Tensor& sum, Tensor& mask,
+                                      Tensor& out, Tensor& mean, Tensor& rstd) override {
+    Timer t(*this, "dropout_add_layer_norm_forward", "norm");
+    inner_.dropout_add_layer_norm_forward(x, residual, p, seed, offset, weight, bias, eps, sum,
+                                          mask, out, mean, rstd);
+  }
+  void dropout_add_layer_norm_backward(const Tensor& grad, const Tensor& sum,
+                                       const Tensor& weight, const Tensor& mean,
+                                       const Tensor& rstd, const Tensor& mask, double p,
+                                       Tensor& grad_sum, Tensor& grad_x, Tensor& grad_weight,
+                                       Tensor& grad_bias) override {
+    Timer t(*this, "dropout_add_layer_norm_backward", "norm");
+    inner_.dropout_add_layer_norm_backward(grad, sum, weight, mean, rstd, mask, p, grad_sum,
+                                           grad_x, grad_weight, grad_bias);
+  }
   void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override {
     Timer t(*this, "gather_rows", "embedding");
     inner_.gather_rows(src, index, out);

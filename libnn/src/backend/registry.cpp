@@ -34,6 +34,41 @@ void Backend::gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tens
   reduce(ReduceOp::sum, rows, {2}, sums);
 }
 
+void Backend::dropout_add_layer_norm_forward(const Tensor& x, const Tensor& residual, double p,
+                                             uint64_t seed, uint64_t offset,
+                                             const Tensor& weight, const Tensor& bias, double eps,
+                                             Tensor& sum, Tensor& mask, Tensor& out, Tensor& mean,
+                                             Tensor& rstd) {
+  Tensor dropped = x;
+  if (p > 0) {
+    dropped = empty(x.shape(), x.options());
+    dropout_forward(x, p, seed, offset, dropped, mask);
+  }
+  if (dropped.dtype() != sum.dtype()) {  // add's promotion
+    Tensor wide = empty(x.shape(), sum.options());
+    copy(dropped, wide);
+    dropped = wide;
+  }
+  binary(BinaryOp::add, residual, dropped, sum);
+  layer_norm_forward(sum, weight, bias, eps, out, mean, rstd);
+}
+
+void Backend::dropout_add_layer_norm_backward(const Tensor& grad, const Tensor& sum,
+                                              const Tensor& weight, const Tensor& mean,
+                                              const Tensor& rstd, const Tensor& mask, double p,
+                                              Tensor& grad_sum, Tensor& grad_x,
+                                              Tensor& grad_weight, Tensor& grad_bias) {
+  layer_norm_backward(grad, sum, weight, mean, rstd, grad_sum, grad_weight, grad_bias);
+  if (!grad_x.defined()) return;
+  if (p == 0) return copy(grad_sum, grad_x);
+  Tensor g = grad_sum;
+  if (g.dtype() != grad_x.dtype()) {  // the promotion's backward
+    g = empty(grad_x.shape(), grad_x.options());
+    copy(grad_sum, g);
+  }
+  dropout_backward(g, mask, p, grad_x);
+}
+
 namespace {
 // A dense tensor (row-major or channels-last) as one run of its elements in memory order.
 Tensor flat(const Tensor& t) {

@@ -67,16 +67,15 @@ BertLayer::BertLayer(const BertConfig& c) : Module("BertLayer"), config(c) {
 Tensor BertLayer::forward(const Tensor& x, const Tensor& keep) {
   const double p = config.dropout();
   const bool train = is_training();
-  auto feed_forward = [&](const Tensor& h) {
-    return dropout(output->forward(gelu(intermediate->forward(h))), p, train);
-  };
+  auto feed_forward = [&](const Tensor& h) { return output->forward(gelu(intermediate->forward(h))); };
   if (config.pre_ln()) {
     Tensor h = add(x, dropout(attention_out->forward(self->forward(attention_norm->forward(x), keep)), p, train));
-    return add(h, feed_forward(output_norm->forward(h)));
+    return add(h, dropout(feed_forward(output_norm->forward(h)), p, train));
   }
-  Tensor h = attention_norm->forward(
-      add(x, dropout(attention_out->forward(self->forward(x, keep)), p, train)));
-  return output_norm->forward(add(h, feed_forward(h)));
+  // post-LN: each sub-layer ends in norm(residual + dropout(out)), one call
+  Tensor h = attention_norm->forward_residual(attention_out->forward(self->forward(x, keep)), x,
+                                              p, train);
+  return output_norm->forward_residual(feed_forward(h), h, p, train);
 }
 
 BertModel::BertModel(const BertConfig& c) : Module("BertModel"), config(c) {

@@ -112,6 +112,11 @@ LayerNorm::LayerNorm(const LayerNormOptions& o) : Module("LayerNorm"), options(o
 Tensor LayerNorm::forward(const Tensor& x) {
   return layer_norm(x, options.normalized_shape(), weight, bias, options.eps());
 }
+Tensor LayerNorm::forward_residual(const Tensor& x, const Tensor& residual, double dropout_p,
+                                  bool training, Generator* gen) {
+  return dropout_add_layer_norm(x, residual, options.normalized_shape(), weight, bias, dropout_p,
+                                training, options.eps(), gen);
+}
 std::string LayerNorm::extra_repr() const {
   return detail::cat(shape_str(options.normalized_shape()), ", eps=", options.eps());
 }

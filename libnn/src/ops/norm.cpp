@@ -1,5 +1,6 @@
 // batch_norm and layer_norm, each with a fused backward primitive.
 #include <nn/amp.h>
+#include <nn/random.h>
 
 #include "ops/common.h"
 
@@ -131,44 +132,109 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& ru
                          bias, training, momentum, eps);
 }
 
+namespace {
+// layer_norm's checks, shared by the fused op: x ends in normalized_shape, weight and bias
+// have its D elements and one dtype. Returns D.
+int64_t check_layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                         const Tensor& bias, const char* op) {
+  check_floating(x, op);
+  const int64_t k = int64_t(normalized_shape.size());
+  NN_CHECK(k >= 1 && x.dim() >= k &&
+               Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
+           op, ": input of shape ", shape_str(x.shape()), " does not end in ",
+           shape_str(normalized_shape));
+  const int64_t D = numel_of(normalized_shape);
+  check_param(x, weight, D, op, "weight");
+  check_param(x, bias, D, op, "bias");
+  check_same_dtype(weight, bias, op);
+  return D;
+}
+// t's elements as (R, D) rows of a contiguous tensor (t itself when it is contiguous).
+Tensor as_rows(const Tensor& t, int64_t D) {
+  Tensor c = raw_contiguous(t);
+  return make_view(c, {D ? c.numel() / D : 0, D}, {D, 1}, c.offset());
+}
+Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? raw_contiguous(t) : t; }
+Tensor detached(const Tensor& t) { return t.defined() ? t.detach() : t; }
+}  // namespace
+
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
                   const Tensor& bias_in, double eps) {
   check_defined(x_in, "layer_norm");
   // autocast: f32 throughout, 16-bit parameters (a model cast with .to()) included
   const Tensor x = amp::autocast_f32(x_in), weight = amp::autocast_f32(weight_in),
                bias = amp::autocast_f32(bias_in);
-  check_floating(x, "layer_norm");
-  const int64_t k = int64_t(normalized_shape.size());
-  NN_CHECK(k >= 1 && x.dim() >= k &&
-               Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
-           "layer_norm: input of shape ", shape_str(x.shape()), " does not end in ",
-           shape_str(normalized_shape));
-  const int64_t D = numel_of(normalized_shape);
-  check_param(x, weight, D, "layer_norm", "weight");
-  check_param(x, bias, D, "layer_norm", "bias");
-  check_same_dtype(weight, bias, "layer_norm");
-  const int64_t R = D ? x.numel() / D : 0;
-  Tensor xc = raw_contiguous(x);
-  Tensor x2 = make_view(xc, {R, D}, {D, 1}, xc.offset());
+  const int64_t D = check_layer_norm(x, normalized_shape, weight, bias, "layer_norm");
+  Tensor x2 = as_rows(x, D);
+  const int64_t R = x2.shape()[0];
   Tensor out = empty(x.shape(), x.options());
   Tensor o2 = make_view(out, {R, D}, {D, 1}, 0);
   Tensor mu = empty({R}, x.options()), rstd = empty({R}, x.options());
-  Tensor w = weight.defined() ? raw_contiguous(weight) : Tensor();
-  Tensor b = bias.defined() ? raw_contiguous(bias) : Tensor();
+  Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
   backend::of(x).layer_norm_forward(x2, w, b, eps, o2, mu, rstd);
   record("layer_norm", {x, weight, bias}, out, {x2, w, b},
-         [x2 = x2.detach(), w = w.defined() ? w.detach() : Tensor(), mu, rstd,
-          b = b.defined() ? b.detach() : Tensor(), xs = x.shape()](const Tensor& g, auto& need) {
+         [x2 = x2.detach(), w = detached(w), mu, rstd, b = detached(b),
+          xs = x.shape()](const Tensor& g, auto& need) {
     const int64_t R = x2.shape()[0], D = x2.shape()[1];
     Tensor gx = need[0] ? empty(xs, x2.options()) : Tensor();
     Tensor gx2 = need[0] ? make_view(gx, {R, D}, {D, 1}, 0) : Tensor();
     Tensor gw = need[1] ? empty(w.shape(), w.options()) : Tensor();
     // in the bias' dtype (f32 parameters of 16-bit data get f32 gradients)
     Tensor gb = need[2] ? empty(b.shape(), b.options()) : Tensor();
-    Tensor gc = raw_contiguous(g);
-    backend::of(g).layer_norm_backward(make_view(gc, {R, D}, {D, 1}, gc.offset()), x2, w, mu,
-                                       rstd, gx2, gw, gb);
+    backend::of(g).layer_norm_backward(as_rows(g, D), x2, w, mu, rstd, gx2, gw, gb);
     return std::vector<Tensor>{gx, gw, gb};
+  });
+  return out;
+}
+
+Tensor dropout_add_layer_norm(const Tensor& x, const Tensor& residual,
+                              const Shape& normalized_shape, const Tensor& weight_in,
+                              const Tensor& bias_in, double p, bool training, double eps,
+                              Generator* gen) {
+  const char* op = "dropout_add_layer_norm";
+  check_defined(x, op);
+  check_defined(residual, op);
+  NN_CHECK(p >= 0 && p <= 1, op, ": probability must be in [0, 1], got ", p);
+  const double pd = training ? p : 0.0;
+  // One call computes the sum in the residual's dtype, which must be the pair's common dtype
+  // and layer norm's own (autocast's f32 for 16-bit data); anything else, broadcasting and
+  // p == 1 (no mask) included, is the two ops it stands for.
+  const DType st = promote_types(x.dtype(), residual.dtype());
+  const bool widened = amp::autocast_enabled() && (st == kF16 || st == kBF16);
+  if (x.shape() != residual.shape() || residual.dtype() != st || widened || pd == 1 ||
+      x.device() != residual.device() || !is_floating(x.dtype()))
+    return layer_norm(add(residual, dropout(x, p, training, gen)), normalized_shape, weight_in,
+                      bias_in, eps);
+  const Tensor weight = amp::autocast_f32(weight_in), bias = amp::autocast_f32(bias_in);
+  const int64_t D = check_layer_norm(residual, normalized_shape, weight, bias, op);
+  Tensor x2 = as_rows(x, D), r2 = as_rows(residual, D);
+  const int64_t R = x2.shape()[0];
+  const TensorOptions so = residual.options();
+  Tensor sum = empty({R, D}, so), out = empty(residual.shape(), so);
+  Tensor o2 = make_view(out, {R, D}, {D, 1}, 0);
+  Tensor mu = empty({R}, so), rstd = empty({R}, so);
+  Tensor mask = pd > 0 ? empty({R, D}, TensorOptions(kU8).device(x.device())) : Tensor();
+  uint64_t seed = 0, offset = 0;
+  if (pd > 0) {  // the draws nn::dropout would make
+    Generator& g = gen ? *gen : default_generator();
+    offset = g.advance(uint64_t(x.numel()));
+    seed = g.seed();
+  }
+  Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
+  backend::of(x).dropout_add_layer_norm_forward(x2, r2, pd, seed, offset, w, b, eps, sum, mask,
+                                                o2, mu, rstd);
+  record(op, {x, residual, weight, bias}, out, {w, b},
+         [sum, mask, mu, rstd, w = detached(w), b = detached(b), pd, xs = x.shape(),
+          xt = x.dtype()](const Tensor& g, auto& need) {
+    const int64_t R = sum.shape()[0], D = sum.shape()[1];
+    auto rows = [&](const Tensor& t) { return t.defined() ? make_view(t, {R, D}, {D, 1}, 0) : t; };
+    Tensor gs = empty(xs, sum.options()), gs2 = rows(gs);  // the residual's gradient
+    Tensor gx = need[0] ? empty(xs, sum.options().dtype(xt)) : Tensor(), gx2 = rows(gx);
+    Tensor gw = need[2] ? empty(w.shape(), w.options()) : Tensor();
+    Tensor gb = need[3] ? empty(b.shape(), b.options()) : Tensor();
+    backend::of(g).dropout_add_layer_norm_backward(as_rows(g, D), sum, w, mu, rstd, mask, pd,
+                                                   gs2, gx2, gw, gb);
+    return std::vector<Tensor>{gx, need[1] ? gs : Tensor(), gw, gb};
   });
   return out;
 }

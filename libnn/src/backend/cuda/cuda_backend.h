@@ -124,6 +124,15 @@ class CudaBackend final : public Backend {
   void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                            const Tensor& mean, const Tensor& rstd, Tensor& grad_x,
                            Tensor& grad_weight, Tensor& grad_bias) override;
+  void dropout_add_layer_norm_forward(const Tensor& x, const Tensor& residual, double p,
+                                      uint64_t seed, uint64_t offset, const Tensor& weight,
+                                      const Tensor& bias, double eps, Tensor& sum, Tensor& mask,
+                                      Tensor& out, Tensor& mean, Tensor& rstd) override;
+  void dropout_add_layer_norm_backward(const Tensor& grad, const Tensor& sum,
+                                       const Tensor& weight, const Tensor& mean,
+                                       const Tensor& rstd, const Tensor& mask, double p,
+                                       Tensor& grad_sum, Tensor& grad_x, Tensor& grad_weight,
+                                       Tensor& grad_bias) override;
 
   void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
   void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
@@ -212,7 +221,7 @@ inline uint32_t address_alignment(const void* p) {
   return k;
 }
 // A path the environment can turn off for comparison or while it is being fixed
-// (LIBNN_CUBLASLT=0, LIBNN_CUDNN_BN_FUSED=0, LIBNN_CUDNN_FIND=0): on unless `name` is "0".
+// (LIBNN_CUBLASLT=0, LIBNN_CUDNN_BN_FUSED=0, LIBNN_CUDNN_FIND=0, LIBNN_CUDA_LN_FUSED=0): on unless `name` is "0".
 // Callers read it once a process (static), not per call.
 inline bool env_switch_on(const char* name) {
   const char* e = std::getenv(name);

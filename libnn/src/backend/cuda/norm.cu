@@ -352,4 +352,66 @@ void CudaBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const
       grad_bias.defined() ? grad_bias.data_ptr() : nullptr, ws.data_ptr(), stream_);
 }
 
+// A post-LN block's dropout + residual add + layer norm: one kernel each way (a warp per row
+// of whole quads, kernels/nn_layers.cu) for f32 and 16-bit data in rows of up to 1024 that
+// are whole, aligned quads; the composition for anything else, and with
+// LIBNN_CUDA_LN_FUSED=0 (to compare, or while the kernels are being fixed).
+namespace {
+bool fused_ln_enabled() {
+  static const bool on = env_switch_on("LIBNN_CUDA_LN_FUSED");
+  return on;
+}
+// A tensor's address and element size for the quad check (null when undefined).
+std::pair<const void*, size_t> quads_of(const Tensor& t) {
+  return {t.defined() ? t.data_ptr() : nullptr, t.defined() ? element_size(t.dtype()) : 0};
+}
+bool is_f32_or_16(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+}  // namespace
+
+void CudaBackend::dropout_add_layer_norm_forward(const Tensor& x, const Tensor& residual,
+                                                 double p, uint64_t seed, uint64_t offset,
+                                                 const Tensor& weight, const Tensor& bias,
+                                                 double eps, Tensor& sum, Tensor& mask,
+                                                 Tensor& out, Tensor& mean, Tensor& rstd) {
+  const int64_t D = x.shape().back(), R = D ? x.numel() / D : 0;
+  if (!fused_ln_enabled() || !is_f32_or_16(x.dtype()) || !is_f32_or_16(sum.dtype()) ||
+      !kernels::dropout_add_layer_norm_fits(
+          D, {quads_of(x), quads_of(residual), quads_of(sum), quads_of(out),
+              {p > 0 ? mask.data_ptr() : nullptr, 1}}))
+    return Backend::dropout_add_layer_norm_forward(x, residual, p, seed, offset, weight, bias,
+                                                   eps, sum, mask, out, mean, rstd);
+  activate();
+  kernels::launch_dropout_add_layer_norm(
+      x.dtype(), sum.dtype(), first_dtype({&weight, &bias}, sum.dtype()), x.data_ptr(),
+      residual.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+      bias.defined() ? bias.data_ptr() : nullptr, R, D, eps, p, seed, offset, sum.data_ptr(),
+      p > 0 ? ptr<uint8_t>(mask) : nullptr, out.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+      stream_);
+}
+
+void CudaBackend::dropout_add_layer_norm_backward(const Tensor& grad, const Tensor& sum,
+                                                  const Tensor& weight, const Tensor& mean,
+                                                  const Tensor& rstd, const Tensor& mask,
+                                                  double p, Tensor& grad_sum, Tensor& grad_x,
+                                                  Tensor& grad_weight, Tensor& grad_bias) {
+  const int64_t D = sum.shape().back(), R = D ? sum.numel() / D : 0;
+  const DType xt = grad_x.defined() ? grad_x.dtype() : sum.dtype();
+  if (!fused_ln_enabled() || !is_f32_or_16(xt) || !is_f32_or_16(sum.dtype()) ||
+      !kernels::dropout_add_layer_norm_fits(
+          D, {quads_of(grad), quads_of(sum), quads_of(grad_sum), quads_of(grad_x),
+              {p > 0 ? mask.data_ptr() : nullptr, 1}}))
+    return Backend::dropout_add_layer_norm_backward(grad, sum, weight, mean, rstd, mask, p,
+                                                    grad_sum, grad_x, grad_weight, grad_bias);
+  activate();
+  kernels::launch_dropout_add_layer_norm_backward(
+      xt, sum.dtype(), first_dtype({&weight, &grad_weight, &grad_bias}, sum.dtype()),
+      grad.data_ptr(), sum.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+      mean.data_ptr(), rstd.data_ptr(), p > 0 ? ptr<const uint8_t>(mask) : nullptr, p, R, D,
+      grad_sum.data_ptr(), grad_x.defined() ? grad_x.data_ptr() : nullptr, stream_);
+  if (grad_weight.defined() || grad_bias.defined()) {  // the column sums, as layer norm's
+    Tensor none;
+    layer_norm_backward(grad, sum, weight, mean, rstd, none, grad_weight, grad_bias);
+  }
+}
+
 }  // namespace nn::backend
