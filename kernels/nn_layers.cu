@@ -4,6 +4,7 @@
 #include "kernels/philox.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace nn::kernels {
 namespace {
@@ -667,6 +668,21 @@ __device__ __forceinline__ int find_tensor(const int64_t* starts, int count, int
   return i;
 }
 
+// Pair i's n words (Word: the widest unit every pair's addresses and size are multiples of).
+template <typename Word>
+__global__ void copy_many_kernel(TensorList<CopyPair> list) {
+  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
+  const CopyPair& pr = list.t[ti];
+  const Word* src = static_cast<const Word*>(pr.src);
+  Word* dst = static_cast<Word*>(pr.dst);
+  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
+    if (i < pr.n) dst[i] = src[i];
+  }
+}
+
 template <typename T>
 __global__ void sgd_kernel(TensorList<SgdTensor> list, float lr, float momentum, float dampening,
                            bool nesterov) {
@@ -1059,6 +1075,29 @@ void launch_embedding_bag_backward(DType t, const void* grad, const int64_t* idx
         static_cast<T*>(grad_table), bad);
     NN_CUDA_CHECK_LAUNCH();
   });
+}
+
+void launch_copy_many(const CopyPair* pairs, int count, cudaStream_t s) {
+  size_t word = 16;
+  for (int i = 0; i < count; ++i)
+    while (word > 1 && !(aligned_to(pairs[i].src, word) && aligned_to(pairs[i].dst, word) &&
+                         pairs[i].n % int64_t(word) == 0))
+      word /= 2;
+  std::vector<CopyPair> words(pairs, pairs + count);
+  for (auto& pr : words) pr.n /= int64_t(word);
+  auto go = [&]<typename Word>() {
+    multi_tensor(words.data(), count, [&](const TensorList<CopyPair>& list, unsigned blocks) {
+      copy_many_kernel<Word><<<blocks, kThreads, 0, s>>>(list);
+      NN_CUDA_CHECK_LAUNCH();
+    });
+  };
+  switch (word) {
+    case 16: return go.template operator()<uint4>();
+    case 8: return go.template operator()<uint2>();
+    case 4: return go.template operator()<uint32_t>();
+    case 2: return go.template operator()<uint16_t>();
+    default: return go.template operator()<uint8_t>();
+  }
 }
 
 void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float momentum,

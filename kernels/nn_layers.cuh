@@ -107,6 +107,14 @@ void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float mo
                 float dampening, bool nesterov, cudaStream_t s);
 void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
                   float eps, cudaStream_t s);
+// ---- several contiguous copies in one launch (concat's parts) ---------------------------------
+struct CopyPair {
+  const void* src;
+  void* dst;
+  int64_t n;  // bytes
+};
+void launch_copy_many(const CopyPair* pairs, int count, cudaStream_t s);
+
 // Over lists of tensors of one dtype (mixed precision's unscaling, gradient clipping).
 struct FlatTensor {
   void* data;

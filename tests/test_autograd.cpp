@@ -223,6 +223,10 @@ TEST_CASE("gradients flow through views", "[autograd][views]") {
     return concat({a, b, x.select(0, 2).unsqueeze(1)}, 1);
   };
   test::require_gradcheck(fn, {test::rnd({4, 3}, 2)});
+  // leaves concatenated (one twice) get fresh gradients rather than slices
+  test::require_gradcheck(
+      [](const std::vector<Tensor>& in) { return concat({in[0], in[1], in[0]}, 0); },
+      {test::rnd({2, 3}, 7), test::rnd({1, 3}, 8)});
   test::require_gradcheck(
       [](const std::vector<Tensor>& in) { return stack({in[0], in[1] * 2.0}, 1); },
       {test::rnd({2, 3}, 3), test::rnd({2, 3}, 4)});

@@ -550,6 +550,12 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{concat({x[0], x[1]}, 1), stack({x[0], x[0]}, 0),
                                             x[0].slice(1, 1, 4, 2).contiguous(), T(x[0]).contiguous()};
                }});
+  // concat's parts in one call: leaves (one of them twice) get fresh gradients made in one
+  // call too; a transposed view and a computed input go through the per-pair copy and slices
+  v.push_back({"concat of leaves, views and computed inputs", {{5, 4}, {2, 4}, {4, 3}}, [](auto& x) {
+                 return std::vector<Tensor>{concat({x[0], x[1], x[0], T(x[2]), x[1] * 2.0}, 0),
+                                            concat({x[1].to(kF16), x[0].to(kF16)}, 0).to(kF32)};
+               }});
   // 16-bit types against the f32 CPU reference
   Case h{"f16 matmul", {{64, 48}, {48, 32}}, [](auto& x) {
            return std::vector<Tensor>{matmul(x[0], x[1]).to(kF32)};
@@ -980,10 +986,15 @@ TEST_CASE("host code reading device memory faults on the emulated device", "[cud
   REQUIRE(t.to(kCPU).data<float>()[0] == 1.0f);
 }
 
-// The emulator counts the calls that make the host wait for the device; null elsewhere.
+// The emulator counts the calls that make the host wait for the device, and the kernels it
+// launched; null elsewhere.
 using HostWaits = unsigned long long (*)();
 HostWaits emulator_host_waits() {
   return reinterpret_cast<HostWaits>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_host_waits"));
+}
+using Launches = unsigned long long (*)();
+Launches emulator_kernel_launches() {
+  return reinterpret_cast<Launches>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_kernel_launches"));
 }
 
 // A training step is all launches: the host runs ahead of the device and never waits for it
@@ -1154,9 +1165,7 @@ TEST_CASE("refusals of cuDNN's fused batch norm fall back to the composition", "
 // cross-backend table), so only the count tells that the fused kernels ran.
 TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", "[cuda][emulator]") {
   if (!have_gpu()) return;
-  using Launches = unsigned long long (*)();
-  const auto launches =
-      reinterpret_cast<Launches>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_kernel_launches"));
+  const Launches launches = emulator_kernel_launches();
   if (!launches) {
     WARN("not the CUDA emulator (it counts kernel launches): case skipped");
     return;
@@ -1194,6 +1203,30 @@ TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", 
     CHECK(fwd_ops > fwd);
     CHECK(bwd_ops > bwd);
   }
+}
+
+// BERT's q, k and v weights, concatenated for one product each step: their three copies are
+// one launch forward, and their three gradients one launch backward (each leaf adopting a
+// fresh tensor instead of copying its slice of the gradient).
+TEST_CASE("concat of parameters is one kernel each way on CUDA", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  const Launches launches = emulator_kernel_launches();
+  if (!launches) {
+    WARN("not the CUDA emulator (it counts kernel launches): case skipped");
+    return;
+  }
+  manual_seed(8);
+  Tensor q = randn({64, 64}).to(kCUDA).requires_grad_(), k = randn({64, 64}).to(kCUDA).requires_grad_(),
+         v = randn({64, 64}).to(kCUDA).requires_grad_();
+  const Tensor up = randn({192, 64}).to(kCUDA);
+  unsigned long long before = launches();
+  Tensor w = concat({q, k, v}, 0);
+  CHECK(launches() - before == 1);
+  before = launches();
+  w.backward(up);
+  CHECK(launches() - before == 1);
+  CHECK(q.grad().is_contiguous());
+  test::require_same(v.grad().cpu(), up.cpu().slice(0, 128, 192).contiguous());
 }
 
 // LIBNN_CUDNN_FIND=0 (read once a process): cuDNN's heuristics choose the convolution

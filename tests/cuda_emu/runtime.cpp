@@ -378,6 +378,15 @@ void trap(const char* what) {
 // dlsym): what a test counts to see that a fused path ran, where its values equal the
 // composition's.
 std::atomic<unsigned long long> kernel_launches{0};
+// LIBNN_CUDA_EMU_LAUNCHES=1: a program prints its count at exit (launches per training step:
+// the difference between two runs of different lengths).
+struct LaunchReport {
+  ~LaunchReport() {
+    const char* e = std::getenv("LIBNN_CUDA_EMU_LAUNCHES");
+    if (e && std::string(e) == "1")
+      std::fprintf(stderr, "[cuda-emu] %llu kernel launches\n", kernel_launches.load());
+  }
+} launch_report;
 
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel,
             const std::function<void()>& body) {

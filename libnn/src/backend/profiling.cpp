@@ -95,6 +95,10 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "copy", "elementwise");
     inner_.copy(src, dst);
   }
+  void copy_many(const std::vector<Tensor>& src, std::vector<Tensor>& dst) override {
+    Timer t(*this, "copy_many", "elementwise");
+    inner_.copy_many(src, dst);
+  }
   void fill(Tensor& dst, double value) override {
     Timer t(*this, "fill", "elementwise");
     inner_.fill(dst, value);

@@ -16,6 +16,12 @@
 
 namespace nn::backend {
 
+void Backend::copy_many(const std::vector<Tensor>& src, std::vector<Tensor>& dst) {
+  NN_CHECK(src.size() == dst.size(), "copy_many: ", src.size(), " sources, ", dst.size(),
+           " destinations");
+  for (size_t i = 0; i < src.size(); ++i) copy(src[i], dst[i]);
+}
+
 void Backend::gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
   copy(make_view(bias, out.shape(), {0, 0, bias.strides()[0]}, bias.offset()), out);
   gemm(a, b, out, 1.0, 1.0);

@@ -243,21 +243,34 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t dim) {
     s[d] += ts[i].shape()[d];
   }
   Tensor out = empty(s, first.options());
+  std::vector<Tensor> parts;
   int64_t off = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     Shape ps = s;
     ps[d] = sizes[i];
-    Tensor part = make_view(out, ps, out.strides(), off * out.strides()[d]);
-    backend::of(out).copy(ts[i], part);
+    parts.push_back(make_view(out, ps, out.strides(), off * out.strides()[d]));
     off += sizes[i];
   }
-  record("concat", ts, out, [d, sizes](const Tensor& g, auto& need) {
-    std::vector<Tensor> gs;
+  backend::of(out).copy_many(ts, parts);
+  // Leaves (parameters concatenated for one product, as BERT's q, k and v weights) get their
+  // gradients as fresh tensors, made in one call, which they adopt; a slice of g, which
+  // shares its storage with the others, would be copied for each. Other inputs get slices.
+  std::vector<bool> leaf;
+  for (const Tensor& t : ts) leaf.push_back(t.is_leaf() && t.requires_grad());
+  record("concat", ts, out, [d, sizes, leaf](const Tensor& g, auto& need) {
+    std::vector<Tensor> gs, slices, fresh;
     int64_t o = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      gs.push_back(need[i] ? g.slice(d, o, o + sizes[i]) : Tensor());
+      Tensor gi = need[i] ? g.slice(d, o, o + sizes[i]) : Tensor();
+      if (gi.defined() && leaf[i]) {
+        slices.push_back(gi);
+        gi = empty(gi.shape(), gi.options());
+        fresh.push_back(gi);
+      }
+      gs.push_back(gi);
       o += sizes[i];
     }
+    if (!fresh.empty()) backend::of(g).copy_many(slices, fresh);
     return gs;
   });
   return out;

@@ -134,6 +134,7 @@ class CudaBackend final : public Backend {
                                        Tensor& grad_sum, Tensor& grad_x, Tensor& grad_weight,
                                        Tensor& grad_bias) override;
 
+  void copy_many(const std::vector<Tensor>& src, std::vector<Tensor>& dst) override;
   void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
   void scatter_add_rows(const Tensor& grad, const Tensor& index, int64_t skip_index,
                         Tensor& out) override;

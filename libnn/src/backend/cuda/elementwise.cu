@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
 #include "kernels/elementwise.cuh"
+#include "kernels/nn_layers.cuh"
 
 namespace nn::backend {
 using namespace cuda;
@@ -10,6 +11,22 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   activate();
   kernels::launch_copy(dst.dtype(), dst.data_ptr(), src.dtype(), src.data_ptr(),
                        geom<2>(dst, {&src}), dst.numel(), all_contiguous(dst, {&src}), stream_);
+}
+
+void CudaBackend::copy_many(const std::vector<Tensor>& src, std::vector<Tensor>& dst) {
+  NN_CHECK(src.size() == dst.size(), "copy_many: ", src.size(), " sources, ", dst.size(),
+           " destinations");
+  activate();
+  std::vector<kernels::CopyPair> pairs;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i].dtype() == dst[i].dtype() && src[i].shape() == dst[i].shape() &&
+        src[i].is_contiguous() && dst[i].is_contiguous())
+      pairs.push_back({src[i].data_ptr(), dst[i].data_ptr(),
+                       dst[i].numel() * int64_t(element_size(dst[i].dtype()))});
+    else
+      copy(src[i], dst[i]);
+  }
+  kernels::launch_copy_many(pairs.data(), int(pairs.size()), stream_);
 }
 
 void CudaBackend::fill(Tensor& dst, double value) {
