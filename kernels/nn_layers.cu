@@ -668,18 +668,19 @@ __device__ __forceinline__ int find_tensor(const int64_t* starts, int count, int
   return i;
 }
 
-// Pair i's n words (Word: the widest unit every pair's addresses and size are multiples of).
-template <typename Word>
+// Pair i's n elements from S to D: words of one dtype's bytes (S = D, the widest unit every
+// pair's addresses and size are multiples of), or values converted.
+template <typename S, typename D>
 __global__ void copy_many_kernel(TensorList<CopyPair> list) {
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
   const CopyPair& pr = list.t[ti];
-  const Word* src = static_cast<const Word*>(pr.src);
-  Word* dst = static_cast<Word*>(pr.dst);
+  const S* src = static_cast<const S*>(pr.src);
+  D* dst = static_cast<D*>(pr.dst);
   const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
-    if (i < pr.n) dst[i] = src[i];
+    if (i < pr.n) dst[i] = convert<D>(src[i]);
   }
 }
 
@@ -1077,17 +1078,35 @@ void launch_embedding_bag_backward(DType t, const void* grad, const int64_t* idx
   });
 }
 
-void launch_copy_many(const CopyPair* pairs, int count, cudaStream_t s) {
+bool copy_many_converts(DType st, DType dt) {
+  return st == dt || (st == DType::f32 && (dt == DType::f16 || dt == DType::bf16));
+}
+
+void launch_copy_many(DType st, DType dt, const CopyPair* pairs, int count, cudaStream_t s) {
+  if (st != dt) {
+    NN_CHECK(copy_many_converts(st, dt), "copy_many: no batched conversion from ",
+             dtype_name(st), " to ", dtype_name(dt));
+    auto go = [&]<typename D>() {
+      multi_tensor(pairs, count, [&](const TensorList<CopyPair>& list, unsigned blocks) {
+        copy_many_kernel<float, D><<<blocks, kThreads, 0, s>>>(list);
+        NN_CUDA_CHECK_LAUNCH();
+      });
+    };
+    if (dt == DType::f16) return go.template operator()<__half>();
+    return go.template operator()<__nv_bfloat16>();
+  }
+  // one dtype: bytes, moved in the widest word every pair's addresses and size allow
   size_t word = 16;
-  for (int i = 0; i < count; ++i)
-    while (word > 1 && !(aligned_to(pairs[i].src, word) && aligned_to(pairs[i].dst, word) &&
-                         pairs[i].n % int64_t(word) == 0))
-      word /= 2;
   std::vector<CopyPair> words(pairs, pairs + count);
+  for (auto& pr : words) pr.n *= int64_t(element_size(st));
+  for (const auto& pr : words)
+    while (word > 1 && !(aligned_to(pr.src, word) && aligned_to(pr.dst, word) &&
+                         pr.n % int64_t(word) == 0))
+      word /= 2;
   for (auto& pr : words) pr.n /= int64_t(word);
   auto go = [&]<typename Word>() {
     multi_tensor(words.data(), count, [&](const TensorList<CopyPair>& list, unsigned blocks) {
-      copy_many_kernel<Word><<<blocks, kThreads, 0, s>>>(list);
+      copy_many_kernel<Word, Word><<<blocks, kThreads, 0, s>>>(list);
       NN_CUDA_CHECK_LAUNCH();
     });
   };

@@ -111,9 +111,12 @@ void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, f
 struct CopyPair {
   const void* src;
   void* dst;
-  int64_t n;  // bytes
+  int64_t n;  // elements
 };
-void launch_copy_many(const CopyPair* pairs, int count, cudaStream_t s);
+// Every pair from dtype st to dtype dt: any one dtype, or f32 to f16 or bf16 (autocast's
+// lowering of a layer's parameters); copy_many_converts says which.
+bool copy_many_converts(DType st, DType dt);
+void launch_copy_many(DType st, DType dt, const CopyPair* pairs, int count, cudaStream_t s);
 
 // Over lists of tensors of one dtype (mixed precision's unscaling, gradient clipping).
 struct FlatTensor {

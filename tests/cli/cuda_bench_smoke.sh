@@ -38,7 +38,8 @@ PY
 "$bin/text_bench" --device cuda --preset tiny --models bert --classes 2 --precisions fp16 --phases train \
     --num-batches 1 --num-warmup-batches 1 --bert-batch 2 --bert-seq-len 16 --vocab-size 100 --profile \
     > /dev/null 2> "$out/profile.log"
-for primitive in attention_forward attention_backward gemm_bias gemm_bias_grad layer_norm_backward; do
+for primitive in attention_forward attention_backward gemm_bias gemm_bias_grad layer_norm_backward \
+    dropout_add_layer_norm_forward dropout_add_layer_norm_backward copy_many; do
   grep -q "^$primitive " "$out/profile.log" || { cat "$out/profile.log"; echo "no $primitive in the profile"; exit 1; }
 done
 echo "ok: BERT's FP16 step profiled on the device"

@@ -59,8 +59,9 @@ class Backend {
   // Strided copy with dtype conversion; src already broadcast to dst's shape. dst may be a view.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // dst[i] = src[i] for each i (each pair as copy() takes it): several copies in one call,
-  // such as concat's parts. The default runs copy() for each; CUDA copies the contiguous
-  // pairs of one dtype in one multi-tensor launch.
+  // such as concat's parts or a layer's parameters lowered to 16 bits. The default runs
+  // copy() for each; CUDA copies the contiguous pairs in one multi-tensor launch per pair of
+  // dtypes (one dtype, or f32 to f16/bf16).
   virtual void copy_many(const std::vector<Tensor>& src, std::vector<Tensor>& dst);
   virtual void fill(Tensor& dst, double value) = 0;  // dst may be a view
   virtual void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,

@@ -84,8 +84,15 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   // gradients come out of the backward's GEMM in f32 (its f32 sums never rounded to 16 bits)
   // instead of a 16-bit gradient and a cast node turning it back into f32.
   const Tensor x = amp::autocast_lower(x_in);
-  Tensor weight, bias;
-  {
+  Tensor weight = w_in, bias = b_in;
+  if (amp::autocast_enabled() && w_in.defined() && w_in.dtype() == kF32 && b_in.defined() &&
+      b_in.dtype() == kF32 && w_in.device() == b_in.device()) {  // both in one call
+    const TensorOptions lo = w_in.options().dtype(amp::autocast_dtype());
+    std::vector<Tensor> low{empty(w_in.shape(), lo), empty(b_in.shape(), lo)};
+    backend::of(w_in).copy_many({w_in, b_in}, low);
+    weight = low[0];
+    bias = low[1];
+  } else {
     NoGradGuard ng;
     weight = amp::autocast_lower(w_in);
     bias = amp::autocast_lower(b_in);

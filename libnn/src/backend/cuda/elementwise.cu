@@ -1,4 +1,6 @@
 // CUDA elementwise family: thin wrappers over kernels/elementwise.cu.
+#include <map>
+
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
 #include "kernels/elementwise.cuh"
@@ -17,16 +19,19 @@ void CudaBackend::copy_many(const std::vector<Tensor>& src, std::vector<Tensor>&
   NN_CHECK(src.size() == dst.size(), "copy_many: ", src.size(), " sources, ", dst.size(),
            " destinations");
   activate();
-  std::vector<kernels::CopyPair> pairs;
+  // contiguous pairs of equal shapes, one launch per (source, destination) dtype pair
+  std::map<std::pair<DType, DType>, std::vector<kernels::CopyPair>> groups;
   for (size_t i = 0; i < src.size(); ++i) {
-    if (src[i].dtype() == dst[i].dtype() && src[i].shape() == dst[i].shape() &&
-        src[i].is_contiguous() && dst[i].is_contiguous())
-      pairs.push_back({src[i].data_ptr(), dst[i].data_ptr(),
-                       dst[i].numel() * int64_t(element_size(dst[i].dtype()))});
+    if (kernels::copy_many_converts(src[i].dtype(), dst[i].dtype()) &&
+        src[i].shape() == dst[i].shape() && src[i].is_contiguous() && dst[i].is_contiguous())
+      groups[{src[i].dtype(), dst[i].dtype()}].push_back(
+          {src[i].data_ptr(), dst[i].data_ptr(), dst[i].numel()});
     else
       copy(src[i], dst[i]);
   }
-  kernels::launch_copy_many(pairs.data(), int(pairs.size()), stream_);
+  for (const auto& [types, pairs] : groups)
+    kernels::launch_copy_many(types.first, types.second, pairs.data(), int(pairs.size()),
+                              stream_);
 }
 
 void CudaBackend::fill(Tensor& dst, double value) {
