@@ -922,10 +922,10 @@ void dispatch_residual(DType xt, DType t, DType wt, const char* op, F&& f) {
 }  // namespace
 
 bool dropout_add_layer_norm_fits(int64_t D,
-                                 std::initializer_list<std::pair<const void*, size_t>> quads) {
+                                 const std::vector<std::pair<const void*, size_t>>& quads) {
   if (D <= 0 || D % 4 != 0 || D > 32 * kLnQuads * 4) return false;
   for (const auto& [p, element_bytes] : quads)
-    if (p && !aligned_to(p, 4 * element_bytes)) return false;
+    if (!aligned_to(p, 4 * element_bytes)) return false;
   return true;
 }
 

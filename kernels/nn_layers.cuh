@@ -3,8 +3,8 @@
 #include <cuda_runtime.h>
 #include <nn/dtype.h>
 
-#include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "kernels/common.cuh"
 
@@ -36,7 +36,9 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
 // xt: x's dtype; t: the residual's, sum's, y's and the statistics'; wt: the parameters'.
 // p == 0 draws nothing and writes no mask. Rows must be whole quads: fits() says which
 // calls the kernels take (D a multiple of 4 up to 1024, every pointer aligned for its quads).
-bool dropout_add_layer_norm_fits(int64_t D, std::initializer_list<std::pair<const void*, size_t>> quads);
+// quads: each (R, D) buffer's address and element size.
+bool dropout_add_layer_norm_fits(int64_t D,
+                                 const std::vector<std::pair<const void*, size_t>>& quads);
 void launch_dropout_add_layer_norm(DType xt, DType t, DType wt, const void* x,
                                    const void* residual, const void* w, const void* b,
                                    int64_t R, int64_t D, double eps, double p, uint64_t seed,

@@ -6,6 +6,7 @@
 #include <nn/random.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "ops/common.h"
 
@@ -87,9 +88,8 @@ Setup setup(const char* op, const Tensor& q4, int64_t S, const Tensor& key_paddi
     st.drop.p = float(dropout_p);
     st.drop.scale = 0.0;
     if (dropout_p < 1) {
-      Generator& g = gen ? *gen : default_generator();
-      st.drop.seed = g.seed();
-      st.drop.offset = g.advance(uint64_t(B) * uint64_t(T) * uint64_t(S));
+      std::tie(st.drop.seed, st.drop.offset) =
+          draw_stream(gen, uint64_t(B) * uint64_t(T) * uint64_t(S));
       st.drop.scale = 1.0 / (1.0 - dropout_p);
     }
   }

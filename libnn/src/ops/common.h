@@ -2,6 +2,9 @@
 #pragma once
 #include <nn/autograd.h>
 #include <nn/ops.h>
+#include <nn/random.h>
+
+#include <utility>
 
 #include "backend/backend.h"
 #include "core/util.h"
@@ -33,6 +36,13 @@ inline void check_dim(const Tensor& t, int64_t d, const char* op, const char* wh
 inline int64_t window_positions(int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) {
   const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
   return span < 0 ? 0 : span / stride + 1;
+}
+// The Philox stream nn::dropout draws for n elements: gen's (else the default generator's)
+// seed, and the offset of n counters reserved from it. {seed, offset}.
+inline std::pair<uint64_t, uint64_t> draw_stream(Generator* gen, uint64_t n) {
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t offset = g.advance(n);
+  return {g.seed(), offset};
 }
 // A broadcast view of t with stride 0 on expanded dims; no autograd.
 Tensor raw_expand(const Tensor& t, const Shape& shape);

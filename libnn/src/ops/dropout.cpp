@@ -12,11 +12,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0) return x;
   check_floating(x, "dropout");
   if (p == 1) return mul(x, 0.0);
-  Generator& g = gen ? *gen : default_generator();
-  uint64_t offset = g.advance(uint64_t(x.numel()));
+  const auto [seed, offset] = draw_stream(gen, uint64_t(x.numel()));
   Tensor out = empty(x.shape(), x.options());
   Tensor mask = empty(x.shape(), TensorOptions(kU8).device(x.device()));
-  backend::of(x).dropout_forward(raw_contiguous(x), p, g.seed(), offset, out, mask);
+  backend::of(x).dropout_forward(raw_contiguous(x), p, seed, offset, out, mask);
   record("dropout", {x}, out, [mask, p](const Tensor& gr, auto&) {
     Tensor gx = empty(mask.shape(), gr.options());
     backend::of(gr).dropout_backward(raw_contiguous(gr), mask, p, gx);

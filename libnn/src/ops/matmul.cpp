@@ -1,6 +1,8 @@
 // matmul (with NumPy batching rules) and linear, on the backend's batched GEMM.
 #include <nn/amp.h>
 
+#include <algorithm>
+
 #include "ops/common.h"
 
 namespace nn {
@@ -79,24 +81,38 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+namespace {
+// amp::autocast_lower of each parameter, outside the graph, the f32 ones copied in one backend
+// call (one launch on CUDA) where they share a device; the others as they are.
+std::vector<Tensor> autocast_lower_params(std::vector<Tensor> ps) {
+  if (!amp::autocast_enabled()) return ps;
+  std::vector<Tensor> src, dst;
+  for (Tensor& p : ps) {
+    if (!p.defined() || p.dtype() != kF32) continue;
+    src.push_back(p);
+    p = empty(p.shape(), p.options().dtype(amp::autocast_dtype()));
+    dst.push_back(p);
+  }
+  const bool one_device = std::all_of(src.begin(), src.end(), [&](const Tensor& t) {
+    return t.device() == src[0].device();
+  });
+  if (one_device && !src.empty()) {
+    backend::of(src[0]).copy_many(src, dst);
+  } else {
+    for (size_t i = 0; i < src.size(); ++i) backend::of(src[i]).copy(src[i], dst[i]);
+  }
+  return ps;
+}
+}  // namespace
+
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   // Under autocast an f32 weight and bias are lowered here, outside the graph: their
   // gradients come out of the backward's GEMM in f32 (its f32 sums never rounded to 16 bits)
   // instead of a 16-bit gradient and a cast node turning it back into f32.
   const Tensor x = amp::autocast_lower(x_in);
-  Tensor weight = w_in, bias = b_in;
-  if (amp::autocast_enabled() && w_in.defined() && w_in.dtype() == kF32 && b_in.defined() &&
-      b_in.dtype() == kF32 && w_in.device() == b_in.device()) {  // both in one call
-    const TensorOptions lo = w_in.options().dtype(amp::autocast_dtype());
-    std::vector<Tensor> low{empty(w_in.shape(), lo), empty(b_in.shape(), lo)};
-    backend::of(w_in).copy_many({w_in, b_in}, low);
-    weight = low[0];
-    bias = low[1];
-  } else {
-    NoGradGuard ng;
-    weight = amp::autocast_lower(w_in);
-    bias = amp::autocast_lower(b_in);
-  }
+  const std::vector<Tensor> lowered = autocast_lower_params({w_in, b_in});
+  const Tensor& weight = lowered[0];
+  const Tensor& bias = lowered[1];
   check_pair(x, weight, "linear");
   check_floating(x, "linear");
   check_dim(weight, 2, "linear", "weight");

@@ -214,12 +214,9 @@ Tensor dropout_add_layer_norm(const Tensor& x, const Tensor& residual,
   Tensor o2 = make_view(out, {R, D}, {D, 1}, 0);
   Tensor mu = empty({R}, so), rstd = empty({R}, so);
   Tensor mask = pd > 0 ? empty({R, D}, TensorOptions(kU8).device(x.device())) : Tensor();
-  uint64_t seed = 0, offset = 0;
-  if (pd > 0) {  // the draws nn::dropout would make
-    Generator& g = gen ? *gen : default_generator();
-    offset = g.advance(uint64_t(x.numel()));
-    seed = g.seed();
-  }
+  // the draws nn::dropout would make
+  const auto [seed, offset] =
+      pd > 0 ? draw_stream(gen, uint64_t(x.numel())) : std::pair<uint64_t, uint64_t>{0, 0};
   Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
   backend::of(x).dropout_add_layer_norm_forward(x2, r2, pd, seed, offset, w, b, eps, sum, mask,
                                                 o2, mu, rstd);

@@ -361,11 +361,19 @@ bool fused_ln_enabled() {
   static const bool on = env_switch_on("LIBNN_CUDA_LN_FUSED");
   return on;
 }
-// A tensor's address and element size for the quad check (null when undefined).
-std::pair<const void*, size_t> quads_of(const Tensor& t) {
-  return {t.defined() ? t.data_ptr() : nullptr, t.defined() ? element_size(t.dtype()) : 0};
-}
 bool is_f32_or_16(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+// Whether the fused kernels take a call: x of dtype xt and the sum of dtype t in rows of D,
+// the (R, D) tensors `rows` (undefined ones skipped) and, with p > 0, the mask whole, aligned
+// quads.
+bool fused_ln_takes(DType xt, DType t, int64_t D, std::initializer_list<const Tensor*> rows,
+                    const Tensor& mask, double p) {
+  if (!fused_ln_enabled() || !is_f32_or_16(xt) || !is_f32_or_16(t)) return false;
+  std::vector<std::pair<const void*, size_t>> quads;
+  for (const Tensor* r : rows)
+    if (r->defined()) quads.push_back({r->data_ptr(), element_size(r->dtype())});
+  if (p > 0) quads.push_back({mask.data_ptr(), 1});
+  return kernels::dropout_add_layer_norm_fits(D, quads);
+}
 }  // namespace
 
 void CudaBackend::dropout_add_layer_norm_forward(const Tensor& x, const Tensor& residual,
@@ -374,10 +382,7 @@ void CudaBackend::dropout_add_layer_norm_forward(const Tensor& x, const Tensor& 
                                                  double eps, Tensor& sum, Tensor& mask,
                                                  Tensor& out, Tensor& mean, Tensor& rstd) {
   const int64_t D = x.shape().back(), R = D ? x.numel() / D : 0;
-  if (!fused_ln_enabled() || !is_f32_or_16(x.dtype()) || !is_f32_or_16(sum.dtype()) ||
-      !kernels::dropout_add_layer_norm_fits(
-          D, {quads_of(x), quads_of(residual), quads_of(sum), quads_of(out),
-              {p > 0 ? mask.data_ptr() : nullptr, 1}}))
+  if (!fused_ln_takes(x.dtype(), sum.dtype(), D, {&x, &residual, &sum, &out}, mask, p))
     return Backend::dropout_add_layer_norm_forward(x, residual, p, seed, offset, weight, bias,
                                                    eps, sum, mask, out, mean, rstd);
   activate();
@@ -396,10 +401,7 @@ void CudaBackend::dropout_add_layer_norm_backward(const Tensor& grad, const Tens
                                                   Tensor& grad_weight, Tensor& grad_bias) {
   const int64_t D = sum.shape().back(), R = D ? sum.numel() / D : 0;
   const DType xt = grad_x.defined() ? grad_x.dtype() : sum.dtype();
-  if (!fused_ln_enabled() || !is_f32_or_16(xt) || !is_f32_or_16(sum.dtype()) ||
-      !kernels::dropout_add_layer_norm_fits(
-          D, {quads_of(grad), quads_of(sum), quads_of(grad_sum), quads_of(grad_x),
-              {p > 0 ? mask.data_ptr() : nullptr, 1}}))
+  if (!fused_ln_takes(xt, sum.dtype(), D, {&grad, &sum, &grad_sum, &grad_x}, mask, p))
     return Backend::dropout_add_layer_norm_backward(grad, sum, weight, mean, rstd, mask, p,
                                                     grad_sum, grad_x, grad_weight, grad_bias);
   activate();
