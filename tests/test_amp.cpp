@@ -202,18 +202,18 @@ TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", 
   REQUIRE(test::error_of([] { amp::AutocastGuard ac(kF32); }).find("f16 or bf16") != std::string::npos);
 }
 
-// Linear under autocast lowers its f32 weight and bias itself, so their gradients are the
-// GEMM's f32 sums of the 16-bit operands, never rounded to 16 bits: within f32 rounding of the
-// f64 sums of the same 16-bit values (a gradient rounded to f16 would be off by up to 2^-11
-// of it, bf16 by 2^-8), on every device, with the bias's from the same GEMM and without it.
-TEST_CASE("autocast Linear's weight and bias gradients are f32 sums, never rounded to 16 bits", "[amp][cuda]") {
+// Linear under autocast lowers its f32 input, weight and bias itself, so their gradients are
+// the GEMMs' f32 sums of the 16-bit operands, never rounded to 16 bits: within f32 rounding of
+// the f64 sums of the same 16-bit values (a gradient rounded to f16 would be off by up to
+// 2^-11 of it, bf16 by 2^-8), on every device, with the bias's from the same GEMM and without.
+TEST_CASE("autocast Linear's input, weight and bias gradients are f32 sums, never rounded to 16 bits", "[amp][cuda]") {
   std::vector<Device> devices{kCPU};
   if (cuda_available()) devices.push_back(kCUDA);
   for (Device d : devices)
     for (DType half : {kF16, kBF16})
       for (bool with_bias : {true, false}) {
         INFO(d.str() << " " << dtype_name(half) << ", bias " << with_bias);
-        Tensor x = test::rnd({96, 40}, 1, false).to(kF32).to(d);
+        Tensor x = test::rnd({96, 40}, 1, false).to(kF32).to(d).requires_grad_();
         Tensor w = test::rnd({24, 40}, 2, false).to(kF32).to(d).requires_grad_();
         Tensor b = with_bias ? test::rnd({24}, 3, false).to(kF32).to(d).requires_grad_() : Tensor();
         Tensor g = test::rnd({96, 24}, 4, false).to(half);
@@ -224,8 +224,11 @@ TEST_CASE("autocast Linear's weight and bias gradients are f32 sums, never round
           y.backward(g.to(d));
         }
         REQUIRE(w.grad().dtype() == kF32);
-        const Tensor g64 = g.to(kF64), x64 = x.cpu().to(half).to(kF64);
+        REQUIRE(x.grad().dtype() == kF32);
+        const Tensor g64 = g.to(kF64), x64 = x.detach().cpu().to(half).to(kF64);
         test::require_close(w.grad().cpu().to(kF64), matmul(g64.t(), x64), 1e-5, 1e-5);
+        const Tensor w64 = w.detach().cpu().to(half).to(kF64);
+        test::require_close(x.grad().cpu().to(kF64), matmul(g64, w64), 1e-5, 1e-5);
         if (with_bias) {
           REQUIRE(b.grad().dtype() == kF32);
           test::require_close(b.grad().cpu().to(kF64), sum(g64, {0}), 1e-5, 1e-5);

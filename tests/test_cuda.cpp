@@ -1207,8 +1207,9 @@ TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", 
 
 // BERT's q, k and v weights, concatenated for one product each step: their three copies are
 // one launch forward, and their three gradients one launch backward (each leaf adopting a
-// fresh tensor instead of copying its slice of the gradient); and a Linear's weight and bias
-// lowered to 16 bits under autocast, one launch.
+// fresh tensor instead of copying its slice of the gradient); and a Linear's input, weight and
+// bias lowered to 16 bits under autocast, one launch, with the input's f32 gradient straight
+// from the backward's GEMM (no cast back).
 TEST_CASE("parameters concatenated or lowered to 16 bits take one launch on CUDA", "[cuda][emulator]") {
   if (!have_gpu()) return;
   const Launches launches = emulator_kernel_launches();
@@ -1228,13 +1229,19 @@ TEST_CASE("parameters concatenated or lowered to 16 bits take one launch on CUDA
   CHECK(launches() - before == 1);
   CHECK(q.grad().is_contiguous());
   test::require_same(v.grad().cpu(), up.cpu().slice(0, 128, 192).contiguous());
-  // autocast's Linear lowers its f32 weight and bias in one launch, and x in another (the
-  // product is cuBLAS's, not counted)
+  // autocast's Linear lowers its f32 input, weight and bias in one launch (the product is
+  // cuBLAS's, not counted)
   amp::AutocastGuard guard(kF16);
   const Tensor x = randn({8, 64}).to(kCUDA), b = randn({192}).to(kCUDA);
   before = launches();
   const Tensor y = linear(x, w.detach(), b);
-  CHECK(launches() - before == 2);
+  CHECK(launches() - before == 1);
+  const Tensor xg = x.detach().requires_grad_();
+  const Tensor yg = linear(xg, w.detach(), b);
+  before = launches();
+  yg.backward(randn({8, 192}).to(kF16).to(kCUDA));
+  CHECK(launches() - before == 0);
+  CHECK(xg.grad().dtype() == kF32);
   test::require_close(y.cpu().to(kF32),
                       linear(x.cpu().to(kF16), w.detach().cpu().to(kF16), b.cpu().to(kF16)).to(kF32),
                       1e-2, 1e-2);

@@ -106,13 +106,13 @@ std::vector<Tensor> autocast_lower_params(std::vector<Tensor> ps) {
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
-  // Under autocast an f32 weight and bias are lowered here, outside the graph: their
-  // gradients come out of the backward's GEMM in f32 (its f32 sums never rounded to 16 bits)
-  // instead of a 16-bit gradient and a cast node turning it back into f32.
-  const Tensor x = amp::autocast_lower(x_in);
-  const std::vector<Tensor> lowered = autocast_lower_params({w_in, b_in});
-  const Tensor& weight = lowered[0];
-  const Tensor& bias = lowered[1];
+  // Under autocast an f32 input, weight and bias are lowered here, outside the graph, in one
+  // backend call: their gradients come out of the backward's GEMMs in f32 (the f32 sums never
+  // rounded to 16 bits) instead of 16-bit gradients and cast nodes turning them back into f32.
+  const std::vector<Tensor> lowered = autocast_lower_params({x_in, w_in, b_in});
+  const Tensor& x = lowered[0];
+  const Tensor& weight = lowered[1];
+  const Tensor& bias = lowered[2];
   check_pair(x, weight, "linear");
   check_floating(x, "linear");
   check_dim(weight, 2, "linear", "weight");
@@ -125,7 +125,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     NN_CHECK(bias.dim() == 1 && bias.shape()[0] == outf, "linear: bias of shape ",
              shape_str(bias.shape()), ", expected [", outf, "]");
   }
-  Tensor x2 = x.reshape({numel_of(Shape(x.shape().begin(), x.shape().end() - 1)), in});
+  // the node below takes x_in as its input: no graph for the reshape
+  Tensor x2 = x.detach().reshape({numel_of(Shape(x.shape().begin(), x.shape().end() - 1)), in});
   const int64_t R = x2.shape()[0];
   // out = x2 @ W^T + bias (broadcast over the rows)
   Tensor out = empty({1, R, outf}, x.options());
@@ -135,12 +136,18 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (bias.defined()) backend::of(x).gemm_bias(x3, wt, bias, out);
   else backend::of(x).gemm(x3, wt, out, 1.0, 0.0);
   out = make_view(out, {R, outf}, {outf, 1}, 0);
-  record("linear", {x2, w_in, b_in}, out, {x2, weight},
-         [xs = x2.detach(), ws = weight.detach(), wd = w_in.dtype(),
-          bd = b_in.defined() ? b_in.dtype() : w_in.dtype()](const Tensor& g, auto& need) {
+  record("linear", {x_in, w_in, b_in}, out, {x2, weight},
+         [xs = x2.detach(), ws = weight.detach(), xshape = x_in.shape(), xd = x_in.dtype(),
+          wd = w_in.dtype(), bd = b_in.defined() ? b_in.dtype() : w_in.dtype()](
+             const Tensor& g, auto& need) {
     Tensor gx, gw, gb;
-    if (need[0]) gx = bmm(g, ws);  // (R, O) @ (O, in)
-    const int64_t O = ws.shape()[0], in = ws.shape()[1];
+    const int64_t O = ws.shape()[0], in = ws.shape()[1], R = g.shape()[0];
+    if (need[0]) {  // (R, O) @ (O, in) in the input's dtype
+      gx = empty({R, in}, g.options().dtype(xd));
+      Tensor gx3 = make_view(gx, {1, R, in}, {0, in, 1}, 0);
+      backend::of(g).gemm(lift3(g), lift3(ws), gx3, 1.0, 0.0);
+      gx = gx.reshape(xshape);
+    }
     // (O, R) @ (R, in) in the weight's dtype, with the bias's sums from the same read of g
     Tensor gt = lift3(swap_last(g));
     if (need[1]) {
