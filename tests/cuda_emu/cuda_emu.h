@@ -68,9 +68,9 @@ Tuple checked_args(Tuple args) {
 // running block reaches its declaration.
 void fresh_shared(void* p, size_t bytes);
 // Runs body once per thread of the grid; `kernel` (may be null) names the kernel for the
-// shared-memory opt-in check.
+// shared-memory opt-in check, `where` the launch site ("NAME @ FILE:LINE") for the counts.
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const void* kernel,
-            const std::function<void()>& body);
+            const char* where, const std::function<void()>& body);
 
 // Device memory can be read and written only while a DeviceAccess lives (a kernel, a copy or
 // memset, a library computation, the emulator's own checks); elsewhere it is inaccessible, so

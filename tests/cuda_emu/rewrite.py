@@ -3,9 +3,9 @@
 
 Four rewrites, nothing else:
 - a launch `NAME<<<grid, block, smem, stream>>>(args);` becomes
-  `::emu::launch(grid, block, smem, stream, ID, BODY)`, BODY calling NAME in every thread with
-  the arguments evaluated once, at the launch, as the hardware's launch does (their pointers
-  checked by ::emu::checked_args);
+  `::emu::launch(grid, block, smem, stream, ID, "NAME @ FILE:LINE", BODY)`, BODY calling NAME
+  in every thread with the arguments evaluated once, at the launch, as the hardware's launch
+  does (their pointers checked by ::emu::checked_args);
 - a dynamic shared-memory declaration `extern __shared__ [__align__(N)] T name[];` becomes a
   pointer to the launch's dynamic shared memory;
 - a static one, `__shared__ T a[N], b[M];`, is followed by `::emu::fresh_shared` calls that
@@ -16,6 +16,7 @@ Four rewrites, nothing else:
 
     rewrite.py IN.cu OUT.cpp
 """
+import os
 import re
 import sys
 
@@ -56,8 +57,9 @@ def matching(src, i, open_ch, close_ch):
     raise SystemExit("rewrite.py: unbalanced brackets")
 
 
-def rewrite_launches(src):
+def rewrite_launches(src, path):
     out, pos = [], 0
+    base = os.path.basename(path)
     while True:
         at = src.find('<<<', pos)
         if at < 0:
@@ -82,7 +84,8 @@ def rewrite_launches(src):
         # emulator can check the shared memory it was allowed to use
         is_var = re.fullmatch(r'\w+', name) and re.search(r'\bauto\s+' + name + r'\s*=', src[:at])
         kid = f"(const void*)({name})" if is_var else 'nullptr'
-        out.append(f"::emu::launch({', '.join(parts)}, {kid}, [&, emu_args = ::emu::checked_args(std::make_tuple{args})] "
+        where = f"{' '.join(name.split())} @ {base}:{src.count(chr(10), 0, start) + 1}"
+        out.append(f"::emu::launch({', '.join(parts)}, {kid}, \"{where}\", [&, emu_args = ::emu::checked_args(std::make_tuple{args})] "
                    f"{{ std::apply([&](const auto&... emu_a) {{ {name}(emu_a...); }}, emu_args); }})")
         out.append('\n' * (src[start:args_open].count('\n')))  # keep line numbers
         pos = args_close
@@ -142,7 +145,7 @@ def main():
     src = STATIC_SHARED.sub(fresh_static_shared, src)
     src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = "
                      f"reinterpret_cast<{m.group(1)}*>(::emu::dynamic_smem());", src)
-    src = rewrite_launches(src)
+    src = rewrite_launches(src, sys.argv[1])
     with open(sys.argv[2], 'w') as f:
         f.write(f'#line 1 "{sys.argv[1]}"\n')
         f.write(src)

@@ -378,18 +378,29 @@ void trap(const char* what) {
 // dlsym): what a test counts to see that a fused path ran, where its values equal the
 // composition's.
 std::atomic<unsigned long long> kernel_launches{0};
+std::map<std::string, unsigned long long> launches_at;  // by site, under launch_mutex
 // LIBNN_CUDA_EMU_LAUNCHES=1: a program prints its count at exit (launches per training step:
-// the difference between two runs of different lengths).
+// the difference between two runs of different lengths); =sites also each launch site's
+// count, most first (which kernels a step runs, and how often).
 struct LaunchReport {
   ~LaunchReport() {
     const char* e = std::getenv("LIBNN_CUDA_EMU_LAUNCHES");
-    if (e && std::string(e) == "1")
-      std::fprintf(stderr, "[cuda-emu] %llu kernel launches\n", kernel_launches.load());
+    const std::string v = e ? e : "";
+    if (v != "1" && v != "sites") return;
+    std::fprintf(stderr, "[cuda-emu] %llu kernel launches\n", kernel_launches.load());
+    if (v != "sites") return;
+    std::vector<std::pair<unsigned long long, std::string>> sites;
+    for (const auto& [where, n] : launches_at) sites.emplace_back(n, where);
+    std::sort(sites.begin(), sites.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    for (const auto& [n, where] : sites)
+      std::fprintf(stderr, "[cuda-emu] %10llu  %s\n", n, where.c_str());
   }
 } launch_report;
 
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel,
-            const std::function<void()>& body) {
+            const char* where, const std::function<void()>& body) {
   run_queued();  // the stream's earlier copies come first
   std::lock_guard<std::mutex> lock(launch_mutex);
   DeviceAccess access;
@@ -422,6 +433,7 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void* kernel
     }
   }
   ++kernel_launches;
+  ++launches_at[where ? where : "?"];
   Grid& g = grid_state;
   g.body = &body;
   g.error.clear();
