@@ -352,6 +352,11 @@ if want extras; then
     LIBNN_CUDA_LN_FUSED=$fused tsum bert_ln_fused$fused.log "$bdir/bin/text_bench" --device cuda --models bert \
         --classes 2 --precisions fp16 --phases train --num-batches 20 --num-warmup-batches 3
   done
+  log "BERT-base training at batch 128 x 128 tokens (the text step's is 32): FP16 and FP32, libnn then PyTorch, with model FLOP utilisation"
+  t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
+      --gemm 8192 --models bert --classes 2 --precisions fp16,fp32 --phases train --bert-batch 128 \
+      --num-batches 10 --out "$OUT/text_cuda_b128.json" > "$OUT/text_cuda_b128.log" 2>&1
+  grep -E '^\||^text|^measured' "$OUT/text_cuda_b128.log" | tee -a "$OUT/summary.md"
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
   t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
