@@ -274,6 +274,21 @@ if want mnist; then
       --data-dir "$fashion" --epochs 3 --models cnn --app "$bdir/bin/mnist_train" \
       --python "$py" --machine "$machine" --out "$OUT/mnist_cuda.json" > "$OUT/mnist_cuda.log" 2>&1
   tail -6 "$OUT/mnist_cuda.log" | tee -a "$OUT/summary.md"
+  log "the same libnn run with cuDNN's heuristic algorithms (LIBNN_CUDNN_FIND=0, PyTorch's default) instead of its benchmark of each: what the search costs in the first epoch and buys in the others"
+  w0=$(date +%s.%N)
+  LIBNN_CUDNN_FIND=0 t "$bdir/bin/mnist_train" --device cuda --dataset fashion-mnist --data-dir "$fashion" \
+      --epochs 3 --model cnn --metrics "$OUT/mnist_cuda_heuristics.jsonl" > "$OUT/mnist_cuda_heuristics.log" 2>&1
+  w1=$(date +%s.%N)
+  "$py" - "$OUT/mnist_cuda_heuristics.jsonl" "$w0" "$w1" <<'PY' 2>&1 | tee -a "$OUT/summary.md"
+import json, os, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")] if os.path.exists(sys.argv[1]) else []
+if not rows:
+    sys.exit("libnn, heuristics: no epoch finished (mnist_cuda_heuristics.log)")
+print(f"libnn, heuristics: {sum(r['seconds'] for r in rows):.1f} s training, "
+      f"{float(sys.argv[3]) - float(sys.argv[2]):.1f} s wall, epoch s "
+      + " ".join(f"{r['seconds']:.2f}" for r in rows)
+      + f", val acc {100 * rows[-1]['val_accuracy']:.2f}%")
+PY
   end
 fi
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchutil import add_torch_python, cpu_name, run_json_lines  # noqa: E402
@@ -21,8 +22,10 @@ from benchutil import add_torch_python, cpu_name, run_json_lines  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def summarise(rows):
-    return {"epochs": len(rows), "seconds": sum(r["seconds"] for r in rows),
+def summarise(rows, wall):
+    """Per-epoch metrics lines -> the run's figures; wall: the process's seconds from start to
+    exit (start-up, data loading, the GPU's first-use costs and validation included)."""
+    return {"epochs": len(rows), "seconds": sum(r["seconds"] for r in rows), "wall_seconds": wall,
             "samples_per_second": sum(r["samples_per_second"] for r in rows) / len(rows),
             "val_accuracy": rows[-1]["val_accuracy"], "train_loss": rows[-1]["train_loss"],
             "per_epoch": rows}
@@ -67,21 +70,28 @@ def main():
     for model in a.models.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             metrics = os.path.join(tmp, "m.jsonl")
+            t0 = time.perf_counter()
             run_json_lines([a.app, "--model", model, "--dataset", a.dataset, "--metrics", metrics] + common, env)
-            ours = summarise([json.loads(l) for l in open(metrics)])
-        theirs = summarise(run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "mnist_torch.py"),
-                                      "--model", model] + common, env))
+            ours = summarise([json.loads(l) for l in open(metrics)], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rows = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "mnist_torch.py"),
+                               "--model", model] + common, env)
+        theirs = summarise(rows, time.perf_counter() - t0)
         results["runs"].append({"model": model, "libnn": ours, "pytorch": theirs,
                                 "ratio": ours["samples_per_second"] / theirs["samples_per_second"]})
     print(f"\n{a.dataset} on {a.device} ({results['host_cpu']}, {a.threads} threads), "
           f"batch {a.batch_size}, {a.epochs} epochs, PyTorch {results['torch']}, {results['date']}")
-    print(f"{'model':6} {'impl':8} {'seconds':>8} {'samples/s':>10} {'val acc':>8}  libnn/PyTorch")
+    print("(seconds: the epochs' training time; wall: the process from start to exit; "
+          "epoch s: each epoch's training time)")
+    print(f"{'model':6} {'impl':8} {'seconds':>8} {'wall':>7} {'samples/s':>10} {'val acc':>8}  "
+          f"libnn/PyTorch  epoch s")
     for r in results["runs"]:
         for impl in ("libnn", "pytorch"):
             s = r[impl]
             ratio = f"{r['ratio']:.2f}x" if impl == "libnn" else ""
-            print(f"{r['model']:6} {impl:8} {s['seconds']:8.1f} {s['samples_per_second']:10.0f} "
-                  f"{100 * s['val_accuracy']:7.2f}%  {ratio}")
+            epochs = " ".join(f"{e['seconds']:.2f}" for e in s["per_epoch"])
+            print(f"{r['model']:6} {impl:8} {s['seconds']:8.1f} {s['wall_seconds']:7.1f} "
+                  f"{s['samples_per_second']:10.0f} {100 * s['val_accuracy']:7.2f}%  {ratio:>13}  {epochs}")
     if a.out:
         machine = a.machine or (("gpu-" + gpu_name.lower().replace(" ", "-")) if gpu_name
                                 else f"cpu-{a.threads}core")
