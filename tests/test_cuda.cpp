@@ -992,9 +992,25 @@ using HostWaits = unsigned long long (*)();
 HostWaits emulator_host_waits() {
   return reinterpret_cast<HostWaits>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_host_waits"));
 }
-using Launches = unsigned long long (*)();
-Launches emulator_kernel_launches() {
-  return reinterpret_cast<Launches>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_kernel_launches"));
+// The emulator's count of kernel launches (libnn_cuda_emu_kernel_launches): how the cases
+// below see that a fused path ran, where its values equal the composition's. Elsewhere it is
+// false, having said that the case is skipped.
+struct LaunchCounter {
+  using Read = unsigned long long (*)();
+  Read read = nullptr;
+  explicit operator bool() const { return read != nullptr; }
+  unsigned long long operator()() const { return read(); }
+  unsigned long long in(const std::function<void()>& f) const {  // the launches f makes
+    const unsigned long long before = read();
+    f();
+    return read() - before;
+  }
+};
+LaunchCounter launch_counter() {
+  const LaunchCounter c{reinterpret_cast<LaunchCounter::Read>(
+      dlsym(RTLD_DEFAULT, "libnn_cuda_emu_kernel_launches"))};
+  if (!c) WARN("not the CUDA emulator (it counts kernel launches): case skipped");
+  return c;
 }
 
 // A training step is all launches: the host runs ahead of the device and never waits for it
@@ -1165,20 +1181,12 @@ TEST_CASE("refusals of cuDNN's fused batch norm fall back to the composition", "
 // cross-backend table), so only the count tells that the fused kernels ran.
 TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", "[cuda][emulator]") {
   if (!have_gpu()) return;
-  const Launches launches = emulator_kernel_launches();
-  if (!launches) {
-    WARN("not the CUDA emulator (it counts kernel launches): case skipped");
-    return;
-  }
+  const LaunchCounter launches = launch_counter();
+  if (!launches) return;
   if (const char* e = std::getenv("LIBNN_CUDA_LN_FUSED"); e && std::string(e) == "0") {
     WARN("LIBNN_CUDA_LN_FUSED=0: case skipped");
     return;
   }
-  auto count = [&](const std::function<void()>& f) {
-    const unsigned long long before = launches();
-    f();
-    return launches() - before;
-  };
   manual_seed(7);
   for (DType xt : {kF32, kF16, kBF16}) {
     INFO(dtype_name(xt));
@@ -1187,18 +1195,18 @@ TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", 
     auto leaf = [](const Tensor& t) { return t.detach().requires_grad_(); };
     Tensor x = leaf(x0), r = leaf(r0), w = leaf(ones({768}, kCUDA)), b = leaf(zeros({768}, kCUDA));
     Tensor y;
-    const auto fwd = count([&] { y = dropout_add_layer_norm(x, r, {768}, w, b, 0.1, true); });
-    const auto bwd = count([&] { y.backward(up); });
+    const auto fwd = launches.in([&] { y = dropout_add_layer_norm(x, r, {768}, w, b, 0.1, true); });
+    const auto bwd = launches.in([&] { y.backward(up); });
     CHECK(fwd == 1);
     CHECK(bwd == 3);
     // and in eval, nothing dropped
-    CHECK(count([&] { dropout_add_layer_norm(x0, r0, {768}, w, b, 0.1, false); }) == 1);
+    CHECK(launches.in([&] { dropout_add_layer_norm(x0, r0, {768}, w, b, 0.1, false); }) == 1);
     // the ops it stands for (dropout, the promotion of a 16-bit x, the add and the norm, and
     // their backwards) take more: 3 or 4 forward and 5 or 6 backward (2026-11-29)
     Tensor xc = leaf(x0), rc = leaf(r0), wc = leaf(ones({768}, kCUDA)), bc = leaf(zeros({768}, kCUDA));
     Tensor yc;
-    const auto fwd_ops = count([&] { yc = layer_norm(add(rc, dropout(xc, 0.1, true)), {768}, wc, bc); });
-    const auto bwd_ops = count([&] { yc.backward(up); });
+    const auto fwd_ops = launches.in([&] { yc = layer_norm(add(rc, dropout(xc, 0.1, true)), {768}, wc, bc); });
+    const auto bwd_ops = launches.in([&] { yc.backward(up); });
     INFO("composed: " << fwd_ops << " forward, " << bwd_ops << " backward");
     CHECK(fwd_ops > fwd);
     CHECK(bwd_ops > bwd);
@@ -1212,11 +1220,8 @@ TEST_CASE("dropout + residual add + layer norm is one kernel each way on CUDA", 
 // from the backward's GEMM (no cast back).
 TEST_CASE("parameters concatenated or lowered to 16 bits take one launch on CUDA", "[cuda][emulator]") {
   if (!have_gpu()) return;
-  const Launches launches = emulator_kernel_launches();
-  if (!launches) {
-    WARN("not the CUDA emulator (it counts kernel launches): case skipped");
-    return;
-  }
+  const LaunchCounter launches = launch_counter();
+  if (!launches) return;
   manual_seed(8);
   Tensor q = randn({64, 64}).to(kCUDA).requires_grad_(), k = randn({64, 64}).to(kCUDA).requires_grad_(),
          v = randn({64, 64}).to(kCUDA).requires_grad_();
@@ -1245,6 +1250,68 @@ TEST_CASE("parameters concatenated or lowered to 16 bits take one launch on CUDA
   test::require_close(y.cpu().to(kF32),
                       linear(x.cpu().to(kF16), w.detach().cpu().to(kF16), b.cpu().to(kF16)).to(kF32),
                       1e-2, 1e-2);
+}
+
+// Batch norm's step counter and a gradient added to another are one launch each (they were a
+// fill, an add and a copy, and an add and a copy).
+TEST_CASE("in-place adds take one launch each on CUDA", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  const LaunchCounter launches = launch_counter();
+  if (!launches) return;
+  NoGradGuard ng;
+  Tensor n = zeros({}, TensorOptions(kI64).device(kCUDA));
+  CHECK(launches.in([&] { n.add_(1); }) == 1);
+  CHECK(n.item<int64_t>() == 1);
+  manual_seed(9);
+  const Tensor a0 = randn({64, 32}), b0 = randn({64, 32});
+  Tensor a = a0.to(kCUDA);
+  const Tensor b = b0.to(kCUDA);
+  CHECK(launches.in([&] { a.add_(b); }) == 1);
+  test::require_close(a.cpu(), add(a0, b0), 1e-6, 1e-6);
+  // a BatchNorm2d's training forward counts its batch in that one launch
+  BatchNorm2d bn(BatchNormOptions(8));
+  bn.to(kCUDA);
+  bn.forward(randn({2, 8, 4, 4}).to(kCUDA));
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+}
+
+// Autocast's convolution lowers its f32 weight straight into channels-last FP16, and turns the
+// gradient back into f32 row-major, in one launch each way (a cast and a relayout each way
+// before); cuDNN's calls are not counted. Values as the CPU's from the same 16-bit operands.
+TEST_CASE("autocast convolution lowers its weight into channels-last FP16 in one launch", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  const LaunchCounter launches = launch_counter();
+  if (!launches) return;
+  manual_seed(10);
+  const Tensor x0 = randn({2, 8, 6, 6}).to(kF16), w0 = randn({16, 8, 3, 3}), up0 = randn({2, 16, 6, 6});
+  const Tensor x = x0.to(kCUDA).contiguous(MemoryFormat::channels_last);
+  Tensor w = w0.to(kCUDA).requires_grad_();
+  Conv2dParams p;
+  p.padding = {1, 1};
+  Tensor y;
+  unsigned long long before = launches();
+  {
+    amp::AutocastGuard ac(kF16);
+    y = conv2d(x, w, {}, p);
+  }
+  CHECK(launches() - before == 1);  // the weight's lowering; the product is cuDNN's
+  REQUIRE(y.dtype() == kF16);
+  const Tensor up = up0.to(kF16).to(kCUDA).contiguous(MemoryFormat::channels_last);
+  before = launches();
+  y.backward(up);
+  CHECK(launches() - before == 1);  // the weight gradient to f32 row-major
+  REQUIRE(w.grad().dtype() == kF32);
+  REQUIRE(w.grad().is_contiguous());
+  // the same on the CPU, from the same 16-bit operands
+  Tensor wc = w0.clone().requires_grad_();
+  Tensor yc;
+  {
+    amp::AutocastGuard ac(kF16);
+    yc = conv2d(x0, wc, {}, p);
+  }
+  yc.backward(up0.to(kF16));
+  test::require_close(y.cpu().to(kF32), yc.to(kF32), 1e-2, 1e-2);
+  test::require_close(w.grad().cpu(), wc.grad(), 1e-2, 1e-2);
 }
 
 // LIBNN_CUDNN_FIND=0 (read once a process): cuDNN's heuristics choose the convolution

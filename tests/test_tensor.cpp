@@ -142,6 +142,37 @@ TEST_CASE("in-place writes: a source sharing memory is read before the write, an
   require_values(col, {5, 5, 5});
 }
 
+// add_ writes in place in one pass when the operand is of the target's kind (same dtype and
+// device, into a row-major target, broadcast or not, itself included), and through a
+// temporary otherwise (promotion, alpha, a non-row-major target); the scalar form counts
+// integer tensors (batch norm's num_batches_tracked) and refuses a fraction there.
+TEST_CASE("add_ of a tensor or a scalar, in place", "[tensor]") {
+  NoGradGuard ng;
+  Tensor x = arange(6, kF32).reshape({2, 3});
+  x.add_(tensor({10, 20, 30}, kF32));  // a broadcast row
+  require_values(x, {10, 21, 32, 13, 24, 35});
+  x.add_(x);  // the very same view
+  require_values(x, {20, 42, 64, 26, 48, 70});
+  x.add_(ones({2, 3}, kF32), 0.5);
+  require_values(x, {20.5, 42.5, 64.5, 26.5, 48.5, 70.5});
+  Tensor h = arange(3, kF16);
+  h.add_(tensor({0.25, 0.5, 0.75}, kF32));  // promotes, rounds back to f16
+  REQUIRE(h.dtype() == kF16);
+  require_values(h, {0.25, 1.5, 2.75});
+  Tensor t = arange(6, kF32).reshape({2, 3}).t();  // not row-major
+  t.add_(ones({3, 2}, kF32));
+  require_values(t.contiguous(), {1, 4, 2, 5, 3, 6});
+  Tensor n = zeros({}, kI64);
+  n.add_(1);
+  n.add_(1);
+  REQUIRE(n.item<int64_t>() == 2);
+  REQUIRE(test::error_of([&] { n.add_(0.5); }).find("fractional scalar 0.5") != std::string::npos);
+  REQUIRE(n.item<int64_t>() == 2);
+  Tensor f = full({2}, 1.5, kF32);
+  f.add_(-0.25);
+  require_values(f, {1.25, 1.25});
+}
+
 TEST_CASE("view refuses incompatible strides, reshape copies", "[tensor][views]") {
   Tensor t = arange(6, kF64).reshape({2, 3}).t();
   REQUIRE(test::error_of([&] { t.view({6}); }).find("reshape") != std::string::npos);

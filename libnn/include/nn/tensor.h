@@ -167,6 +167,7 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);                   // src broadcast to this shape; casts
   Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);
   Tensor& mul_(double value);
   Tensor& uniform_(double low, double high, Generator* gen = nullptr);
   Tensor& normal_(double mean, double std, Generator* gen = nullptr);

@@ -303,7 +303,29 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   begin_inplace(*this, "add_");
   check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;
+  // A gradient added to one of its kind (same dtype and device, into a row-major tensor) is
+  // one pass writing in place; anything else (promotion, alpha, a view that overlaps the
+  // target) goes through a temporary.
+  if (alpha == 1.0 && other.defined() && other.dtype() == dtype() &&
+      other.device() == device() && is_contiguous() &&
+      broadcast_shapes(other.shape(), shape()) == shape()) {
+    const Tensor e = other.expand(shape());
+    if (!may_read_own_writes(*this, e)) {
+      backend::of(*this).binary(backend::BinaryOp::add, *this, e, *this);
+      return *this;
+    }
+  }
   copy_(alpha == 1.0 ? add(*this, other) : add(*this, mul(other, alpha)));
+  return *this;
+}
+Tensor& Tensor::add_(double value) {
+  begin_inplace(*this, "add_");
+  check_no_internal_overlap(*this, "add_");
+  NN_CHECK(is_floating(dtype()) || (std::isfinite(value) && value == std::trunc(value)),
+           "add_: a ", dtype_name(dtype()), " tensor with the fractional scalar ", value,
+           " would truncate it; convert the tensor first (.to(kF32))");
+  NoGradGuard ng;
+  backend::of(*this).unary(backend::UnaryOp::add_scalar, *this, *this, value, 0);
   return *this;
 }
 Tensor& Tensor::mul_(double value) {

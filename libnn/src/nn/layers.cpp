@@ -83,7 +83,7 @@ bool count_batch(BatchNorm2d& m) {
   const bool use_batch = m.is_training() || !m.options.track_running_stats();
   if (m.is_training() && m.options.track_running_stats()) {
     NoGradGuard ng;
-    m.num_batches_tracked.add_(ones({}, m.num_batches_tracked.options()));
+    m.num_batches_tracked.add_(1);  // one kernel on a GPU (a launch per layer and step)
   }
   return use_batch;
 }

@@ -6,8 +6,22 @@
 namespace nn {
 using namespace ops;
 
+namespace {
+// Under autocast an f32 weight is lowered outside the graph, straight into the format x's op
+// computes in: one copy, where a cast node and then a relayout made two (and two more for the
+// gradient on the way back). Other weights are returned as they are.
+Tensor lower_weight(const Tensor& x, const Tensor& w) {
+  if (!amp::autocast_enabled() || !w.defined() || w.dtype() != kF32 || !x.defined()) return w;
+  const MemoryFormat f =
+      x.dim() == 4 && w.dim() == 4 ? compute_format(x) : MemoryFormat::contiguous;
+  Tensor low = empty(w.shape(), w.options().dtype(amp::autocast_dtype()), f);
+  backend::of(w).copy(w, low);
+  return low;
+}
+}  // namespace
+
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dParams& p) {
-  const Tensor x = amp::autocast_lower(x_in), weight = amp::autocast_lower(w_in),
+  const Tensor x = amp::autocast_lower(x_in), weight = lower_weight(x, w_in),
                bias = amp::autocast_lower(b_in);
   check_pair(x, weight, "conv2d");
   check_floating(x, "conv2d");
@@ -45,13 +59,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   Tensor out = empty({N, O, OH, OW}, x.options(), cf);
   if (out.numel() > 0) backend::of(x).conv2d_forward(xc, wc, bc, out, p);
   out = raw_format(out, f);
-  record("conv2d", {x, weight, bias}, out, {xc, wc},
-         [xs = xc.detach(), ws = wc.detach(), p, f, cf](const Tensor& g, auto& need) {
+  record("conv2d", {x, w_in, bias}, out, {xc, wc},
+         [xs = xc.detach(), ws = wc.detach(), wd = w_in.dtype(), p, f, cf](const Tensor& g,
+                                                                           auto& need) {
     Tensor gc = raw_format(g, cf);
     if (gc.numel() == 0)  // an empty output depends on nothing: zero gradients, no backend call
       return std::vector<Tensor>{
           need[0] ? raw_format(zeros(xs.shape(), xs.options()), f) : Tensor(),
-          need[1] ? zeros(ws.shape(), ws.options()) : Tensor(),
+          need[1] ? zeros(ws.shape(), ws.options().dtype(wd)) : Tensor(),
           need[2] ? zeros({ws.shape()[0]}, ws.options()) : Tensor()};
     Tensor gx, gw, gb;
     if (need[0]) {
@@ -62,7 +77,13 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     if (need[1]) {
       gw = empty(ws.shape(), ws.options(), cf);
       backend::of(g).conv2d_backward_weight(gc, xs, gw, p);
-      gw = raw_contiguous(gw);
+      if (gw.dtype() != wd) {  // a lowered weight's: to f32 and row-major in one copy
+        Tensor g32 = empty(gw.shape(), gw.options().dtype(wd));
+        backend::of(g).copy(gw, g32);
+        gw = g32;
+      } else {
+        gw = raw_contiguous(gw);
+      }
     }
     if (need[2])  // over N, H, W; channels-last reduces its (N, H, W, C) view: no reordering copy
       gb = cf == MemoryFormat::channels_last ? sum(nhwc_view(gc), {0, 1, 2}) : sum(gc, {0, 2, 3});
