@@ -236,6 +236,36 @@ TEST_CASE("autocast Linear's input, weight and bias gradients are f32 sums, neve
       }
 }
 
+// The input's gradient keeps the input's dtype and shape whatever its layout: a 3-d transposed
+// f32 view gets f32 sums, an input already in f16 a 16-bit gradient; and backward() takes an
+// f32 gradient for the f16 output (cast to the output's dtype first, as PyTorch does).
+TEST_CASE("autocast Linear's input gradient for strided and 16-bit inputs", "[amp][cuda]") {
+  std::vector<Device> devices{kCPU};
+  if (cuda_available()) devices.push_back(kCUDA);
+  for (Device d : devices) {
+    INFO(d.str());
+    const Tensor w0 = test::rnd({24, 40}, 5, false).to(kF32);
+    const Tensor g0 = test::rnd({6, 8, 24}, 6, false).to(kF16);
+    const Tensor w64 = w0.to(kF16).to(kF64), g64 = g0.to(kF64);
+    // x (6, 8, 40) as the transpose of a (8, 6, 40) tensor: not contiguous
+    Tensor base = test::rnd({8, 6, 40}, 7, false).to(kF32).to(d);
+    Tensor x = base.transpose(0, 1).detach().requires_grad_();
+    REQUIRE_FALSE(x.is_contiguous());
+    Tensor h = test::rnd({6, 8, 40}, 8, false).to(kF16).to(d).requires_grad_();
+    const Tensor w = w0.to(d);
+    {
+      amp::AutocastGuard ac(kF16);
+      linear(x, w).backward(g0.to(kF32).to(d));  // an f32 gradient for the f16 output
+      linear(h, w).backward(g0.to(d));
+    }
+    REQUIRE(x.grad().dtype() == kF32);
+    REQUIRE(x.grad().shape() == Shape{6, 8, 40});
+    test::require_close(x.grad().cpu().to(kF64), matmul(g64, w64), 1e-5, 1e-5);
+    REQUIRE(h.grad().dtype() == kF16);
+    test::require_close(h.grad().cpu().to(kF64), matmul(g64, w64), 1e-2, 1e-2);
+  }
+}
+
 TEST_CASE("a small conv net in FP16 matches FP32 within FP16 tolerance", "[amp][cuda]") {
   for (Device d : {kCPU, kCUDA}) {
     if (d.is_cuda() && !cuda_available()) continue;

@@ -1268,11 +1268,14 @@ TEST_CASE("in-place adds take one launch each on CUDA", "[cuda][emulator]") {
   const Tensor b = b0.to(kCUDA);
   CHECK(launches.in([&] { a.add_(b); }) == 1);
   test::require_close(a.cpu(), add(a0, b0), 1e-6, 1e-6);
-  // a BatchNorm2d's training forward counts its batch in that one launch
+  // a BatchNorm2d's training forward counts its batch in that one launch (the norm itself is
+  // cuDNN's, not counted)
   BatchNorm2d bn(BatchNormOptions(8));
   bn.to(kCUDA);
-  bn.forward(randn({2, 8, 4, 4}).to(kCUDA));
+  const Tensor xb = randn({2, 8, 4, 4}).to(kCUDA);
+  CHECK(launches.in([&] { bn.forward(xb); }) == 1);
   CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+
 }
 
 // Autocast's convolution lowers its f32 weight straight into channels-last FP16, and turns the
@@ -1312,6 +1315,10 @@ TEST_CASE("autocast convolution lowers its weight into channels-last FP16 in one
   yc.backward(up0.to(kF16));
   test::require_close(y.cpu().to(kF32), yc.to(kF32), 1e-2, 1e-2);
   test::require_close(w.grad().cpu(), wc.grad(), 1e-2, 1e-2);
+  // a gradient on another device is refused, before any backward rule reads it
+  Tensor y2 = mul(w, 2.0);
+  CHECK(test::error_of([&] { y2.backward(randn({16, 8, 3, 3})); }).find("gradient on cpu") !=
+        std::string::npos);
 }
 
 // LIBNN_CUDNN_FIND=0 (read once a process): cuDNN's heuristics choose the convolution

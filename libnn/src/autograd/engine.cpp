@@ -121,6 +121,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   }
   NN_CHECK(g.shape() == root.shape(), "backward(): gradient of shape ", shape_str(g.shape()),
            " for an output of shape ", shape_str(root.shape()));
+  NN_CHECK(g.device() == root.device(), "backward(): gradient on ", g.device().str(),
+           " for an output on ", root.device().str());
+  // in the output's dtype (an f32 gradient for an f16 output, as PyTorch casts it), which
+  // every backward rule assumes
+  if (g.dtype() != root.dtype()) g = g.detach().to(root.dtype());
   NoGradGuard no_grad;
   if (!root.grad_fn()) {
     accumulate_leaf(root.impl_ptr(), g.detach());

@@ -319,11 +319,11 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   return *this;
 }
 Tensor& Tensor::add_(double value) {
-  begin_inplace(*this, "add_");
-  check_no_internal_overlap(*this, "add_");
   NN_CHECK(is_floating(dtype()) || (std::isfinite(value) && value == std::trunc(value)),
            "add_: a ", dtype_name(dtype()), " tensor with the fractional scalar ", value,
            " would truncate it; convert the tensor first (.to(kF32))");
+  begin_inplace(*this, "add_");
+  check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;
   backend::of(*this).unary(backend::UnaryOp::add_scalar, *this, *this, value, 0);
   return *this;

@@ -82,9 +82,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 namespace {
-// amp::autocast_lower of each parameter, outside the graph, the f32 ones copied in one backend
-// call (one launch on CUDA) where they share a device; the others as they are.
-std::vector<Tensor> autocast_lower_params(std::vector<Tensor> ps) {
+// amp::autocast_lower of each operand, outside the graph, the f32 ones copied in one backend
+// call where they share a device (one launch on CUDA for the contiguous ones); the others as
+// they are.
+std::vector<Tensor> autocast_lower_operands(std::vector<Tensor> ps) {
   if (!amp::autocast_enabled()) return ps;
   std::vector<Tensor> src, dst;
   for (Tensor& p : ps) {
@@ -107,9 +108,10 @@ std::vector<Tensor> autocast_lower_params(std::vector<Tensor> ps) {
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   // Under autocast an f32 input, weight and bias are lowered here, outside the graph, in one
-  // backend call: their gradients come out of the backward's GEMMs in f32 (the f32 sums never
-  // rounded to 16 bits) instead of 16-bit gradients and cast nodes turning them back into f32.
-  const std::vector<Tensor> lowered = autocast_lower_params({x_in, w_in, b_in});
+  // backend call (autocast_lower_operands): their gradients come out of the backward's GEMMs
+  // in f32 (the f32 sums never rounded to 16 bits) instead of 16-bit gradients and cast nodes
+  // turning them back into f32.
+  const std::vector<Tensor> lowered = autocast_lower_operands({x_in, w_in, b_in});
   const Tensor& x = lowered[0];
   const Tensor& weight = lowered[1];
   const Tensor& bias = lowered[2];

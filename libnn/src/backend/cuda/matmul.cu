@@ -71,6 +71,11 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, doub
   const cublasOperation_t opa = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   // the operands' type, and the output's: the same, or f32 from 16-bit operands (a weight
   // gradient straight into an f32 master weight's dtype)
+  NN_CHECK(a.dtype() == b.dtype() &&
+               (out.dtype() == a.dtype() ||
+                (out.dtype() == kF32 && (a.dtype() == kF16 || a.dtype() == kBF16))),
+           "matmul: dtypes ", dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " into ",
+           dtype_name(out.dtype()), " are not computed on CUDA");
   const cudaDataType_t type = cuda_type(a.dtype()), out_type = cuda_type(out.dtype());
   const bool f64 = out.dtype() == kF64;
   const float alpha_f = float(alpha), beta_f = float(beta);
