@@ -13,9 +13,12 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
-// out[i] = f(i, in...) over a contiguous range, V elements per thread with vector access.
+// out[i] = f(i, in...) over a contiguous range, V elements per thread with vector access. out
+// may be one of the inputs (in-place ops: mul_, add_): each element is read, then written, by
+// one thread and by no other, so the pointers carry no __restrict__ (which would promise the
+// compiler they never alias).
 template <int V, typename TO, typename F, typename... TI>
-__global__ void map_contiguous(TO* __restrict__ out, int64_t n, F f, const TI* __restrict__... in) {
+__global__ void map_contiguous(TO* out, int64_t n, F f, const TI*... in) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x * V;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
     if (V > 1 && i + V <= n) {
