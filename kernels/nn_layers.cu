@@ -684,6 +684,27 @@ __global__ void copy_many_kernel(TensorList<CopyPair> list) {
   }
 }
 
+// The conversions in quads (pair i's n counts quads): one 16-byte load of four f32 values
+// and one 8-byte store of their 16-bit roundings, as the elementwise cast moves them.
+template <typename D>
+__global__ void copy_many_quads_kernel(TensorList<CopyPair> list) {
+  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
+  const CopyPair& pr = list.t[ti];
+  const Quad<float>* src = static_cast<const Quad<float>*>(pr.src);
+  Quad<D>* dst = static_cast<Quad<D>*>(pr.dst);
+  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
+    if (i >= pr.n) continue;
+    const Quad<float> v = src[i];
+    Quad<D> o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o.v[j] = convert<D>(v.v[j]);
+    dst[i] = o;
+  }
+}
+
 template <typename T>
 __global__ void sgd_kernel(TensorList<SgdTensor> list, float lr, float momentum, float dampening,
                            bool nesterov) {
@@ -1086,7 +1107,21 @@ void launch_copy_many(DType st, DType dt, const CopyPair* pairs, int count, cuda
   if (st != dt) {
     NN_CHECK(copy_many_converts(st, dt), "copy_many: no batched conversion from ",
              dtype_name(st), " to ", dtype_name(dt));
+    // in quads when every pair is whole aligned quads (a layer's input, weight and bias)
+    std::vector<CopyPair> quads(pairs, pairs + count);
+    bool by_quads = true;
+    for (auto& pr : quads) {
+      by_quads = by_quads && pr.n % 4 == 0 && aligned_to(pr.src, 16) && aligned_to(pr.dst, 8);
+      pr.n /= 4;
+    }
     auto go = [&]<typename D>() {
+      if (by_quads) {
+        multi_tensor(quads.data(), count, [&](const TensorList<CopyPair>& list, unsigned blocks) {
+          copy_many_quads_kernel<D><<<blocks, kThreads, 0, s>>>(list);
+          NN_CUDA_CHECK_LAUNCH();
+        });
+        return;
+      }
       multi_tensor(pairs, count, [&](const TensorList<CopyPair>& list, unsigned blocks) {
         copy_many_kernel<float, D><<<blocks, kThreads, 0, s>>>(list);
         NN_CUDA_CHECK_LAUNCH();

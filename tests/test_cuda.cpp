@@ -1250,6 +1250,20 @@ TEST_CASE("parameters concatenated or lowered to 16 bits take one launch on CUDA
   test::require_close(y.cpu().to(kF32),
                       linear(x.cpu().to(kF16), w.detach().cpu().to(kF16), b.cpu().to(kF16)).to(kF32),
                       1e-2, 1e-2);
+  // lowered in quads (every operand whole aligned quads) or element by element (7 features),
+  // in both 16-bit types: the same roundings as the CPU's casts
+  for (DType half : {kF16, kBF16})
+    for (int64_t in : {64, 7}) {
+      INFO(dtype_name(half) << ", " << in << " features");
+      amp::AutocastGuard g16(half);
+      const Tensor xi = randn({5, in}), wi = randn({4, in}), bi = randn({4});
+      const Tensor xd = xi.to(kCUDA), wd = wi.to(kCUDA), bd = bi.to(kCUDA);
+      before = launches();
+      const Tensor yi = linear(xd, wd, bd);
+      CHECK(launches() - before == 1);
+      test::require_close(yi.cpu().to(kF32),
+                          linear(xi.to(half), wi.to(half), bi.to(half)).to(kF32), 1e-2, 1e-2);
+    }
 }
 
 // Batch norm's step counter and a gradient added to another are one launch each (they were a
