@@ -126,6 +126,15 @@ tsum() {  # tsum FILE COMMAND...: t, its output kept in $OUT/FILE and added to s
   tee -a "$OUT/summary.md" < "$f"
   return $rc
 }
+text_vs_torch() {  # text_vs_torch NAME FLAGS...: libnn then PyTorch on the text models, with
+                   # the measured matmul rate; NAME.log and NAME.json, its tables to summary.md
+  local name=$1 rc; shift
+  t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" \
+      --bench "$bdir/bin/text_bench" --gemm 8192 --out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  grep -E '^\||^text|^measured' "$OUT/$name.log" | tee -a "$OUT/summary.md"
+  return $rc
+}
 finish() {  # on every exit, once, in the suite's shell only: stop, report, bundle
   trap '' TERM INT
   [[ $BASHPID == "$suite_pid" ]] || return 0
@@ -344,10 +353,7 @@ fi
 
 if want text; then
   begin text "text classifiers (MLP, BERT-base) at 2..20,000 classes, FP32 and FP16: libnn then PyTorch"
-  t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
-      --gemm 8192 --precisions fp32,fp16 --num-batches 20 --out "$OUT/text_cuda.json" \
-      > "$OUT/text_cuda.log" 2>&1
-  grep -E '^\||^text|^measured' "$OUT/text_cuda.log" | tee -a "$OUT/summary.md"
+  text_vs_torch text_cuda --precisions fp32,fp16 --num-batches 20
   end
 fi
 
@@ -368,10 +374,8 @@ if want extras; then
         --classes 2 --precisions fp16 --phases train --num-batches 20 --num-warmup-batches 3
   done
   log "BERT-base training at batch 128 x 128 tokens (the text step's is 32): FP16 and FP32, libnn then PyTorch, with model FLOP utilisation"
-  t "$py" bench/text_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/text_bench" \
-      --gemm 8192 --models bert --classes 2 --precisions fp16,fp32 --phases train --bert-batch 128 \
-      --num-batches 10 --out "$OUT/text_cuda_b128.json" > "$OUT/text_cuda_b128.log" 2>&1
-  grep -E '^\||^text|^measured' "$OUT/text_cuda_b128.log" | tee -a "$OUT/summary.md"
+  text_vs_torch text_cuda_b128 --models bert --classes 2 --precisions fp16,fp32 --phases train \
+      --bert-batch 128 --num-batches 10
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
   t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"

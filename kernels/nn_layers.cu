@@ -668,8 +668,24 @@ __device__ __forceinline__ int find_tensor(const int64_t* starts, int count, int
   return i;
 }
 
-// Pair i's n elements from S to D: words of one dtype's bytes (S = D, the widest unit every
-// pair's addresses and size are multiples of), or values converted.
+// One unit of a copy: a value converted, or a quad of them (one 16-byte load of four f32
+// values and one 8-byte store of their 16-bit roundings, as the elementwise cast moves them).
+template <typename D, typename S>
+struct CopyUnit {
+  __device__ static D move(const S& v) { return convert<D>(v); }
+};
+template <typename D, typename S>
+struct CopyUnit<Quad<D>, Quad<S>> {
+  __device__ static Quad<D> move(const Quad<S>& v) {
+    Quad<D> o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o.v[j] = convert<D>(v.v[j]);
+    return o;
+  }
+};
+
+// Pair i's n units from S to D: words of one dtype's bytes (S = D, the widest unit every
+// pair's addresses and size are multiples of), values converted, or quads of them.
 template <typename S, typename D>
 __global__ void copy_many_kernel(TensorList<CopyPair> list) {
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
@@ -680,28 +696,7 @@ __global__ void copy_many_kernel(TensorList<CopyPair> list) {
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
-    if (i < pr.n) dst[i] = convert<D>(src[i]);
-  }
-}
-
-// The conversions in quads (pair i's n counts quads): one 16-byte load of four f32 values
-// and one 8-byte store of their 16-bit roundings, as the elementwise cast moves them.
-template <typename D>
-__global__ void copy_many_quads_kernel(TensorList<CopyPair> list) {
-  const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
-  const CopyPair& pr = list.t[ti];
-  const Quad<float>* src = static_cast<const Quad<float>*>(pr.src);
-  Quad<D>* dst = static_cast<Quad<D>*>(pr.dst);
-  const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
-#pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
-    if (i >= pr.n) continue;
-    const Quad<float> v = src[i];
-    Quad<D> o;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o.v[j] = convert<D>(v.v[j]);
-    dst[i] = o;
+    if (i < pr.n) dst[i] = CopyUnit<D, S>::move(src[i]);
   }
 }
 
@@ -1117,7 +1112,7 @@ void launch_copy_many(DType st, DType dt, const CopyPair* pairs, int count, cuda
     auto go = [&]<typename D>() {
       if (by_quads) {
         multi_tensor(quads.data(), count, [&](const TensorList<CopyPair>& list, unsigned blocks) {
-          copy_many_quads_kernel<D><<<blocks, kThreads, 0, s>>>(list);
+          copy_many_kernel<Quad<float>, Quad<D>><<<blocks, kThreads, 0, s>>>(list);
           NN_CUDA_CHECK_LAUNCH();
         });
         return;

@@ -319,9 +319,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   return *this;
 }
 Tensor& Tensor::add_(double value) {
-  NN_CHECK(is_floating(dtype()) || (std::isfinite(value) && value == std::trunc(value)),
-           "add_: a ", dtype_name(dtype()), " tensor with the fractional scalar ", value,
-           " would truncate it; convert the tensor first (.to(kF32))");
+  check_scalar_fits(*this, value, "add_");
   begin_inplace(*this, "add_");
   check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;

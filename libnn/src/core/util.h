@@ -1,6 +1,9 @@
 // Small helpers shared by the core, ops and backends (internal).
 #pragma once
+#include <nn/error.h>
 #include <nn/tensor.h>
+
+#include <cmath>
 
 namespace nn {
 
@@ -24,5 +27,13 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
 // A count read back from saved state (a step, a tracker): a whole number >= 0 that an int64_t
 // holds exactly (NaN, negative and fractional values are not).
 inline bool is_count(double v) { return v >= 0 && v < 9.0e15 && v == double(int64_t(v)); }
+// An integer tensor computes with a scalar in its own dtype: a fractional scalar (a + 0.5,
+// clamp(a, 1.5, 4.5)) would be truncated silently, so it is refused (libtorch would promote
+// to a floating result; here the caller converts explicitly).
+inline void check_scalar_fits(const Tensor& a, double b, const char* op) {
+  NN_CHECK(is_floating(a.dtype()) || (std::isfinite(b) && b == std::trunc(b)), op, ": a ",
+           dtype_name(a.dtype()), " tensor with the fractional scalar ", b, " would truncate it; "
+           "convert the tensor first (.to(kF32))");
+}
 
 }  // namespace nn

@@ -58,6 +58,8 @@ inline Tensor layout_view(const Tensor& t, MemoryFormat f) {
 }
 // t itself when already in format f, else a copy in f; no autograd.
 Tensor raw_format(const Tensor& t, MemoryFormat f);
+// The same in dtype dt: one copy converts and lays out.
+Tensor raw_format(const Tensor& t, MemoryFormat f, DType dt);
 // The format conv, pool and batch norm compute x's op in: x's own, or row-major where x's
 // backend computes that dtype only row-major (the op then converts its results back to x's).
 inline MemoryFormat compute_format(const Tensor& x) {

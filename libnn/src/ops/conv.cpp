@@ -14,9 +14,7 @@ Tensor lower_weight(const Tensor& x, const Tensor& w) {
   if (!amp::autocast_enabled() || !w.defined() || w.dtype() != kF32 || !x.defined()) return w;
   const MemoryFormat f =
       x.dim() == 4 && w.dim() == 4 ? compute_format(x) : MemoryFormat::contiguous;
-  Tensor low = empty(w.shape(), w.options().dtype(amp::autocast_dtype()), f);
-  backend::of(w).copy(w, low);
-  return low;
+  return raw_format(w, f, amp::autocast_dtype());
 }
 }  // namespace
 
@@ -77,13 +75,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     if (need[1]) {
       gw = empty(ws.shape(), ws.options(), cf);
       backend::of(g).conv2d_backward_weight(gc, xs, gw, p);
-      if (gw.dtype() != wd) {  // a lowered weight's: to f32 and row-major in one copy
-        Tensor g32 = empty(gw.shape(), gw.options().dtype(wd));
-        backend::of(g).copy(gw, g32);
-        gw = g32;
-      } else {
-        gw = raw_contiguous(gw);
-      }
+      // row-major in the weight's dtype (a lowered weight's: to f32 in the same copy)
+      gw = raw_format(gw, MemoryFormat::contiguous, wd);
     }
     if (need[2])  // over N, H, W; channels-last reduces its (N, H, W, C) view: no reordering copy
       gb = cf == MemoryFormat::channels_last ? sum(nhwc_view(gc), {0, 1, 2}) : sum(gc, {0, 2, 3});

@@ -26,9 +26,11 @@ Tensor raw_expand(const Tensor& t, const Shape& shape) {
 
 Tensor raw_contiguous(const Tensor& t) { return raw_format(t, MemoryFormat::contiguous); }
 
-Tensor raw_format(const Tensor& t, MemoryFormat f) {
-  if (t.is_contiguous(f)) return t;
-  Tensor c = empty(t.shape(), t.options(), f);
+Tensor raw_format(const Tensor& t, MemoryFormat f) { return raw_format(t, f, t.dtype()); }
+
+Tensor raw_format(const Tensor& t, MemoryFormat f, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous(f)) return t;
+  Tensor c = empty(t.shape(), t.options().dtype(dt), f);
   backend::of(t).copy(t, c);
   return c;
 }
@@ -98,15 +100,6 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
   Tensor ov = layout_view(out, f);
   backend::of(x).unary(op, layout_view(x, f), ov, a, b);
   return out;
-}
-
-// An integer tensor computes with a scalar in its own dtype: a fractional scalar (a + 0.5,
-// clamp(a, 1.5, 4.5)) would be truncated silently, so it is refused (libtorch would promote
-// to a floating result; here the caller converts explicitly).
-void check_scalar_fits(const Tensor& a, double b, const char* op) {
-  NN_CHECK(is_floating(a.dtype()) || (std::isfinite(b) && b == std::trunc(b)), op, ": a ",
-           dtype_name(a.dtype()), " tensor with the fractional scalar ", b, " would truncate it; "
-           "convert the tensor first (.to(kF32))");
 }
 
 // Unary op that must see floating input (exp, log, ...).
