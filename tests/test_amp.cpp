@@ -126,9 +126,7 @@ TEST_CASE("GradScaler grows the scale after growth_interval clean steps", "[amp]
 // in any of them, including one that only appears on rounding to f16. On the CPU and, when
 // present, on CUDA.
 TEST_CASE("GradScaler unscales gradients of every dtype and finds any overflow", "[amp][cuda]") {
-  std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  for (Device d : devices) {
+  for (Device d : test::devices()) {
     INFO(d.str());
     auto make = [&](std::vector<double> v, DType t) {
       Tensor p = tensor(v, {int64_t(v.size())}).to(t).to(d).requires_grad_();
@@ -207,9 +205,7 @@ TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", 
 // the f64 sums of the same 16-bit values (a gradient rounded to f16 would be off by up to
 // 2^-11 of it, bf16 by 2^-8), on every device, with the bias's from the same GEMM and without.
 TEST_CASE("autocast Linear's input, weight and bias gradients are f32 sums, never rounded to 16 bits", "[amp][cuda]") {
-  std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  for (Device d : devices)
+  for (Device d : test::devices())
     for (DType half : {kF16, kBF16})
       for (bool with_bias : {true, false}) {
         INFO(d.str() << " " << dtype_name(half) << ", bias " << with_bias);
@@ -240,9 +236,7 @@ TEST_CASE("autocast Linear's input, weight and bias gradients are f32 sums, neve
 // f32 view gets f32 sums, an input already in f16 a 16-bit gradient; and backward() takes an
 // f32 gradient for the f16 output (cast to the output's dtype first, as PyTorch does).
 TEST_CASE("autocast Linear's input gradient for strided and 16-bit inputs", "[amp][cuda]") {
-  std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  for (Device d : devices) {
+  for (Device d : test::devices()) {
     INFO(d.str());
     const Tensor w0 = test::rnd({24, 40}, 5, false).to(kF32);
     const Tensor g0 = test::rnd({6, 8, 24}, 6, false).to(kF16);

@@ -44,6 +44,25 @@ TEST_CASE("cross_entropy over extra dims and its errors", "[loss]") {
               .find("have no classes") != std::string::npos);
 }
 
+TEST_CASE("cross_entropy's mean over 16-bit logits past 65,504 rows", "[loss][cuda]") {
+  // 70,000 rows: in f16 both the loss total (~110,000) and the row count overflow, so a
+  // mean taken in 16 bits is inf / inf; the total and count are f32, the mean rounded once.
+  const int64_t M = 70000, C = 5;
+  const Tensor logits = rnd({M, C}, 41, false);
+  std::vector<int64_t> t(M);
+  for (int64_t i = 0; i < M; ++i) t[i] = (i * 7) % C;
+  const Tensor target = from_vector<int64_t>(t, {M});
+  for (Device d : test::devices())
+    for (DType h : {kF16, kBF16}) {
+      INFO(d.str() << " " << dtype_name(h));
+      const Tensor lh = logits.to(h);
+      Tensor want = cross_entropy(lh.to(kF64), target);  // the same 16-bit values in f64
+      Tensor got = cross_entropy(lh.to(d), target.to(d));
+      REQUIRE(got.dtype() == h);
+      test::require_close(got.cpu(), want, h == kF16 ? 2e-3 : 1e-2, 0);
+    }
+}
+
 TEST_CASE("gradcheck: cross_entropy and mse", "[loss][gradcheck]") {
   Tensor target = from_vector<int64_t>({1, 0, 3, 3, 2}, {5});
   for (double smoothing : {0.0, 0.2}) {

@@ -268,9 +268,7 @@ TEST_CASE("clip_grad_norm scales to the max norm", "[optim]") {
 // refused. clip_grad_norm_ gives the norm as an f64 tensor on the gradients' device. On the
 // CPU and, when present, CUDA.
 TEST_CASE("clip_grad_norm leaves non-finite gradients alone", "[optim][cuda]") {
-  std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  for (Device d : devices)
+  for (Device d : test::devices())
     for (const double bad : {std::nan(""), double(INFINITY)}) {
       INFO(d.str() << " " << bad);
       Tensor a = zeros({2}, TensorOptions(kF32).device(d)).requires_grad_();
@@ -299,9 +297,7 @@ TEST_CASE("clip_grad_norm leaves non-finite gradients alone", "[optim][cuda]") {
 // f32's range. The norm is summed in double, so it is finite and the gradients are clipped
 // (an f32 sum would give inf and leave them unclipped). On the CPU and, when present, CUDA.
 TEST_CASE("clip_grad_norm of f32 gradients whose squares overflow f32", "[optim][cuda]") {
-  std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  for (Device d : devices) {
+  for (Device d : test::devices()) {
     INFO(d.str());
     Tensor a = zeros({2}, TensorOptions(kF32).device(d)).requires_grad_();
     a.set_grad(tensor({3e20, 0}, {2}).to(kF32).to(d));
@@ -318,9 +314,7 @@ TEST_CASE("clip_grad_norm of f32 gradients whose squares overflow f32", "[optim]
 // blocks on CUDA) in one call per dtype; the norm against a sum in double, every gradient
 // scaled in place. On the CPU and, when present, on CUDA.
 TEST_CASE("clip_grad_norm over mixed dtypes and views", "[optim][cuda]") {
-  std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  for (Device d : devices) {
+  for (Device d : test::devices()) {
     INFO(d.str());
     Generator g(3);
     std::vector<Tensor> grads{randn({70001}, kF32, &g), randn({33}, kF32, &g).to(kF16),

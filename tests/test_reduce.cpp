@@ -89,7 +89,7 @@ TEST_CASE("argmax", "[reduce]") {
   REQUIRE(argmax(x, 1).dtype() == kI64);
 }
 
-TEST_CASE("argmax on long rows: the first maximum, or the first NaN", "[reduce]") {
+TEST_CASE("argmax on long rows: the first maximum, or the first NaN", "[reduce][cuda]") {
   const int64_t n = 1000;
   std::vector<double> v = rnd({5, n}, 3, false).to_vector<double>();
   v[0 * n + 700] = v[0 * n + 300] = 9;      // a tie: the first wins
@@ -98,12 +98,30 @@ TEST_CASE("argmax on long rows: the first maximum, or the first NaN", "[reduce]"
   for (int64_t i = 0; i < n; ++i) v[3 * n + i] = -INFINITY;     // all -inf: the first
   v[4 * n + 0] = 9;                         // the first element
   const std::vector<double> want{300, 999, 10, 0, 0};
-  for (DType t : {kF32, kF64}) {
-    INFO("dtype " << t);
-    require_values(argmax(tensor(v, {5, n}, t), 1), want);
-  }
+  for (Device d : test::devices())  // (CUDA merges its threads' candidates: ties and NaN across them)
+    for (DType t : {kF32, kF64, kF16, kBF16}) {
+      INFO(d.str() << " " << dtype_name(t));
+      require_values(argmax(tensor(v, {5, n}, t).to(d), 1).cpu(), want);
+      require_values(argmax(tensor(v, {5, n}, t).to(d).t(), 0).cpu(), want);  // strided
+    }
   // integers keep the scalar path
   require_values(argmax(tensor({3, 7, 7, 1}, kF64).to(kI64).reshape({1, 4}), 1), {1});
+}
+
+TEST_CASE("var of 16-bit data is computed in f32 and rounded once", "[reduce][cuda]") {
+  // f16: 10,000 values of spread 3, whose sum of squares (~90,000) passes f16's 65,504;
+  // bf16: values near 1000, where a mean rounded to bf16 (steps of 4 or 8) is off by several
+  // units and every centred value with it. The reference: the same 16-bit values in f64.
+  const Tensor a = (rnd({10000}, 31, false) * 3.0).to(kF16);
+  const Tensor b = (rnd({6, 40}, 32, false) * 20.0 + 1000.0).to(kBF16);
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    Tensor va = var(a.to(d)), vb = var(b.to(d), {1});
+    REQUIRE(va.dtype() == kF16);
+    REQUIRE(vb.dtype() == kBF16);
+    test::require_close(va.cpu(), var(a.to(kF64)), 1e-3, 0);
+    test::require_close(vb.cpu(), var(b.to(kF64), {1}), 1e-2, 0);
+  }
 }
 
 TEST_CASE("gradcheck: reductions", "[reduce][gradcheck]") {

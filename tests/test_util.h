@@ -81,6 +81,13 @@ inline void require_values(const Tensor& got, const std::vector<double>& want,
   require_close(got, nn::tensor(want, got.shape(), nn::kF64), tol, tol);
 }
 
+// The CPU, and CUDA when a device is present: for tests that hold on every backend.
+inline std::vector<nn::Device> devices() {
+  std::vector<nn::Device> d{nn::kCPU};
+  if (nn::cuda_available()) d.push_back(nn::kCUDA);
+  return d;
+}
+
 // f64 CPU input with values in N(0,1) (seeded), requiring grad.
 inline Tensor rnd(const Shape& shape, uint64_t seed, bool grad = true) {
   nn::Generator g(seed);

@@ -59,8 +59,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossE
     case Reduction::none: return loss.reshape(target.shape());
     case Reduction::sum: return sum(loss);
     case Reduction::mean: {
+      // the total and the count in f32 at least (in 16 bits both pass 65,504 by 70,000 rows:
+      // inf / inf), the mean rounded to the logits' dtype once
+      const DType acc = logits.dtype() == kF64 ? kF64 : kF32;
       Tensor counted = ne(flat_t, full({}, double(o.ignore_index), flat_t.options()));
-      return div(sum(loss), sum(counted.to(logits.dtype())));
+      return div(sum(loss.to(acc)), sum(counted.to(acc))).to(logits.dtype());
     }
   }
   return loss;

@@ -103,14 +103,20 @@ Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
 
 Tensor var(const Tensor& x_in, const Shape& dims_in, int64_t correction, bool keepdim) {
   check_defined(x_in, "var");
-  const Tensor x = amp::autocast_f32(x_in);
-  check_floating(x, "var");
+  const Tensor xa = amp::autocast_f32(x_in);
+  check_floating(xa, "var");
+  // 16-bit data is centred, squared and summed in f32, and only the variance rounded to the
+  // data's dtype: in 16 bits the mean keeps 3 or 4 digits and a sum of squares passes f16's
+  // 65,504 (10,000 values of spread 3 would give inf)
+  const bool narrow = xa.dtype() == kF16 || xa.dtype() == kBF16;
+  const Tensor x = narrow ? xa.to(kF32) : xa;
   Shape dims = normalize_dims(dims_in, x.dim());
   int64_t count = 1;
   for (int64_t d : dims) count *= x.shape()[d];
   Tensor centred = sub(x, mean(x, dims, true));
   Tensor s = sum(square(centred), dims, keepdim);
-  return mul(s, 1.0 / double(std::max<int64_t>(count - correction, 0)));
+  Tensor v = mul(s, 1.0 / double(std::max<int64_t>(count - correction, 0)));
+  return v.to(xa.dtype());
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
