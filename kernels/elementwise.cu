@@ -1,4 +1,5 @@
 #include "kernels/elementwise.cuh"
+#include "kernels/int_math.h"
 #include "kernels/math.cuh"
 #include "kernels/philox.h"
 
@@ -112,7 +113,11 @@ template <typename T>
 struct UnaryF {
   UnaryOp op;
   unary_t<T> a, b;
+  int64_t ia, ib;  // integer tensors: the scalars for int_unary
   __device__ T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (int_exact(op)) return T(int_unary(op, int64_t(x), ia, ib));  // kernels/int_math.h
+    }
     return convert<T>(unary_value<unary_t<T>>(op, convert<unary_t<T>>(x), a, b));
   }
 };
@@ -204,7 +209,7 @@ void launch_random(DType t, void* dst, int64_t n, bool normal, double a, double 
 void launch_unary(UnaryOp op, DType t, void* out, const void* x, double a, double b,
                   const Geom<2>& g, int64_t n, bool contiguous, cudaStream_t s) {
   dispatch_all(t, [&]<typename T>() {
-    UnaryF<T> f{op, unary_t<T>(a), unary_t<T>(b)};
+    UnaryF<T> f{op, unary_t<T>(a), unary_t<T>(b), saturate_i64(a), saturate_i64(b)};
     launch_map(static_cast<T*>(out), n, contiguous, g, s, f, static_cast<const T*>(x));
   });
 }

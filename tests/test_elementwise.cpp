@@ -115,6 +115,50 @@ TEST_CASE("integer tensors with scalars: whole scalars compute exactly, fraction
     REQUIRE(test::error_of(f).find("fractional scalar") != std::string::npos);
 }
 
+TEST_CASE("integer tensors with scalars compute in int64 and wrap, past 2^53 and past their "
+          "type's range, on every backend", "[elementwise][cuda]") {
+  const int64_t big = (int64_t(1) << 53) + 1;  // no double holds it
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    auto i64 = [&](std::vector<int64_t> v) {
+      const int64_t n = int64_t(v.size());
+      return from_vector<int64_t>(std::move(v), {n}).to(d);
+    };
+    auto values = [](const Tensor& t) { return t.cpu().to(kI64).to_vector<int64_t>(); };
+    const Tensor a = i64({big, INT64_MAX, INT64_MIN, -7});
+    using V = std::vector<int64_t>;
+    REQUIRE(values(a + 1.0) == V{big + 1, INT64_MIN, INT64_MIN + 1, -6});
+    REQUIRE(values(a * 3.0) == V{3 * big, INT64_MAX - 2, INT64_MIN, -21});
+    REQUIRE(values(5.0 - a) == V{5 - big, INT64_MIN + 6, INT64_MIN + 5, 12});
+    REQUIRE(values(neg(a)) == V{-big, -INT64_MAX, INT64_MIN, 7});
+    REQUIRE(values(abs(a)) == V{big, INT64_MAX, INT64_MIN, 7});
+    REQUIRE(values(clamp(a, -5.0, 1e30)) == V{big, INT64_MAX, -5, -5});  // 1e30: no bound
+    REQUIRE(values(clamp(a, -0x1p63, 0x1p53)) == V{int64_t(1) << 53, int64_t(1) << 53, INT64_MIN, -7});
+    // narrower types wrap as their int64 results do
+    const Tensor i = full({3}, 2e9, TensorOptions(kI32).device(d));
+    REQUIRE(values(i * 2.0) == V{-294967296, -294967296, -294967296});
+    REQUIRE(values(neg(full({1}, double(INT32_MIN), TensorOptions(kI32).device(d)))) == V{INT32_MIN});
+    REQUIRE(values(square(full({1}, 65536, TensorOptions(kI32).device(d)))) == V{0});
+    const Tensor u = i64({200, 5, 1}).to(kU8);
+    REQUIRE(values(u + 100.0) == V{44, 105, 101});
+    REQUIRE(values(3.0 - u) == V{59, 254, 2});
+    REQUIRE(values(neg(u)) == V{56, 251, 255});
+    // in place too
+    Tensor w = i64({big});
+    w.add_(1.0);
+    w.mul_(2.0);
+    REQUIRE(values(w) == V{2 * (big + 1)});
+  }
+  // a scalar outside int64 (where int tensors compute) is refused, as a fractional one is
+  for (auto f : std::vector<std::function<void()>>{
+           [] { tensor({1}, kI64) + 1e19; }, [] { tensor({1}, kI32) * -1e30; },
+           [] { 0x1p63 - tensor({1}, kU8); }})
+    REQUIRE(test::error_of(f).find("outside int64's range") != std::string::npos);
+  Tensor w = tensor({1, 2}, kI32);
+  REQUIRE(test::error_of([&] { w.mul_(0.5); }).find("fractional scalar") != std::string::npos);
+  require_values(w, {1, 2});
+}
+
 TEST_CASE("elementwise ops on large and strided tensors use every path", "[elementwise]") {
   // Large enough to run on several threads; transposed to take the strided loop.
   Generator g(11);
@@ -231,11 +275,24 @@ TEST_CASE("pow's gradients at a zero base are libtorch's limits, not NaN", "[ele
   require_values(c.grad(), {0, 0});
 }
 
-TEST_CASE("maximum splits the gradient on ties", "[elementwise]") {
+TEST_CASE("maximum splits the gradient on ties; a NaN output's goes to the NaN input", "[elementwise][cuda]") {
   Tensor a = tensor({1, 2}, kF64).requires_grad_(), b = tensor({1, 3}, kF64).requires_grad_();
   sum(maximum(a, b)).backward();
   require_values(a.grad(), {0.5, 0});
   require_values(b.grad(), {0.5, 1});
+  // NaN in a, in b, in both: the output is the NaN of a, of b, of a (binary_value in
+  // kernels/math.cuh), and the gradient goes where the output came from
+  for (Device d : test::devices())
+    for (Tensor (*op)(const Tensor&, const Tensor&) : {maximum, minimum}) {
+      INFO(d.str());
+      Tensor x = tensor({NAN, 1, NAN}, kF32).to(d).requires_grad_();
+      Tensor y = tensor({2, NAN, NAN}, kF32).to(d).requires_grad_();
+      Tensor out = op(x, y);
+      REQUIRE(std::isnan(out.cpu().to_vector<float>()[0]));
+      sum(out).backward();
+      require_values(x.grad().cpu(), {1, 0, 1});
+      require_values(y.grad().cpu(), {0, 1, 0});
+    }
 }
 
 TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, rounded once", "[elementwise]") {

@@ -327,6 +327,7 @@ Tensor& Tensor::add_(double value) {
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
+  check_scalar_fits(*this, value, "mul_");
   begin_inplace(*this, "mul_");
   check_no_internal_overlap(*this, "mul_");
   NoGradGuard ng;

@@ -29,11 +29,16 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
 inline bool is_count(double v) { return v >= 0 && v < 9.0e15 && v == double(int64_t(v)); }
 // An integer tensor computes with a scalar in its own dtype: a fractional scalar (a + 0.5,
 // clamp(a, 1.5, 4.5)) would be truncated silently, so it is refused (libtorch would promote
-// to a floating result; here the caller converts explicitly).
+// to a floating result; here the caller converts explicitly). So is one outside int64's
+// range, in which integer tensors compute (kernels/int_math.h).
 inline void check_scalar_fits(const Tensor& a, double b, const char* op) {
-  NN_CHECK(is_floating(a.dtype()) || (std::isfinite(b) && b == std::trunc(b)), op, ": a ",
-           dtype_name(a.dtype()), " tensor with the fractional scalar ", b, " would truncate it; "
-           "convert the tensor first (.to(kF32))");
+  if (is_floating(a.dtype())) return;
+  NN_CHECK(std::isfinite(b) && b == std::trunc(b), op, ": a ", dtype_name(a.dtype()),
+           " tensor with the fractional scalar ", b, " would truncate it; convert the tensor "
+           "first (.to(kF32))");
+  NN_CHECK(b >= -0x1p63 && b < 0x1p63, op, ": the scalar ", b, " is outside int64's range, in "
+           "which a ", dtype_name(a.dtype()), " tensor computes; convert the tensor first "
+           "(.to(kF64))");
 }
 
 }  // namespace nn

@@ -197,15 +197,17 @@ Tensor pow(const Tensor& a_in, const Tensor& b_in) {
 }
 
 namespace {
-// maximum/minimum: the gradient goes to the chosen input, split evenly on ties.
+// maximum/minimum: the gradient goes to the chosen input, split evenly on ties; a NaN output
+// was chosen from a when a is NaN, else from b.
 Tensor extremum(BinaryOp op, BinaryOp strict, const Tensor& a_in, const Tensor& b_in,
                 const char* name) {
   auto [a, b] = promoted(a_in, b_in, name);
   Tensor out = binary_raw(op, a, b, name);
   record(name, {a, b}, out, {a, b},
          [strict, as = a.detach(), bs = b.detach()](const Tensor& g, auto& need) {
-    Tensor wa = add(binary_raw(strict, as, bs, "mask"),
-                    mul(binary_raw(BinaryOp::eq, as, bs, "mask"), 0.5));
+    Tensor wa = add(add(binary_raw(strict, as, bs, "mask"),
+                        mul(binary_raw(BinaryOp::eq, as, bs, "mask"), 0.5)),
+                    binary_raw(BinaryOp::ne, as, as, "mask"));
     return std::vector<Tensor>{need[0] ? sum_to(mul(g, wa), as.shape()) : Tensor(),
                                need[1] ? sum_to(mul(g, rsub(wa, 1.0)), bs.shape()) : Tensor()};
   });
@@ -360,8 +362,8 @@ Tensor square(const Tensor& x) {
 Tensor clamp(const Tensor& x, double lo, double hi) {
   check_defined(x, "clamp");
   NN_CHECK(lo <= hi, "clamp: lower bound ", lo, " above upper bound ", hi);
-  for (double bound : {lo, hi})  // an infinite bound is no bound
-    if (!std::isinf(bound)) check_scalar_fits(x, bound, "clamp");
+  for (double bound : {lo, hi})  // an infinite bound, or one past int64's range, is no bound
+    if (std::abs(bound) < 0x1p63) check_scalar_fits(x, bound, "clamp");
   Tensor y = unary_raw(UnaryOp::clamp, x, lo, hi);
   record("clamp", {x}, y, {x}, [xs = x.detach(), lo, hi](const Tensor& g, auto&) {
     Tensor inside = mul(ge(xs, full({}, lo, xs.options())), le(xs, full({}, hi, xs.options())));

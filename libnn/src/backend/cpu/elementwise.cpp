@@ -5,6 +5,7 @@
 
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "kernels/int_math.h"
 #include "kernels/philox.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
@@ -216,9 +217,11 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, doubl
   dispatch_numeric(x.dtype(), "unary", [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) {
       unary_typed<T>(op, x, out, T(a), T(b));
-    } else {
-      // Integer tensors: compute in double and convert back.
-      map<T, T>(out, [=](T v) { return T(unary_value<double>(op, double(v), a, b)); }, x);
+    } else if (kernels::int_exact(op)) {  // exact, wrapping (kernels/int_math.h)
+      const int64_t ia = kernels::saturate_i64(a), ib = kernels::saturate_i64(b);
+      map<T, T>(out, [=](T v) { return T(kernels::int_unary(op, int64_t(v), ia, ib)); }, x);
+    } else {  // (no op of the library's sends an integer tensor here)
+      map<T, T>(out, [=](T v) { return convert<T>(unary_value<double>(op, double(v), a, b)); }, x);
     }
   });
 }

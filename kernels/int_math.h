@@ -1,0 +1,51 @@
+// Integer tensors' elementwise ops with a scalar (x + a, x * a, a - x, clamp) and neg, abs,
+// square, shared by the backends: exact in int64 with two's-complement wrap-around, as the
+// binary ops of two integer tensors compute (and libtorch does), where going through double
+// rounds values past 2^53 and an out-of-range result has no defined conversion back.
+#pragma once
+#include <cstdint>
+
+#include "kernels/hd.h"
+#include "kernels/ops.h"
+
+namespace nn::kernels {
+
+// Whether int_unary computes op (the other unary ops take floating tensors only).
+NN_HD bool int_exact(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: case UnaryOp::abs: case UnaryOp::square: case UnaryOp::relu:
+    case UnaryOp::add_scalar: case UnaryOp::mul_scalar: case UnaryOp::rsub_scalar:
+    case UnaryOp::clamp:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A scalar for int_unary: truncated toward zero, saturated to int64's range (an infinite
+// clamp bound is no bound), NaN as 0.
+NN_HD int64_t saturate_i64(double d) {
+  if (d != d) return 0;
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  return int64_t(d);
+}
+
+// op on x with scalars a (and b, clamp's upper bound); the caller narrows the result to the
+// tensor's type, which wraps as the int64 arithmetic does.
+NN_HD int64_t int_unary(UnaryOp op, int64_t x, int64_t a, int64_t b) {
+  const uint64_t ux = uint64_t(x), ua = uint64_t(a);  // unsigned: wrap-around is defined
+  switch (op) {
+    case UnaryOp::neg: return int64_t(0 - ux);
+    case UnaryOp::abs: return x < 0 ? int64_t(0 - ux) : x;
+    case UnaryOp::square: return int64_t(ux * ux);
+    case UnaryOp::relu: return x < 0 ? 0 : x;
+    case UnaryOp::add_scalar: return int64_t(ux + ua);
+    case UnaryOp::mul_scalar: return int64_t(ux * ua);
+    case UnaryOp::rsub_scalar: return int64_t(ua - ux);
+    case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
+    default: return x;  // not reached: int_exact(op) is false
+  }
+}
+
+}  // namespace nn::kernels
