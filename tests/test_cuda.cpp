@@ -658,6 +658,93 @@ std::vector<Case> cases() {
                                             where(cf, x[0].to(kF16), zeros_like(x[0]).to(kF16))
                                                 .to(kF32)};
                }, 0, false});
+  // heights and widths apart: a transposed stride, padding or dilation shows as a difference
+  auto hw = [](test::Pair k, test::Pair s, test::Pair p, test::Pair d) { return test::pool_params(k, s, p, d); };
+  for (bool cl : {false, true})
+    v.push_back({std::string("conv and pools with height and width apart") + (cl ? ", channels-last" : ""),
+                 {{2, 4, 11, 9}, {5, 4, 3, 2}, {5}}, [cl, hw](auto& x) {
+                   const Tensor in = cl ? channels_last(x[0]) : x[0];
+                   Pool2dParams q = hw({3, 2}, {2, 1}, {1, 0}, {1, 1});
+                   q.count_include_pad = false;
+                   return std::vector<Tensor>{
+                       conv2d(in, x[1], x[2], test::conv_params({2, 1}, {1, 0}, {1, 2})),
+                       conv2d(in, x[1], {}, test::conv_params({1, 3}, {0, 2}, {2, 1})),
+                       max_pool2d(in, hw({3, 2}, {2, 1}, {1, 0}, {1, 2})),
+                       max_pool2d(in, hw({2, 3}, {1, 2}, {0, 1}, {1, 1})), avg_pool2d(in, q),
+                       avg_pool2d(in, hw({2, 3}, {1, 2}, {0, 1}, {1, 1}))};
+                 }, 1e-3});
+  // adaptive pooling that grows a dim (windows overlap) as well as shrinking it
+  v.push_back({"adaptive avg pool to larger outputs", {{2, 3, 9, 7}}, [](auto& x) {
+                 return std::vector<Tensor>{adaptive_avg_pool2d(x[0], {13, 3}),
+                                            adaptive_avg_pool2d(x[0], {9, 8}),
+                                            adaptive_avg_pool2d(channels_last(x[0]), {11, 10})};
+               }});
+  // 16-bit data on both devices (the CPU's 16-bit paths are tested against f32 rounded once)
+  for (DType h : {kF16, kBF16}) {
+    const std::string n = dtype_name(h);
+    const double tol = h == kF16 ? 1e-2 : 3e-2;
+    v.push_back({n + " unary ops", {{37, 5}}, [](auto& x) {
+                   Tensor p = add(abs(x[0]), 0.5);
+                   return std::vector<Tensor>{exp(x[0]), tanh(x[0]), sigmoid(x[0]), gelu(x[0]),
+                                              log(p), sqrt(p), rsqrt(p), T(x[0]) * 3.0 + 1.0};
+                 }, tol, true, h});
+    v.push_back({n + " softmax and reductions", {{7, 13, 5}}, [](auto& x) {
+                   return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], 1),
+                                              sum(x[0], {0, 2}), mean(x[0], {1}), amax(x[0], {2}),
+                                              amin(x[0], {0}), var(x[0], {1}), argmax(x[0], 1)};
+                 }, tol, true, h});
+    v.push_back({n + " pools and row-major conv", {{2, 3, 9, 8}, {4, 3, 3, 3}, {4}}, [](auto& x) {
+                   return std::vector<Tensor>{max_pool2d(x[0], pool(3, 2, 1)), avg_pool2d(x[0], pool(2)),
+                                              adaptive_avg_pool2d(x[0], {4, 3}),
+                                              conv2d(x[0], x[1], x[2], conv(1, 1))};
+                 }, 5e-2, true, h});
+    v.push_back({n + " cross entropy and layer norm with " + n + " parameters", {{9, 6}, {4, 33}, {33}, {33}},
+                 [](auto& x) {
+                   Tensor t = from_vector<int64_t>({0, 5, 2, 2, 1, 3, 4, 0, 5}, {9}).to(x[0].device());
+                   CrossEntropyOptions s;
+                   s.label_smoothing = 0.1;
+                   s.ignore_index = 2;
+                   return std::vector<Tensor>{cross_entropy(x[0], t), cross_entropy(x[0], t, s),
+                                              layer_norm(x[1], {33}, x[2], x[3])};
+                 }, 5e-2, true, h});
+  }
+  // the losses' other forms: i32 targets, (N, C, d) logits, each reduction, smoothing with an
+  // ignored class; comparisons the table has no other case for; layer norm over two dims and
+  // of a strided input
+  v.push_back({"losses' reductions and target forms, comparisons, layer norm over two dims",
+               {{6, 4, 3}, {6, 4, 3}, {5, 4, 6}}, [](auto& x) {
+                 const Device d = x[0].device();
+                 Tensor t = from_vector<int32_t>({0, 1, 2, 3, 1, 0, 3, 3, 2, 2, 1, 0, 0, 3, 1, 2, 2, 1},
+                                                 {6, 3}).to(d);
+                 CrossEntropyOptions none, sum_, both;
+                 none.reduction = Reduction::none;
+                 sum_.reduction = Reduction::sum;
+                 both.label_smoothing = 0.2;
+                 both.ignore_index = 3;
+                 return std::vector<Tensor>{
+                     cross_entropy(x[0], t), cross_entropy(x[0], t.to(kI64), none),
+                     cross_entropy(x[0], t, sum_), cross_entropy(x[0], t, both),
+                     mse_loss(x[0], x[1], Reduction::none), mse_loss(x[0], x[1], Reduction::sum),
+                     ne(x[0], x[1]), lt(x[0], x[1]), ge(x[0], x[0]),
+                     layer_norm(x[2], {4, 6}), layer_norm(x[2].transpose(1, 2), {4})};
+               }});
+  // empty inputs and degenerate reductions: NaN where libtorch has it (a mean over nothing, a
+  // variance of one value, a mean over only ignored targets, softmax over a row of -inf)
+  v.push_back({"empty inputs and degenerate reductions", {{0, 4}, {1, 5}, {3, 5}, {0, 3, 6, 6}}, [](auto& x) {
+                 const Device d = x[0].device();
+                 Tensor ignored = full({3}, -100, TensorOptions(kI64).device(d));
+                 Tensor row_inf = where(from_vector<uint8_t>({1, 0, 0}, {3, 1}).to(d),
+                                        full({3, 5}, -INFINITY, x[2].options()), x[2]);
+                 return std::vector<Tensor>{
+                     mean(x[0], {0}), sum(x[0], {0}), amax(x[0], {1}), var(x[1], {0}),
+                     var(x[1], {1}, 0), softmax(x[0], 1), log_softmax(x[0], 0),
+                     cross_entropy(x[2], ignored), layer_norm(x[0], {4}),
+                     softmax(row_inf, 1), log_softmax(row_inf, 1),
+                     max_pool2d(x[3], pool(2)), avg_pool2d(x[3], pool(3, 1, 1)),
+                     adaptive_avg_pool2d(x[3], {2, 2}),
+                     embedding(x[1].reshape({5, 1}),
+                               zeros({0}, TensorOptions(kI64).device(d)))};
+               }});
   return v;
 }
 
@@ -725,6 +812,27 @@ TEST_CASE("casts between dtypes on CUDA match the CPU", "[cuda]") {
     INFO(dtype_name(t));
     test::require_close(x.to(kCUDA).to(t).cpu().to(kF64), x.to(t).to(kF64), 0, 0);
   }
+}
+
+TEST_CASE("gradients flow back across devices", "[cuda]") {
+  if (!have_gpu()) return;
+  // a CPU leaf moved to CUDA and back (channels-last on the way), against the same graph on
+  // the CPU alone: each leaf's gradient lands on its own device
+  Generator g(12);
+  const Tensor x0 = randn({2, 3, 4, 5}, kF32, &g), w0 = randn({5, 6}, kF32, &g);
+  auto run = [&](Device d) {
+    Tensor x = x0.clone().requires_grad_(), w = w0.to(d).requires_grad_();
+    Tensor h = matmul(test::channels_last(x).to(d).relu(), w);  // on d
+    Tensor y = sum(square(h.cpu()));                              // back on the CPU
+    y.backward();
+    REQUIRE(x.grad().device() == kCPU);
+    REQUIRE(w.grad().device() == d);
+    return std::pair{x.grad(), w.grad().cpu()};
+  };
+  auto [gx, gw] = run(kCUDA);
+  auto [rx, rw] = run(kCPU);
+  test::require_close(gx, rx, 1e-5, 1e-5);
+  test::require_close(gw, rw, 1e-5, 1e-5);
 }
 
 TEST_CASE("optimizer steps on CUDA match the CPU", "[cuda][optim]") {
