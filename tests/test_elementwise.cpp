@@ -275,6 +275,28 @@ TEST_CASE("pow's gradients at a zero base are libtorch's limits, not NaN", "[ele
   require_values(c.grad(), {0, 0});
 }
 
+TEST_CASE("gradients at kinks and bounds are libtorch's", "[elementwise][cuda]") {
+  // where finite differences cannot tell: clamp passes the gradient at its bounds, relu and
+  // abs give 0 at 0, pow with a negative base and a whole exponent is differentiable in the
+  // base (and NaN in the exponent, log of a negative number)
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    auto leaf = [&](std::vector<double> v) { return tensor(v, {int64_t(v.size())}, kF32).to(d).requires_grad_(); };
+    Tensor x = leaf({-1, 0.5, 2, 3});
+    sum(clamp(x, -1, 2)).backward();
+    require_values(x.grad().cpu(), {1, 1, 1, 0});
+    Tensor z = leaf({0, -0.0, 1}), w = leaf({0, -0.0, -1});
+    sum(relu(z)).backward();
+    sum(abs(w)).backward();
+    require_values(z.grad().cpu(), {0, 0, 1});
+    require_values(w.grad().cpu(), {0, 0, -1});
+    Tensor a = leaf({-2, -3}), b = leaf({3, 2});
+    sum(pow(a, b)).backward();
+    require_values(a.grad().cpu(), {12, -6});
+    for (float v : b.grad().cpu().to_vector<float>()) REQUIRE(std::isnan(v));
+  }
+}
+
 TEST_CASE("maximum splits the gradient on ties; a NaN output's goes to the NaN input", "[elementwise][cuda]") {
   Tensor a = tensor({1, 2}, kF64).requires_grad_(), b = tensor({1, 3}, kF64).requires_grad_();
   sum(maximum(a, b)).backward();
