@@ -808,6 +808,11 @@ TEST_CASE("casts between dtypes on CUDA match the CPU", "[cuda]") {
   if (!have_gpu()) return;
   Generator g(4);
   Tensor x = randn({999}, kF32, &g) * 1000.0;
+  {  // non-finite and out-of-range values: NaN to 0, infinities and 1e20 saturate through
+     // int64 then wrap, 1e20 to f16 is inf
+    NoGradGuard ng;
+    x.slice(0, 0, 7).copy_(from_vector<float>({NAN, INFINITY, -INFINITY, 1e20f, -1e20f, 3e9f, -300.5f}, {7}));
+  }
   for (DType t : {kF16, kBF16, kF64, kI32, kI64, kU8}) {
     INFO(dtype_name(t));
     test::require_close(x.to(kCUDA).to(t).cpu().to(kF64), x.to(t).to(kF64), 0, 0);
