@@ -30,6 +30,11 @@ TEST_CASE("GradScaler skips the step on an inf gradient and backs off", "[amp]")
   scaler.update();
   test::require_values(p, {1 - 0.1 * 1, 2 + 0.1 * 2}, 1e-6);
   REQUIRE(test::error_of([&] { scaler.update(); }).find("without step()") != std::string::npos);
+  // no gradient at all (a frozen or detached model): an error, as in libtorch, not a step
+  // that changes nothing and counts toward the scale's growth
+  p.set_grad(Tensor());
+  REQUIRE(test::error_of([&] { scaler.step(opt); }).find("has a gradient") != std::string::npos);
+  REQUIRE(scaler.growth_tracker() == 1);
 }
 
 // The pattern of a GAN's training: one scaler, two optimizers. Each optimizer's gradients are

@@ -69,6 +69,10 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   for (auto& group : opt.groups())
     for (auto& p : group.params)
       if (p.grad().defined()) gb.add(p.grad());
+  // (as libtorch refuses it: stepping would count a step that changed nothing, and the
+  // scale would grow on it)
+  NN_CHECK(!gb.batches.empty(), "GradScaler: none of the optimizer's parameters has a gradient "
+           "(did backward() reach them?)");
   std::map<std::string, Tensor> flags;
   for (auto& [key, grads] : gb.batches) {
     Tensor& flag = flags[key.first];
