@@ -120,11 +120,22 @@ Position Run::load() {
   NN_CHECK(app != c->meta.end() && app->second == app_, "the checkpoint in '", ckpt_->dir(),
            "' was written by ", app == c->meta.end() ? "another program" : app->second,
            ", not ", app_);
+  // this run's learning rate (--lr), before the checkpoint's optimizer state replaces it
+  const double lr = s.scheduler ? s.scheduler->base_lr() : s.optimizer->lr();
   try {
     s.model->load_state_dict(c->model);
     s.optimizer->load_state(c->optimizer);
   } catch (const nn::Error& e) {
     NN_ERROR("checkpoint in '", ckpt_->dir(), "' does not fit this model: ", e.what());
+  }
+  // Resumed with another --lr: this run's wins, with or without a schedule (the schedule
+  // was built from it), and the next checkpoints record it.
+  const double was_lr = s.scheduler ? s.optimizer->initial_lr().value_or(lr) : s.optimizer->lr();
+  if (was_lr != lr) {
+    std::printf("%s: the checkpoint's run had learning rate %g, this run has %g: continuing with %g\n",
+                app_.c_str(), was_lr, lr, lr);
+    if (s.scheduler) s.optimizer->set_initial_lr(lr);
+    else s.optimizer->set_lr(lr);
   }
   // Every app writes the loss scaler's state (fp32 runs too); a checkpoint of mnist_train from
   // before it took --precision has none, and leaves the scaler fresh.

@@ -58,6 +58,20 @@ case $case in
       --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
     ls "$work/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f  # keep step 2: batch 2 of 8
     expect 0 "at batch size 64, this run has 1 at 32: epoch [0-9]+ continues at batch 4 instead of 2" -- "$app" "${small[@]}" --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
+  resume_other_lr)  # this run's --lr wins, and says so
+    "$app" "${small[@]}" --lr 0.002 --data-dir "$data" --checkpoint-dir "$work/ck" \
+      --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
+    ls "$work/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f
+    expect 0 "the checkpoint's run had learning rate 0.002, this run has 0.0005: continuing with 0.0005" -- "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume
+    expect 0 "resumed from step" -- "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume
+    if "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume 2>&1 | grep -q "had learning rate"; then
+      echo "a resume with the same --lr as the checkpoint's (saved by the last run) spoke of another"; exit 1
+    fi
+    # a constant learning rate (no schedule): the checkpoint's lr had replaced this run's
+    "$app" "${small[@]}" --lr-schedule constant --lr 0.002 --data-dir "$data" --checkpoint-dir "$work/c2" \
+      --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
+    ls "$work/c2"/ckpt-*.safetensors | tail -n +2 | xargs rm -f
+    expect 0 "had learning rate 0.002, this run has 0.0005: continuing with 0.0005" -- "$app" "${small[@]}" --lr-schedule constant --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/c2" --resume ;;
   resume_without_dir)
     expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
   nan_loss)
