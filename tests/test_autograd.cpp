@@ -154,7 +154,65 @@ TEST_CASE("backward refuses a saved tensor changed in place since the forward pa
     x.fill_(3);
     REQUIRE(c.storage()->version() == vc);
     REQUIRE(moved());
+    // a write refused by its own checks leaves the version alone
+    REQUIRE(!test::error_of([&] { x.copy_(ones({3}, kF64)); }).empty());
+    REQUIRE(!test::error_of([&] { x.add_(ones({5}, kF64)); }).empty());
+    REQUIRE(!test::error_of([&] { x.expand({2, 4}).mul_(2.0); }).empty());
+    Tensor xi = zeros({4}, kI64);
+    const uint64_t vi = xi.storage()->version();
+    REQUIRE(!test::error_of([&] { xi.uniform_(0, 1); }).empty());
+    REQUIRE(xi.storage()->version() == vi);
+    REQUIRE(!moved());
   }
+  SECTION("so a refused write does not spoil the graph that saved the tensor") {
+    Tensor x = tensor({3, 4}, kF64);
+    Tensor y = sum(w * x);
+    REQUIRE(!test::error_of([&] { x.copy_(ones({3}, kF64)); }).empty());
+    y.backward();
+    require_values(w.grad(), {3, 4});
+  }
+}
+
+TEST_CASE("in-place writes refuse a source whose gradient they would lose", "[autograd][errors]") {
+  // In-place ops are not recorded: copying or adding a tensor that requires grad into a
+  // buffer would drop its gradient without a word (libtorch records it; here it is refused)
+  Tensor w = tensor({1, 2, 3}, kF64).requires_grad_();
+  Tensor buf = zeros({2, 3}, kF64);
+  for (auto f : std::vector<std::function<void()>>{[&] { buf.select(0, 0).copy_(w); },
+                                                   [&] { buf.select(0, 1).copy_(w * 2.0); },
+                                                   [&] { buf.select(0, 0).add_(w); }})
+    REQUIRE(test::error_of(f).find("the source requires grad") != std::string::npos);
+  REQUIRE(buf.storage()->version() == 0);
+  // asked for explicitly: a detached source, or under NoGradGuard
+  buf.select(0, 0).copy_(w.detach());
+  {
+    NoGradGuard ng;
+    buf.select(0, 1).add_(w);
+  }
+  require_values(buf, {1, 2, 3, 1, 2, 3});
+  // the recorded way gives both gradients
+  Tensor b = concat({w.reshape({1, 3}), (w * 2.0).reshape({1, 3})}, 0);
+  sum(b).backward();
+  require_values(w.grad(), {3, 3, 3});
+}
+
+TEST_CASE("leaf gradients: none for a leaf that stopped requiring grad, never a view of a "
+          "larger buffer, and set_grad's checks", "[autograd]") {
+  Tensor w = tensor({1, 2}, kF64).requires_grad_(), u = tensor({3}, kF64).requires_grad_();
+  Tensor y = sum(w * 2.0) + sum(u * 3.0);
+  w.requires_grad_(false);  // after the forward pass: libtorch gives it no gradient
+  y.backward();
+  REQUIRE_FALSE(w.grad().defined());
+  require_values(u.grad(), {3});
+  // a leaf's part of a concatenation's gradient is copied out, not kept as a view of the
+  // whole (which would keep the big tensor's gradient alive with it)
+  Tensor a = tensor({1, 2}, kF64).requires_grad_(), big = zeros({1000}, kF64).requires_grad_();
+  sum(concat({a, big}, 0) * 2.0).backward();
+  REQUIRE(a.grad().storage()->nbytes() == a.grad().nbytes());
+  require_values(a.grad(), {2, 2});
+  // a gradient of another dtype or device is refused where it is set, not mid-backward
+  REQUIRE(test::error_of([&] { a.set_grad(zeros({2}, kF32)); }).find("set_grad") != std::string::npos);
+  REQUIRE(test::error_of([&] { a.set_grad(zeros({3}, kF64)); }).find("set_grad") != std::string::npos);
 }
 
 TEST_CASE("non-scalar backward takes the output gradient", "[autograd]") {

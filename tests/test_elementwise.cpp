@@ -297,7 +297,7 @@ TEST_CASE("gradients at kinks and bounds are libtorch's", "[elementwise][cuda]")
   }
 }
 
-TEST_CASE("maximum splits the gradient on ties; a NaN output's goes to the NaN input", "[elementwise][cuda]") {
+TEST_CASE("maximum splits the gradient on ties, and gives a NaN output's to the NaN input", "[elementwise][cuda]") {
   Tensor a = tensor({1, 2}, kF64).requires_grad_(), b = tensor({1, 3}, kF64).requires_grad_();
   sum(maximum(a, b)).backward();
   require_values(a.grad(), {0.5, 0});

@@ -20,8 +20,9 @@ void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf_ptr, Tensor g) {
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
   if (!leaf.grad.defined()) {
     const MemoryFormat f = format_of(Tensor(leaf_ptr));
+    // (and spans its whole buffer: a view would keep a larger gradient alive with it)
     const bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                      g.is_contiguous(f) && g.offset() == 0;
+                      g.is_contiguous(f) && g.offset() == 0 && g.storage()->nbytes() == g.nbytes();
     if (sole) {
       leaf.grad = g;
     } else {
@@ -166,7 +167,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Edge& e = inputs[i];
       Tensor gi = i < outs.size() ? std::move(outs[i]) : Tensor();
-      if (e.leaf && gi.defined()) accumulate_leaf(e.leaf, std::move(gi));
+      // (a leaf whose requires_grad_ was turned off since the forward pass takes none, as
+      // in libtorch)
+      if (e.leaf && gi.defined() && e.leaf->requires_grad) accumulate_leaf(e.leaf, std::move(gi));
       if (!e.node) continue;
       if (gi.defined()) {
         Tensor& slot = pending[e.node.get()];

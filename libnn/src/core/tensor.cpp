@@ -18,13 +18,19 @@ TensorImpl& impl_of(const Tensor& t) {
   NN_CHECK(t.defined(), "operation on an undefined tensor");
   return *t.impl();
 }
-// Every in-place method starts here: refuses a tensor that requires grad in grad mode, and
-// counts the write in the storage's version (so backward can refuse what it saved and was
-// changed since).
-void begin_inplace(const Tensor& t, const char* op) {
+// Every in-place method calls this after its own checks, just before it writes: refuses, in
+// grad mode, a target that requires grad and a source that does (in-place ops are not
+// recorded, so the source's gradient would be lost without a word), and counts the write in
+// the storage's version (so backward can refuse what it saved and was changed since; a call
+// refused earlier leaves the version alone).
+void begin_inplace(const Tensor& t, const char* op, const Tensor* src = nullptr) {
   NN_CHECK(!(grad_enabled() && t.requires_grad()), op,
            ": in-place change of a tensor that requires grad while grad mode is on (wrap it "
            "in nn::NoGradGuard)");
+  NN_CHECK(!(grad_enabled() && src && src->defined() && src->requires_grad()), op,
+           ": the source requires grad, and in-place ops are not recorded, so its gradient "
+           "would be lost; build the tensor with a recorded op (concat, stack, where, ...), or "
+           "pass src.detach() or wrap the call in nn::NoGradGuard if no gradient should flow");
   t.storage()->bump_version();
 }
 
@@ -285,13 +291,14 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 Tensor& Tensor::copy_(const Tensor& src) {
-  begin_inplace(*this, "copy_");
-  NoGradGuard ng;
-  Tensor s = src.device() == device() ? src : src.detach().to(device());
-  Shape bs = broadcast_shapes(s.shape(), shape());
+  NN_CHECK(src.defined(), "copy_: the source is an undefined tensor");
+  Shape bs = broadcast_shapes(src.shape(), shape());
   NN_CHECK(bs == shape(), "copy_: source of shape ", shape_str(src.shape()),
            " does not broadcast to ", shape_str(shape()));
   check_no_internal_overlap(*this, "copy_");
+  begin_inplace(*this, "copy_", &src);
+  NoGradGuard ng;
+  Tensor s = src.device() == device() ? src : src.detach().to(device());
   Tensor e = s.expand(shape());
   // a source that shares memory with this view (a shifted slice, a transpose of a square
   // matrix) is read whole before anything is written: a copy of it at its own size
@@ -300,15 +307,18 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  begin_inplace(*this, "add_");
+  NN_CHECK(other.defined(), "add_: the operand is an undefined tensor");
+  NN_CHECK(other.device() == device(), "add_: operand on ", other.device().str(), ", tensor on ",
+           device().str());
+  NN_CHECK(broadcast_shapes(other.shape(), shape()) == shape(), "add_: operand of shape ",
+           shape_str(other.shape()), " does not broadcast to ", shape_str(shape()));
   check_no_internal_overlap(*this, "add_");
+  begin_inplace(*this, "add_", &other);
   NoGradGuard ng;
   // A gradient added to one of its kind (same dtype and device, into a row-major tensor) is
   // one pass writing in place; anything else (promotion, alpha, a view that overlaps the
   // target) goes through a temporary.
-  if (alpha == 1.0 && other.defined() && other.dtype() == dtype() &&
-      other.device() == device() && is_contiguous() &&
-      broadcast_shapes(other.shape(), shape()) == shape()) {
+  if (alpha == 1.0 && other.dtype() == dtype() && is_contiguous()) {
     const Tensor e = other.expand(shape());
     if (!may_read_own_writes(*this, e)) {
       backend::of(*this).binary(backend::BinaryOp::add, *this, e, *this);
@@ -320,16 +330,16 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 }
 Tensor& Tensor::add_(double value) {
   check_scalar_fits(*this, value, "add_");
-  begin_inplace(*this, "add_");
   check_no_internal_overlap(*this, "add_");
+  begin_inplace(*this, "add_");
   NoGradGuard ng;
   backend::of(*this).unary(backend::UnaryOp::add_scalar, *this, *this, value, 0);
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
   check_scalar_fits(*this, value, "mul_");
-  begin_inplace(*this, "mul_");
   check_no_internal_overlap(*this, "mul_");
+  begin_inplace(*this, "mul_");
   NoGradGuard ng;
   backend::of(*this).unary(backend::UnaryOp::mul_scalar, *this, *this, value, 0);
   return *this;
@@ -337,9 +347,9 @@ Tensor& Tensor::mul_(double value) {
 // Draws straight into the tensor when it is contiguous (one pass), else through a temporary.
 static Tensor& fill_random_(Tensor& t, backend::RandomKind kind, double a, double b,
                             Generator* gen, const char* op) {
-  begin_inplace(t, op);
   check_no_internal_overlap(t, op);
   NN_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", dtype_name(t.dtype()));
+  begin_inplace(t, op);
   NoGradGuard ng;
   Generator& g = gen ? *gen : default_generator();
   if (t.is_contiguous()) {
@@ -374,6 +384,10 @@ const Tensor& Tensor::grad() const { return impl_of(*this).grad; }
 void Tensor::set_grad(const Tensor& g) {
   NN_CHECK(!g.defined() || g.shape() == shape(), "set_grad: gradient of shape ",
            shape_str(g.shape()), " for a tensor of shape ", shape_str(shape()));
+  // (backward adds into it in place, and the optimizers read it as the parameter's kind)
+  NN_CHECK(!g.defined() || (g.dtype() == dtype() && g.device() == device()), "set_grad: a ",
+           dtype_name(g.dtype()), " gradient on ", g.device().str(), " for a ",
+           dtype_name(dtype()), " tensor on ", device().str());
   impl_of(*this).grad = g;
 }
 const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_of(*this).grad_fn; }
