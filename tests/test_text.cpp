@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "test_util.h"
 
@@ -254,6 +255,31 @@ TEST_CASE("WordPiece: greedy longest-match sub-words, [UNK] for the rest", "[tex
   REQUIRE(text::WordPiece(pieces, 8).tokenize("unaffable") == Strings{"[UNK]"});
   REQUIRE(text::WordPiece(pieces, 6).tokenize("привет") == Strings{"при", "##вет"});  // 12 bytes
   REQUIRE_ERROR("max_chars_per_word must be at least 1", text::WordPiece(vocab_of({}), 0));
+}
+
+TEST_CASE("WordPiece agrees with Hugging Face's BERT tokenizer on tricky text", "[text][wordpiece]") {
+  // tests/fixtures/make_wordpiece_cases.py: texts (as hex) and the tokens Hugging Face's
+  // tokenizers package gives them with BERT's normalizer (lower case, accents stripped,
+  // control characters dropped, CJK split) and pre-tokenizer, on the same vocab.txt
+  const std::string dir = std::string(LIBNN_FIXTURES) + "/wordpiece";
+  text::WordPiece wp(text::Vocab::load(dir + "/vocab.txt"));
+  std::ifstream in(dir + "/cases.txt");
+  REQUIRE(in.good());
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    REQUIRE(tab != std::string::npos);
+    std::string textbytes;
+    for (size_t i = 0; i + 1 < tab; i += 2) textbytes += char(std::stoi(line.substr(i, 2), nullptr, 16));
+    Strings want;
+    std::istringstream ws(line.substr(tab + 1));
+    for (std::string t; ws >> t;) want.push_back(t);
+    INFO("case " << cases << ": '" << textbytes << "'");
+    CHECK(wp.tokenize(textbytes) == want);
+    ++cases;
+  }
+  REQUIRE(cases >= 30);
 }
 
 TEST_CASE("encode_batch pads, truncates and masks, and TextDataset serves rows", "[text][encode]") {

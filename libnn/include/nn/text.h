@@ -71,13 +71,13 @@ std::vector<std::string> tokenize_words(const std::string& text);
 // tokenize_words of every example (in parallel), ready for Vocab::build.
 std::vector<std::vector<std::string>> tokenize_words(const std::vector<TextExample>& examples);
 
-// BERT's basic tokenizer (uncased models): drops control characters, lower-cases, strips
-// accents, splits on whitespace and punctuation (ASCII symbols count as punctuation, as in
-// BERT), makes every CJK ideograph its own token. Apostrophes split ("don", "'", "t").
-// Lower-casing and accent stripping cover Latin-1, Latin Extended-A, Greek, Cyrillic, Hangul
-// (split into jamo, as NFD does) and combining marks: on those it gives what BERT's Python
-// code gives. BERT lower-cases and decomposes every script, so e.g. Vietnamese letters
-// (Latin Extended Additional) and kana with voicing marks keep their marks here.
+// BERT's basic tokenizer (uncased models): drops control, format and unassigned characters,
+// lower-cases, strips accents (NFD, then the marks dropped: Hangul syllables split into
+// jamo, kana lose their voicing marks), splits on whitespace and punctuation (Unicode's, and
+// ASCII's symbols, as in BERT), makes every CJK ideograph its own token. Apostrophes split
+// ("don", "'", "t"). Every script, from tables generated from the Unicode data
+// (libnn/src/data/make_unicode_tables.py); a test checks it against Hugging Face's tokenizer
+// (tests/fixtures/make_wordpiece_cases.py).
 std::vector<std::string> basic_tokenize(const std::string& text);
 
 // ---- vocabulary ---------------------------------------------------------------------------

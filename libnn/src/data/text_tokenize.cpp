@@ -98,8 +98,9 @@ bool is_space(uint32_t c) {
   return in_ranges(c, r);
 }
 
-// Control and format characters, which BERT's _clean_text removes (U+FFFD too: that is what
-// invalid bytes decode to elsewhere). Removing rather than splitting keeps "ab\u00ADcd" whole.
+// The word tokenizer's dropped characters: the common control and format ones (U+FFFD too:
+// that is what invalid bytes decode to elsewhere). Removing rather than splitting keeps
+// "ab\u00ADcd" whole. (BERT's tokenizer drops all of category C*: kBertClasses.)
 bool is_dropped(uint32_t c) {
   static constexpr Range r[] = {{0, 31},          {0x7F, 0x9F},     {0xAD, 0xAD},
                                 {0x200B, 0x200F}, {0x202A, 0x202E}, {0x2060, 0x2064},
@@ -117,9 +118,9 @@ bool is_combining(uint32_t c) {
 }
 bool is_skin_tone(uint32_t c) { return c >= 0x1F3FB && c <= 0x1F3FF; }
 
-// Unicode punctuation (category P*) in the blocks text actually uses: Latin-1, general
-// punctuation, CJK and full-width forms. BERT tests the full category; rarer scripts'
-// punctuation stays inside words here.
+// The word tokenizer's punctuation: Unicode's (category P*) in the blocks text actually
+// uses: Latin-1, general punctuation, CJK and full-width forms; rarer scripts' punctuation
+// stays inside words. (BERT's tokenizer tests the full category: kBertClasses.)
 bool is_punct(uint32_t c) {
   if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
                        (c >= 123 && c <= 126);
@@ -151,7 +152,8 @@ bool is_pictograph(uint32_t c) {
 }
 bool is_regional_indicator(uint32_t c) { return c >= 0x1F1E6 && c <= 0x1F1FF; }
 
-// Simple lower-case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic.
+// The word tokenizer's lower case: ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic
+// (BERT's tokenizer folds with the full tables: kBertFold).
 uint32_t to_lower(uint32_t c) {
   if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
   if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
@@ -171,40 +173,30 @@ uint32_t to_lower(uint32_t c) {
   return c;
 }
 
-// The base letter of an accented Latin, Greek or Cyrillic letter (what NFD + dropping marks
-// gives), or c.
-uint32_t strip_accent(uint32_t c) {
-  // '.' = no decomposition (æ, ð, ø, þ, đ, ħ, ł, œ, ...)
-  static constexpr char latin1[] = "aaaaaa.ceeeeiiii.nooooo..uuuuy.y";  // U+00E0..U+00FF
-  static constexpr char ext_a[] =                                        // U+0100..U+017F
-      "AaAaAaCcCcCcCcDd..EeEeEeEeEeGgGgGgGgHh..IiIiIiIiI...JjKk.LlLlLl."
-      "...NnNnNn...OoOoOo..RrRrRrSsSsSsSsTtTt..UuUuUuUuUuUuWwYyYZzZzZz.";
-  static_assert(sizeof latin1 == 32 + 1 && sizeof ext_a == 128 + 1);
-  switch (c) {  // Greek and Cyrillic letters with a decomposition (lower case)
-    case 0x3AC: return 0x3B1;              // ά -> α
-    case 0x3AD: return 0x3B5;              // έ -> ε
-    case 0x3AE: return 0x3B7;              // ή -> η
-    case 0x3AF: case 0x3CA: case 0x390: return 0x3B9;  // ί ϊ ΐ -> ι
-    case 0x3CC: return 0x3BF;              // ό -> ο
-    case 0x3CD: case 0x3CB: case 0x3B0: return 0x3C5;  // ύ ϋ ΰ -> υ
-    case 0x3CE: return 0x3C9;              // ώ -> ω
-    case 0x439: case 0x45D: return 0x438;  // й ѝ -> и
-    case 0x450: case 0x451: return 0x435;  // ѐ ё -> е
-    case 0x453: return 0x433;              // ѓ -> г
-    case 0x457: return 0x456;              // ї -> і
-    case 0x45C: return 0x43A;              // ќ -> к
-    case 0x45E: return 0x443;              // ў -> у
-    default: break;
-  }
-  char b = '.';
-  if (c >= 0xE0 && c <= 0xFF) b = latin1[c - 0xE0];
-  if (c >= 0x100 && c <= 0x17F) b = ext_a[c - 0x100];
-  return b == '.' ? c : uint32_t(uint8_t(b));
+// BERT's character tables, generated from the Unicode data (make_unicode_tables.py).
+enum class BertClass : uint8_t { drop, mark, punct };
+struct BertRange {
+  uint32_t lo, hi;
+  BertClass cls;
+};
+struct BertFold {
+  uint32_t cp;
+  uint32_t to[3];
+  uint8_t n;
+};
+#include "unicode_bert.inc"
+
+// The class kBertClasses gives c, or null (a space, a letter, a symbol, ...).
+const BertClass* bert_class(uint32_t c) {
+  const auto* it = std::upper_bound(std::begin(kBertClasses), std::end(kBertClasses), c,
+                                    [](uint32_t v, const BertRange& r) { return v < r.lo; });
+  if (it == std::begin(kBertClasses) || c > (--it)->hi) return nullptr;
+  return &it->cls;
 }
 
-// BERT's accent stripping: NFD, which also splits Hangul syllables into their jamo, then
-// dropping the marks (the caller drops separate combining marks).
-void append_stripped(std::string& out, uint32_t c) {
+// BERT's normalisation of one character: lower case, NFD (which also splits Hangul
+// syllables into their jamo), then the marks (Mn) dropped.
+void append_bert_folded(std::string& out, uint32_t c) {
   if (c >= 0xAC00 && c <= 0xD7A3) {  // Hangul: algorithmic decomposition (Unicode ch. 3.12)
     const uint32_t s = c - 0xAC00;
     append_utf8(out, 0x1100 + s / 588);
@@ -212,7 +204,17 @@ void append_stripped(std::string& out, uint32_t c) {
     if (s % 28 != 0) append_utf8(out, 0x11A7 + s % 28);
     return;
   }
-  append_utf8(out, strip_accent(c));
+  if (c < 0x80) {
+    append_utf8(out, (c >= 'A' && c <= 'Z') ? c + 32 : c);
+    return;
+  }
+  const auto* it = std::lower_bound(std::begin(kBertFold), std::end(kBertFold), c,
+                                    [](const BertFold& f, uint32_t v) { return f.cp < v; });
+  if (it == std::end(kBertFold) || it->cp != c) {
+    append_utf8(out, c);
+    return;
+  }
+  for (int k = 0; k < it->n; ++k) append_utf8(out, it->to[k]);
 }
 
 enum class Kind { space, drop, extend, punct, own, apostrophe, word };
@@ -224,27 +226,32 @@ struct Rules {
 Kind classify(int32_t cp, Rules r) {
   if (cp < 0) return Kind::drop;  // invalid bytes: dropped, like U+FFFD
   const auto c = uint32_t(cp);
-  // BERT removes \v, \f and NEL as control characters before it splits on whitespace.
-  if (r.bert && (c == 0x0B || c == 0x0C || c == 0x85)) return Kind::drop;
+  if (r.bert) {
+    // BERT's cleaning drops control, format and unassigned characters (\v, \f and NEL too,
+    // before it splits on whitespace), its accent stripping the marks; punctuation and CJK
+    // ideographs are tokens of their own; emoji, their skin tones and enclosing marks (the
+    // keycap U+20E3 is Me, not Mn) stay inside words.
+    if (c < 0x80) {  // (the tables agree; this is the common case without a search)
+      if ((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return Kind::word;
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return Kind::space;
+      return c < 32 || c == 127 ? Kind::drop : Kind::punct;
+    }
+    if (const BertClass* b = bert_class(c)) return *b == BertClass::punct ? Kind::punct : Kind::drop;
+    if (is_space(c)) return Kind::space;
+    return is_cjk(c) ? Kind::own : Kind::word;
+  }
   if (c < 0x80) {  // the common case, answered without the range tables
     if ((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return Kind::word;
     if (c == ' ' || (c >= 9 && c <= 13)) return Kind::space;
     if (c < 32 || c == 127) return Kind::drop;
-    return !r.bert && c == '\'' ? Kind::apostrophe : Kind::punct;
+    return c == '\'' ? Kind::apostrophe : Kind::punct;
   }
   if (is_space(c)) return Kind::space;
-  if (c == 0x200D) return r.bert ? Kind::drop : Kind::extend;
-  // BERT strips accents by decomposing and removing marks (category Mn, which includes the
-  // variation selectors); its skin tones (Sk) stay inside the word.
-  // (Enclosing marks, Me, such as the keycap U+20E3, are not Mn: BERT keeps them.)
-  if (r.bert && ((c >= 0x20DD && c <= 0x20E0) || (c >= 0x20E2 && c <= 0x20E4))) return Kind::word;
-  if (is_combining(c)) return r.bert ? Kind::drop : Kind::extend;
-  if (is_skin_tone(c)) return r.bert ? Kind::word : Kind::extend;
+  if (c == 0x200D || is_combining(c) || is_skin_tone(c)) return Kind::extend;
   if (is_dropped(c)) return Kind::drop;
-  if (!r.bert && c == 0x2019) return Kind::apostrophe;  // ’, the typographic apostrophe
+  if (c == 0x2019) return Kind::apostrophe;  // ’, the typographic apostrophe
   if (is_punct(c)) return Kind::punct;
-  if (is_cjk(c)) return Kind::own;
-  if (!r.bert && (is_pictograph(c) || is_regional_indicator(c))) return Kind::own;
+  if (is_cjk(c) || is_pictograph(c) || is_regional_indicator(c)) return Kind::own;
   return Kind::word;
 }
 
@@ -290,25 +297,28 @@ std::vector<std::string> scan(const std::string& text, Rules rules) {
         break;
       case Kind::punct:
       case Kind::own:
-        out.emplace_back(s.substr(start, i - start));
+        if (rules.bert) {
+          out.emplace_back();
+          append_bert_folded(out.back(), uint32_t(cp));
+        } else {
+          out.emplace_back(s.substr(start, i - start));
+        }
         in_word = false;
         attached = true;
         open_flag = is_regional_indicator(uint32_t(cp));
         break;
       case Kind::word:
       case Kind::apostrophe: {
-        uint32_t c = to_lower(uint32_t(cp));
+        bool final_sigma = false;
         if (cp == 0x3A3 && in_word) {  // Σ ending a word lower-cases to ς (as str.lower does)
           size_t j = i;
           const int32_t next = j < s.size() ? decode_utf8(s, j) : -1;
-          if (classify(next, rules) != Kind::word || (next >= '0' && next <= '9')) c = 0x3C2;
+          final_sigma = classify(next, rules) != Kind::word || (next >= '0' && next <= '9');
         }
         if (!in_word) out.emplace_back();
-        if (rules.bert) {
-          append_stripped(out.back(), c);
-        } else {
-          append_utf8(out.back(), c);
-        }
+        if (final_sigma) append_utf8(out.back(), 0x3C2);
+        else if (rules.bert) append_bert_folded(out.back(), uint32_t(cp));
+        else append_utf8(out.back(), to_lower(uint32_t(cp)));
         in_word = attached = true;
         open_flag = false;
         break;
