@@ -174,6 +174,45 @@ TEST_CASE("the BERT encoder: Hugging Face names, shapes, masking, loading", "[mo
   REQUIRE(last < 0.2 * first);
 }
 
+TEST_CASE("BERT equals Hugging Face's: logits, hidden states, loss and every gradient", "[models][bert][cuda]") {
+  // tests/fixtures/make_hf_bert.py: a small BertForSequenceClassification from transformers,
+  // in f64 with every parameter perturbed, and what it computes on a padded batch
+  const std::string dir = std::string(LIBNN_FIXTURES) + "/hf_bert";
+  const NamedTensors ref = io::load_safetensors(dir + "/reference.safetensors").tensors;
+  auto get = [&](const std::string& n) {
+    for (auto& [k, t] : ref)
+      if (k == n) return t;
+    FAIL("no '" << n << "' in reference.safetensors");
+    return Tensor();
+  };
+  const auto c = models::BertConfig().vocab_size(50).hidden(16).layers(2).heads(4).ffn(32)
+                     .max_len(12).num_classes(3).dropout(0).layer_norm_eps(1e-12);
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    models::BertClassifier net(c);
+    net.to(kF64);
+    const auto r = net.load_pretrained(io::load_safetensors(dir + "/model.safetensors").tensors);
+    REQUIRE(r.missing.empty());
+    REQUIRE(r.unexpected.empty());
+    net.to(d);
+    const Tensor ids = get("input_ids").to(d), keep = get("attention_mask").to(d);
+    test::require_close(net.bert->encode(ids, keep).cpu(), get("last_hidden"), 1e-9, 1e-10);
+    Tensor logits = net.forward(ids, keep);
+    test::require_close(logits.cpu(), get("logits"), 1e-9, 1e-10);
+    Tensor loss = cross_entropy(logits, get("labels").to(d));
+    test::require_close(loss.cpu(), get("loss"), 1e-9, 1e-10);
+    loss.backward();
+    int grads = 0;
+    for (auto& [name, p] : net.named_parameters()) {
+      INFO(name);
+      REQUIRE(p.grad().defined());
+      test::require_close(p.grad().cpu(), get("grad." + name), 1e-8, 1e-10);
+      ++grads;
+    }
+    REQUIRE(grads == 41);  // every parameter, the pooler and the classifier included
+  }
+}
+
 TEST_CASE("BERT drops attention probabilities in training only, as configured", "[models][bert]") {
   // Every other dropout off: what differs between two training passes is the attention's.
   auto c = models::BertConfig::preset("tiny").vocab_size(30).max_len(8).num_classes(2).dropout(0);
