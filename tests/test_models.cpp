@@ -26,6 +26,48 @@ TEST_CASE("ResNet-50 has torchvision's parameter count, names and output shape",
           std::string::npos);
 }
 
+TEST_CASE("ResNet's bottleneck equals torchvision's: a training step's output, running "
+          "statistics and gradients", "[models][cuda]") {
+  // tests/fixtures/make_torchvision_bottleneck.py: torchvision's Bottleneck (stride 2, a 1x1
+  // downsample) in f64, parameters and running statistics perturbed, one training-mode step
+  const std::string dir = std::string(LIBNN_FIXTURES) + "/torchvision";
+  const NamedTensors ref = io::load_safetensors(dir + "/bottleneck_reference.safetensors").tensors;
+  auto get = [&](const std::string& n) {
+    for (auto& [k, t] : ref)
+      if (k == n) return t;
+    FAIL("no '" << n << "' in bottleneck_reference.safetensors");
+    return Tensor();
+  };
+  for (Device d : test::devices())
+    for (bool cl : {false, true}) {
+      INFO(d.str() << (cl ? " channels-last" : ""));
+      models::Bottleneck block(16, 8, 2);
+      block.to(kF64);
+      block.load_state_dict(io::load_safetensors(dir + "/bottleneck.safetensors").tensors);
+      block.to(d);
+      block.train();
+      Tensor x = get("x").to(d);
+      if (cl) x = test::channels_last(x);
+      x = x.detach().requires_grad_();
+      Tensor y = block.forward(x);
+      test::require_close(y.cpu(), get("y"), 1e-9, 1e-10);
+      sum(mul(y, get("w").to(d))).backward();
+      test::require_close(x.grad().cpu(), get("grad.x"), 1e-8, 1e-10);
+      int checked = 0;
+      for (auto& [name, p] : block.named_parameters()) {
+        INFO(name);
+        test::require_close(p.grad().cpu(), get("grad." + name), 1e-8, 1e-10);
+        ++checked;
+      }
+      for (auto& [name, b] : block.named_buffers()) {
+        INFO(name);
+        test::require_close(b.cpu().to(kF64), get("after." + name).to(kF64), 1e-9, 1e-10);
+        ++checked;
+      }
+      REQUIRE(checked == 12 + 12);  // 4 convolutions and 4 x 2 BN parameters; 4 x 3 buffers
+    }
+}
+
 TEST_CASE("the CIFAR ResNets have the paper's parameter counts and shapes", "[models][cifar]") {
   // 0.27M, 0.85M and 1.7M in He et al. (2016), table 6; counted here layer by layer
   REQUIRE(models::cifar_resnet()->num_parameters() == 269722);
