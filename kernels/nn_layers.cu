@@ -91,7 +91,7 @@ __global__ void dropout_backward_kernel(const T* g, const uint8_t* mask, T* gx, 
 // ---- layer norm ------------------------------------------------------------------------------
 // W: the affine parameters' type, T's or f32 for 16-bit data (mixed precision).
 template <typename T, typename W>
-__global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D, float eps, T* y,
+__global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D, double eps, T* y,
                                   T* mean, T* rstd) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
@@ -148,7 +148,7 @@ __device__ __forceinline__ A warp_sum(A v) {
 }
 
 template <typename T, typename W, int VPT>
-__global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, int D, float eps,
+__global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, int D, double eps,
                                 T* y, T* mean, T* rstd) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
@@ -273,7 +273,7 @@ constexpr int kLnQuads = 8;  // quads per lane: rows up to 32 * 8 * 4 = 1024
 
 template <typename X, typename T, typename W>
 __global__ void dropout_add_layer_norm_warp(const X* x, const T* res, const W* w, const W* b,
-                                            int64_t R, int D, float eps, rng::DropoutDraw drop,
+                                            int64_t R, int D, double eps, rng::DropoutDraw drop,
                                             T* sum, uint8_t* mask, T* y, T* mean, T* rstd) {
   using A = acc_t<T>;
   using AX = acc_t<X>;
@@ -700,33 +700,38 @@ __global__ void copy_many_kernel(TensorList<CopyPair> list) {
   }
 }
 
+// The hyperparameters come in double and are rounded once to the type the step computes
+// in (f64 for f64 parameters, f32 otherwise), as the CPU backend does.
 template <typename T>
-__global__ void sgd_kernel(TensorList<SgdTensor> list, float lr, float momentum, float dampening,
-                           bool nesterov) {
+__global__ void sgd_kernel(TensorList<SgdTensor> list, double lr_, double momentum_,
+                           double dampening, bool nesterov) {
   using A = acc_t<T>;
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
   const SgdTensor& st = list.t[ti];
   T* p = static_cast<T*>(st.param);
   const T* g = static_cast<const T*>(st.grad);
   T* buf = static_cast<T*>(st.momentum);
+  const A lr = A(lr_), momentum = A(momentum_), keep = A(1 - dampening), wd = A(st.weight_decay);
   const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
     if (i >= st.n) break;
     A pv = A(load(p[i]));
-    A d = A(load(g[i])) + A(st.weight_decay) * pv;
+    A d = A(load(g[i])) + wd * pv;
     if (buf) {
-      A b = st.first_step ? d : A(momentum) * A(load(buf[i])) + A(1 - dampening) * d;
+      A b = st.first_step ? d : momentum * A(load(buf[i])) + keep * d;
       buf[i] = convert<T>(b);
-      d = nesterov ? d + A(momentum) * b : b;
+      d = nesterov ? d + momentum * b : b;
     }
-    p[i] = convert<T>(pv - A(lr) * d);
+    p[i] = convert<T>(pv - lr * d);
   }
 }
 
 template <typename T>
-__global__ void adamw_kernel(TensorList<AdamWTensor> list, float beta1, float beta2, float eps) {
+__global__ void adamw_kernel(TensorList<AdamWTensor> list, double beta1_, double beta2_,
+                             double eps_) {
   using A = acc_t<T>;
+  const A beta1 = A(beta1_), beta2 = A(beta2_), eps = A(eps_);
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
   const AdamWTensor& st = list.t[ti];
   T* p = static_cast<T*>(st.param);
@@ -738,12 +743,12 @@ __global__ void adamw_kernel(TensorList<AdamWTensor> list, float beta1, float be
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
     if (i >= st.n) break;
     const A gv = A(load(g[i]));
-    const A mv = A(beta1) * A(load(m[i])) + (A(1) - A(beta1)) * gv;
-    const A vv = A(beta2) * A(load(v[i])) + (A(1) - A(beta2)) * gv * gv;
+    const A mv = beta1 * A(load(m[i])) + (A(1) - beta1) * gv;
+    const A vv = beta2 * A(load(v[i])) + (A(1) - beta2) * gv * gv;
     m[i] = convert<T>(mv);
     v[i] = convert<T>(vv);
     const A pv = A(load(p[i])) * A(st.decay);
-    p[i] = convert<T>(pv - A(st.step_size) * mv / (m_sqrt(vv) * A(st.inv_sqrt_bc2) + A(eps)));
+    p[i] = convert<T>(pv - A(st.step_size) * mv / (m_sqrt(vv) * A(st.inv_sqrt_bc2) + eps));
   }
 }
 
@@ -875,12 +880,12 @@ void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const vo
     const bool warp = dispatch_vpt(D, [&]<int VPT>() {
       layer_norm_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
           static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), R, int(D),
-          float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+          eps, static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
     });
     if (!warp)
       layer_norm_kernel<T, W><<<blocks_exact(R, "layer_norm"), kThreads, 0, s>>>(
           static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
-          float(eps), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+          eps, static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -961,7 +966,7 @@ void launch_dropout_add_layer_norm(DType xt, DType t, DType wt, const void* x,
   dispatch_residual(xt, t, wt, "dropout_add_layer_norm", [&]<typename X, typename T, typename W>() {
     dropout_add_layer_norm_warp<X, T, W><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
         static_cast<const X*>(x), static_cast<const T*>(residual), static_cast<const W*>(w),
-        static_cast<const W*>(b), R, int(D), float(eps), drop, static_cast<T*>(sum), mask,
+        static_cast<const W*>(b), R, int(D), eps, drop, static_cast<T*>(sum), mask,
         static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
   });
@@ -1149,8 +1154,8 @@ void launch_copy_many(DType st, DType dt, const CopyPair* pairs, int count, cuda
   }
 }
 
-void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float momentum,
-                float dampening, bool nesterov, cudaStream_t s) {
+void launch_sgd(DType t, const SgdTensor* tensors, int count, double lr, double momentum,
+                double dampening, bool nesterov, cudaStream_t s) {
   dispatch_float(t, "sgd_step", [&]<typename T>() {
     multi_tensor(tensors, count, [&](const TensorList<SgdTensor>& list, unsigned blocks) {
       sgd_kernel<T><<<blocks, kThreads, 0, s>>>(list, lr, momentum, dampening, nesterov);
@@ -1159,8 +1164,8 @@ void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float mo
   });
 }
 
-void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
-                  float eps, cudaStream_t s) {
+void launch_adamw(DType t, const AdamWTensor* tensors, int count, double beta1, double beta2,
+                  double eps, cudaStream_t s) {
   dispatch_float(t, "adamw_step", [&]<typename T>() {
     multi_tensor(tensors, count, [&](const TensorList<AdamWTensor>& list, unsigned blocks) {
       adamw_kernel<T><<<blocks, kThreads, 0, s>>>(list, beta1, beta2, eps);

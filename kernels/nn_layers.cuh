@@ -92,7 +92,7 @@ struct SgdTensor {
   const void* grad;
   void* momentum;  // null when momentum == 0
   int64_t n;
-  float weight_decay;
+  double weight_decay;  // (the hyperparameters in double: an f64 parameter's step is f64 math)
   bool first_step;
 };
 struct AdamWTensor {
@@ -101,14 +101,14 @@ struct AdamWTensor {
   void* exp_avg;
   void* exp_avg_sq;
   int64_t n;
-  float decay;         // 1 - lr * weight_decay
-  float step_size;     // lr / (1 - beta1^t)
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+  double decay;         // 1 - lr * weight_decay
+  double step_size;     // lr / (1 - beta1^t)
+  double inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
 };
-void launch_sgd(DType t, const SgdTensor* tensors, int count, float lr, float momentum,
-                float dampening, bool nesterov, cudaStream_t s);
-void launch_adamw(DType t, const AdamWTensor* tensors, int count, float beta1, float beta2,
-                  float eps, cudaStream_t s);
+void launch_sgd(DType t, const SgdTensor* tensors, int count, double lr, double momentum,
+                double dampening, bool nesterov, cudaStream_t s);
+void launch_adamw(DType t, const AdamWTensor* tensors, int count, double beta1, double beta2,
+                  double eps, cudaStream_t s);
 // ---- several contiguous copies in one launch (concat's parts) ---------------------------------
 struct CopyPair {
   const void* src;

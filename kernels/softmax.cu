@@ -87,7 +87,7 @@ __global__ void softmax_backward_kernel(const T* g, const T* y, T* gx, int64_t o
 
 template <typename T>
 __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t N, int64_t C,
-                                     float smoothing, int64_t ignore, T* loss, T* lse, int* bad) {
+                                     double smoothing, int64_t ignore, T* loss, T* lse, int* bad) {
   using A = acc_t<T>;
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -115,7 +115,7 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
     loss[r] = convert<T>(A(NAN));
   } else {
     // the smoothing term only when there is smoothing: 0 * (-inf) from a masked logit is NaN
-    const A smooth = smoothing != 0.f ? A(smoothing) / A(C) * rowsum : A(0);
+    const A smooth = smoothing != 0 ? A(smoothing) / A(C) * rowsum : A(0);
     loss[r] = convert<T>(l - (A(1) - A(smoothing)) * A(load(xr[t])) - smooth);
   }
 }
@@ -123,7 +123,7 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* g, const T* x, const int64_t* target,
                                               const T* lse, int64_t N, int64_t C,
-                                              float smoothing, int64_t ignore, T* gx) {
+                                              double smoothing, int64_t ignore, T* gx) {
   using A = acc_t<T>;
   const int64_t n = N * C, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -169,7 +169,7 @@ void launch_cross_entropy(DType t, const void* logits, const int64_t* target, in
   if (N == 0) return;
   dispatch_float(t, "cross_entropy", [&]<typename T>() {
     cross_entropy_kernel<T><<<grid_for(N * 32), kThreads, 0, s>>>(
-        static_cast<const T*>(logits), target, N, C, float(smoothing), ignore_index,
+        static_cast<const T*>(logits), target, N, C, smoothing, ignore_index,
         static_cast<T*>(loss), static_cast<T*>(lse), bad);
     NN_CUDA_CHECK_LAUNCH();
   });
@@ -183,7 +183,7 @@ void launch_cross_entropy_backward(DType t, const void* grad_loss, const void* l
   dispatch_float(t, "cross_entropy_backward", [&]<typename T>() {
     cross_entropy_backward_kernel<T><<<grid_for(N * C), kThreads, 0, s>>>(
         static_cast<const T*>(grad_loss), static_cast<const T*>(logits), target,
-        static_cast<const T*>(lse), N, C, float(smoothing), ignore_index,
+        static_cast<const T*>(lse), N, C, smoothing, ignore_index,
         static_cast<T*>(grad_logits));
     NN_CUDA_CHECK_LAUNCH();
   });

@@ -128,9 +128,9 @@ void CudaBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double moment
   for (auto& s : slots)
     ts.push_back({s.param.data_ptr(), s.grad.data_ptr(),
                   momentum != 0 ? s.momentum.data_ptr() : nullptr, s.param.numel(),
-                  float(s.weight_decay), s.first_step});
-  kernels::launch_sgd(slots[0].param.dtype(), ts.data(), int(ts.size()), float(lr),
-                      float(momentum), float(dampening), nesterov, stream_);
+                  s.weight_decay, s.first_step});
+  kernels::launch_sgd(slots[0].param.dtype(), ts.data(), int(ts.size()), lr, momentum, dampening,
+                      nesterov, stream_);
 }
 void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
                              double eps) {
@@ -140,11 +140,11 @@ void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double be
   for (auto& s : slots) {
     const double bc1 = 1 - std::pow(beta1, double(s.step)), bc2 = 1 - std::pow(beta2, double(s.step));
     ts.push_back({s.param.data_ptr(), s.grad.data_ptr(), s.exp_avg.data_ptr(),
-                  s.exp_avg_sq.data_ptr(), s.param.numel(), float(1 - lr * s.weight_decay),
-                  float(lr / bc1), float(1 / std::sqrt(bc2))});
+                  s.exp_avg_sq.data_ptr(), s.param.numel(), 1 - lr * s.weight_decay, lr / bc1,
+                  1 / std::sqrt(bc2)});
   }
-  kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), float(beta1),
-                        float(beta2), float(eps), stream_);
+  kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), beta1, beta2, eps,
+                        stream_);
 }
 namespace {
 std::vector<kernels::FlatTensor> flat(const std::vector<Tensor>& ts) {

@@ -1,0 +1,115 @@
+// Ops and optimizers against PyTorch's own numbers (tests/fixtures/make_torch_ops.py writes
+// them, from torch on PyPI): the conventions where a port from PyTorch could go silently
+// wrong. f64, on the CPU and CUDA.
+#include <map>
+
+#include "test_util.h"
+
+using namespace nn;
+
+namespace {
+
+const std::map<std::string, Tensor>& fixture() {
+  static const std::map<std::string, Tensor> m = [] {
+    std::map<std::string, Tensor> r;
+    for (auto& [k, t] :
+         io::load_safetensors(std::string(LIBNN_FIXTURES) + "/torch/ops.safetensors").tensors)
+      r[k] = t;
+    return r;
+  }();
+  return m;
+}
+
+// A copy of the fixture's tensor NAME on device d.
+Tensor get(const std::string& name, Device d = kCPU) {
+  auto it = fixture().find(name);
+  if (it == fixture().end()) FAIL("no '" << name << "' in ops.safetensors");
+  return it->second.clone().to(d);
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// fn on the case's inputs on d: its output, and the inputs' gradients of sum(out * w),
+// against PyTorch's.
+void check_case(const std::string& name, int inputs, Device d, const Fn& fn, double tol = 1e-10) {
+  INFO(name << " on " << d.str());
+  std::vector<Tensor> xs;
+  for (int i = 0; i < inputs; ++i) xs.push_back(get(name + ".in" + std::to_string(i), d).requires_grad_());
+  Tensor y = fn(xs);
+  test::require_close(y.cpu(), get(name + ".out"), tol, tol);
+  sum(mul(y, get(name + ".w", d))).backward();
+  for (int i = 0; i < inputs; ++i) {
+    INFO("gradient of input " << i);
+    test::require_close(xs[i].grad().cpu(), get(name + ".grad" + std::to_string(i)), tol, tol);
+  }
+}
+
+Pool2dParams pool(test::Pair k, test::Pair s, test::Pair p, test::Pair dil = {1, 1}, bool count_pad = true) {
+  return test::pool_params(k, s, p, dil, count_pad);
+}
+
+// Five steps of the optimizer `make` builds, fed PyTorch's gradients: the parameter after
+// each against torch.optim's.
+template <typename Make>
+void check_optimizer(const std::string& name, Device d, Make make) {
+  INFO(name << " on " << d.str());
+  Tensor p = get(name + ".p0", d).requires_grad_();
+  auto opt = make(p);
+  for (int k = 1; k <= 5; ++k) {
+    INFO("step " << k);
+    p.set_grad(get(name + ".g" + std::to_string(k), d));
+    opt.step();
+    test::require_close(p.cpu(), get(name + ".p" + std::to_string(k)), 1e-12, 1e-13);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ops agree with PyTorch's: cross entropy, pooling, convolution, attention", "[torch][cuda]") {
+  for (Device d : test::devices()) {
+    const Tensor t1 = get("ce_smooth_ignore.extra0", d), t2 = get("ce_nd_sum.extra0", d);
+    check_case("ce_smooth_ignore", 1, d, [&](auto& x) {
+      CrossEntropyOptions o;
+      o.label_smoothing = 0.1;
+      o.ignore_index = 2;
+      return cross_entropy(x[0], t1, o);
+    });
+    check_case("ce_nd_sum", 1, d, [&](auto& x) {
+      CrossEntropyOptions o;
+      o.label_smoothing = 0.2;
+      o.reduction = Reduction::sum;
+      return cross_entropy(x[0], t2, o);
+    });
+    check_case("avg_pool_no_pad_count", 1, d, [](auto& x) {
+      return avg_pool2d(x[0], pool({3, 3}, {2, 2}, {1, 1}, {1, 1}, false));
+    });
+    check_case("avg_pool_pad_count", 1, d,
+               [](auto& x) { return avg_pool2d(x[0], pool({3, 2}, {2, 1}, {1, 1})); });
+    check_case("max_pool_dilated", 1, d,
+               [](auto& x) { return max_pool2d(x[0], pool({3, 3}, {2, 2}, {1, 1}, {2, 2})); });
+    check_case("adaptive_down", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {4, 5}); });
+    check_case("adaptive_up", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {13, 3}); });
+    check_case("conv_groups_dilation", 3, d, [](auto& x) {
+      return conv2d(x[0], x[1], x[2], test::conv_params({2, 1}, {1, 2}, {2, 1}, 2));
+    });
+    const Tensor keep = get("sdpa_mask.extra0", d);
+    check_case("sdpa_mask", 3, d,
+               [&](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], keep); });
+    check_case("sdpa_scale", 3, d,
+               [](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.3); });
+  }
+}
+
+TEST_CASE("optimizer steps agree with torch.optim's", "[torch][optim][cuda]") {
+  for (Device d : test::devices()) {
+    check_optimizer("sgd_momentum", d, [](Tensor& p) {
+      return optim::SGD({p}, optim::SGDOptions(0.1).momentum(0.9).dampening(0.3).weight_decay(0.01));
+    });
+    check_optimizer("sgd_nesterov", d, [](Tensor& p) {
+      return optim::SGD({p}, optim::SGDOptions(0.05).momentum(0.8).nesterov(true).weight_decay(0.02));
+    });
+    check_optimizer("adamw", d, [](Tensor& p) {
+      return optim::AdamW({p}, optim::AdamWOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1));
+    });
+  }
+}
