@@ -916,7 +916,7 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
     if ((grad_w || grad_b) && D > 0) {
       const int S = ln_splits(R);
       auto* ws = static_cast<acc_t<T>*>(workspace);
-      layer_norm_backward_columns<T><<<dim3(unsigned(ceil_div(D, 32)), unsigned(S)), dim3(32, 8), 0, s>>>(
+      layer_norm_backward_columns<T><<<dim3(blocks_exact(ceil_div(D, 32), "layer_norm_backward"), unsigned(S)), dim3(32, 8), 0, s>>>(
           g, px, pm, pr, R, D, S, ws);
       NN_CUDA_CHECK_LAUNCH();
       layer_norm_backward_finish<T, W><<<grid_for(D), kThreads, 0, s>>>(

@@ -168,7 +168,7 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
     int S;
     if (B == 1) {
       S = splits(ceil_div(K, 32), ceil_div(A, 8), 64);
-      reduce_columns<T, Ac><<<dim3(unsigned(ceil_div(K, 32)), unsigned(S)), dim3(32, 8), 0, s>>>(
+      reduce_columns<T, Ac><<<dim3(blocks_exact(ceil_div(K, 32), "reduce"), unsigned(S)), dim3(32, 8), 0, s>>>(
           px, A, K, S, c, ws);
     } else {
       S = splits(K, A * B, 4096);

@@ -20,16 +20,26 @@ struct Layout {
   int64_t batch_stride;
 };
 
+// (cuBLAS takes a leading dimension as an int: a view of rows 2^31 or more elements apart is
+// read through a copy, whose leading dimension is its row length, which gemm checks.)
 bool describe(const Tensor& t, Layout& o) {
   const auto& sh = t.shape();
   const auto& st = t.strides();
   const int64_t r = sh[1], c = sh[2];
   o.batch_stride = sh[0] == 1 ? 0 : st[0];
   int64_t sr = r == 1 ? c : st[1], sc = c == 1 ? 1 : st[2];
-  if (sc == 1 && sr >= std::max<int64_t>(c, 1)) { o.row_major = true; o.ld = sr; return true; }
+  if (sc == 1 && sr >= std::max<int64_t>(c, 1) && sr < INT32_MAX) {
+    o.row_major = true;
+    o.ld = sr;
+    return true;
+  }
   sr = r == 1 ? 1 : st[1];
   sc = c == 1 ? r : st[2];
-  if (sr == 1 && sc >= std::max<int64_t>(r, 1)) { o.row_major = false; o.ld = sc; return true; }
+  if (sr == 1 && sc >= std::max<int64_t>(r, 1) && sc < INT32_MAX) {
+    o.row_major = false;
+    o.ld = sc;
+    return true;
+  }
   return false;
 }
 
