@@ -71,13 +71,15 @@ std::vector<std::string> tokenize_words(const std::string& text);
 // tokenize_words of every example (in parallel), ready for Vocab::build.
 std::vector<std::vector<std::string>> tokenize_words(const std::vector<TextExample>& examples);
 
-// BERT's basic tokenizer (uncased models): drops control, format and unassigned characters,
-// lower-cases, strips accents (NFD, then the marks dropped: Hangul syllables split into
-// jamo, kana lose their voicing marks), splits on whitespace and punctuation (Unicode's, and
-// ASCII's symbols, as in BERT), makes every CJK ideograph its own token. Apostrophes split
-// ("don", "'", "t"). Every script, from tables generated from the Unicode data
-// (libnn/src/data/make_unicode_tables.py); a test checks it against Hugging Face's tokenizer
-// (tests/fixtures/make_wordpiece_cases.py).
+// BERT's basic tokenizer (uncased models): drops control, format and private-use
+// characters, lower-cases, strips accents (NFD, then the marks dropped: Hangul syllables
+// split into jamo, kana lose their voicing marks), splits on whitespace and punctuation
+// (Unicode's, and ASCII's symbols, as in BERT), makes every CJK ideograph its own token.
+// Apostrophes split ("don", "'", "t"). Every script, from tables generated from the Unicode
+// data (libnn/src/data/make_unicode_tables.py, Unicode 14); a test checks it against Hugging
+// Face's tokenizer (tests/fixtures/make_wordpiece_cases.py). One difference from that
+// tokenizer: a capital sigma ending a word becomes ς, as in BERT's own Python code (Hugging
+// Face's gives σ).
 std::vector<std::string> basic_tokenize(const std::string& text);
 
 // ---- vocabulary ---------------------------------------------------------------------------

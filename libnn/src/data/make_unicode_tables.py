@@ -2,11 +2,12 @@
 """Writes libnn/src/data/unicode_bert.inc, the character tables of BERT's basic tokenizer
 (text_tokenize.cpp), from Python's unicodedata (no download):
 
-- kBertClasses: sorted code point ranges with their class: drop (the control, format,
-  private-use and unassigned characters, category C*, and U+FFFD, which BERT's text
-  cleaning removes as Hugging Face's tokenizers do; \\t \\n \\r are spaces), mark
-  (category Mn: removed with the accents after NFD), punct (category P*, and ASCII's
-  symbols, which BERT also splits off);
+- kBertClasses: sorted code point ranges with their class: drop (control, format, private-use
+  and surrogate code points, categories Cc Cf Co Cs, and U+FFFD, which BERT's text cleaning
+  removes as Hugging Face's tokenizers do; unassigned ones stay, as there; \\t \\n \\r are
+  spaces), mark (category Mn: removed with the accents after NFD), punct (category P*, and
+  ASCII's symbols, which BERT also splits off; also a character that folds to one of them,
+  as U+2260 NOT EQUAL TO folds to '=');
 - kBertFold: each code point that lower-casing, NFD and dropping Mn change (Hangul syllables
   apart: text_tokenize.cpp decomposes them by Unicode's algorithm), with what it becomes
   (at most 3 code points).
@@ -20,17 +21,24 @@ import unicodedata
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unicode_bert.inc")
 
 
+def is_punct(ch):
+    c = ord(ch)
+    return unicodedata.category(ch).startswith("P") or (c < 0x80 and 32 < c < 127 and not ch.isalnum())
+
+
 def cls(c):
     ch = chr(c)
     cat = unicodedata.category(ch)
     if ch in "\t\n\r":
         return None  # whitespace: text_tokenize.cpp's is_space
-    if cat.startswith("C") or c == 0xFFFD:  # (U+FFFD: what invalid bytes decode to)
+    if cat in ("Cc", "Cf", "Co", "Cs") or c == 0xFFFD:  # (U+FFFD: what invalid bytes decode to)
         return "drop"
     if cat == "Mn":
         return "mark"
-    if cat.startswith("P") or (c < 0x80 and not ch.isalnum() and not ch.isspace()):
+    f = fold(c)
+    if is_punct(ch) or (len(f) == 1 and is_punct(f)):
         return "punct"
+    assert not any(is_punct(x) for x in f), (hex(c), f)  # (the scanner splits no character)
     return None
 
 

@@ -227,7 +227,7 @@ Kind classify(int32_t cp, Rules r) {
   if (cp < 0) return Kind::drop;  // invalid bytes: dropped, like U+FFFD
   const auto c = uint32_t(cp);
   if (r.bert) {
-    // BERT's cleaning drops control, format and unassigned characters (\v, \f and NEL too,
+    // BERT's cleaning drops control, format and private-use characters (\v, \f and NEL too,
     // before it splits on whitespace), its accent stripping the marks; punctuation and CJK
     // ideographs are tokens of their own; emoji, their skin tones and enclosing marks (the
     // keycap U+20E3 is Me, not Mn) stay inside words.
