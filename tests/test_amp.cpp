@@ -34,7 +34,12 @@ TEST_CASE("GradScaler skips the step on an inf gradient and backs off", "[amp]")
   // that changes nothing and counts toward the scale's growth
   p.set_grad(Tensor());
   REQUIRE(test::error_of([&] { scaler.step(opt); }).find("has a gradient") != std::string::npos);
-  REQUIRE(scaler.growth_tracker() == 1);
+  test::require_values(p, {1 - 0.1 * 1, 2 + 0.1 * 2}, 1e-6);  // not stepped
+  // and the scaler is not left half-way: with a gradient again it steps and counts as usual
+  p.set_grad(tensor({0.0, 0.0}));
+  REQUIRE(scaler.step(opt));
+  scaler.update();
+  REQUIRE(scaler.growth_tracker() == 2);
 }
 
 // The pattern of a GAN's training: one scaler, two optimizers. Each optimizer's gradients are

@@ -69,8 +69,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   for (auto& group : opt.groups())
     for (auto& p : group.params)
       if (p.grad().defined()) gb.add(p.grad());
-  // (as libtorch refuses it: stepping would count a step that changed nothing, and the
-  // scale would grow on it)
+  // (as PyTorch's GradScaler refuses it in step(): stepping would count a step that changed
+  // nothing, and the scale would grow on it)
   NN_CHECK(!gb.batches.empty(), "GradScaler: none of the optimizer's parameters has a gradient "
            "(did backward() reach them?)");
   std::map<std::string, Tensor> flags;
@@ -100,7 +100,12 @@ bool GradScaler::step(optim::Optimizer& opt) {
   // and step with gradients that are still scaled.
   NN_CHECK(stepped_.insert(&opt).second, "GradScaler::step: step() was already called for "
            "this optimizer since the last update()");
-  unscale_(opt);
+  try {
+    unscale_(opt);
+  } catch (...) {  // refused (no gradients): not stepped, so a later step() may try again
+    stepped_.erase(&opt);
+    throw;
+  }
   if (found_inf_.at(&opt)) return false;
   opt.step();
   return true;
