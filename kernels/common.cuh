@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "kernels/int_math.h"
+
 #define NN_CUDA_CHECK(expr)                                                              \
   do {                                                                                   \
     cudaError_t nn_err_ = (expr);                                                        \
@@ -103,10 +105,7 @@ __device__ __forceinline__ To convert(From v) {
     return __float2bfloat16_rn(float(load(v)));
   } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<acc_t<From>>) {
     // Truncate through int64 with saturation, then wrap: matches the CPU backend.
-    double d = double(load(v));
-    if (d != d) return To(0);
-    d = d < -9.2e18 ? -9.2e18 : (d > 9.2e18 ? 9.2e18 : d);
-    return To(int64_t(d));
+    return To(saturate_i64(double(load(v))));
   } else {
     return To(load(v));
   }

@@ -209,7 +209,8 @@ void launch_random(DType t, void* dst, int64_t n, bool normal, double a, double 
 void launch_unary(UnaryOp op, DType t, void* out, const void* x, double a, double b,
                   const Geom<2>& g, int64_t n, bool contiguous, cudaStream_t s) {
   dispatch_all(t, [&]<typename T>() {
-    UnaryF<T> f{op, unary_t<T>(a), unary_t<T>(b), saturate_i64(a), saturate_i64(b)};
+    UnaryF<T> f{op, unary_t<T>(a), unary_t<T>(b), 0, 0};
+    if constexpr (std::is_integral_v<T>) int_scalars<T>(op, a, b, f.ia, f.ib);
     launch_map(static_cast<T*>(out), n, contiguous, g, s, f, static_cast<const T*>(x));
   });
 }

@@ -4,6 +4,7 @@
 // rounds values past 2^53 and an out-of-range result has no defined conversion back.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/hd.h"
 #include "kernels/ops.h"
@@ -29,6 +30,20 @@ NN_HD int64_t saturate_i64(double d) {
   if (d <= -9223372036854775808.0) return INT64_MIN;
   if (d >= 9223372036854775808.0) return INT64_MAX;
   return int64_t(d);
+}
+
+// The scalars int_unary takes for op on a tensor of integer type T: saturated to int64, and
+// a clamp's bounds to T's range (clamping a u8 to [-5, -1] gives 0, not -1 wrapped to 255).
+template <typename T>
+NN_HD void int_scalars(UnaryOp op, double a, double b, int64_t& ia, int64_t& ib) {
+  ia = saturate_i64(a);
+  ib = saturate_i64(b);
+  if (op != UnaryOp::clamp) return;
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  if constexpr (std::is_same_v<T, uint8_t>) lo = 0, hi = 255;
+  if constexpr (std::is_same_v<T, int32_t>) lo = INT32_MIN, hi = INT32_MAX;
+  ia = ia < lo ? lo : (ia > hi ? hi : ia);
+  ib = ib < lo ? lo : (ib > hi ? hi : ib);
 }
 
 // op on x with scalars a (and b, clamp's upper bound); the caller narrows the result to the

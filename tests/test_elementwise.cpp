@@ -143,6 +143,12 @@ TEST_CASE("integer tensors with scalars compute in int64 and wrap, past 2^53 and
     REQUIRE(values(u + 100.0) == V{44, 105, 101});
     REQUIRE(values(3.0 - u) == V{59, 254, 2});
     REQUIRE(values(neg(u)) == V{56, 251, 255});
+    // a clamp bound past the type's range is that end of it; a divisor past it divides in i64
+    REQUIRE(values(clamp(u, -5.0, -1.0)) == V{0, 0, 0});
+    REQUIRE(values(clamp(i, 3e9, 4e9)) == V{INT32_MAX, INT32_MAX, INT32_MAX});
+    REQUIRE(values(i / 3e9) == V{0, 0, 0});
+    REQUIRE(values(i / -1e9) == V{-2, -2, -2});
+    REQUIRE(values(u / 300.0) == V{0, 0, 0});
     // in place too
     Tensor w = i64({big});
     w.add_(1.0);
@@ -156,6 +162,10 @@ TEST_CASE("integer tensors with scalars compute in int64 and wrap, past 2^53 and
     REQUIRE(test::error_of(f).find("outside int64's range") != std::string::npos);
   Tensor w = tensor({1, 2}, kI32);
   REQUIRE(test::error_of([&] { w.mul_(0.5); }).find("fractional scalar") != std::string::npos);
+  const uint64_t version = w.storage()->version();
+  REQUIRE(test::error_of([&] { w.add_(tensor({1, 1}, kI32), 0.5); }).find("fractional scalar") !=
+          std::string::npos);
+  REQUIRE(w.storage()->version() == version);  // refused before anything counted as a write
   require_values(w, {1, 2});
 }
 

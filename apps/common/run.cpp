@@ -1,5 +1,6 @@
 #include "common/run.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -129,13 +130,16 @@ Position Run::load() {
     NN_ERROR("checkpoint in '", ckpt_->dir(), "' does not fit this model: ", e.what());
   }
   // Resumed with another --lr: this run's wins, with or without a schedule (the schedule
-  // was built from it), and the next checkpoints record it.
-  const double was_lr = s.scheduler ? s.optimizer->initial_lr().value_or(lr) : s.optimizer->lr();
+  // was built from it), and the next checkpoints record it. The checkpoint's run had its
+  // schedule's base (initial_lr), or without a schedule its constant lr.
+  const bool had_schedule = std::any_of(c->optimizer.begin(), c->optimizer.end(),
+                                        [](const auto& nt) { return nt.first == "initial_lr"; });
+  const double was_lr = had_schedule ? s.optimizer->initial_lr().value_or(lr) : s.optimizer->lr();
   if (was_lr != lr) {
     std::printf("%s: the checkpoint's run had learning rate %g, this run has %g: continuing with %g\n",
                 app_.c_str(), was_lr, lr, lr);
-    if (s.scheduler) s.optimizer->set_initial_lr(lr);
-    else s.optimizer->set_lr(lr);
+    s.optimizer->set_initial_lr(lr);
+    s.optimizer->set_lr(lr);  // (a schedule sets its own below)
   }
   // Every app writes the loss scaler's state (fp32 runs too); a checkpoint of mnist_train from
   // before it took --precision has none, and leaves the scaler fresh.

@@ -71,7 +71,10 @@ case $case in
     "$app" "${small[@]}" --lr-schedule constant --lr 0.002 --data-dir "$data" --checkpoint-dir "$work/c2" \
       --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
     ls "$work/c2"/ckpt-*.safetensors | tail -n +2 | xargs rm -f
-    expect 0 "had learning rate 0.002, this run has 0.0005: continuing with 0.0005" -- "$app" "${small[@]}" --lr-schedule constant --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/c2" --resume ;;
+    expect 0 "had learning rate 0.002, this run has 0.0005: continuing with 0.0005" -- "$app" "${small[@]}" --lr-schedule constant --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/c2" --resume --metrics "$work/m.jsonl"
+    grep -q '"lr": 0.0005[,}]' "$work/m.jsonl" || { echo "the resumed run did not train at 0.0005:"; cat "$work/m.jsonl"; exit 1; }
+    # its newest checkpoint (of a constant-rate run) resumed with a schedule and another --lr
+    expect 0 "had learning rate 0.0005, this run has 0.001: continuing with 0.001" -- "$app" "${small[@]}" --lr 0.001 --data-dir "$data" --checkpoint-dir "$work/c2" --resume ;;
   resume_without_dir)
     expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
   nan_loss)

@@ -312,6 +312,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
            device().str());
   NN_CHECK(broadcast_shapes(other.shape(), shape()) == shape(), "add_: operand of shape ",
            shape_str(other.shape()), " does not broadcast to ", shape_str(shape()));
+  if (alpha != 1.0) check_scalar_fits(other, alpha, "add_");
   check_no_internal_overlap(*this, "add_");
   begin_inplace(*this, "add_", &other);
   NoGradGuard ng;

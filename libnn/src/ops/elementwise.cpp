@@ -391,8 +391,12 @@ Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Tensor& a, double b) {
   check_defined(a, "div");
   if (is_floating(a.dtype())) return mul(a, 1.0 / b);
-  // integer division, as div() of two integer tensors (a * (1 / b) would round 49 / 49 to 0)
+  // integer division, as div() of two integer tensors (a * (1 / b) would round 49 / 49 to 0);
+  // a divisor past the tensor's type divides in i64 (a quotient is never larger than a)
   check_scalar_fits(a, b, "div");
+  const bool fits = a.dtype() == kI64 || (a.dtype() == kI32 && std::abs(b) <= 0x7fffffff) ||
+                    (a.dtype() == kU8 && b >= 0 && b <= 255);
+  if (!fits) return div(a.to(kI64), full({}, b, a.options().dtype(kI64))).to(a.dtype());
   return div(a, full({}, b, a.options()));
 }
 Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }

@@ -25,10 +25,7 @@ inline To convert(From v) {
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
     // Truncate through int64 (saturating), then wrap into narrower types: defined for
     // every input, where a direct out-of-range cast is undefined behaviour.
-    double d = double(v);
-    if (d != d) return To(0);
-    d = std::clamp(d, -9.2e18, 9.2e18);
-    return static_cast<To>(static_cast<int64_t>(d));
+    return static_cast<To>(kernels::saturate_i64(double(v)));
   } else {
     return static_cast<To>(v);
   }
@@ -218,7 +215,8 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, doubl
     if constexpr (std::is_floating_point_v<T>) {
       unary_typed<T>(op, x, out, T(a), T(b));
     } else if (kernels::int_exact(op)) {  // exact, wrapping (kernels/int_math.h)
-      const int64_t ia = kernels::saturate_i64(a), ib = kernels::saturate_i64(b);
+      int64_t ia, ib;
+      kernels::int_scalars<T>(op, a, b, ia, ib);
       map<T, T>(out, [=](T v) { return T(kernels::int_unary(op, int64_t(v), ia, ib)); }, x);
     } else {  // (no op of the library's sends an integer tensor here)
       map<T, T>(out, [=](T v) { return convert<T>(unary_value<double>(op, double(v), a, b)); }, x);
