@@ -113,3 +113,25 @@ TEST_CASE("optimizer steps agree with torch.optim's", "[torch][optim][cuda]") {
     });
   }
 }
+
+TEST_CASE("learning-rate schedules agree with torch's and Hugging Face's", "[torch][optim]") {
+  // steps [from, to] of each schedule: torch's cosine past T_max turns back up where libnn's
+  // stays at min_lr, and libnn's warm-up steps are (s + 1) / (w + 1) of the rate where Hugging
+  // Face's are s / w (its step 0 trains at 0): compared from the end of the warm-up on
+  Tensor p = zeros({1}, kF64).requires_grad_();
+  auto check = [&](const std::string& name, auto make, int64_t from, int64_t to) {
+    optim::SGD opt({p}, optim::SGDOptions(0.1));
+    auto sched = make(opt);
+    const std::vector<double> want = get(name + ".lr").to_vector<double>();
+    REQUIRE(to < int64_t(want.size()));
+    for (int64_t s = 0; s <= to; ++s) {
+      INFO(name << " at step " << s);
+      if (s >= from) CHECK(opt.lr() == Approx(want[s]).epsilon(1e-12).margin(1e-15));
+      sched.step();
+    }
+  };
+  check("cosine", [](optim::Optimizer& o) { return optim::CosineLR(o, 0, 10, 0.01); }, 0, 10);
+  check("step", [](optim::Optimizer& o) { return optim::StepLR(o, 3, 0.5); }, 0, 10);
+  check("hf_linear", [](optim::Optimizer& o) { return optim::LinearLR(o, 3, 10); }, 3, 12);
+  check("hf_cosine", [](optim::Optimizer& o) { return optim::CosineLR(o, 3, 10); }, 3, 10);
+}
