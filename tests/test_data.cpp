@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "data/folder.h"
 #include "test_util.h"
 
 #ifdef LIBNN_TEST_JPEG
@@ -278,6 +279,69 @@ Tensor rgb_of(const data::Batch& b, int64_t i) {
   return (b.data.select(0, i) * stdv + mean) * 255.0;
 }
 }  // namespace
+
+TEST_CASE("ImageFolder's training crop is torchvision's RandomResizedCrop", "[data][images]") {
+  using data::detail::random_resized_crop;
+  // inside the image, whole pixels, scale 0.08..1 and ratio 3/4..4/3 (up to the rounding of a
+  // side), else torchvision's fallback: the centre crop with the ratio clamped
+  for (auto [W, H] : {std::pair{500, 333}, {333, 500}, {224, 224}, {900, 300}, {300, 900}, {1, 1}, {2, 1000}}) {
+    INFO(W << " x " << H);
+    const double fw = W >= H * 4.0 / 3 ? std::llround(H * 4.0 / 3) : W;
+    const double fh = H >= W * 4.0 / 3 ? std::llround(W * 4.0 / 3) : H;
+    const data::detail::CropBox fallback{std::floor((W - fw) / 2), std::floor((H - fh) / 2), fw, fh};
+    int fallbacks = 0;
+    for (uint64_t block = 0; block < 2000; ++block) {
+      const auto b = random_resized_crop(W, H, 77, block);
+      REQUIRE((b.w >= 1 && b.h >= 1 && b.x0 >= 0 && b.y0 >= 0));
+      REQUIRE((b.x0 + b.w <= W && b.y0 + b.h <= H));
+      REQUIRE((b.x0 == std::floor(b.x0) && b.y0 == std::floor(b.y0) && b.w == std::floor(b.w) && b.h == std::floor(b.h)));
+      const auto again = random_resized_crop(W, H, 77, block);  // the same draw every time
+      REQUIRE((again.x0 == b.x0 && again.y0 == b.y0 && again.w == b.w && again.h == b.h));
+      if (b.x0 == fallback.x0 && b.y0 == fallback.y0 && b.w == fallback.w && b.h == fallback.h) {
+        ++fallbacks;
+        continue;
+      }
+      REQUIRE((b.w + 0.5) / (b.h - 0.5) >= 0.75);
+      REQUIRE((b.w - 0.5) / (b.h + 0.5) <= 4.0 / 3);
+      REQUIRE((b.w + 0.5) * (b.h + 0.5) >= 0.08 * W * H);
+    }
+    // ten attempts leave few images to the fallback: none where most boxes fit, about
+    // 0.72^10 = 3.8% of a 3:1 panorama's (72% of its draws do not fit), all of a sliver's
+    if (std::min(W, H) >= 224 && std::max(W, H) <= 2 * std::min(W, H)) CHECK(fallbacks < 5);
+    if (std::max(W, H) == 3 * std::min(W, H)) CHECK((fallbacks > 30 && fallbacks < 150));
+    if (W == 2) CHECK(fallbacks == 2000);
+  }
+  // libjpeg's scale: the largest 1/d that keeps the side (a crop's shorter one) at least S
+  REQUIRE(data::detail::scale_denom(1024, 64) == 8);
+  REQUIRE(data::detail::scale_denom(290, 64) == 4);
+  REQUIRE(data::detail::scale_denom(128, 64) == 2);
+  REQUIRE(data::detail::scale_denom(100, 64) == 1);
+}
+
+TEST_CASE("ImageFolder replays an epoch's crops and flips, and names a PNG in disguise", "[data][images]") {
+  if (!data::have_jpeg()) {
+    WARN("libnn built without JPEG support: ImageFolder test skipped");
+    return;
+  }
+  TempDir d;
+  Generator g(5);
+  fs::create_directories(d.path / "a");
+  for (int i = 0; i < 4; ++i)
+    data::write_jpeg(d.file("a/" + std::to_string(i) + ".jpg"),
+                     (rand({300 + 40 * i, 200, 3}, kF32, &g) * 255.0).to(kU8));
+  data::ImageFolderOptions o;
+  o.size = 24;
+  data::ImageFolder train(d.path.string(), o);
+  const std::vector<int64_t> all{0, 1, 2, 3};
+  // a resumed epoch sees the same crops and flips; another epoch other ones
+  test::require_close(train.get_epoch_batch(all, 3).data, train.get_epoch_batch(all, 3).data, 0, 0);
+  REQUIRE(sum(abs(train.get_epoch_batch(all, 3).data - train.get_epoch_batch(all, 4).data)).item() > 1);
+  REQUIRE(test::error_of([&] { train.get_epoch_batch({4}, 0); }).find("out of range") != std::string::npos);
+  write_bytes(d.file("a/n02105855_2933.jpg"), {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13});
+  data::ImageFolder with_png(d.path.string(), o);
+  REQUIRE(test::error_of([&] { with_png.get_epoch_batch({4}, 0); }).find("is a PNG file, not a JPEG") !=
+          std::string::npos);
+}
 
 TEST_CASE("ImageFolder: a truncated JPEG is an error, hidden files are skipped, an empty class "
           "is refused", "[data][images][errors]") {

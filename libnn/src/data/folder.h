@@ -2,6 +2,7 @@
 // text folders read their class folders and files the same way.
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -29,5 +30,23 @@ inline std::vector<std::string> sorted_names(
   std::sort(names.begin(), names.end());
   return names;
 }
+
+// ---- ImageFolder's geometry (image_folder.cpp) -----------------------------------------------
+
+// A crop box, in the image file's own pixels.
+struct CropBox {
+  double x0, y0, w, h;
+};
+
+// torchvision's RandomResizedCrop (scale 0.08..1, ratio 3/4..4/3) on a W x H image: up to ten
+// draws of an area and a log-uniform aspect ratio whose rounded box fits, at a uniformly drawn
+// whole-pixel offset; else the centre crop with the ratio clamped to the range. Attempt a
+// draws from the counter-based stream (key ^ a << 56, block), so a crop depends on the key
+// and block (seed, epoch, image) only.
+CropBox random_resized_crop(int W, int H, uint64_t key, uint64_t block);
+
+// The largest libjpeg scale 1/d (d = 8, 4, 2, else 1) that keeps `side` pixels at least
+// `min_side` after decoding.
+int scale_denom(int side, int min_side);
 
 }  // namespace nn::data::detail

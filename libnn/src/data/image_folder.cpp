@@ -23,6 +23,34 @@ namespace nn::data {
 
 namespace fs = std::filesystem;
 
+namespace detail {
+CropBox random_resized_crop(int W, int H, uint64_t key, uint64_t block) {
+  const double area = double(W) * H, lo = std::log(3.0 / 4), hi = std::log(4.0 / 3);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    float u[4];
+    rng::uniform4(key ^ (uint64_t(attempt) << 56), block, u);
+    const double target = area * (0.08 + 0.92 * double(u[0]));
+    const double ratio = std::exp(lo + (hi - lo) * double(u[1]));
+    const int64_t w = std::llround(std::sqrt(target * ratio)), h = std::llround(std::sqrt(target / ratio));
+    if (w > 0 && h > 0 && w <= W && h <= H) {
+      const int64_t x0 = std::min<int64_t>(W - w, int64_t(double(u[2]) * double(W - w + 1)));
+      const int64_t y0 = std::min<int64_t>(H - h, int64_t(double(u[3]) * double(H - h + 1)));
+      return {double(x0), double(y0), double(w), double(h)};
+    }
+  }
+  int64_t w = W, h = H;  // the centre crop, its ratio clamped to [3/4, 4/3]
+  if (double(W) / H < 3.0 / 4) h = std::llround(W / (3.0 / 4));
+  else if (double(W) / H > 4.0 / 3) w = std::llround(H * (4.0 / 3));
+  return {double((W - w) / 2), double((H - h) / 2), double(w), double(h)};
+}
+
+int scale_denom(int side, int min_side) {
+  for (int d : {8, 4, 2})
+    if (side / d >= min_side) return d;
+  return 1;
+}
+}  // namespace detail
+
 bool have_jpeg() {
 #ifdef LIBNN_HAVE_JPEG
   return true;
@@ -33,8 +61,9 @@ bool have_jpeg() {
 
 namespace {
 struct Image {
-  int w = 0, h = 0;
-  std::vector<uint8_t> rgb;  // h * w * 3
+  int w = 0, h = 0;            // as decoded
+  int full_w = 0, full_h = 0;  // the file's own size
+  std::vector<uint8_t> rgb;    // h * w * 3
 };
 
 #ifdef LIBNN_HAVE_JPEG
@@ -62,11 +91,24 @@ void catch_errors(jpeg_error_mgr*& slot, ErrorMgr& err) {
   err.pub.emit_message = on_message;
 }
 
-// Decodes at the largest libjpeg scale (1/1, 1/2, 1/4, 1/8) that keeps the shorter side at
-// least `min_side`: most of the decoding cost of large photos, saved.
-Image decode(const std::string& path, int min_side) {
+// Decodes at the libjpeg scale 1/d that `denom(width, height)` picks from the file's own
+// size (the crop is drawn first, so a small crop of a large photo keeps its detail): most of
+// the decoding cost of large photos, saved.
+template <typename Denom>
+Image decode(const std::string& path, Denom denom) {
   FILE* f = std::fopen(path.c_str(), "rb");
   NN_CHECK(f, "cannot open image '", path, "'");
+  // A PNG under a JPEG name (ImageNet's training set holds one, n02105855_2933.JPEG): said
+  // so, where libjpeg would only say "Not a JPEG file".
+  static constexpr unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  unsigned char magic[8] = {};
+  const bool png = std::fread(magic, 1, 8, f) == 8 && std::equal(magic, magic + 8, kPng);
+  if (png) {
+    std::fclose(f);
+    NN_ERROR("'", path, "' is a PNG file, not a JPEG (ImageNet's training set holds one such "
+             "file, n02105855_2933.JPEG): re-encode it as a JPEG under the same name");
+  }
+  std::rewind(f);
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
   catch_errors(cinfo.err, err);
@@ -84,14 +126,10 @@ Image decode(const std::string& path, int min_side) {
   // read as CMYK and converted below, as PIL does.
   const bool is_cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = is_cmyk ? JCS_CMYK : JCS_RGB;
-  const int shorter = int(std::min(cinfo.image_width, cinfo.image_height));
+  img.full_w = int(cinfo.image_width);
+  img.full_h = int(cinfo.image_height);
   cinfo.scale_num = 1;
-  cinfo.scale_denom = 1;
-  for (int d : {8, 4, 2})
-    if (shorter / d >= min_side) {
-      cinfo.scale_denom = d;
-      break;
-    }
+  cinfo.scale_denom = unsigned(denom(img.full_w, img.full_h));
   jpeg_start_decompress(&cinfo);
   img.w = int(cinfo.output_width);
   img.h = int(cinfo.output_height);
@@ -208,29 +246,31 @@ Batch ImageFolder::get_epoch_batch(const std::vector<int64_t>& indices, int64_t 
   for (int64_t i = 0; i < n; ++i) {
     try {
       const int64_t index = indices[size_t(i)];
-      const auto& [path, label] = files_.at(size_t(index));
+      NN_CHECK(index >= 0 && index < int64_t(files_.size()), "ImageFolder: index ", index,
+               " out of range for ", files_.size(), " images");
+      const auto& [path, label] = files_[size_t(index)];
       labels[size_t(i)] = label;
       // counter-based randomness: (seed, epoch, image) -> the same crop on every run
       const uint64_t block = (uint64_t(epoch) << 40) | uint64_t(index);
-      float u[4], f[4];
-      rng::uniform4(opts_.seed ^ 0xC0FFEEull, block, u);
+      float f[4];
       rng::uniform4(opts_.seed ^ 0xF11Full, block, f);
-      Image img = decode(path, int(opts_.train ? S : S * 8 / 7));
+      detail::CropBox box{};
+      // the box in the file's own pixels, then the decoding scale that keeps its shorter side
+      // at least S (training) or the image's shorter side at least S * 8/7 (evaluation: that
+      // side to S * 8/7, then the centre S x S)
+      Image img = decode(path, [&](int W, int H) {
+        if (opts_.train) {
+          box = detail::random_resized_crop(W, H, opts_.seed ^ 0xC0FFEEull, block);
+          return detail::scale_denom(int(std::min(box.w, box.h)), int(S));
+        }
+        const double side = double(std::min(W, H)) * 7 / 8;  // S of the S * 8/7 side, in pixels
+        box = {(W - side) / 2, (H - side) / 2, side, side};
+        return detail::scale_denom(std::min(W, H), int(S * 8 / 7));
+      });
+      const double sx = double(img.w) / img.full_w, sy = double(img.h) / img.full_h;
       float* out = data.data() + size_t(i) * 3 * S * S;
-      if (opts_.train) {
-        const double area = double(img.w) * img.h;
-        double target = area * (0.08 + 0.92 * u[0]);
-        double ratio = std::exp(std::log(3.0 / 4) + (std::log(4.0 / 3) - std::log(3.0 / 4)) * u[1]);
-        double cw = std::min<double>(img.w, std::sqrt(target * ratio));
-        double ch = std::min<double>(img.h, std::sqrt(target / ratio));
-        double x0 = (img.w - cw) * u[2], y0 = (img.h - ch) * u[3];
-        crop_resize(img, x0, y0, cw, ch, int(S), f[0] < 0.5f, out);
-      } else {
-        // shorter side to S * 8/7, then the centre S x S
-        const double scale = double(S) * 8 / 7 / std::min(img.w, img.h);
-        const double cw = S / scale, ch = S / scale;
-        crop_resize(img, (img.w - cw) / 2, (img.h - ch) / 2, cw, ch, int(S), false, out);
-      }
+      crop_resize(img, box.x0 * sx, box.y0 * sy, box.w * sx, box.h * sy, int(S),
+                  opts_.train && f[0] < 0.5f, out);
     } catch (const std::exception& e) {
       errors[size_t(i)] = e.what();
     }
