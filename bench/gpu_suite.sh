@@ -46,6 +46,8 @@ if [[ -n "${GPU_SUITE_TIMEOUT:-}" ]]; then
 fi
 unset GPU_SUITE_TIMED GPU_SUITE_TIMEOUT  # not inherited by the steps (the tests run this script)
 cd "$(dirname "$self")/.."
+# the tests' reference files in this tree (a prebuilt build names the tree it was built in)
+export LIBNN_FIXTURES_DIR="$PWD/tests/fixtures"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(all)
 all_steps="build test mnist kernels resnet curves text memcheck extras"

@@ -30,7 +30,7 @@ TEST_CASE("ResNet's bottleneck equals torchvision's: a training step's output, r
           "statistics and gradients", "[models][cuda]") {
   // tests/fixtures/make_torchvision_bottleneck.py: torchvision's Bottleneck (stride 2, a 1x1
   // downsample) in f64, parameters and running statistics perturbed, one training-mode step
-  const std::string dir = std::string(LIBNN_FIXTURES) + "/torchvision";
+  const std::string dir = test::fixtures_dir() + "/torchvision";
   const NamedTensors ref = io::load_safetensors(dir + "/bottleneck_reference.safetensors").tensors;
   auto get = [&](const std::string& n) {
     for (auto& [k, t] : ref)
@@ -219,7 +219,7 @@ TEST_CASE("the BERT encoder: Hugging Face names, shapes, masking, loading", "[mo
 TEST_CASE("BERT equals Hugging Face's: logits, hidden states, loss and every gradient", "[models][bert][cuda]") {
   // tests/fixtures/make_hf_bert.py: a small BertForSequenceClassification from transformers,
   // in f64 with every parameter perturbed, and what it computes on a padded batch
-  const std::string dir = std::string(LIBNN_FIXTURES) + "/hf_bert";
+  const std::string dir = test::fixtures_dir() + "/hf_bert";
   const NamedTensors ref = io::load_safetensors(dir + "/reference.safetensors").tensors;
   auto get = [&](const std::string& n) {
     for (auto& [k, t] : ref)

@@ -261,7 +261,7 @@ TEST_CASE("WordPiece agrees with Hugging Face's BERT tokenizer on tricky text", 
   // tests/fixtures/make_wordpiece_cases.py: texts (as hex) and the tokens Hugging Face's
   // tokenizers package gives them with BERT's normalizer (lower case, accents stripped,
   // control characters dropped, CJK split) and pre-tokenizer, on the same vocab.txt
-  const std::string dir = std::string(LIBNN_FIXTURES) + "/wordpiece";
+  const std::string dir = test::fixtures_dir() + "/wordpiece";
   text::WordPiece wp(text::Vocab::load(dir + "/vocab.txt"));
   std::ifstream in(dir + "/cases.txt");
   REQUIRE(in.good());

@@ -13,7 +13,7 @@ const std::map<std::string, Tensor>& fixture() {
   static const std::map<std::string, Tensor> m = [] {
     std::map<std::string, Tensor> r;
     for (auto& [k, t] :
-         io::load_safetensors(std::string(LIBNN_FIXTURES) + "/torch/ops.safetensors").tensors)
+         io::load_safetensors(test::fixtures_dir() + "/torch/ops.safetensors").tensors)
       r[k] = t;
     return r;
   }();

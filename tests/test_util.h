@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -79,6 +80,13 @@ inline void require_values(const Tensor& got, const std::vector<double>& want,
                            double tol = 1e-6) {
   REQUIRE(got.numel() == int64_t(want.size()));
   require_close(got, nn::tensor(want, got.shape(), nn::kF64), tol, tol);
+}
+
+// tests/fixtures, the reference files: LIBNN_FIXTURES_DIR when set (a build carried to
+// another machine and tree, as bench/gpu_suite.sh's prebuilt one), else this source tree's.
+inline std::string fixtures_dir() {
+  const char* d = std::getenv("LIBNN_FIXTURES_DIR");
+  return d && *d ? std::string(d) : std::string(LIBNN_FIXTURES);
 }
 
 // The CPU, and CUDA when a device is present: for tests that hold on every backend.
