@@ -31,13 +31,8 @@ TEST_CASE("ResNet's bottleneck equals torchvision's: a training step's output, r
   // tests/fixtures/make_torchvision_bottleneck.py: torchvision's Bottleneck (stride 2, a 1x1
   // downsample) in f64, parameters and running statistics perturbed, one training-mode step
   const std::string dir = test::fixtures_dir() + "/torchvision";
-  const NamedTensors ref = io::load_safetensors(dir + "/bottleneck_reference.safetensors").tensors;
-  auto get = [&](const std::string& n) {
-    for (auto& [k, t] : ref)
-      if (k == n) return t;
-    FAIL("no '" << n << "' in bottleneck_reference.safetensors");
-    return Tensor();
-  };
+  const test::Fixture ref("torchvision/bottleneck_reference.safetensors");
+  auto get = [&](const std::string& n) { return ref.get(n); };
   for (Device d : test::devices())
     for (bool cl : {false, true}) {
       INFO(d.str() << (cl ? " channels-last" : ""));
@@ -220,13 +215,8 @@ TEST_CASE("BERT equals Hugging Face's: logits, hidden states, loss and every gra
   // tests/fixtures/make_hf_bert.py: a small BertForSequenceClassification from transformers,
   // in f64 with every parameter perturbed, and what it computes on a padded batch
   const std::string dir = test::fixtures_dir() + "/hf_bert";
-  const NamedTensors ref = io::load_safetensors(dir + "/reference.safetensors").tensors;
-  auto get = [&](const std::string& n) {
-    for (auto& [k, t] : ref)
-      if (k == n) return t;
-    FAIL("no '" << n << "' in reference.safetensors");
-    return Tensor();
-  };
+  const test::Fixture ref("hf_bert/reference.safetensors");
+  auto get = [&](const std::string& n) { return ref.get(n); };
   const auto c = models::BertConfig().vocab_size(50).hidden(16).layers(2).heads(4).ffn(32)
                      .max_len(12).num_classes(3).dropout(0).layer_norm_eps(1e-12);
   for (Device d : test::devices()) {

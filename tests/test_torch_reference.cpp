@@ -1,30 +1,16 @@
 // Ops and optimizers against PyTorch's own numbers (tests/fixtures/make_torch_ops.py writes
 // them, from torch on PyPI): the conventions where a port from PyTorch could go silently
 // wrong. f64, on the CPU and CUDA.
-#include <map>
-
 #include "test_util.h"
 
 using namespace nn;
 
 namespace {
 
-const std::map<std::string, Tensor>& fixture() {
-  static const std::map<std::string, Tensor> m = [] {
-    std::map<std::string, Tensor> r;
-    for (auto& [k, t] :
-         io::load_safetensors(test::fixtures_dir() + "/torch/ops.safetensors").tensors)
-      r[k] = t;
-    return r;
-  }();
-  return m;
-}
-
-// A copy of the fixture's tensor NAME on device d.
+// A copy of tests/fixtures/torch/ops.safetensors' tensor NAME on device d.
 Tensor get(const std::string& name, Device d = kCPU) {
-  auto it = fixture().find(name);
-  if (it == fixture().end()) FAIL("no '" << name << "' in ops.safetensors");
-  return it->second.clone().to(d);
+  static const test::Fixture ops("torch/ops.safetensors");
+  return ops.get(name).clone().to(d);
 }
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,23 @@ inline std::string fixtures_dir() {
   const char* d = std::getenv("LIBNN_FIXTURES_DIR");
   return d && *d ? std::string(d) : std::string(LIBNN_FIXTURES);
 }
+
+// A reference file of tests/fixtures (safetensors), its tensors by name.
+class Fixture {
+ public:
+  explicit Fixture(const std::string& file) : file_(file) {
+    for (auto& [k, t] : nn::io::load_safetensors(fixtures_dir() + "/" + file).tensors) tensors_[k] = t;
+  }
+  Tensor get(const std::string& name) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) FAIL("no '" << name << "' in " << file_);
+    return it->second;
+  }
+
+ private:
+  std::string file_;
+  std::map<std::string, Tensor> tensors_;
+};
 
 // The CPU, and CUDA when a device is present: for tests that hold on every backend.
 inline std::vector<nn::Device> devices() {

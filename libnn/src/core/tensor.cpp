@@ -329,21 +329,20 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   copy_(alpha == 1.0 ? add(*this, other) : add(*this, mul(other, alpha)));
   return *this;
 }
-Tensor& Tensor::add_(double value) {
-  check_scalar_fits(*this, value, "add_");
-  check_no_internal_overlap(*this, "add_");
-  begin_inplace(*this, "add_");
+// t op= value, in one pass over t.
+static Tensor& scalar_inplace_(Tensor& t, backend::UnaryOp op, double value, const char* name) {
+  check_scalar_fits(t, value, name);
+  check_no_internal_overlap(t, name);
+  begin_inplace(t, name);
   NoGradGuard ng;
-  backend::of(*this).unary(backend::UnaryOp::add_scalar, *this, *this, value, 0);
-  return *this;
+  backend::of(t).unary(op, t, t, value, 0);
+  return t;
+}
+Tensor& Tensor::add_(double value) {
+  return scalar_inplace_(*this, backend::UnaryOp::add_scalar, value, "add_");
 }
 Tensor& Tensor::mul_(double value) {
-  check_scalar_fits(*this, value, "mul_");
-  check_no_internal_overlap(*this, "mul_");
-  begin_inplace(*this, "mul_");
-  NoGradGuard ng;
-  backend::of(*this).unary(backend::UnaryOp::mul_scalar, *this, *this, value, 0);
-  return *this;
+  return scalar_inplace_(*this, backend::UnaryOp::mul_scalar, value, "mul_");
 }
 // Draws straight into the tensor when it is contiguous (one pass), else through a temporary.
 static Tensor& fill_random_(Tensor& t, backend::RandomKind kind, double a, double b,
