@@ -703,15 +703,15 @@ __global__ void copy_many_kernel(TensorList<CopyPair> list) {
 // The hyperparameters come in double and are rounded once to the type the step computes
 // in (f64 for f64 parameters, f32 otherwise), as the CPU backend does.
 template <typename T>
-__global__ void sgd_kernel(TensorList<SgdTensor> list, double lr_, double momentum_,
-                           double dampening, bool nesterov) {
+__global__ void sgd_kernel(TensorList<SgdTensor> list, double momentum_, double dampening,
+                           bool nesterov) {
   using A = acc_t<T>;
   const int ti = find_tensor(list.block_start, list.count, blockIdx.x);
   const SgdTensor& st = list.t[ti];
   T* p = static_cast<T*>(st.param);
   const T* g = static_cast<const T*>(st.grad);
   T* buf = static_cast<T*>(st.momentum);
-  const A lr = A(lr_), momentum = A(momentum_), keep = A(1 - dampening), wd = A(st.weight_decay);
+  const A lr = A(st.lr), momentum = A(momentum_), keep = A(1 - dampening), wd = A(st.weight_decay);
   const int64_t base = (int64_t(blockIdx.x) - list.block_start[ti]) * blockDim.x * kPerThread;
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
@@ -1154,11 +1154,11 @@ void launch_copy_many(DType st, DType dt, const CopyPair* pairs, int count, cuda
   }
 }
 
-void launch_sgd(DType t, const SgdTensor* tensors, int count, double lr, double momentum,
-                double dampening, bool nesterov, cudaStream_t s) {
+void launch_sgd(DType t, const SgdTensor* tensors, int count, double momentum, double dampening,
+                bool nesterov, cudaStream_t s) {
   dispatch_float(t, "sgd_step", [&]<typename T>() {
     multi_tensor(tensors, count, [&](const TensorList<SgdTensor>& list, unsigned blocks) {
-      sgd_kernel<T><<<blocks, kThreads, 0, s>>>(list, lr, momentum, dampening, nesterov);
+      sgd_kernel<T><<<blocks, kThreads, 0, s>>>(list, momentum, dampening, nesterov);
       NN_CUDA_CHECK_LAUNCH();
     });
   });

@@ -92,7 +92,7 @@ struct SgdTensor {
   const void* grad;
   void* momentum;  // null when momentum == 0
   int64_t n;
-  double weight_decay;  // (the hyperparameters in double: an f64 parameter's step is f64 math)
+  double lr, weight_decay;  // (the hyperparameters in double: an f64 parameter's step is f64 math)
   bool first_step;
 };
 struct AdamWTensor {
@@ -105,8 +105,8 @@ struct AdamWTensor {
   double step_size;     // lr / (1 - beta1^t)
   double inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
 };
-void launch_sgd(DType t, const SgdTensor* tensors, int count, double lr, double momentum,
-                double dampening, bool nesterov, cudaStream_t s);
+void launch_sgd(DType t, const SgdTensor* tensors, int count, double momentum, double dampening,
+                bool nesterov, cudaStream_t s);
 void launch_adamw(DType t, const AdamWTensor* tensors, int count, double beta1, double beta2,
                   double eps, cudaStream_t s);
 // ---- several contiguous copies in one launch (concat's parts) ---------------------------------

@@ -68,9 +68,16 @@ TEST_CASE("optimizers refuse settings that would corrupt the weights", "[optim]"
   CHECK(has(adamw(optim::AdamWOptions(1e-3).beta1(1)), "betas must be in [0, 1)"));
   // A group's own decay is checked too.
   CHECK(has(test::error_of([] {
-              optim::SGD({optim::ParamGroup{{ones({1}).requires_grad_()}, -1.0}}, optim::SGDOptions(0.1));
+              optim::SGD({optim::ParamGroup{{ones({1}).requires_grad_()}, -1.0, std::nullopt}}, optim::SGDOptions(0.1));
             }),
             "weight decay"));
+  // And its rate's scale.
+  for (double bad : {-0.5, nan, inf})
+    CHECK(has(test::error_of([&] {
+                optim::AdamW({optim::ParamGroup{{ones({1}).requires_grad_()}, std::nullopt, bad}},
+                             optim::AdamWOptions(0.1));
+              }),
+              "lr_scale must be finite and >= 0"));
   // The edges that are valid stay valid.
   CHECK(sgd(optim::SGDOptions(0).momentum(0.9).dampening(1).weight_decay(0)).empty());
   CHECK(adamw(optim::AdamWOptions(0).eps(0).weight_decay(0)).empty());

@@ -49,6 +49,30 @@ void check_optimizer(const std::string& name, Device d, Make make) {
   }
 }
 
+// Two parameters in two groups (their own lr and weight decay) under StepLR(2, 0.5), as
+// make_torch_ops.py's grouped() steps them: the schedule halves every group's rate.
+template <typename Make>
+void check_groups(const std::string& name, Device d, Make make) {
+  INFO(name << " on " << d.str());
+  std::vector<Tensor> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(get(name + ".p0_" + std::to_string(i), d).requires_grad_());
+  auto opt = make(ps);
+  optim::StepLR sched(opt, 2, 0.5);
+  for (int k = 1; k <= 5; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      INFO("step " << k << ", group " << i);
+      ps[i].set_grad(get(name + ".g" + std::to_string(k) + "_" + std::to_string(i), d));
+    }
+    opt.step();
+    sched.step();
+    for (int i = 0; i < 2; ++i) {
+      INFO("step " << k << ", group " << i);
+      test::require_close(ps[i].cpu(), get(name + ".p" + std::to_string(k) + "_" + std::to_string(i)),
+                          1e-12, 1e-13);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ops agree with PyTorch's: cross entropy, pooling, convolution, attention", "[torch][cuda]") {
@@ -96,6 +120,16 @@ TEST_CASE("optimizer steps agree with torch.optim's", "[torch][optim][cuda]") {
     });
     check_optimizer("adamw", d, [](Tensor& p) {
       return optim::AdamW({p}, optim::AdamWOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1));
+    });
+    // torch's groups with lr 0.1 and 0.01 are lr_scale 0.1 and 0.01 of a rate of 1
+    auto groups = [](std::vector<Tensor>& ps) {
+      return std::vector<optim::ParamGroup>{{{ps[0]}, std::nullopt, 0.1}, {{ps[1]}, 0.0, 0.01}};
+    };
+    check_groups("groups_sgd", d, [&](std::vector<Tensor>& ps) {
+      return optim::SGD(groups(ps), optim::SGDOptions(1.0).momentum(0.9).weight_decay(0.05));
+    });
+    check_groups("groups_adamw", d, [&](std::vector<Tensor>& ps) {
+      return optim::AdamW(groups(ps), optim::AdamWOptions(1.0).weight_decay(0.1));
     });
   }
 }

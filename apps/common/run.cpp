@@ -375,7 +375,7 @@ bool channels_last(const std::string& layout, const nn::Device& device, const st
 std::vector<nn::optim::ParamGroup> decay_groups(nn::Module& model) {
   std::vector<nn::Tensor> decay, no_decay;
   for (auto& [name, p] : model.named_parameters()) (p.dim() <= 1 ? no_decay : decay).push_back(p);
-  return {{decay, std::nullopt}, {no_decay, 0.0}};
+  return {{decay, std::nullopt, std::nullopt}, {no_decay, 0.0, std::nullopt}};
 }
 
 void EpochProfile::begin() const {

@@ -8,10 +8,15 @@
 
 namespace nn::optim {
 
-// Parameters that share settings; weight_decay, when set, overrides the optimizer's.
+// Parameters that share settings. weight_decay, when set, overrides the optimizer's.
+// lr_scale, when set, multiplies the optimizer's learning rate for this group (a pretrained
+// body below a new head's rate, layer-wise decay): the group steps at lr() * lr_scale, so the
+// schedules, which set lr(), move every group alike. A PyTorch group with its own "lr" is
+// lr_scale = that lr / the optimizer's.
 struct ParamGroup {
   std::vector<Tensor> params;
   std::optional<double> weight_decay;
+  std::optional<double> lr_scale;
 };
 
 class Optimizer {
@@ -22,6 +27,8 @@ class Optimizer {
   // Drops the gradients (sets them undefined, as PyTorch's set_to_none=True).
   void zero_grad();
   double lr() const { return lr_; }
+  // The rate group g steps at: lr() times its lr_scale.
+  double group_lr(size_t g) const;
   // Refuses a learning rate that is negative or not finite, as the constructors do.
   void set_lr(double lr);
   // The lr schedules start from (PyTorch's initial_lr): set by the first LRScheduler made on

@@ -238,20 +238,21 @@ class Backend {
 
   // ---- optim: fused multi-tensor update steps, in place ------------------------------------
   // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD
-  // and AdamW define the step; per-slot weight decay (parameter groups) and step counts.
+  // and AdamW define the step; per-slot learning rate and weight decay (parameter groups) and
+  // step counts.
   struct SgdSlot {
     Tensor param, grad, momentum;  // momentum undefined when momentum == 0
-    double weight_decay = 0;
+    double lr = 0, weight_decay = 0;
     bool first_step = false;       // momentum buffer = d on a parameter's first step
   };
-  virtual void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
-                        double dampening, bool nesterov) = 0;
+  virtual void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
+                        bool nesterov) = 0;
   struct AdamWSlot {
     Tensor param, grad, exp_avg, exp_avg_sq;
-    double weight_decay = 0;
+    double lr = 0, weight_decay = 0;
     int64_t step = 1;  // this parameter's step count, for bias correction
   };
-  virtual void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+  virtual void adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,
                           double eps) = 0;
   // Fused over a list of gradients (contiguous, one dtype, this device), for mixed precision's
   // unscaling and gradient clipping. scale_grads: every tensor times `factor` in place,

@@ -270,15 +270,15 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "attention_backward", "attention");
     inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q, grad_k, grad_v);
   }
-  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+  void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                 bool nesterov) override {
     Timer t(*this, "sgd_step", "optim");
-    inner_.sgd_step(slots, lr, momentum, dampening, nesterov);
+    inner_.sgd_step(slots, momentum, dampening, nesterov);
   }
-  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+  void adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,
                   double eps) override {
     Timer t(*this, "adamw_step", "optim");
-    inner_.adamw_step(slots, lr, beta1, beta2, eps);
+    inner_.adamw_step(slots, beta1, beta2, eps);
   }
   void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override {
     Timer t(*this, "scale_grads", "optim");

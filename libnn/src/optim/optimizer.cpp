@@ -21,7 +21,7 @@ void check_weight_decay(double wd) {
 }
 
 std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
-  return {ParamGroup{std::move(params), std::nullopt}};
+  return {ParamGroup{std::move(params), std::nullopt, std::nullopt}};
 }
 std::string key(size_t g, size_t i, const char* what) {
   return detail::cat(g, ".", i, ".", what);
@@ -128,6 +128,11 @@ void Optimizer::apply_scalars(const Scalars& v) {
   if (v.initial_lr) initial_lr_ = v.initial_lr;  // (older files: the one set here stays)
 }
 
+double Optimizer::group_lr(size_t g) const {
+  NN_CHECK(g < groups_.size(), "optimizer: group ", g, " of ", groups_.size());
+  return lr_ * groups_[g].lr_scale.value_or(1.0);
+}
+
 void Optimizer::set_lr(double lr) {
   check_lr(lr);
   lr_ = lr;
@@ -137,6 +142,9 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::m
   std::set<const TensorImpl*> seen;
   for (auto& g : groups_) {
     if (g.weight_decay) check_weight_decay(*g.weight_decay);
+    if (g.lr_scale)
+      NN_CHECK(*g.lr_scale >= 0 && std::isfinite(*g.lr_scale),
+               "optimizer: a group's lr_scale must be finite and >= 0, got ", *g.lr_scale);
     for (auto& p : g.params) {
       NN_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
                "optimizer: every parameter must be a leaf tensor that requires grad");
@@ -182,7 +190,7 @@ void SGD::step() {
   // One fused call per device and dtype.
   std::map<std::pair<std::string, DType>, std::vector<backend::Backend::SgdSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    double wd = groups_[gi].weight_decay.value_or(options.weight_decay());
+    const double lr = group_lr(gi), wd = groups_[gi].weight_decay.value_or(options.weight_decay());
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
       Tensor& p = groups_[gi].params[i];
       if (!p.grad().defined()) continue;
@@ -194,11 +202,11 @@ void SGD::step() {
         first = true;
       }
       p.storage()->bump_version();  // the fused step below writes it in place
-      batches[{p.device().str(), p.dtype()}].push_back({p, grad_for(p), buf, wd, first});
+      batches[{p.device().str(), p.dtype()}].push_back({p, grad_for(p), buf, lr, wd, first});
     }
   }
   for (auto& [key, slots] : batches)
-    backend::of(slots[0].param).sgd_step(slots, lr_, options.momentum(), options.dampening(),
+    backend::of(slots[0].param).sgd_step(slots, options.momentum(), options.dampening(),
                                          options.nesterov());
   ++steps_;
 }
@@ -244,7 +252,7 @@ void AdamW::step() {
   NoGradGuard ng;
   std::map<std::pair<std::string, DType>, std::vector<backend::Backend::AdamWSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    double wd = groups_[gi].weight_decay.value_or(options.weight_decay());
+    const double lr = group_lr(gi), wd = groups_[gi].weight_decay.value_or(options.weight_decay());
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
       Tensor& p = groups_[gi].params[i];
       if (!p.grad().defined()) continue;
@@ -257,11 +265,11 @@ void AdamW::step() {
       int64_t t = ++param_steps_[gi][i];
       p.storage()->bump_version();  // the fused step below writes it in place
       batches[{p.device().str(), p.dtype()}].push_back(
-          {p, grad_for(p), exp_avg_[gi][i], exp_avg_sq_[gi][i], wd, t});
+          {p, grad_for(p), exp_avg_[gi][i], exp_avg_sq_[gi][i], lr, wd, t});
     }
   }
   for (auto& [key, slots] : batches)
-    backend::of(slots[0].param).adamw_step(slots, lr_, options.beta1(), options.beta2(),
+    backend::of(slots[0].param).adamw_step(slots, options.beta1(), options.beta2(),
                                            options.eps());
   ++steps_;
 }

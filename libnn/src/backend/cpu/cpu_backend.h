@@ -121,9 +121,9 @@ class CpuBackend final : public Backend {
                           const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                           Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override;
 
-  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+  void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                 bool nesterov) override;
-  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+  void adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,
                   double eps) override;
   void scale_grads(std::vector<Tensor>& grads, double factor, Tensor& found_inf) override;
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out) override;

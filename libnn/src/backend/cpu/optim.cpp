@@ -12,14 +12,14 @@
 namespace nn::backend {
 using namespace nn::cpu;
 
-void CpuBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
-                          double dampening, bool nesterov) {
+void CpuBackend::sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
+                          bool nesterov) {
   for (auto& s : slots) {
     dispatch_float(s.param.dtype(), "sgd_step", [&]<typename T>() {
       T* p = s.param.data<T>();
       const T* g = s.grad.data<T>();
       T* buf = momentum != 0 ? s.momentum.data<T>() : nullptr;
-      const T lr_ = T(lr), mom = T(momentum), damp = T(1 - dampening), wd = T(s.weight_decay);
+      const T lr_ = T(s.lr), mom = T(momentum), damp = T(1 - dampening), wd = T(s.weight_decay);
       const bool first = s.first_step;
       parallel_for(0, s.param.numel(), kGrain, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
@@ -35,8 +35,8 @@ void CpuBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double momentu
   }
 }
 
-void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1,
-                            double beta2, double eps) {
+void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,
+                            double eps) {
   for (auto& s : slots) {
     dispatch_float(s.param.dtype(), "adamw_step", [&]<typename T>() {
       T* p = s.param.data<T>();
@@ -45,8 +45,8 @@ void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double bet
       T* v = s.exp_avg_sq.data<T>();
       const double bc1 = 1 - std::pow(beta1, double(s.step));
       const double bc2 = 1 - std::pow(beta2, double(s.step));
-      const T decay = T(1 - lr * s.weight_decay), b1 = T(beta1), b2 = T(beta2);
-      const T step_size = T(lr / bc1), inv_sqrt_bc2 = T(1 / std::sqrt(bc2)), eps_ = T(eps);
+      const T decay = T(1 - s.lr * s.weight_decay), b1 = T(beta1), b2 = T(beta2);
+      const T step_size = T(s.lr / bc1), inv_sqrt_bc2 = T(1 / std::sqrt(bc2)), eps_ = T(eps);
       parallel_for(0, s.param.numel(), kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
         for (int64_t i = b; i < e; ++i) {

@@ -422,26 +422,26 @@ class Upcast16Backend final : public Backend {
   // Optimizer steps keep their parameters' dtype (f32 master weights in mixed precision). A
   // batch of 16-bit parameters (a model cast with .to(kF16)) steps in f32 on widened copies of
   // parameter, gradient and state, each rounded back once.
-  void sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum, double dampening,
+  void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                 bool nesterov) override {
     if (slots.empty() || !is16(slots[0].param))
-      return inner_.sgd_step(slots, lr, momentum, dampening, nesterov);
+      return inner_.sgd_step(slots, momentum, dampening, nesterov);
     std::vector<SgdSlot> wide = slots;
     for (SgdSlot& s : wide) s.param = up(s.param), s.grad = up(s.grad), s.momentum = up(s.momentum);
-    inner_.sgd_step(wide, lr, momentum, dampening, nesterov);
+    inner_.sgd_step(wide, momentum, dampening, nesterov);
     for (size_t i = 0; i < slots.size(); ++i) {
       down(wide[i].param, slots[i].param);
       if (slots[i].momentum.defined()) down(wide[i].momentum, slots[i].momentum);
     }
   }
-  void adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+  void adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,
                   double eps) override {
     if (slots.empty() || !is16(slots[0].param))
-      return inner_.adamw_step(slots, lr, beta1, beta2, eps);
+      return inner_.adamw_step(slots, beta1, beta2, eps);
     std::vector<AdamWSlot> wide = slots;
     for (AdamWSlot& s : wide)
       s.param = up(s.param), s.grad = up(s.grad), s.exp_avg = up(s.exp_avg), s.exp_avg_sq = up(s.exp_avg_sq);
-    inner_.adamw_step(wide, lr, beta1, beta2, eps);
+    inner_.adamw_step(wide, beta1, beta2, eps);
     for (size_t i = 0; i < slots.size(); ++i) {
       down(wide[i].param, slots[i].param);
       down(wide[i].exp_avg, slots[i].exp_avg);

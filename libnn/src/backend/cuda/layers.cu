@@ -120,19 +120,19 @@ void CudaBackend::embedding_bag_backward(const Tensor& grad, const Tensor& index
 }
 
 // ---- optim: one multi-tensor launch per call ------------------------------------------------
-void CudaBackend::sgd_step(std::vector<SgdSlot>& slots, double lr, double momentum,
-                           double dampening, bool nesterov) {
+void CudaBackend::sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
+                           bool nesterov) {
   if (slots.empty()) return;
   activate();
   std::vector<kernels::SgdTensor> ts;
   for (auto& s : slots)
     ts.push_back({s.param.data_ptr(), s.grad.data_ptr(),
-                  momentum != 0 ? s.momentum.data_ptr() : nullptr, s.param.numel(),
+                  momentum != 0 ? s.momentum.data_ptr() : nullptr, s.param.numel(), s.lr,
                   s.weight_decay, s.first_step});
-  kernels::launch_sgd(slots[0].param.dtype(), ts.data(), int(ts.size()), lr, momentum, dampening,
+  kernels::launch_sgd(slots[0].param.dtype(), ts.data(), int(ts.size()), momentum, dampening,
                       nesterov, stream_);
 }
-void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double beta1, double beta2,
+void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,
                              double eps) {
   if (slots.empty()) return;
   activate();
@@ -140,7 +140,7 @@ void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double lr, double be
   for (auto& s : slots) {
     const double bc1 = 1 - std::pow(beta1, double(s.step)), bc2 = 1 - std::pow(beta2, double(s.step));
     ts.push_back({s.param.data_ptr(), s.grad.data_ptr(), s.exp_avg.data_ptr(),
-                  s.exp_avg_sq.data_ptr(), s.param.numel(), 1 - lr * s.weight_decay, lr / bc1,
+                  s.exp_avg_sq.data_ptr(), s.param.numel(), 1 - s.lr * s.weight_decay, s.lr / bc1,
                   1 / std::sqrt(bc2)});
   }
   kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), beta1, beta2, eps,
