@@ -26,6 +26,11 @@ sources_hash() {  # every file a build compiles or configures from, by content a
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 }
 cache_value() { sed -n "s/^$2:[A-Z]*=//p" "$1/CMakeCache.txt" | head -1; }
+# the CUDA toolkit a build was compiled with (its runtime is what the driver must support)
+cuda_version() {
+  find "$1/CMakeFiles" -maxdepth 2 -name CMakeCUDACompiler.cmake -exec \
+    sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\([0-9.]*\)")/\1/p' {} + | head -1
+}
 
 pack() {
   local b t src bdir archs
@@ -38,7 +43,8 @@ pack() {
   [[ $src == "$root" ]] || die "'$1' was configured from $src, not from this tree ($root)"
   [[ -n $archs && $archs != native ]] || die "'$1' names no CUDA architectures (CMAKE_CUDA_ARCHITECTURES='$archs')"
   { echo "source_root=$src"; echo "build_dir=$bdir"; echo "sources=$(sources_hash)"
-    echo "cuda_archs=$archs"; echo "built=$(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
+    echo "cuda_archs=$archs"; echo "cuda_version=$(cuda_version "$b")"
+    echo "built=$(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
     echo "commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)$(
       [[ -n $(git -C "$root" status --porcelain -uno 2> /dev/null) ]] && echo ' (with uncommitted changes)')"
   } > "$b/$manifest"
@@ -49,7 +55,7 @@ pack() {
 }
 
 unpack() {
-  local t=$1 b=$2 m want cap old_src old_b lib_dirs d missing
+  local t=$1 b=$2 m want cap old_src old_b lib_dirs d missing drv rt
   refuse() { echo "gpu_prebuilt: not used: $*" >&2; rm -rf "$b"; exit 1; }
   [[ -f $t ]] || refuse "no $t"
   m=$(tar -xzf "$t" -O "$manifest" 2> /dev/null) || refuse "$t has no $manifest"
@@ -60,6 +66,12 @@ unpack() {
   [[ -n $cap ]] || refuse "the GPU's compute capability is unknown (nvidia-smi)"
   [[ " $(get cuda_archs | tr ';' ' ') " =~ \ $cap(-real|-virtual)?\  ]] \
     || refuse "built for CUDA architectures $(get cuda_archs), this GPU is sm_$cap"
+  # a driver supports the runtimes of its CUDA major version and older; the CUDA cases would
+  # fail on a newer one (a source build here uses this machine's toolkit)
+  drv=$(nvidia-smi 2> /dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
+  rt=$(get cuda_version); rt=${rt%%.*}
+  [[ -z $drv || -z $rt || $drv -ge $rt ]] \
+    || refuse "built with CUDA $(get cuda_version), this machine's driver supports CUDA $drv at most"
   rm -rf "$b"; mkdir -p "$b"; b=$(cd "$b" && pwd)
   tar -xzf "$t" -C "$b" || refuse "$t does not extract"
   old_src=$(get source_root); old_b=$(get build_dir)

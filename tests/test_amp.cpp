@@ -272,7 +272,7 @@ TEST_CASE("autocast Linear's input gradient for strided and 16-bit inputs", "[am
 
 TEST_CASE("a small conv net in FP16 matches FP32 within FP16 tolerance", "[amp][cuda]") {
   for (Device d : {kCPU, kCUDA}) {
-    if (d.is_cuda() && !cuda_available()) continue;
+    if (d.is_cuda() && !test::have_cuda()) continue;
     INFO("device " << d.str());
     manual_seed(4);
     Sequential net{std::make_shared<Conv2d>(Conv2dOptions(3, 8, 3).padding({1, 1})),

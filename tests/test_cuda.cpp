@@ -17,11 +17,7 @@ using namespace nn;
 
 namespace {
 
-bool have_gpu() {
-  if (cuda_available()) return true;
-  WARN("no CUDA device present: CUDA test skipped");
-  return false;
-}
+bool have_gpu() { return test::have_cuda(); }
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
@@ -775,8 +771,7 @@ TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too", "[cuda
 // it is 409.5 (410 in bf16). Both backends, both ops.
 TEST_CASE("16-bit embedding gradients are summed in f32 and rounded once", "[cuda][embedding]") {
   std::vector<Device> devices{kCPU};
-  if (cuda_available()) devices.push_back(kCUDA);
-  else WARN("no CUDA device present: only the CPU half runs");
+  if (test::have_cuda()) devices.push_back(kCUDA);
   for (Device d : devices) {
     for (DType t : {kF16, kBF16}) {
       INFO(d.str() << " " << dtype_name(t));

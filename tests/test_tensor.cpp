@@ -304,6 +304,13 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
     std::string msg = test::error_of([] { ones({2}).to(kCUDA); });
     REQUIRE((msg.find("without CUDA") != std::string::npos ||
              msg.find("no CUDA device") != std::string::npos));
+    // the reason cuda_unavailable_reason gives is the one the error names
+    const std::string why = cuda_unavailable_reason();
+    INFO(msg << " / " << why);
+    REQUIRE_FALSE(why.empty());
+    REQUIRE(msg.find(why) != std::string::npos);
+  } else {
+    REQUIRE(cuda_unavailable_reason().empty());
   }
 }
 

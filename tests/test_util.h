@@ -107,10 +107,24 @@ class Fixture {
   std::map<std::string, Tensor> tensors_;
 };
 
+// True when a CUDA device can be used. Otherwise the case's CUDA part is skipped with a
+// warning naming why, or fails where LIBNN_REQUIRE_CUDA is set (the GPU suite sets it: on a
+// machine with a GPU that libnn cannot use, its driver older than the runtime say, the CUDA
+// cases must not pass by skipping).
+inline bool have_cuda() {
+  if (nn::cuda_available()) return true;
+  const std::string why = nn::cuda_unavailable_reason();
+  const char* require = std::getenv("LIBNN_REQUIRE_CUDA");
+  if (require && *require && std::string(require) != "0")
+    FAIL("LIBNN_REQUIRE_CUDA is set, but CUDA cannot be used: " << why);
+  WARN("CUDA part skipped: " << why);
+  return false;
+}
+
 // The CPU, and CUDA when a device is present: for tests that hold on every backend.
 inline std::vector<nn::Device> devices() {
   std::vector<nn::Device> d{nn::kCPU};
-  if (nn::cuda_available()) d.push_back(nn::kCUDA);
+  if (have_cuda()) d.push_back(nn::kCUDA);
   return d;
 }
 

@@ -4,6 +4,8 @@
 # the cases that need one exit 77, reported as skipped, when `nvidia-smi -L` finds none) or
 # "emulator" (the CUDA emulator's device, tests/cuda_emu, always present).
 #   no_gpu         --device cuda with every GPU hidden: one clear error, exit 1
+#   old_driver     a driver older than the runtime (emulator only, LIBNN_CUDA_EMU_DRIVER):
+#                  the error says so, where "no device" would hide it
 #   out_of_memory  a batch larger than the device's memory: one clear error, exit 1
 #                  (emulator only, whose memory size LIBNN_CUDA_EMU_MEMORY sets; on a real
 #                  GPU, and on the emulator too, cli_cuda_bench_out_of_memory asks for 120 GB)
@@ -35,6 +37,13 @@ case $case in
   no_gpu)
     expect 1 "error: device cuda:0 asked for, but no CUDA device is present" -- \
       env CUDA_VISIBLE_DEVICES= "$app" "${small[@]}" --epochs 1 --device cuda ;;
+  old_driver)
+    [[ $device == emulator ]] || { echo "needs the emulator's driver version: skipped"; exit 77; }
+    expect 1 "error: device cuda:0 asked for, but no CUDA device is present: the NVIDIA driver supports CUDA up to 12.4, older than the CUDA [0-9.]+ runtime libnn was built with" -- \
+      env LIBNN_CUDA_EMU_DRIVER=12040 "$app" "${small[@]}" --epochs 1 --device cuda
+    # no driver at all is plain absence
+    expect 1 "error: device cuda:0 asked for, but no CUDA device is present$" -- \
+      env LIBNN_CUDA_EMU_DRIVER=0 "$app" "${small[@]}" --epochs 1 --device cuda ;;
   out_of_memory)
     [[ $device == emulator ]] || { echo "needs the emulator's memory limit: skipped"; exit 77; }
     # 400 MB of device memory: the data set (219 MB) fits, a 60,000-sample batch does not

@@ -6,7 +6,8 @@
 #   - packed in one tree and unpacked in a copy of it elsewhere, it is used, and CTest's paths
 #     name the copy (its scripts, its build folder), not the tree it was built in;
 #   - it is refused (exit 1, the reason given, the folder removed) for a GPU of another compute
-#     capability, for sources changed since, and when a library it needs is missing;
+#     capability, for a driver older than the CUDA it was built with, for sources changed
+#     since, and when a library it needs is missing;
 #   - a build naming no CUDA architecture is not packed;
 #   - gpu_suite.sh's build step takes it (no configure) and falls back to building from source.
 set -uo pipefail
@@ -16,14 +17,20 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $1"; [[ -f ${2:-} ]] && cat "$2"; exit 1; }
 
 mkdir -p "$work/stub"
-printf '#!/bin/sh\necho "${FAKE_COMPUTE_CAP:-9.0}"\n' > "$work/stub/nvidia-smi"
+# bare, the header line with the driver's CUDA version; with a query, the compute capability
+cat > "$work/stub/nvidia-smi" <<'EOF'
+#!/bin/sh
+if [ $# -eq 0 ]; then echo "| NVIDIA-SMI 580.65   Driver Version: 580.65   CUDA Version: ${FAKE_DRIVER_CUDA:-13.0}  |"
+else echo "${FAKE_COMPUTE_CAP:-9.0}"; fi
+EOF
 chmod +x "$work/stub/nvidia-smi"
 export PATH="$work/stub:$PATH"
 
 # the stand-in build, "configured" from this tree
 fake_build() {  # fake_build DIR ARCHS [EXTRA_LIB]: mnist_train needs libnn.so (and EXTRA_LIB)
   local b=$1 archs=$2 extra=${3:-}
-  mkdir -p "$b/bin" "$b/lib" "$b/tests/CMakeFiles"
+  mkdir -p "$b/bin" "$b/lib" "$b/tests/CMakeFiles" "$b/CMakeFiles/3.25.1"
+  echo 'set(CMAKE_CUDA_COMPILER_VERSION "13.0.88")' > "$b/CMakeFiles/3.25.1/CMakeCUDACompiler.cmake"
   printf 'CMAKE_HOME_DIRECTORY:INTERNAL=%s\nCMAKE_CACHEFILE_DIR:INTERNAL=%s\nCMAKE_CUDA_ARCHITECTURES:STRING=%s\n' \
     "$root" "$b" "$archs" > "$b/CMakeCache.txt"
   echo 'int nn_answer(void) { return 42; }' > "$work/nn.c"
@@ -75,6 +82,9 @@ refused() {  # refused TARBALL REASON_PATTERN WHAT
   return 0
 }
 FAKE_COMPUTE_CAP=8.0 refused "$work/p.tar.gz" "this GPU is sm_80" "another compute capability"
+FAKE_DRIVER_CUDA=12.8 refused "$work/p.tar.gz" "built with CUDA 13.0.88, this machine's driver supports CUDA 12 at most" \
+  "a driver older than the build's runtime"
+FAKE_DRIVER_CUDA=13.2 unpack "$work/p.tar.gz" || fail "a driver of a later CUDA 13 was refused" "$work/unpack.log"
 echo '// changed' >> "$copy/libnn/src/core/tensor.cpp"
 refused "$work/p.tar.gz" "other sources" "changed sources"
 cp "$root/libnn/src/core/tensor.cpp" "$copy/libnn/src/core/tensor.cpp"

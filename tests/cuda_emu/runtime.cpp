@@ -718,7 +718,23 @@ unsigned long long libnn_cuda_emu_kernel_launches() { return emu::kernel_launche
 
 // CUDA_VISIBLE_DEVICES hides the device as the real runtime does when it is set to nothing
 // or to an index other than 0 (so the no-GPU paths can be tested here too).
+// The emulated driver's CUDA version: LIBNN_CUDA_EMU_DRIVER (as cudaDriverGetVersion gives
+// it, 12040 for 12.4; 0: no driver installed), by default the runtime's.
+static int emulated_driver_version() {
+  const char* v = std::getenv("LIBNN_CUDA_EMU_DRIVER");
+  return v && *v ? std::atoi(v) : CUDART_VERSION;
+}
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = emulated_driver_version();
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int* count) {
+  // as the runtime does: a driver older than it (or none) is an insufficient driver
+  if (emulated_driver_version() < CUDART_VERSION) return record(cudaErrorInsufficientDriver);
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   *count = visible && visible[0] != '0' ? 0 : 1;
   return *count ? cudaSuccess : record(cudaErrorNoDevice);
@@ -790,7 +806,21 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     default: return "unknown error (emulated)";
+  }
+}
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    default: return "cudaErrorUnknown";
   }
 }
 

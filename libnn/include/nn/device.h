@@ -32,6 +32,10 @@ inline const Device kCUDA{DeviceType::cuda, 0};
 // True when libnn was built with CUDA and a device is present.
 bool cuda_available();
 int cuda_device_count();
+// Empty when cuda_available(); otherwise why not: "libnn was built without CUDA", "no CUDA
+// device is present", or what the runtime reported (a driver older than the runtime libnn
+// was built with, ...), which a machine with a GPU should not ignore.
+std::string cuda_unavailable_reason();
 // The device's model name, as torch.cuda.get_device_name gives it: the GPU's as its driver
 // reports it ("NVIDIA H100 80GB HBM3"), the CPU's from /proc/cpuinfo ("cpu" where that
 // cannot be read). Throws nn::Error, as check_device does, when `d` cannot be used.

@@ -273,12 +273,15 @@ Backend& get(const Device& d);
 inline Backend& of(const Tensor& t) { return get(t.device()); }
 
 using CudaFactory = Backend* (*)(int index);
-using CudaCount = int (*)();
+using CudaCount = int (*)(std::string* why);
 using CudaName = std::string (*)(int index);
 #ifdef LIBNN_HAVE_CUDA
 // Defined by backend/cuda/ when libnn is built with CUDA.
 Backend* create_cuda_backend(int index);
-int cuda_device_count_impl();  // 0 when no driver or device is present
+// 0 when no device can be used; then `why` (when given) is empty for plain absence (no
+// driver, no device) and otherwise names what the runtime reported (a driver older than
+// the runtime, ...).
+int cuda_device_count_impl(std::string* why);
 std::string cuda_device_name_impl(int index);
 #endif
 

@@ -154,8 +154,10 @@ static Backend& get_unprofiled(const Device& d) {
   auto& r = cuda_registry();
   NN_CHECK(r.factory, "device ", d.str(), " asked for, but libnn was built without CUDA "
            "(reconfigure with -DLIBNN_WITH_CUDA=ON on a machine with the CUDA toolkit)");
-  int n = r.count();
-  NN_CHECK(n > 0, "device ", d.str(), " asked for, but no CUDA device is present");
+  std::string why;
+  int n = r.count(&why);
+  NN_CHECK(n > 0, "device ", d.str(), " asked for, but no CUDA device is present",
+           why.empty() ? "" : ": ", why);
   NN_CHECK(d.index >= 0 && d.index < n, "device ", d.str(), " asked for, but only ", n,
            " CUDA device(s) are present (cuda:0..cuda:", n - 1, ")");
   std::lock_guard<std::mutex> lock(r.mu);
@@ -169,9 +171,16 @@ static Backend& get_unprofiled(const Device& d) {
 namespace nn {
 int cuda_device_count() {
   auto& r = backend::cuda_registry();
-  return r.count ? r.count() : 0;
+  return r.count ? r.count(nullptr) : 0;
 }
 bool cuda_available() { return cuda_device_count() > 0; }
+std::string cuda_unavailable_reason() {
+  auto& r = backend::cuda_registry();
+  if (!r.count) return "libnn was built without CUDA";
+  std::string why;
+  if (r.count(&why) > 0) return "";
+  return why.empty() ? "no CUDA device is present" : why;
+}
 
 MemoryFormat preferred_memory_format(const Device& device, DType compute) {
   return backend::get(device).channels_last_native(compute) ? MemoryFormat::channels_last

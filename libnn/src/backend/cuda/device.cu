@@ -10,13 +10,30 @@
 
 namespace nn::backend {
 
-int cuda_device_count_impl() {
+int cuda_device_count_impl(std::string* why) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: not an error, just none
-    return 0;
-  }
-  return n;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n;
+  cudaGetLastError();
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  cudaGetLastError();
+  const auto version = [](int v) { return detail::cat(v / 1000, ".", v % 1000 / 10); };
+  std::string reason;
+  // no device, or no driver at all (the runtime then reports an insufficient driver of
+  // version 0): none, not an error
+  if (e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && driver == 0))
+    reason.clear();
+  else if (e == cudaErrorInsufficientDriver)
+    reason = detail::cat("the NVIDIA driver supports CUDA up to ", version(driver),
+                         ", older than the CUDA ", version(runtime), " runtime libnn was built "
+                         "with: update the driver, or build libnn with a CUDA toolkit it supports");
+  else
+    reason = detail::cat("the CUDA runtime reported ", cudaGetErrorName(e), " (",
+                         cudaGetErrorString(e), ")");
+  if (why) *why = reason;
+  return 0;
 }
 
 std::string cuda_device_name_impl(int index) {
