@@ -131,6 +131,17 @@ TEST_CASE("checkpoint files that are not libnn checkpoints are refused", "[io][c
                    "meta key 'libnn.step' is reserved for libnn");
 }
 
+TEST_CASE("Checkpointer refuses a folder it cannot read", "[io][checkpoint]") {
+  // (a folder not made yet holds none, above; one that cannot be read must not look empty,
+  // or a resumed run starts over)
+  TempDir d;
+  const std::string plain = d.file("plain");
+  std::ofstream(plain) << "not a folder";
+  io::Checkpointer ck(plain, 2);
+  require_contains(test::error_of([&] { ck.list(); }), "cannot read the folder '" + plain + "'");
+  require_contains(test::error_of([&] { ck.load_latest(); }), "cannot read the folder");
+}
+
 TEST_CASE("Checkpointer keeps the newest keep_last files", "[io][checkpoint]") {
   TempDir d;
   std::string dir = d.file("run/ckpt");  // created by the first save

@@ -5,13 +5,19 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "common/cli.h"
 
 namespace apps {
 
 namespace {
-std::string num(double v) { return nn::detail::cat(v); }
+// Every digit a double has, so a resumed run reads back the value it saved.
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
 double to_double(const std::map<std::string, std::string>& m, const std::string& k) {
   auto it = m.find(k);
   NN_CHECK(it != m.end(), "checkpoint metadata lacks '", k, "'");
@@ -174,15 +180,41 @@ Position Run::load() {
     pos.seen = pos.seen * was / par_.size();  // this process's share of the samples done
     pos.batch = b;
   }
-  // The schedule was built from this run's batches per epoch: with another step size its
-  // position is where this run's steps would stand, not the steps the checkpoint counted.
-  const int64_t schedule_step = per_step_was == per_step || s.batches_per_epoch <= 0
+  // The schedule was built from this run's batches per epoch: its position is where this
+  // run's steps would stand, not the steps the checkpoint counted, which differ when this
+  // run or an earlier one in the chain had another step size.
+  const int64_t schedule_step = s.batches_per_epoch <= 0
                                     ? pos.step
                                     : (pos.epoch - 1) * s.batches_per_epoch + pos.batch;
   if (s.scheduler) s.scheduler->set_step(schedule_step);
   std::printf("%s: resumed from step %lld (epoch %lld, batch %lld)\n", app_.c_str(),
               (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
+  drop_metrics_from(pos.epoch);
   return pos;
+}
+
+void Run::drop_metrics_from(int64_t epoch) const {
+  // An epoch's line is written before its checkpoint: a run stopped between the two (a
+  // second signal, a full disk) trains that epoch again, and its line goes first, so that
+  // the file keeps one line per epoch.
+  if (metrics_.empty()) return;
+  std::ifstream f(metrics_);
+  if (!f) return;
+  std::string line, kept;
+  int64_t dropped = 0;
+  while (std::getline(f, line)) {
+    const size_t k = line.find("\"epoch\": ");
+    if (k != std::string::npos && std::atoll(line.c_str() + k + 9) >= epoch) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  f.close();
+  if (dropped == 0) return;
+  nn::train::write_file(metrics_, kept);
+  std::printf("%s: %lld line(s) of epoch %lld on dropped from '%s' (that epoch is trained again)\n",
+              app_.c_str(), (long long)dropped, (long long)epoch, metrics_.c_str());
 }
 
 void Run::save(const Position& pos) {
@@ -227,8 +259,15 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
     }
   }
   if (checkpoint) {
+    // Every rank takes part (they agree when a checkpoint is due): the loss saved is the
+    // mean of the ranks' sums, which every rank resumes from and finish() adds up over the
+    // ranks, and batch norm's running statistics are averaged as at an epoch's end (rank 0's
+    // alone would be resumed by every rank)
+    std::vector<double> v{sum};
+    par_.sum(v);
+    sync_buffers();
     Position p = pos;
-    p.loss_sum = sum;
+    p.loss_sum = v[0] / par_.size();
     save(p);
   }
   if (stop) {

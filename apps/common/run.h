@@ -99,6 +99,7 @@ class Run {
 
  private:
   Position load();  // the newest valid checkpoint's position (--resume)
+  void drop_metrics_from(int64_t epoch) const;  // --metrics lines of `epoch` and later
   void save(const Position& pos);
   void end_progress_line() const;  // on a terminal, ends the live progress line
   std::string app_, command_;

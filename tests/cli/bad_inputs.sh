@@ -57,7 +57,19 @@ case $case in
     "$app" "${small[@]}" --batch-size 64 --data-dir "$data" --checkpoint-dir "$work/ck" \
       --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
     ls "$work/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f  # keep step 2: batch 2 of 8
-    expect 0 "at batch size 64, this run has 1 at 32: epoch [0-9]+ continues at batch 4 instead of 2" -- "$app" "${small[@]}" --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
+    mkdir "$work/c2"; cp "$work/ck"/ckpt-*.safetensors "$work/c2/"
+    expect 0 "at batch size 64, this run has 1 at 32: epoch [0-9]+ continues at batch 4 instead of 2" -- "$app" "${small[@]}" --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/ck" --resume
+    # a checkpoint of that resumed run (step 3: 2 steps of 64, 1 of 32; at batch 5 of 16),
+    # resumed at 32 again: its schedule stands at step 5, as a run of 32 from the start
+    "$app" "${small[@]}" --epochs 2 --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/c2" \
+      --resume --checkpoint-every 1 --keep-last 100 > /dev/null 2>&1 || exit 1
+    find "$work/c2" -name 'ckpt-*.safetensors' ! -name 'ckpt-0000000003.safetensors' -delete
+    "$app" "${small[@]}" --epochs 2 --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/c2" \
+      --resume --metrics "$work/m2.jsonl" > /dev/null 2>&1 || exit 1
+    "$app" "${small[@]}" --epochs 2 --batch-size 32 --data-dir "$data" --metrics "$work/m1.jsonl" > /dev/null 2>&1 || exit 1
+    lrs() { grep -o '"lr": [^,}]*' "$1" | tr '\n' ' '; }
+    [[ -n $(lrs "$work/m1.jsonl") && $(lrs "$work/m2.jsonl") == "$(lrs "$work/m1.jsonl")" ]] || {
+      echo "the schedule of a resumed run's resumed checkpoint stands elsewhere: $(lrs "$work/m2.jsonl") against $(lrs "$work/m1.jsonl")"; exit 1; } ;;
   resume_other_lr)  # this run's --lr wins, and says so
     "$app" "${small[@]}" --lr 0.002 --data-dir "$data" --checkpoint-dir "$work/ck" \
       --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
@@ -75,6 +87,14 @@ case $case in
     grep -q '"lr": 0.0005[,}]' "$work/m.jsonl" || { echo "the resumed run did not train at 0.0005:"; cat "$work/m.jsonl"; exit 1; }
     # its newest checkpoint (of a constant-rate run) resumed with a schedule and another --lr
     expect 0 "had learning rate 0.0005, this run has 0.001: continuing with 0.001" -- "$app" "${small[@]}" --lr 0.001 --data-dir "$data" --checkpoint-dir "$work/c2" --resume ;;
+  resume_drops_metrics)  # stopped between an epoch's metrics line and its checkpoint
+    "$app" "${small[@]}" --epochs 2 --data-dir "$data" --checkpoint-dir "$work/ck" --keep-last 100 \
+      --metrics "$work/m.jsonl" > /dev/null 2>&1 || exit 1
+    rm "$(ls "$work/ck"/ckpt-*.safetensors | tail -1)"  # the last epoch's checkpoint, lost
+    expect 0 "1 line\(s\) of epoch 2 on dropped from" -- "$app" "${small[@]}" --epochs 2 --data-dir "$data" \
+      --checkpoint-dir "$work/ck" --resume --metrics "$work/m.jsonl"
+    [[ $(grep -c '"epoch": 1[,}]' "$work/m.jsonl") == 1 && $(grep -c '"epoch": 2[,}]' "$work/m.jsonl") == 1 ]] || {
+      echo "not one line per epoch:"; cat "$work/m.jsonl"; exit 1; } ;;
   resume_without_dir)
     expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
   nan_loss)

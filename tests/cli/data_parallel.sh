@@ -2,7 +2,8 @@
 # Data-parallel mnist_train through scripts/dist_launch.sh, two processes on this machine:
 # trains, is stopped by SIGTERM mid-epoch (both ranks stop after the same step, rank 0 writes
 # the checkpoint), resumes with two processes and, from a copy of the same checkpoint, with
-# one (another machine count); both finish and learn. A launcher killed outright leaves no
+# one (another machine count); both finish and learn; a resumed epoch (with batch norm) ends
+# as the uninterrupted run's. A launcher killed outright leaves no
 # rank running and each stops gracefully. The apps themselves check after every
 # epoch that the ranks' models are bit-identical. Then ResNet-50 (batch norm statistics kept
 # identical across ranks), sharded inference equal to one process's, and the command-line
@@ -83,6 +84,25 @@ assert abs(rows[2]["lr"]) < 1e-9, rows
 assert 1 not in rows or abs(rows[1]["lr"] - 5e-4) < 1e-12, rows
 PY
 done
+
+# 3c. Resumed mid-epoch, the epoch ends as the uninterrupted run's did: its training loss
+#     counts every rank's batches before the checkpoint (their mean is saved, not rank 0's
+#     sum alone), and batch norm's running statistics, averaged over the ranks when the
+#     checkpoint is written, give the same validation loss.
+cargs=(--data synthetic --synthetic-samples 256 --depth 8 --width 4 --batch-size 32 --epochs 1
+       --seed 3 --log-every 1000 --checkpoint-every 3 --keep-last 100)
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$bin/cifar_train" "${cargs[@]}" \
+  --checkpoint-dir "$work/cf" --metrics "$work/cf.jsonl" > "$work/cf.log" 2>&1 || fail "cifar_train failed" "$work/cf.log"
+mkdir "$work/cr"; cp "$work/cf/ckpt-0000000003.safetensors" "$work/cr/"
+"$launch" --nprocs 2 --master 127.0.0.1:"$(port)" -- "$bin/cifar_train" "${cargs[@]}" \
+  --checkpoint-dir "$work/cr" --resume --metrics "$work/cr.jsonl" > "$work/cr.log" 2>&1 || fail "resumed cifar_train failed" "$work/cr.log"
+python3 - "$work/cf.jsonl" "$work/cr.jsonl" <<'PY' || fail "a resumed data-parallel epoch ended otherwise" "$work/cf.log" "$work/cr.log"
+import json, sys
+full, res = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+for k in ("train_loss", "val_loss"):
+    assert abs(full[k] - res[k]) <= 1e-5 * abs(full[k]), (k, full[k], res[k])
+print(f"resumed at step 3 of 4: train_loss {res['train_loss']:.6f}, val_loss {res['val_loss']:.6f}, as uninterrupted")
+PY
 
 # 3b. The launcher killed outright (SIGKILL: nothing passed on): its ranks get SIGTERM from the
 #     kernel (parent-death signal), stop together and checkpoint; none runs on orphaned.

@@ -107,11 +107,16 @@ Checkpointer::Checkpointer(std::string dir, int keep_last)
 std::vector<std::string> Checkpointer::list() const {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+  fs::directory_iterator it(dir_, ec), end;
+  // a folder not made yet has no checkpoints; one that cannot be read (permissions, a file
+  // system gone away) is an error: a resumed run must not start over for it
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  for (; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
     int64_t step = step_of(name);
     if (step >= 0) found.emplace_back(step, it->path().string());
   }
+  NN_CHECK(!ec, "Checkpointer: cannot read the folder '", dir_, "': ", ec.message());
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(std::move(f.second));
@@ -130,7 +135,11 @@ std::string Checkpointer::save(const Checkpoint& c) {
 
   // Pruning is best effort: a file we cannot delete must not stop the training run. Only
   // checkpoints older than this one are pruned: a newer file is never ours to delete.
-  auto files = list();
+  std::vector<std::string> files;
+  try {
+    files = list();
+  } catch (const Error&) {  // (the checkpoint is written: a folder that reads badly keeps all)
+  }
   while (!files.empty() && files.back() != path) files.pop_back();
   size_t keep = size_t(keep_last_);
   for (size_t i = 0; i + keep < files.size(); ++i) fs::remove(files[i], ec);
