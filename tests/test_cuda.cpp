@@ -1471,3 +1471,38 @@ TEST_CASE("convolutions on cuDNN's heuristics (LIBNN_CUDNN_FIND=0) or its benchm
   CHECK(calls() - before == (heuristics ? 3u : 0u));
   for (size_t i = 0; i < got.size(); ++i) test::require_close(got[i], want[i], 1e-4, 1e-4);
 }
+
+// An algorithm that cuDNN ranked first but declines when run (NOT_SUPPORTED: its heuristics
+// run nothing to choose) gives way to the next it ranked, for good: each pass is refused once,
+// the convolutions come out right, and later calls of the shape run the second algorithm at
+// once. The emulator ranks and refuses one (LIBNN_CUDA_EMU_CONV_REFUSE_ALGO) and counts it.
+TEST_CASE("a convolution algorithm cuDNN declines gives way to the next it ranked", "[cuda][emulator]") {
+  if (!have_gpu()) return;
+  using Count = unsigned long long (*)();
+  const auto refusals = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "libnn_cuda_emu_conv_refusals"));
+  if (!refusals) {
+    WARN("not the CUDA emulator (it refuses an algorithm on request): case skipped");
+    return;
+  }
+  struct Env {  // set for this case only
+    Env() { setenv("LIBNN_CUDA_EMU_CONV_REFUSE_ALGO", "1", 1); }
+    ~Env() { unsetenv("LIBNN_CUDA_EMU_CONV_REFUSE_ALGO"); }
+  } env;
+  manual_seed(12);
+  // a shape no other case of this process has planned
+  Tensor x = randn({2, 3, 9, 14}), w = randn({4, 3, 2, 3});
+  const unsigned long long before = refusals();
+  for (int round = 0; round < 2; ++round) {
+    INFO("call " << round);
+    std::vector<Tensor> got, want;
+    for (Device d : {kCUDA, kCPU}) {
+      Tensor xd = x.to(d).detach().requires_grad_(), wd = w.to(d).detach().requires_grad_();
+      Tensor y = conv2d(xd, wd, {}, Conv2dParams{{1, 2}, {1, 0}, {1, 1}, 1});
+      sum(mul(y, y)).backward();
+      std::vector<Tensor>& into = d == kCUDA ? got : want;
+      for (const Tensor& t : {y, xd.grad(), wd.grad()}) into.push_back(t.cpu());
+    }
+    CHECK(refusals() - before == 3u);  // forward, input and weight gradients: once each
+    for (size_t i = 0; i < got.size(); ++i) test::require_close(got[i], want[i], 1e-4, 1e-4);
+  }
+}

@@ -499,25 +499,45 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnM
       y.w != (x.w + 2 * cv.pad[1] - cv.dilation[1] * (wd.w - 1) - 1) / cv.stride[1] + 1)   \
     return CUDNN_STATUS_BAD_PARAM;
 
+}  // extern "C"
+namespace {
+// LIBNN_CUDA_EMU_CONV_REFUSE_ALGO=A: Find and the heuristics rank algorithm A first, as
+// usable, and running it answers NOT_SUPPORTED, as cuDNN may for an algorithm it ranked (its
+// heuristics run nothing): the caller must take the next one. Counted for the tests.
+unsigned long long g_conv_refusals = 0;
+int refused_algo() {
+  const char* v = std::getenv("LIBNN_CUDA_EMU_CONV_REFUSE_ALGO");
+  return v && *v ? std::atoi(v) : -1;
+}
+bool refuses(int algo) {
+  if (algo != refused_algo()) return false;
+  ++g_conv_refusals;
+  return true;
+}
+int algo_count() { return refused_algo() >= 0 ? 2 : 1; }
+}  // namespace
+extern "C" {
+unsigned long long libnn_cuda_emu_conv_refusals() { return g_conv_refusals; }
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = 1;
+  *n = algo_count();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = 1;
+  *n = algo_count();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = 1;
+  *n = algo_count();
   return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
                                       cudnnTensorDescriptor_t xd, const void* X,
                                       cudnnFilterDescriptor_t wdd, const void* W,
-                                      cudnnConvolutionDescriptor_t conv, cudnnConvolutionFwdAlgo_t,
+                                      cudnnConvolutionDescriptor_t conv, cudnnConvolutionFwdAlgo_t algo,
                                       void*, size_t, const void* beta, cudnnTensorDescriptor_t yd,
                                       void* Y) {
+  if (refuses(int(algo))) return CUDNN_STATUS_NOT_SUPPORTED;
   EMU_CONV_ARGS(xd, wdd, yd)
   return conv_pass(Pass::forward, x, wd, y, cv, X, W, nullptr, Y, alpha, beta);
 }
@@ -525,9 +545,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
                                            cudnnFilterDescriptor_t wdd, const void* W,
                                            cudnnTensorDescriptor_t dyd, const void* dY,
                                            cudnnConvolutionDescriptor_t conv,
-                                           cudnnConvolutionBwdDataAlgo_t, void*, size_t,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void*, size_t,
                                            const void* beta, cudnnTensorDescriptor_t dxd,
                                            void* dX) {
+  if (refuses(int(algo))) return CUDNN_STATUS_NOT_SUPPORTED;
   EMU_CONV_ARGS(dxd, wdd, dyd)
   return conv_pass(Pass::data, x, wd, y, cv, nullptr, W, dY, dX, alpha, beta);
 }
@@ -535,9 +556,10 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
                                              cudnnTensorDescriptor_t xd, const void* X,
                                              cudnnTensorDescriptor_t dyd, const void* dY,
                                              cudnnConvolutionDescriptor_t conv,
-                                             cudnnConvolutionBwdFilterAlgo_t, void*, size_t,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void*, size_t,
                                              const void* beta, cudnnFilterDescriptor_t dwd,
                                              void* dW) {
+  if (refuses(int(algo))) return CUDNN_STATUS_NOT_SUPPORTED;
   EMU_CONV_ARGS(xd, dwd, dyd)
   return conv_pass(Pass::filter, x, wd, y, cv, X, nullptr, dY, dW, alpha, beta);
 }
@@ -546,6 +568,20 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
 // Find does) with alpha = 1 and beta = 0.
 }  // extern "C"
 namespace {
+// The ranked list Find and the heuristics give: `algo`, after the refused one when asked for
+template <typename Algo, typename Perf>
+void rank(Algo algo, cudnnMathType_t math, int req, int* ret, Perf* perf) {
+  std::vector<Algo> ranked;
+  if (refused_algo() >= 0) ranked.push_back(Algo(refused_algo()));
+  ranked.push_back(algo);
+  *ret = std::min(req, int(ranked.size()));
+  for (int i = 0; i < *ret; ++i) {
+    std::memset(&perf[i], 0, sizeof(perf[i]));
+    perf[i].algo = ranked[size_t(i)];
+    perf[i].status = CUDNN_STATUS_SUCCESS;
+    perf[i].mathType = math;
+  }
+}
 template <typename Perf, typename Algo, typename Run>
 cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, int* ret,
                        Perf* perf, const void* out_desc, void* out, Run&& run) {
@@ -559,13 +595,7 @@ cudnnStatus_t find_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, in
   const TensorDesc& od = *static_cast<const TensorDesc*>(out_desc);
   ::emu::DeviceAccess access;
   std::memset(out, 0xff, size_t(count(od)) * bytes_of(od.ty));
-  *ret = req > 0 ? 1 : 0;
-  if (req > 0) {
-    std::memset(&perf[0], 0, sizeof(perf[0]));
-    perf[0].algo = algo;
-    perf[0].status = CUDNN_STATUS_SUCCESS;
-    perf[0].mathType = cv.math;
-  }
+  rank(algo, cv.math, req, ret, perf);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -657,13 +687,7 @@ unsigned long long g_heuristic_calls = 0;
 template <typename Perf, typename Algo>
 cudnnStatus_t guess_one(cudnnConvolutionDescriptor_t conv, Algo algo, int req, int* ret, Perf* perf) {
   ++g_heuristic_calls;
-  *ret = req > 0 ? 1 : 0;
-  if (req > 0) {
-    std::memset(&perf[0], 0, sizeof(perf[0]));
-    perf[0].algo = algo;
-    perf[0].status = CUDNN_STATUS_SUCCESS;
-    perf[0].mathType = reinterpret_cast<const ConvDesc*>(conv)->math;
-  }
+  rank(algo, reinterpret_cast<const ConvDesc*>(conv)->math, req, ret, perf);
   return CUDNN_STATUS_SUCCESS;
 }
 }  // namespace

@@ -5,6 +5,7 @@
 // Find, or with LIBNN_CUDNN_FIND=0 its heuristics) and cached, so a repeated call costs a map
 // lookup; workspaces come from our caching allocator.
 #include <array>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,14 +91,18 @@ PlanKey plan_key(Pass pass, int dev, const Shape& xs, const Shape& ws, const Con
   return k;
 }
 
-// One pass of one shape: its descriptors (math type set to the chosen algorithm's) and the
-// algorithm.
+// One pass of one shape: its descriptors (math type set to the current algorithm's) and the
+// usable algorithms, best first; `current` moves on when one fails where it was chosen
+// (guarded by g_plans_mu).
 struct Plan {
   std::unique_ptr<ConvDescs> d;
-  Choice c;
+  std::vector<Choice> choices;
+  size_t current = 0;
 };
 std::mutex g_plans_mu;
-std::map<PlanKey, Plan> g_plans;
+// leaked on purpose, as the backends are: destroying cuDNN descriptors from static
+// destructors at exit runs after the library may have gone
+std::map<PlanKey, Plan>& g_plans = *new std::map<PlanKey, Plan>;
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
 
@@ -114,19 +119,20 @@ Tensor find_workspace(CudaBackend& be, size_t& bytes) {
   return be.scratch(0);
 }
 
-// The first usable entry of a list cuDNN ranked (Find: by measured time; the heuristics: by
-// expected time), filled by run(perf, requested, returned). For f32 and f64 (`exact`) only
-// FMA-math entries count: one reported with default math would run f32 in TF32 on Ampere and
-// later, which libnn's FP32 never does.
+// The usable entries of a list cuDNN ranked (Find: by measured time; the heuristics: by
+// expected time), in its order, filled by run(perf, requested, returned). For f32 and f64
+// (`exact`) only FMA-math entries count: one reported with default math would run f32 in
+// TF32 on Ampere and later, which libnn's FP32 never does.
 template <typename Perf, typename Run>
-std::optional<Choice> first_usable(int max_count, bool exact, Run&& run) {
+std::vector<Choice> usable(int max_count, bool exact, Run&& run) {
   std::vector<Perf> perf(size_t(std::max(max_count, 1)));
   int returned = 0;
   run(perf.data(), int(perf.size()), &returned);
+  std::vector<Choice> out;
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && (!exact || perf[i].mathType == CUDNN_FMA_MATH))
-      return Choice{int(perf[i].algo), perf[i].memory, perf[i].mathType};
-  return std::nullopt;
+      out.push_back(Choice{int(perf[i].algo), perf[i].memory, perf[i].mathType});
+  return out;
 }
 
 // LIBNN_CUDNN_FIND=0: cuDNN's heuristics choose (cudnnGet*Algorithm_v7, PyTorch's default,
@@ -144,7 +150,7 @@ bool cudnn_find_enabled() {
 // (guess(descs, perf, requested, returned)). Plans are never removed, so the reference stays
 // valid.
 template <typename Perf, typename Count, typename Find, typename Guess>
-const Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const Shape& ws,
+Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const Shape& ws,
                      const Shape& ys, const Conv2dParams& p, DType t, bool nhwc, Count&& count,
                      Find&& find, Guess&& guess) {
   std::lock_guard<std::mutex> lock(g_plans_mu);
@@ -156,20 +162,64 @@ const Plan& plan_for(CudaBackend& be, const PlanKey& key, const Shape& xs, const
   NN_CUDNN_CHECK(count(&n));
   const ConvDescs& d = *plan.d;
   const bool exact = t == DType::f32 || t == DType::f64;
-  std::optional<Choice> c;
   if (!cudnn_find_enabled())
-    c = first_usable<Perf>(n, exact, [&](auto* perf, int req, int* ret) { guess(d, perf, req, ret); });
-  if (!c) {
+    plan.choices = usable<Perf>(n, exact, [&](auto* perf, int req, int* ret) { guess(d, perf, req, ret); });
+  if (plan.choices.empty()) {
     size_t bytes = 0;
     Tensor w = find_workspace(be, bytes);
-    c = first_usable<Perf>(n, exact, [&](auto* perf, int req, int* ret) {
+    plan.choices = usable<Perf>(n, exact, [&](auto* perf, int req, int* ret) {
       find(d, perf, req, ret, w.data_ptr(), bytes);
     });
   }
-  NN_CHECK(c, "cuDNN found no working convolution algorithm for this shape");
-  plan.c = *c;
-  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.d->conv, plan.c.math));
+  NN_CHECK(!plan.choices.empty(), "cuDNN found no working convolution algorithm for this shape");
+  NN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.d->conv, plan.choices[0].math));
   return g_plans.emplace(key, std::move(plan)).first->second;
+}
+
+std::once_flag g_fallback_said;
+
+// Runs a pass by its plan: exec(algorithm, workspace pointer, its bytes) gives cuDNN's status.
+// An algorithm that fails where it was chosen gives way to the next of the ranked list, for
+// good, as PyTorch's convolutions do: cuDNN refusing it for these buffers (the heuristics run
+// nothing to choose), or its workspace not fitting in the memory free now (the heuristics'
+// sizes are not checked against it, and Find's choice was made with more free). The last
+// one's error is thrown.
+template <typename Exec>
+void run_plan(CudaBackend& be, Plan& plan, Exec&& exec) {
+  for (;;) {
+    size_t i;
+    Choice c;
+    {
+      std::lock_guard<std::mutex> lock(g_plans_mu);
+      i = plan.current;
+      c = plan.choices[i];
+    }
+    const bool last = i + 1 == plan.choices.size();
+    std::string failed;
+    Tensor ws;
+    try {
+      ws = be.scratch(c.workspace);
+    } catch (const Error& e) {
+      if (last) throw;
+      failed = detail::cat("its workspace of ", c.workspace, " bytes: ", e.what());
+    }
+    if (failed.empty()) {
+      const cudnnStatus_t st = exec(c.algo, ws.data_ptr(), c.workspace);
+      if (st == CUDNN_STATUS_SUCCESS) return;
+      if (last || !cudnn_refused(st)) NN_CUDNN_CHECK(st);
+      failed = detail::cat(cudnnGetErrorString(st), " (", int(st), ")");
+    }
+    std::lock_guard<std::mutex> lock(g_plans_mu);
+    if (plan.current == i) {
+      plan.current = i + 1;
+      NN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.d->conv, plan.choices[i + 1].math));
+    }
+    std::call_once(g_fallback_said, [&] {
+      std::fprintf(stderr, "libnn: cuDNN convolution algorithm %d failed where it was chosen "
+                   "(%s); the next one it ranked runs instead (said once)\n", c.algo,
+                   failed.c_str());
+    });
+  }
 }
 
 // cuDNN's alpha = 1 and beta = 0, as double for f64 data and float otherwise.
@@ -187,7 +237,7 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
                                  const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(x);
-  const Plan& plan = plan_for<cudnnConvolutionFwdAlgoPerf_t>(
+  Plan& plan = plan_for<cudnnConvolutionFwdAlgoPerf_t>(
       *this, plan_key(kFwd, index_, x.shape(), w.shape(), p, x.dtype(), nhwc, {&x, &w, &out}),
       x.shape(), w.shape(), out.shape(), p, x.dtype(), nhwc,
       [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, n); },
@@ -201,12 +251,12 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
                                                               ret, perf));
       });
   const ConvDescs& d = *plan.d;
-  const Choice& c = plan.c;
-  Tensor ws = scratch(c.workspace);
   const Scale k(x.dtype());
-  NN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, k.one(), d.x, x.data_ptr(), d.w, w.data_ptr(),
-                                         d.conv, cudnnConvolutionFwdAlgo_t(c.algo), ws.data_ptr(),
-                                         c.workspace, k.zero(), d.y, out.data_ptr()));
+  run_plan(*this, plan, [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionForward(cudnn_, k.one(), d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv,
+                                   cudnnConvolutionFwdAlgo_t(algo), ws, bytes, k.zero(), d.y,
+                                   out.data_ptr());
+  });
   if (bias.defined()) {  // out += bias over (N, ., H, W): a broadcast add in place
     const Shape& s = out.shape();
     Tensor o = nhwc ? nhwc_view(out) : out;  // contiguous either way
@@ -221,7 +271,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
                                         const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(grad_x);
-  const Plan& plan = plan_for<cudnnConvolutionBwdDataAlgoPerf_t>(
+  Plan& plan = plan_for<cudnnConvolutionBwdDataAlgoPerf_t>(
       *this,
       plan_key(kBwdData, index_, grad_x.shape(), w.shape(), p, w.dtype(), nhwc,
                {&grad_out, &w, &grad_x}),
@@ -237,20 +287,20 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
                                                                    req, ret, perf));
       });
   const ConvDescs& d = *plan.d;
-  const Choice& c = plan.c;
-  Tensor ws = scratch(c.workspace);
   const Scale k(w.dtype());
-  NN_CUDNN_CHECK(cudnnConvolutionBackwardData(
-      cudnn_, k.one(), d.w, w.data_ptr(), d.y, grad_out.data_ptr(), d.conv,
-      cudnnConvolutionBwdDataAlgo_t(c.algo), ws.data_ptr(), c.workspace, k.zero(), d.x,
-      grad_x.data_ptr()));
+  run_plan(*this, plan, [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardData(cudnn_, k.one(), d.w, w.data_ptr(), d.y,
+                                        grad_out.data_ptr(), d.conv,
+                                        cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, k.zero(),
+                                        d.x, grad_x.data_ptr());
+  });
 }
 
 void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, Tensor& grad_w,
                                          const Conv2dParams& p) {
   activate();
   const bool nhwc = is_channels_last(x);
-  const Plan& plan = plan_for<cudnnConvolutionBwdFilterAlgoPerf_t>(
+  Plan& plan = plan_for<cudnnConvolutionBwdFilterAlgoPerf_t>(
       *this,
       plan_key(kBwdFilter, index_, x.shape(), grad_w.shape(), p, x.dtype(), nhwc,
                {&x, &grad_out, &grad_w}),
@@ -266,13 +316,13 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x
                                                                      req, ret, perf));
       });
   const ConvDescs& d = *plan.d;
-  const Choice& c = plan.c;
-  Tensor ws = scratch(c.workspace);
   const Scale k(x.dtype());
-  NN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      cudnn_, k.one(), d.x, x.data_ptr(), d.y, grad_out.data_ptr(), d.conv,
-      cudnnConvolutionBwdFilterAlgo_t(c.algo), ws.data_ptr(), c.workspace, k.zero(), d.w,
-      grad_w.data_ptr()));
+  run_plan(*this, plan, [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardFilter(cudnn_, k.one(), d.x, x.data_ptr(), d.y,
+                                          grad_out.data_ptr(), d.conv,
+                                          cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes,
+                                          k.zero(), d.w, grad_w.data_ptr());
+  });
 }
 
 }  // namespace nn::backend

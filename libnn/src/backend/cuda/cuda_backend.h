@@ -37,6 +37,18 @@ class CachingAllocator;
 
 namespace nn::backend {
 
+// cuDNN declining a call it could not run for these arguments (NOT_SUPPORTED, its cuDNN 9
+// sub-codes, a pointer misaligned for the kernel), as opposed to an error: the caller may
+// take another way (the composition of a fused call, the next algorithm of a convolution).
+inline bool cudnn_refused(cudnnStatus_t st) {
+#ifdef CUDNN_STATUS_CATEGORY
+  return CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED ||
+         st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
+#else
+  return st == CUDNN_STATUS_NOT_SUPPORTED;
+#endif
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int index);

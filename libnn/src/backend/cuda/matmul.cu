@@ -123,7 +123,8 @@ struct LtPlan {
   }
 };
 std::mutex g_lt_mu;
-std::map<LtKey, std::unique_ptr<LtPlan>> g_lt_plans;
+// leaked on purpose, as the backends are: no cuBLASLt call from static destructors at exit
+std::map<LtKey, std::unique_ptr<LtPlan>>& g_lt_plans = *new std::map<LtKey, std::unique_ptr<LtPlan>>;
 constexpr size_t kLtWorkspace = size_t(32) << 20;
 
 bool lt_enabled() {

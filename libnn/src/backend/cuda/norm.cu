@@ -206,13 +206,7 @@ cudnnBatchNormOps_t fused_ops(bool has_z) {
 // The first refusal is said once on stderr (as cuBLASLt's in matmul.cu): the composition
 // is slower, and a benchmark should not hide that it ran.
 bool fused_ran(cudnnStatus_t st) {
-#ifdef CUDNN_STATUS_CATEGORY
-  const bool refused = CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED ||
-                       st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
-#else
-  const bool refused = st == CUDNN_STATUS_NOT_SUPPORTED;
-#endif
-  if (refused) {
+  if (cudnn_refused(st)) {
     static std::once_flag once;
     std::call_once(once, [st] {
       std::fprintf(stderr, "libnn: cuDNN refused its fused batch norm + ReLU (%s, %d); batch "
