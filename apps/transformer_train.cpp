@@ -1,11 +1,19 @@
 // A BERT-style encoder classifier on IMDB-style data: from scratch, or fine-tuned from a
 // Hugging Face safetensors checkpoint with its vocab.txt.
 #include <cstdio>
+#include <memory>
 
 #include "common/cli.h"
 #include "common/text_app.h"
 
 namespace {
+// The --pretrained checkpoint, read once: by make_model (its position table's length) and
+// by prepare (its weights), which lets it go.
+std::unique_ptr<nn::io::SafetensorsFile> g_pretrained;
+bool ends_with(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
 nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int64_t classes,
                               int64_t max_len, int64_t pad_id = 0) {
   const std::string preset = a["preset"].as<std::string>();
@@ -25,6 +33,11 @@ nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int6
     if (a.count("norm") && c.pre_ln())
       throw apps::UsageError("--pretrained loads BERT's post-LN weights: --norm pre cannot "
                              "use them");
+    // a vocabulary built from the data would give its words other ids than the ones the
+    // checkpoint's embeddings were trained for (and load without a word when the sizes match)
+    if (!a.count("vocab"))
+      throw apps::UsageError("--pretrained needs the checkpoint's own vocabulary: pass its "
+                             "vocab.txt with --vocab");
     c.pre_ln(false);
   }
   if (c.hidden() % c.heads() != 0)
@@ -63,7 +76,19 @@ int run(int argc, char** argv) {
   app.check_options = [](const cxxopts::ParseResult& a) { config(a, 1, 1, 1); };
   app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len,
                       int64_t pad_id) {
-    return std::make_shared<nn::models::BertClassifier>(config(a, vocab, classes, max_len, pad_id));
+    auto c = config(a, vocab, classes, max_len, pad_id);
+    if (a.count("pretrained")) {  // the position table is the checkpoint's, whatever its length
+      const std::string path = a["pretrained"].as<std::string>();
+      g_pretrained = std::make_unique<nn::io::SafetensorsFile>(nn::io::load_safetensors(path));
+      for (auto& [name, t] : g_pretrained->tensors)
+        if (ends_with(name, "embeddings.position_embeddings.weight") && t.dim() == 2) {
+          if (max_len > t.shape()[0])
+            throw apps::UsageError("--max-len " + std::to_string(max_len) + " is longer than the " +
+                                   std::to_string(t.shape()[0]) + " positions of '" + path + "'");
+          c.max_len(t.shape()[0]);
+        }
+    }
+    return std::make_shared<nn::models::BertClassifier>(c);
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {
     return static_cast<nn::models::BertClassifier&>(m).forward(ids, keep);
@@ -71,7 +96,10 @@ int run(int argc, char** argv) {
   app.prepare = [](nn::Module& m, const cxxopts::ParseResult& a) {
     if (!a.count("pretrained")) return;
     const std::string path = a["pretrained"].as<std::string>();
-    auto r = static_cast<nn::models::BertClassifier&>(m).load_pretrained(nn::io::load_safetensors(path).tensors);
+    if (!g_pretrained)
+      g_pretrained = std::make_unique<nn::io::SafetensorsFile>(nn::io::load_safetensors(path));
+    auto r = static_cast<nn::models::BertClassifier&>(m).load_pretrained(g_pretrained->tensors);
+    g_pretrained.reset();
     std::printf("transformer_train: loaded '%s' (%zu tensors not in the file, e.g. the new "
                 "classifier; %zu in the file not used)\n",
                 path.c_str(), r.missing.size(), r.unexpected.size());

@@ -131,3 +131,20 @@ TEST_CASE("JsonLine writes numbers that read back exactly", "[train]") {
   REQUIRE(value_of("small") == 0.0012345678901234567);
   REQUIRE(value_of("third") == third);
 }
+
+// JSON is UTF-8: a string's valid characters stay as they are, control characters are
+// escaped, and bytes that are not UTF-8 (a Latin-1 file name in --predictions) become
+// U+FFFD, where they were copied and made the line unreadable to a JSON reader.
+TEST_CASE("JsonLine strings are valid UTF-8 JSON", "[train]") {
+  const std::string s = train::JsonLine()
+                            .add("ok", std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"))
+                            .add("latin1", std::string("caf\xe9.txt"))
+                            .add("cut", std::string("\xe2\x82"))
+                            .add("ctl", std::string("a\"b\\c\n\x01"))
+                            .str();
+  INFO(s);
+  CHECK(s.find("\"ok\": \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"") != std::string::npos);
+  CHECK(s.find("\"latin1\": \"caf\\ufffd.txt\"") != std::string::npos);
+  CHECK(s.find("\"cut\": \"\\ufffd\\ufffd\"") != std::string::npos);
+  CHECK(s.find("\"ctl\": \"a\\\"b\\\\c\\n\\u0001\"") != std::string::npos);
+}

@@ -150,6 +150,11 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const int64_t epochs = check_positive("epochs", a["epochs"].as<int64_t>());
   const int64_t batch = check_positive("batch-size", a["batch-size"].as<int64_t>());
   const int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
+  // bounds far past any real run, so that sizes made from them cannot overflow (a huge
+  // --max-len failed after the data was read with a bare bad_alloc)
+  constexpr int64_t kMaxLen = int64_t(1) << 20, kMaxEpochs = int64_t(1) << 24;
+  if (max_len > kMaxLen) throw UsageError("--max-len must be at most " + std::to_string(kMaxLen));
+  if (epochs > kMaxEpochs) throw UsageError("--epochs must be at most " + std::to_string(kMaxEpochs));
   if (app.cls_sep && max_len < 3)
     throw UsageError("--max-len must be at least 3 ([CLS], a token, [SEP]), got " +
                      std::to_string(max_len));
@@ -186,7 +191,9 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
                        std::to_string(a["synthetic-classes"].as<int64_t>()));
     check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
   }
-  if (a.count("relabel")) check_positive("relabel", a["relabel"].as<int64_t>());
+  if (a.count("relabel") && a["relabel"].as<int64_t>() < 2)
+    throw UsageError("--relabel must be at least 2 classes, got " +
+                     std::to_string(a["relabel"].as<int64_t>()));
   const int64_t vocab_size = check_positive("vocab-size", a["vocab-size"].as<int64_t>());
   if (vocab_size < 4)  // [PAD], [UNK], [CLS], [SEP] come first
     throw UsageError("--vocab-size must be at least 4, got " + std::to_string(vocab_size));
@@ -247,6 +254,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     nn::text::relabel(d.test, n, seed + 1);
   }
   const int64_t classes = int64_t(d.train.label_names.size());
+  NN_CHECK(classes >= 2, "the training split of '", root, "' has one class folder ('",
+           d.train.label_names.at(0), "'): a classifier needs at least two");
   std::string vocab_note;
   if (a.count("vocab")) {
     d.wordpiece = std::make_unique<nn::text::WordPiece>(nn::text::Vocab::load(a["vocab"].as<std::string>()));

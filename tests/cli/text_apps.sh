@@ -125,7 +125,13 @@ bad_inputs)
     "$e" 1 "error: .*'$out/missing.txt'" -- "$app" --data synthetic --vocab "$out/missing.txt"
     # flags are checked before the data is read (a missing folder would be exit 1)
     "$e" 2 "--dropout must be in \[0, 1\), got 1" -- "$app" --data-dir /nonexistent --dropout 1
-    "$e" 2 "--relabel must be positive" -- "$app" --data-dir /nonexistent --relabel 0
+    "$e" 2 "--relabel must be at least 2 classes, got 1" -- "$app" --data-dir /nonexistent --relabel 1
+    "$e" 2 "--max-len must be at most 1048576" -- "$app" --data-dir /nonexistent --max-len 4611686018427387904
+    "$e" 2 "--epochs must be at most 16777216" -- "$app" --data-dir /nonexistent --epochs 4611686018427387904
+    # one class folder trains nothing (it read 100% accuracy at loss 0)
+    mkdir -p "$out/one/train/pos" "$out/one/test/pos"
+    echo "a fine film" > "$out/one/train/pos/1.txt"; echo "a fine film" > "$out/one/test/pos/1.txt"
+    "$e" 1 "has one class folder \('pos'\): a classifier needs at least two" -- "$app" --data-dir "$out/one"
     "$e" 2 "--min-count must be positive" -- "$app" --data-dir /nonexistent --min-count 0
     "$e" 2 "--lr must be a finite number >= 0, got -0.001" -- "$app" --data-dir /nonexistent --lr -1e-3
     "$e" 2 "--weight-decay must be a finite number >= 0" -- "$app" --data-dir /nonexistent --weight-decay -1
@@ -145,6 +151,17 @@ bad_inputs)
   "$e" 2 "--save-model goes with training, not --eval-only" -- "$mlp" --data-dir /nonexistent \
        --eval-only --load-model "$out/none.st" --save-model "$out/again.st"
   "$e" 2 "--norm pre cannot use them" -- "$tr" --data-dir /nonexistent --pretrained "$out/none.st" --norm pre
+  # a vocabulary built from the data would load the checkpoint's embeddings for other words
+  "$e" 2 "--pretrained needs the checkpoint's own vocabulary: pass its vocab.txt with --vocab" -- \
+       "$tr" --data-dir /nonexistent --pretrained "$out/none.st"
+  # a checkpoint's position table is taken at its own length (12 here; the model's default is
+  # 512), and a --max-len past it is refused
+  hf=$here/../fixtures/hf_bert/model.safetensors
+  { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 5 49); do echo "w$i"; done; } > "$out/hf_vocab.txt"
+  hfa=(--data synthetic --synthetic-classes 3 --synthetic-size 20 --epochs 1 --pretrained "$hf" --vocab "$out/hf_vocab.txt"
+       --layers 2 --hidden 16 --heads 4 --ffn 32)
+  "$e" 0 "loaded '.*model.safetensors'" -- "$tr" "${hfa[@]}" --max-len 12
+  "$e" 2 "--max-len 16 is longer than the 12 positions of '.*model.safetensors'" -- "$tr" "${hfa[@]}" --max-len 16
   "$e" 2 "--layers must be 0 or more, got -1" -- "$mlp" --data-dir /nonexistent --layers -1
   "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data-dir /nonexistent --preset huge
   "$e" 2 "hidden size \(64\) must be a multiple of the heads \(5\)" -- "$tr" --data-dir /nonexistent \

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "data/text_internal.h"
+
 namespace nn::train {
 
 bool stdout_is_terminal() { return isatty(fileno(stdout)) == 1; }
@@ -47,9 +49,19 @@ void Progress::finish() {
 }
 
 namespace {
+// A JSON string of s. Bytes that are not UTF-8 (a file name in Latin-1) become U+FFFD, as
+// a decoder replaces them: JSON is UTF-8, and a reader would reject the line.
 std::string escape(const std::string& s) {
   std::string o = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t at = i;
+      if (text::detail::decode_utf8(s, i) < 0) o += "\\ufffd";
+      else o.append(s, at, i - at);
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"': o += "\\\""; break;
       case '\\': o += "\\\\"; break;
