@@ -127,6 +127,18 @@ Position Run::load() {
   NN_CHECK(app != c->meta.end() && app->second == app_, "the checkpoint in '", ckpt_->dir(),
            "' was written by ", app == c->meta.end() ? "another program" : app->second,
            ", not ", app_);
+  // A model trained on other classes, another vocabulary or at another length has weights
+  // of the same shapes that mean something else (checkpoints from before this was saved
+  // carry no such keys and are taken as they are)
+  for (auto& [k, v] : s.identity) {
+    auto it = c->meta.find("model." + k);
+    if (it == c->meta.end() || it->second == v) continue;
+    const bool short_values = it->second.size() < 80 && v.size() < 80 &&
+                              it->second.find('\n') == std::string::npos && v.find('\n') == std::string::npos;
+    NN_ERROR("the checkpoint in '", ckpt_->dir(), "' was trained with other ", k,
+             short_values ? nn::detail::cat(" (", it->second, ", this run has ", v, ")") : std::string(),
+             ": resume with the data and flags it was trained with");
+  }
   // this run's learning rate (--lr), before the checkpoint's optimizer state replaces it
   const double lr = s.scheduler ? s.scheduler->base_lr() : s.optimizer->lr();
   try {
@@ -234,6 +246,7 @@ void Run::save(const Position& pos) {
             {"elapsed", num(elapsed())},
             {"world_size", std::to_string(par_.size())},
             {"batch_size", std::to_string(state_.batch_size)}};
+  for (auto& [k, v] : state_.identity) c.meta["model." + k] = v;
   nn::io::save_generator(c.meta, "rng", nn::default_generator());
   ckpt_->save(c);
 }
@@ -356,7 +369,9 @@ Run::~Run() {
 void Run::finish() {
   par_.check_replicas(*state_.model, "at the end of training");
   if (save_model_.empty()) return;
-  nn::io::save_safetensors(save_model_, state_.model->state_dict(), {{"app", app_}, {"command", command_}});
+  std::map<std::string, std::string> meta{{"app", app_}, {"command", command_}};
+  for (auto& [k, v] : state_.identity) meta["model." + k] = v;
+  nn::io::save_safetensors(save_model_, state_.model->state_dict(), meta);
   std::printf("%s: model saved to '%s'\n", app_.c_str(), save_model_.c_str());
 }
 

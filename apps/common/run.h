@@ -68,6 +68,10 @@ class Run {
     nn::amp::GradScaler* scaler = nullptr;
     int64_t batches_per_epoch = 0;  // this run's (0: unknown); bounds a resumed position
     int64_t batch_size = 0;  // per process; converts a resumed position saved at another one
+    // What the weights mean beyond their shapes (a text model's class names, vocabulary and
+    // length): saved as "model.KEY" metadata with checkpoints and --save-model; a resume
+    // refuses a checkpoint that has another value for a key.
+    std::map<std::string, std::string> identity = {};
   };
   // Restores the newest valid checkpoint when --resume was given (warning about corrupt ones
   // it skips) and returns where to continue; a fresh start otherwise. Data parallel: every

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "common/cli.h"
 #include "common/run.h"
@@ -23,6 +25,32 @@ struct TextData {
   int64_t pad_id() const { return wordpiece ? wordpiece->vocab().pad_id() : vocab->pad_id(); }
   int64_t vocab_size() const { return wordpiece ? wordpiece->vocab().size() : vocab->size(); }
 };
+
+// What a text model's weights mean beyond their shapes: its class names in output order, the
+// vocabulary its embedding rows belong to (a hash of its tokens, and which tokenizer), and
+// the sequence length it was trained at. Saved with checkpoints and --save-model (Run's
+// identity); a resume refuses another, and --eval-only takes the class names and length.
+std::map<std::string, std::string> identity(const TextData& d, const std::vector<std::string>& labels,
+                                            int64_t max_len) {
+  const auto& tokens = d.wordpiece ? d.wordpiece->vocab().tokens() : d.vocab->tokens();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the tokens, each ended by a line break
+  for (const std::string& t : tokens)
+    for (unsigned char c : t + "\n") h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  std::string joined;
+  for (const std::string& l : labels) joined += (joined.empty() ? "" : "\n") + l;
+  return {{"labels", joined},
+          {"vocab", nn::detail::cat(d.wordpiece ? "wordpiece" : "words", " ", tokens.size(), " ", hex)},
+          {"max_len", std::to_string(max_len)}};
+}
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t e; (e = s.find('\n', b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
+  out.push_back(s.substr(b));
+  return out;
+}
 
 std::string make_temp_dir() {
   std::string t = (fs::temp_directory_path() / "libnn_text_XXXXXX").string();
@@ -149,7 +177,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t epochs = check_positive("epochs", a["epochs"].as<int64_t>());
   const int64_t batch = check_positive("batch-size", a["batch-size"].as<int64_t>());
-  const int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
+  int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
   // bounds far past any real run, so that sizes made from them cannot overflow (a huge
   // --max-len failed after the data was read with a bare bad_alloc)
   constexpr int64_t kMaxLen = int64_t(1) << 20, kMaxEpochs = int64_t(1) << 24;
@@ -243,7 +271,27 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     root = a["data-dir"].as<std::string>();
   }
   nn::train::Stopwatch prep;
-  d.train = nn::text::read_text_folder(root, "train");
+  // A model saved with --save-model says what it was trained on (identity() above): its
+  // class names spare --eval-only the training split, and its length is the default here.
+  std::optional<nn::io::SafetensorsFile> loaded;
+  if (a.count("load-model")) loaded = nn::io::load_safetensors(a["load-model"].as<std::string>());
+  auto saved = [&](const char* key) -> std::optional<std::string> {
+    if (!loaded) return std::nullopt;
+    auto it = loaded->metadata.find(std::string("model.") + key);
+    if (it == loaded->metadata.end()) return std::nullopt;
+    return it->second;
+  };
+  if (auto l = saved("max_len")) {
+    if (!a.count("max-len")) max_len = std::stoll(*l);
+    else if (std::to_string(max_len) != *l)
+      std::printf("%s: the model was trained at --max-len %s; this run reads reviews at %lld\n",
+                  app.name.c_str(), l->c_str(), (long long)max_len);
+  }
+  if (eval_only && saved("labels") && !a.count("relabel")) {
+    d.train.label_names = split_lines(*saved("labels"));
+  } else {
+    d.train = nn::text::read_text_folder(root, "train");
+  }
   stop_if_signalled();
   d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
   if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir), synthetic_dir.clear();
@@ -272,20 +320,21 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     vocab_note = "word vocabulary built from the training split";
   }
   stop_if_signalled();
-  auto train_set = std::make_shared<nn::text::TextDataset>(encode(d, d.train.examples, max_len, app.cls_sep));
+  std::shared_ptr<nn::text::TextDataset> train_set;
+  if (!eval_only)
+    train_set = std::make_shared<nn::text::TextDataset>(encode(d, d.train.examples, max_len, app.cls_sep));
   stop_if_signalled();
   auto test_set = std::make_shared<nn::text::TextDataset>(encode(d, d.test.examples, max_len, app.cls_sep));
   stop_if_signalled();
   std::printf("%s: %lld train / %lld test reviews, %lld classes, %s (%lld tokens), prepared in %.1fs\n",
-              app.name.c_str(), (long long)train_set->size(), (long long)test_set->size(),
+              app.name.c_str(), (long long)(train_set ? train_set->size() : 0), (long long)test_set->size(),
               (long long)classes, vocab_note.c_str(), (long long)d.vocab_size(), prep.seconds());
 
   // ---- model --------------------------------------------------------------------------------
   auto model = app.make_model(a, d.vocab_size(), classes, max_len, d.pad_id());
-  if (a.count("load-model")) {
-    auto f = nn::io::load_safetensors(a["load-model"].as<std::string>());
+  if (loaded) {
     try {
-      model->load_state_dict(f.tensors);
+      model->load_state_dict(loaded->tensors);
     } catch (const nn::Error& e) {
       NN_ERROR("'", a["load-model"].as<std::string>(), "' does not fit this model: ", e.what());
     }
@@ -299,7 +348,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   lo.batch_size = batch;
   lo.seed = seed;
   par.shard(lo, true);
-  nn::data::DataLoader loader(train_set, lo);
+  std::optional<nn::data::DataLoader> train_loader;
+  if (train_set) train_loader.emplace(train_set, lo);
   nn::data::DataLoaderOptions vo;
   vo.batch_size = std::max<int64_t>(batch, 256);
   vo.shuffle = false;
@@ -350,6 +400,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   }
 
   // ---- training -----------------------------------------------------------------------------
+  loaded.reset();  // (its tensors are in the model)
+  nn::data::DataLoader& loader = *train_loader;
   nn::optim::AdamW opt(decay_groups(*model),
                        nn::optim::AdamWOptions(a["lr"].as<double>()).weight_decay(a["weight-decay"].as<double>()));
   const int64_t nb = loader.num_batches(), total = epochs * nb;
@@ -358,7 +410,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const double clip = a["clip"].as<double>();
 
   Run run(app.name, a, argc, argv, par);
-  Position pos = run.start({model.get(), &opt, &schedule, &scaler, nb, batch});
+  Position pos = run.start({model.get(), &opt, &schedule, &scaler, nb, batch,
+                            identity(d, d.train.label_names, max_len)});
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
     EpochMeter meter(run, pos, epochs, nb, dev);

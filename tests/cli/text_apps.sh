@@ -3,7 +3,9 @@
 #   learn_mlp, learn_transformer: a few hundred steps on the synthetic set must lift validation
 #     accuracy far above chance (4 classes: 25%).
 #   aclimdb: both apps on a hand-written aclImdb-layout folder (HTML breaks, unicode, labels
-#     from folder names): train, save, --eval-only on the saved model, WordPiece vocab.txt.
+#     from folder names): train, save, --eval-only on the saved model (also from the test split
+#     alone: the model names its classes), WordPiece vocab.txt, a resume with another
+#     vocabulary or length refused.
 #   bad_inputs: each gives one clear message and a non-zero exit.
 set -euo pipefail
 case_=$1; mlp=$2; tr=$3
@@ -96,6 +98,20 @@ PY
     > "$out/empty.log"  # (a pipe to grep -q could SIGPIPE the app when grep exits early)
   grep -q "eval on 0 reviews (shard 85/90): nothing to evaluate" "$out/empty.log"
   grep -q '"samples": 0' "$out/empty.jsonl"
+  # the model carries its class names and length: an inference job needs only the test split
+  mkdir -p "$out/testonly"; cp -r "$d/test" "$out/testonly/"
+  "$mlp" --data-dir "$out/testonly" --eval-only --load-model "$out/mlp.st" > "$out/testonly.log"
+  cmp <(grep -o "loss .*accuracy [0-9.]*%" "$out/testonly.log") <(grep -o "loss .*accuracy [0-9.]*%" "$out/eval.txt")
+  # another length than the model's is said
+  "$mlp" --data-dir "$out/testonly" --eval-only --load-model "$out/mlp.st" --max-len 8 \
+    | grep -q "the model was trained at --max-len 256; this run reads reviews at 8"
+  # a checkpoint resumed with another vocabulary or length is refused (its embedding rows
+  # belong to other words; same shapes)
+  "$mlp" --data-dir "$d" --epochs 1 --batch-size 16 --checkpoint-dir "$out/ck" > /dev/null
+  "$here/expect.sh" 1 "was trained with other max_len \(256, this run has 64\): resume with the data and flags" -- \
+    "$mlp" --data-dir "$d" --epochs 2 --batch-size 16 --checkpoint-dir "$out/ck" --resume --max-len 64
+  "$here/expect.sh" 1 "was trained with other vocab \(words [0-9]+ [0-9a-f]+, this run has words [0-9]+ [0-9a-f]+\)" -- \
+    "$mlp" --data-dir "$d" --epochs 2 --batch-size 16 --checkpoint-dir "$out/ck" --resume --vocab-size 20
   # the transformer with a BERT-style WordPiece vocabulary (sub-words, [UNK] for the rest)
   { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n.\n!\n'; printf '%s\n' the film plot actors scene it was and a story \
       wonder "##ful" super "##b" moving brilliant delight awful boring dread tedious clumsy disaster \
@@ -166,9 +182,9 @@ bad_inputs)
   "$e" 2 "--preset must be one of tiny, mini, base" -- "$tr" --data-dir /nonexistent --preset huge
   "$e" 2 "hidden size \(64\) must be a multiple of the heads \(5\)" -- "$tr" --data-dir /nonexistent \
        --hidden 64 --heads 5
-  # a model saved for 2 classes does not load into a 3-class model
+  # a model saved for 2 classes does not evaluate 3 (its class names are the first two)
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --save-model "$out/m2.st" >/dev/null
-  "$e" 1 "error: .*shape" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
+  "$e" 1 "error: unknown label folder 'class_2'" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
        --eval-only --load-model "$out/m2.st"
   # batch inference flags
   "$e" 2 "--predictions and --shard go with --eval-only" -- "$mlp" --data synthetic --predictions "$out/p.jsonl"
