@@ -197,7 +197,9 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   int* flags_ = nullptr;          // device
   int* host_flags_ = nullptr;     // pinned
-  // Pinned staging buffers for small uploads, each reusable once its copy has completed.
+  // Pinned staging buffers for uploads, each reusable once its copy has completed; they stop
+  // growing at kStagingCap bytes in all (see upload).
+  void stage(const char* host, char* dst, size_t n);
   struct Staging {
     void* host = nullptr;
     size_t bytes = 0;
