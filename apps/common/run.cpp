@@ -352,6 +352,25 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
     if (s.loss_scale > 0) tb_->add_scalar("train/loss_scale", s.loss_scale, next.step);
   }
   if (!notify_.empty()) nn::train::notify_async(notify_, app_ + ": " + line + "\n");
+  // A stop asked for during the evaluation or the save (an ImageNet validation takes a
+  // minute) ends the run here, its epoch saved, not after one more step, which a machine
+  // being taken back may not leave time for. The ranks agree, as after a step. The last
+  // epoch goes on to finish() (the run is done; --save-model still writes).
+  if (s.epoch >= s.epochs) return;
+  std::vector<double> stop{nn::train::StopSignal::requested() ? 1.0 : 0.0};
+  par_.max(stop);
+  if (stop[0] == 0) return;
+  const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
+  std::fflush(stdout);
+  if (ckpt_ && par_.leader())
+    std::fprintf(stderr, "%s: stopped by signal %d after step %lld (the end of epoch %lld); "
+                         "checkpoint saved in '%s': run again with --resume to continue\n",
+                 app_.c_str(), sig, (long long)next.step, (long long)s.epoch, ckpt_->dir().c_str());
+  else if (par_.leader())
+    std::fprintf(stderr, "%s: stopped by signal %d after step %lld (the end of epoch %lld); no "
+                         "--checkpoint-dir, so nothing was saved\n",
+                 app_.c_str(), sig, (long long)next.step, (long long)s.epoch);
+  throw Stopped{sig};
 }
 
 void Run::end_progress_line() const {
