@@ -206,6 +206,12 @@ TEST_CASE("Vocab save/load round trip and BERT's vocab.txt layout", "[text][voca
   REQUIRE((b.pad_id() == 0 && b.unk_id() == 100 && b.cls_id() == 101 && b.sep_id() == 102));
   REQUIRE(b.id("[unused5]") == 6);
   REQUIRE(b.id("##s") == 105);
+
+  // as Hugging Face reads them: a byte-order mark before the first token is not part of it,
+  // and blank lines at the end are no tokens
+  write_file(d.file("bom.txt"), "\xEF\xBB\xBF" + bert + "\n\n\r\n");
+  auto bom = text::Vocab::load(d.file("bom.txt"));
+  REQUIRE(bom.tokens() == b.tokens());
 }
 
 TEST_CASE("Vocab::load rejects bad files, naming the file and the line", "[text][vocab][errors]") {

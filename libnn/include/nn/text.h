@@ -118,7 +118,8 @@ class Vocab {
 
   // One token per line, in id order (BERT's vocab.txt format).
   void save(const std::string& path) const;
-  // Reads a vocab.txt (ours or BERT's; "\r\n" line ends accepted). Errors name the file and
+  // Reads a vocab.txt (ours or BERT's; "\r\n" line ends, a UTF-8 byte-order mark and blank
+  // lines at the end accepted, as Hugging Face's loader takes them). Errors name the file and
   // the line: empty file or line, duplicate, over-long line, tab (a "token<TAB>score" file),
   // control character, invalid UTF-8, a missing special token.
   static Vocab load(const std::string& path);

@@ -141,6 +141,13 @@ Vocab Vocab::load(const std::string& path) {
   }
   NN_CHECK(!f.bad(), "error reading vocab file '", path, "'");
   if (!line.empty()) finish_line();  // no newline after the last token
+  // As Hugging Face's loader takes them: a UTF-8 byte-order mark before the first token (an
+  // editor on Windows) is not part of it, and blank lines at the end are no tokens (one in
+  // the middle still is an error: every later token's id would depend on it)
+  static const std::string kBom = "\xEF\xBB\xBF";
+  if (!v.tokens_.empty() && v.tokens_[0].compare(0, kBom.size(), kBom) == 0)
+    v.tokens_[0].erase(0, kBom.size());
+  while (!v.tokens_.empty() && v.tokens_.back().empty()) v.tokens_.pop_back();
   v.index(path);
   return v;
 }
