@@ -66,7 +66,7 @@ int run(int argc, char** argv) {
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const std::string layout = a["layout"].as<std::string>();
   apps::check_choice("layout", layout, {"auto", "nhwc", "nchw"});
-  const int64_t epochs = apps::check_positive("epochs", a["epochs"].as<int64_t>());
+  const int64_t epochs = apps::check_count("epochs", a["epochs"].as<int64_t>(), apps::kMaxEpochs);
   const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
   const int64_t depth = a["depth"].as<int64_t>();
   if (depth < 8 || (depth - 2) % 6 != 0)

@@ -69,7 +69,7 @@ int run(int argc, char** argv) {
   const std::string precision = a["precision"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t epochs = a["epochs"].as<int64_t>(), batch = a["batch-size"].as<int64_t>();
-  apps::check_positive("epochs", epochs);
+  apps::check_count("epochs", epochs, apps::kMaxEpochs);
   apps::check_positive("batch-size", batch);
   if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());

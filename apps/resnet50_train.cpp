@@ -68,7 +68,7 @@ int run(int argc, char** argv) {
   const std::string precision = a["precision"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
-  const int64_t epochs = apps::check_positive("epochs", a["epochs"].as<int64_t>());
+  const int64_t epochs = apps::check_count("epochs", a["epochs"].as<int64_t>(), apps::kMaxEpochs);
   const int64_t size = apps::check_positive("image-size", a["image-size"].as<int64_t>());
   if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "data/folder.h"
@@ -173,6 +174,12 @@ TEST_CASE("DataLoader batches, shuffles by seed and epoch, and resumes", "[data]
   REQUIRE(targets == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   o.drop_last = true;
   REQUIRE(data::DataLoader(ds, o).num_batches() == 2);
+  // a batch larger than the data is one partial batch, however large (n + b - 1 overflowed
+  // into 0 batches)
+  o.drop_last = false;
+  o.batch_size = std::numeric_limits<int64_t>::max();
+  REQUIRE(data::DataLoader(ds, o).num_batches() == 1);
+  o.batch_size = 4;
 
   o.shuffle = true;
   o.drop_last = false;

@@ -97,6 +97,15 @@ T check_positive(const std::string& flag, T value) {
   return value;
 }
 
+// A positive count with an upper bound far past any real run, so that the sizes made from it
+// (a schedule's total steps: epochs x batches) cannot overflow.
+inline int64_t check_count(const std::string& flag, int64_t value, int64_t most) {
+  check_positive(flag, value);
+  if (value > most) throw UsageError("--" + flag + " must be at most " + std::to_string(most));
+  return value;
+}
+constexpr int64_t kMaxEpochs = int64_t(1) << 24;
+
 template <typename T>
 T check_non_negative(const std::string& flag, T value) {
   if (value < 0) throw UsageError("--" + flag + " must be 0 or more, got " + std::to_string(value));

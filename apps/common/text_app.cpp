@@ -175,14 +175,12 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const auto& a = *parsed;
   const std::string precision = a["precision"].as<std::string>();
   check_choice("precision", precision, {"fp32", "fp16", "bf16"});
-  const int64_t epochs = check_positive("epochs", a["epochs"].as<int64_t>());
+  const int64_t epochs = check_count("epochs", a["epochs"].as<int64_t>(), kMaxEpochs);
   const int64_t batch = check_positive("batch-size", a["batch-size"].as<int64_t>());
   int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
-  // bounds far past any real run, so that sizes made from them cannot overflow (a huge
-  // --max-len failed after the data was read with a bare bad_alloc)
-  constexpr int64_t kMaxLen = int64_t(1) << 20, kMaxEpochs = int64_t(1) << 24;
-  if (max_len > kMaxLen) throw UsageError("--max-len must be at most " + std::to_string(kMaxLen));
-  if (epochs > kMaxEpochs) throw UsageError("--epochs must be at most " + std::to_string(kMaxEpochs));
+  // far past any real run (a huge --max-len failed after the data was read, with a bare
+  // bad_alloc)
+  check_count("max-len", max_len, int64_t(1) << 20);
   if (app.cls_sep && max_len < 3)
     throw UsageError("--max-len must be at least 3 ([CLS], a token, [SEP]), got " +
                      std::to_string(max_len));

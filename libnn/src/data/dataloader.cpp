@@ -32,7 +32,7 @@ DataLoader::~DataLoader() { stop_worker(); }
 
 int64_t DataLoader::num_batches() const {
   int64_t n = size(), b = opts_.batch_size;
-  return opts_.drop_last ? n / b : (n + b - 1) / b;
+  return opts_.drop_last ? n / b : n / b + (n % b != 0);  // (n + b - 1 overflows for a huge b)
 }
 
 void DataLoader::set_epoch(int64_t epoch, int64_t start_batch) {
