@@ -55,6 +55,7 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C a, C b) {
     case UnaryOp::rsub_scalar: return a - x;
     case UnaryOp::rdiv_scalar: return a / x;
     case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
+    case UnaryOp::div_scalar: return x / a;
   }
   return x;
 }

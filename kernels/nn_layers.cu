@@ -92,7 +92,7 @@ __global__ void dropout_backward_kernel(const T* g, const uint8_t* mask, T* gx, 
 // W: the affine parameters' type, T's or f32 for 16-bit data (mixed precision).
 template <typename T, typename W>
 __global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D, double eps, T* y,
-                                  T* mean, T* rstd) {
+                                  acc_t<T>* mean, acc_t<T>* rstd) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const T* xr = x + r * D;
@@ -106,8 +106,8 @@ __global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D,
   }
   const A inv = m_rsqrt(block_sum(q) / A(D) + A(eps));
   if (threadIdx.x == 0) {
-    mean[r] = convert<T>(mu);
-    rstd[r] = convert<T>(inv);
+    mean[r] = mu;
+    rstd[r] = inv;
   }
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
     A v = (A(load(xr[i])) - mu) * inv;
@@ -118,8 +118,8 @@ __global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D,
 }
 
 template <typename T, typename W>
-__global__ void layer_norm_backward_rows(const T* g, const T* x, const W* w, const T* mean,
-                                         const T* rstd, int64_t D, T* gx) {
+__global__ void layer_norm_backward_rows(const T* g, const T* x, const W* w, const acc_t<T>* mean,
+                                         const acc_t<T>* rstd, int64_t D, T* gx) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
@@ -149,7 +149,7 @@ __device__ __forceinline__ A warp_sum(A v) {
 
 template <typename T, typename W, int VPT>
 __global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, int D, double eps,
-                                T* y, T* mean, T* rstd) {
+                                T* y, acc_t<T>* mean, acc_t<T>* rstd) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -170,8 +170,8 @@ __global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, i
     if (lane + 32 * k < D) q += (v[k] - mu) * (v[k] - mu);
   const A inv = m_rsqrt(warp_sum(q) / A(D) + A(eps));
   if (lane == 0) {
-    mean[r] = convert<T>(mu);
-    rstd[r] = convert<T>(inv);
+    mean[r] = mu;
+    rstd[r] = inv;
   }
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
@@ -185,8 +185,8 @@ __global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, i
 }
 
 template <typename T, typename W, int VPT>
-__global__ void layer_norm_backward_warp(const T* g, const T* x, const W* w, const T* mean,
-                                         const T* rstd, int64_t R, int D, T* gx) {
+__global__ void layer_norm_backward_warp(const T* g, const T* x, const W* w, const acc_t<T>* mean,
+                                         const acc_t<T>* rstd, int64_t R, int D, T* gx) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -226,7 +226,7 @@ bool dispatch_vpt(int64_t D, F&& f) {
 
 // Column sums of g * xhat and g over rows, in S slices: ws[0][s][d], ws[1][s][d].
 template <typename T>
-__global__ void layer_norm_backward_columns(const T* g, const T* x, const T* mean, const T* rstd,
+__global__ void layer_norm_backward_columns(const T* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                                             int64_t R, int64_t D, int S, acc_t<T>* ws) {
   using A = acc_t<T>;
   __shared__ A pw[8][33], pb[8][33];
@@ -274,7 +274,7 @@ constexpr int kLnQuads = 8;  // quads per lane: rows up to 32 * 8 * 4 = 1024
 template <typename X, typename T, typename W>
 __global__ void dropout_add_layer_norm_warp(const X* x, const T* res, const W* w, const W* b,
                                             int64_t R, int D, double eps, rng::DropoutDraw drop,
-                                            T* sum, uint8_t* mask, T* y, T* mean, T* rstd) {
+                                            T* sum, uint8_t* mask, T* y, acc_t<T>* mean, acc_t<T>* rstd) {
   using A = acc_t<T>;
   using AX = acc_t<X>;
   const int lane = threadIdx.x % 32;
@@ -316,8 +316,8 @@ __global__ void dropout_add_layer_norm_warp(const X* x, const T* res, const W* w
       for (int j = 0; j < 4; ++j) sq += (v[k][j] - mu) * (v[k][j] - mu);
   const A inv = m_rsqrt(warp_sum(sq) / A(D) + A(eps));
   if (lane == 0) {
-    mean[r] = convert<T>(mu);
-    rstd[r] = convert<T>(inv);
+    mean[r] = mu;
+    rstd[r] = inv;
   }
 #pragma unroll
   for (int k = 0; k < kLnQuads; ++k) {
@@ -337,7 +337,7 @@ __global__ void dropout_add_layer_norm_warp(const X* x, const T* res, const W* w
 
 template <typename X, typename T, typename W>
 __global__ void dropout_add_layer_norm_backward_warp(const T* g, const T* sum, const W* w,
-                                                     const T* mean, const T* rstd,
+                                                     const acc_t<T>* mean, const acc_t<T>* rstd,
                                                      const uint8_t* mask, acc_t<X> scale,
                                                      int64_t R, int D, T* gsum, X* gx) {
   using A = acc_t<T>;
@@ -880,12 +880,12 @@ void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const vo
     const bool warp = dispatch_vpt(D, [&]<int VPT>() {
       layer_norm_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
           static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), R, int(D),
-          eps, static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+          eps, static_cast<T*>(y), static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd));
     });
     if (!warp)
       layer_norm_kernel<T, W><<<blocks_exact(R, "layer_norm"), kThreads, 0, s>>>(
           static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
-          eps, static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+          eps, static_cast<T*>(y), static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -901,8 +901,8 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
   dispatch_with_params(t, wt, "layer_norm_backward", [&]<typename T, typename W>() {
     const T* g = static_cast<const T*>(grad);
     const T* px = static_cast<const T*>(x);
-    const T* pm = static_cast<const T*>(mean);
-    const T* pr = static_cast<const T*>(rstd);
+    const acc_t<T>* pm = static_cast<const acc_t<T>*>(mean);
+    const acc_t<T>* pr = static_cast<const acc_t<T>*>(rstd);
     if (grad_x && R > 0) {
       const bool warp = dispatch_vpt(D, [&]<int VPT>() {
         layer_norm_backward_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
@@ -967,7 +967,7 @@ void launch_dropout_add_layer_norm(DType xt, DType t, DType wt, const void* x,
     dropout_add_layer_norm_warp<X, T, W><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
         static_cast<const X*>(x), static_cast<const T*>(residual), static_cast<const W*>(w),
         static_cast<const W*>(b), R, int(D), eps, drop, static_cast<T*>(sum), mask,
-        static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+        static_cast<T*>(y), static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd));
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -983,7 +983,7 @@ void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const v
     auto kernel = dropout_add_layer_norm_backward_warp<X, T, W>;
     kernel<<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
         static_cast<const T*>(grad), static_cast<const T*>(sum), static_cast<const W*>(w),
-        static_cast<const T*>(mean), static_cast<const T*>(rstd), p > 0 ? mask : nullptr,
+        static_cast<const acc_t<T>*>(mean), static_cast<const acc_t<T>*>(rstd), p > 0 ? mask : nullptr,
         acc_t<X>(p > 0 ? 1.0 / (1.0 - p) : 1.0), R, int(D), static_cast<T*>(grad_sum),
         static_cast<X*>(grad_x));
     NN_CUDA_CHECK_LAUNCH();

@@ -17,8 +17,9 @@ void launch_dropout_backward(DType t, const void* grad, const uint8_t* mask, voi
                              int64_t n, double p, cudaStream_t s);
 
 // ---- layer norm over rows (R, D); weight/bias may be null -----------------------------------
-// t: the data's dtype (x, y, mean, rstd, grads of x); wt: the parameters' (weight, bias and
-// their grads): t, or f32 with 16-bit data.
+// t: the data's dtype (x, y, grads of x); mean and rstd in its accumulation type (f32 for
+// 16-bit data, else t); wt: the parameters' (weight, bias and their grads): t, or f32 with
+// 16-bit data.
 void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const void* b,
                        int64_t R, int64_t D, double eps, void* y, void* mean, void* rstd,
                        cudaStream_t s);
@@ -33,7 +34,8 @@ void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void*
 // ---- dropout + residual add + layer norm: one warp per row, in quads ------------------------
 // sum = residual + dropout(x), y = layer_norm(sum), rows (R, D); the backward writes the
 // sum's gradient and x's (dropout's backward of it rounded to x's dtype; grad_x may be null).
-// xt: x's dtype; t: the residual's, sum's, y's and the statistics'; wt: the parameters'.
+// xt: x's dtype; t: the residual's, sum's and y's (the statistics in its accumulation
+// type); wt: the parameters'.
 // p == 0 draws nothing and writes no mask. Rows must be whole quads: fits() says which
 // calls the kernels take (D a multiple of 4 up to 1024, every pointer aligned for its quads).
 // quads: each (R, D) buffer's address and element size.

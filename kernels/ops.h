@@ -11,6 +11,7 @@ enum class UnaryOp {
   rsub_scalar, // a - x
   rdiv_scalar, // a / x
   clamp,       // min(max(x, a), b)
+  div_scalar,  // x / a (a true division, as PyTorch's, not x times 1 / a)
 };
 enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
 enum class ReduceOp { sum, mean, max, min };

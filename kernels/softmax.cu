@@ -87,7 +87,8 @@ __global__ void softmax_backward_kernel(const T* g, const T* y, T* gx, int64_t o
 
 template <typename T>
 __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t N, int64_t C,
-                                     double smoothing, int64_t ignore, T* loss, T* lse, int* bad) {
+                                     double smoothing, int64_t ignore, T* loss, acc_t<T>* lse,
+                                     int* bad) {
   using A = acc_t<T>;
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -106,7 +107,7 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
   s = warp_sum(s);
   if (lane != 0) return;
   const A l = m + m_log(s);
-  lse[r] = convert<T>(l);
+  lse[r] = l;
   const int64_t t = target[r];
   if (t == ignore) {
     loss[r] = convert<T>(A(0));
@@ -122,14 +123,14 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
 
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* g, const T* x, const int64_t* target,
-                                              const T* lse, int64_t N, int64_t C,
+                                              const acc_t<T>* lse, int64_t N, int64_t C,
                                               double smoothing, int64_t ignore, T* gx) {
   using A = acc_t<T>;
   const int64_t n = N * C, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / C, c = i % C, t = target[r];
     if (t == ignore) { gx[i] = convert<T>(A(0)); continue; }
-    A p = m_exp(A(load(x[i])) - A(load(lse[r])));
+    A p = m_exp(A(load(x[i])) - lse[r]);
     A d = p - A(smoothing) / A(C) - (c == t ? A(1) - A(smoothing) : A(0));
     gx[i] = convert<T>(A(load(g[r])) * d);
   }
@@ -170,7 +171,7 @@ void launch_cross_entropy(DType t, const void* logits, const int64_t* target, in
   dispatch_float(t, "cross_entropy", [&]<typename T>() {
     cross_entropy_kernel<T><<<grid_for(N * 32), kThreads, 0, s>>>(
         static_cast<const T*>(logits), target, N, C, smoothing, ignore_index,
-        static_cast<T*>(loss), static_cast<T*>(lse), bad);
+        static_cast<T*>(loss), static_cast<acc_t<T>*>(lse), bad);
     NN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -183,7 +184,7 @@ void launch_cross_entropy_backward(DType t, const void* grad_loss, const void* l
   dispatch_float(t, "cross_entropy_backward", [&]<typename T>() {
     cross_entropy_backward_kernel<T><<<grid_for(N * C), kThreads, 0, s>>>(
         static_cast<const T*>(grad_loss), static_cast<const T*>(logits), target,
-        static_cast<const T*>(lse), N, C, smoothing, ignore_index,
+        static_cast<const acc_t<T>*>(lse), N, C, smoothing, ignore_index,
         static_cast<T*>(grad_logits));
     NN_CUDA_CHECK_LAUNCH();
   });

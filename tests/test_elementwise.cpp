@@ -433,3 +433,26 @@ TEST_CASE("16-bit GELU over several threads' blocks equals f32 GELU rounded once
     test::require_same(xb.grad(), x32.grad().to(h));
   }
 }
+
+// A tensor divided by a scalar is divided, as in PyTorch, not multiplied by the reciprocal:
+// that was an ulp off for a third of x / 3, and infinite where 1 / b overflows the dtype.
+TEST_CASE("division by a scalar divides", "[elementwise][cuda]") {
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    Tensor x = add(arange(100000, kF32), 1.0).to(d);
+    for (double b : {3.0, 10.0, 49.0, -7.0, 0.1}) {
+      INFO("b = " << b);
+      test::require_same((x / b).cpu(), div(x, full({}, b, x.options())).cpu());
+    }
+    const Tensor tiny = full({2}, 1e-30, TensorOptions(kF32).device(d));
+    test::require_close((tiny / 1e-39).cpu(), full({2}, 1e9), 1e-6, 0);
+    for (DType h : {kBF16, kF16}) {  // computed in f32, rounded once
+      Tensor xh = x.narrow(0, 0, 2000).to(h);
+      test::require_same((xh / 3.0).cpu(), (xh.to(kF32) / 3.0).to(h).cpu());
+    }
+    // the gradient is g / b
+    Tensor p = full({3}, 2.0, TensorOptions(kF64).device(d)).requires_grad_(true);
+    sum(p / 4.0).backward();
+    test::require_close(p.grad().cpu(), full({3}, 0.25, kF64), 0, 0);
+  }
+}

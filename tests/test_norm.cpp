@@ -403,3 +403,35 @@ TEST_CASE("gradcheck: dropout_add_layer_norm", "[norm][dropout][gradcheck]") {
         {rnd({4, 6}, 71), rnd({4, 6}, 72), rnd({6}, 73), rnd({6}, 74)});
   }
 }
+
+// Layer norm's mean and 1/std are saved in f32 for 16-bit rows, as batch norm's: the backward
+// rebuilds the normalised rows from them, and a mean rounded to bf16 shifted every one (rows
+// of mean 64: the weight gradient 4e-2 off, 25 times its own rounding). Compared with f64 on
+// the same 16-bit values, with parameters of the data's type and in f32, on each device.
+TEST_CASE("16-bit layer_norm gradients of rows far from zero", "[norm][cuda]") {
+  auto rel = [](const Tensor& got, const Tensor& want) {
+    return std::sqrt(sum(square(got.to(kF64) - want)).item() / sum(square(want)).item());
+  };
+  for (Device d : test::devices())
+    for (DType h : {kBF16, kF16})
+      for (bool f32_params : {false, true}) {
+        INFO(d.str() << " " << dtype_name(h) << (f32_params ? ", f32 parameters" : ""));
+        const DType pt = f32_params ? kF32 : h;
+        const Tensor x = (rnd({256, 768}, 46, false) + 64.0).to(h);
+        const Tensor w = (rnd({768}, 47, false) * 0.5 + 1.0).to(pt), b = rnd({768}, 48, false).to(pt);
+        const Tensor g = rnd({256, 768}, 49, false).to(h);
+        Tensor x64 = x.to(kF64).requires_grad_(true), w64 = w.to(kF64).requires_grad_(true);
+        (layer_norm(x64, {768}, w64, b.to(kF64)) * g.to(kF64)).sum().backward();
+        // (detached: on the CPU .to() is the tensor itself, and the gradients would add up)
+        Tensor xd = x.to(d).detach().requires_grad_(true), wd = w.to(d).detach().requires_grad_(true);
+        (layer_norm(xd, {768}, wd, b.to(d)) * g.to(d)).sum().backward();
+        CHECK(rel(wd.grad().cpu(), w64.grad()) < 6e-3);
+        CHECK(rel(xd.grad().cpu(), x64.grad()) < 6e-3);
+        // and the fused post-LN block, its residual the same rows
+        Tensor rd = x.to(d).detach().requires_grad_(true), wf = w.to(d).detach().requires_grad_(true);
+        Tensor zero = zeros({256, 768}, TensorOptions(h).device(d));
+        (dropout_add_layer_norm(zero, rd, {768}, wf, b.to(d), 0.0, true) * g.to(d)).sum().backward();
+        CHECK(rel(wf.grad().cpu(), w64.grad()) < 6e-3);
+        CHECK(rel(rd.grad().cpu(), x64.grad()) < 6e-3);
+      }
+}

@@ -158,3 +158,18 @@ TEST_CASE("f16 and bf16 softmax equal f32's of the widened values, rounded once"
     }
   }
 }
+
+// Eigen's vectorised exp clamps its argument near -88.7 and gave about 2e-39 for anything
+// below: a probability of e^-200 read 1.8e-40, the same as e^-100's. Arguments below the
+// normal range now give 0 (their exact results are subnormal: 1.9e-44 for e^-100 / 2).
+TEST_CASE("softmax of far-negative logits is 0, not Eigen's clamp", "[softmax][cuda]") {
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    const Tensor x = from_vector<float>({0, -100, -200, 0, -87}, {1, 5}).to(d);
+    const std::vector<float> p = softmax(x, 1).cpu().to_vector<float>();
+    CHECK(p[0] == 0.5f);
+    CHECK(p[2] == 0.0f);
+    CHECK(p[1] <= 2e-44f);
+    CHECK(p[4] == Approx(0.5 * std::exp(-87.0)).epsilon(1e-5));  // still in the normal range
+  }
+}

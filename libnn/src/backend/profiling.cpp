@@ -30,7 +30,8 @@ Totals& totals() {
 std::string unary_name(UnaryOp op, bool backward = false) {
   static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "square", "relu",
                                 "gelu", "tanh", "sigmoid", "add_scalar", "mul_scalar",
-                                "pow_scalar", "rsub_scalar", "rdiv_scalar", "clamp"};
+                                "pow_scalar", "rsub_scalar", "rdiv_scalar", "clamp",
+                                "div_scalar"};
   return std::string(backward ? "unary_backward." : "unary.") + names[int(op)];
 }
 std::string binary_name(BinaryOp op) {

@@ -100,7 +100,7 @@ Setup setup(const char* op, const Tensor& q4, int64_t S, const Tensor& key_paddi
 // accumulation type: f64 for f64 inputs, else f32).
 Tensor forward4(const Tensor& q4, const Tensor& k4, const Tensor& v4, const Setup& st, Tensor& out4) {
   const int64_t B = q4.shape()[0] * q4.shape()[1], T = q4.shape()[2];
-  Tensor lse = empty({B, T}, TensorOptions(q4.dtype() == kF64 ? kF64 : kF32).device(q4.device()));
+  Tensor lse = empty({B, T}, TensorOptions(acc_dtype(q4.dtype())).device(q4.device()));
   if (out4.numel() > 0)
     backend::of(q4).attention_forward(q4, k4, v4, st.mask, st.scale, st.drop, out4, lse);
   return lse;

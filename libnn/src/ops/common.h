@@ -23,6 +23,9 @@ inline void check_pair(const Tensor& a, const Tensor& b, const char* op) {
   NN_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch (", dtype_name(a.dtype()), " and ",
            dtype_name(b.dtype()), "); convert one with .to(dtype)");
 }
+// The dtype a floating tensor's sums and saved statistics are kept in: f64 for f64, else f32
+// (16-bit values are summed, and what a backward reads of them is saved, in f32).
+inline DType acc_dtype(DType t) { return t == kF64 ? kF64 : kF32; }
 inline void check_floating(const Tensor& t, const char* op) {
   NN_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", dtype_name(t.dtype()));
 }

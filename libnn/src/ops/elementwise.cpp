@@ -390,7 +390,15 @@ Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Tensor& a, double b) {
   check_defined(a, "div");
-  if (is_floating(a.dtype())) return mul(a, 1.0 / b);
+  if (is_floating(a.dtype())) {
+    // divided, as PyTorch does, not multiplied by 1 / b: that was an ulp off for a third of
+    // values (x / 3), and inf where 1 / b overflows the dtype (1e-30 / 1e-39 in f32)
+    Tensor out = unary_float(UnaryOp::div_scalar, a, "div", b);
+    record("div_scalar", {a}, out, [b](const Tensor& g, auto&) {
+      return std::vector<Tensor>{g / b};
+    });
+    return out;
+  }
   // integer division, as div() of two integer tensors (a * (1 / b) would round 49 / 49 to 0);
   // a divisor past the tensor's type divides in i64 (a quotient is never larger than a)
   check_scalar_fits(a, b, "div");

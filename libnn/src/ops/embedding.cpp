@@ -43,7 +43,7 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep
   const int64_t N = ids.shape()[0], L = ids.shape()[1];
   // Each token's share of its row's mean: 1/L, or 1/(kept tokens) for kept ones and 0 for
   // the rest (a row without tokens is all zeros). f64 for an f64 table, else f32.
-  const TensorOptions wopts = TensorOptions(weight.dtype() == kF64 ? kF64 : kF32).device(weight.device());
+  const TensorOptions wopts = TensorOptions(acc_dtype(weight.dtype())).device(weight.device());
   Tensor shares;
   {
     NoGradGuard ng;

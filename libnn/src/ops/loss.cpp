@@ -12,7 +12,9 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, double smo
                           int64_t ignore_index) {
   const int64_t M = logits.shape()[0];
   Tensor loss = empty({M}, logits.options());
-  Tensor lse = empty({M}, logits.options());
+  // saved in f32 for 16-bit logits: its rounding would scale every probability of the
+  // backward (a bf16 log-sum-exp near 100 is a multiple of 0.5: p off by up to e^0.25)
+  Tensor lse = empty({M}, TensorOptions(acc_dtype(logits.dtype())).device(logits.device()));
   Tensor lc = raw_contiguous(logits), tc = raw_contiguous(target);
   backend::of(logits).cross_entropy_forward(lc, tc, smoothing, ignore_index, loss, lse);
   record("cross_entropy", {logits}, loss, {lc, tc},
@@ -61,7 +63,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossE
     case Reduction::mean: {
       // the total and the count in f32 at least (in 16 bits both pass 65,504 by 70,000 rows:
       // inf / inf), the mean rounded to the logits' dtype once
-      const DType acc = logits.dtype() == kF64 ? kF64 : kF32;
+      const DType acc = acc_dtype(logits.dtype());
       Tensor counted = ne(flat_t, full({}, double(o.ignore_index), flat_t.options()));
       return div(sum(loss.to(acc)), sum(counted.to(acc))).to(logits.dtype());
     }

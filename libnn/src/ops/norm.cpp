@@ -9,8 +9,6 @@ using namespace ops;
 
 namespace {
 bool is16(DType t) { return t == kF16 || t == kBF16; }
-// Statistics and affine parameters: f32 for 16-bit data (mixed precision), else x's dtype.
-DType stat_dtype(const Tensor& x) { return is16(x.dtype()) ? kF32 : x.dtype(); }
 
 void check_param(const Tensor& x, const Tensor& t, int64_t n, const char* op, const char* what) {
   if (!t.defined()) return;
@@ -71,7 +69,7 @@ Tensor batch_norm_impl(const char* op, const Tensor& x, const Tensor& residual, 
   Tensor xc = raw_format(x, cf);
   Tensor zc = residual.defined() ? raw_format(residual, cf) : Tensor();
   Tensor out = empty(x.shape(), x.options(), cf);
-  const TensorOptions so = x.options().dtype(stat_dtype(x));
+  const TensorOptions so = x.options().dtype(acc_dtype(x.dtype()));
   Tensor save_mean = empty({C}, so), save_invstd = empty({C}, so);
   Tensor rm = running_mean, rv = running_var;
   if (training)  // the backend updates them in place
@@ -169,7 +167,10 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   const int64_t R = x2.shape()[0];
   Tensor out = empty(x.shape(), x.options());
   Tensor o2 = make_view(out, {R, D}, {D, 1}, 0);
-  Tensor mu = empty({R}, x.options()), rstd = empty({R}, x.options());
+  // the statistics in f32 for 16-bit rows, as batch norm's: the backward rebuilds the
+  // normalised rows from them, and a rounded mean shifts every one (the weight gradient)
+  const TensorOptions so = x.options().dtype(acc_dtype(x.dtype()));
+  Tensor mu = empty({R}, so), rstd = empty({R}, so);
   Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
   backend::of(x).layer_norm_forward(x2, w, b, eps, o2, mu, rstd);
   record("layer_norm", {x, weight, bias}, out, {x2, w, b},
@@ -212,7 +213,7 @@ Tensor dropout_add_layer_norm(const Tensor& x, const Tensor& residual,
   const TensorOptions so = residual.options();
   Tensor sum = empty({R, D}, so), out = empty(residual.shape(), so);
   Tensor o2 = make_view(out, {R, D}, {D, 1}, 0);
-  Tensor mu = empty({R}, so), rstd = empty({R}, so);
+  Tensor mu = empty({R}, so.dtype(acc_dtype(st))), rstd = empty({R}, so.dtype(acc_dtype(st)));
   Tensor mask = pd > 0 ? empty({R, D}, TensorOptions(kU8).device(x.device())) : Tensor();
   // the draws nn::dropout would make
   const auto [seed, offset] =

@@ -54,6 +54,7 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
     case UnaryOp::rsub_scalar: return a - x;
     case UnaryOp::rdiv_scalar: return a / x;
     case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
+    case UnaryOp::div_scalar: return x / a;
   }
   return x;
 }
@@ -136,7 +137,7 @@ void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
     NN_UNARY_CASE(rsqrt) NN_UNARY_CASE(abs) NN_UNARY_CASE(square) NN_UNARY_CASE(relu)
     NN_UNARY_CASE(gelu) NN_UNARY_CASE(tanh) NN_UNARY_CASE(sigmoid) NN_UNARY_CASE(add_scalar)
     NN_UNARY_CASE(mul_scalar) NN_UNARY_CASE(pow_scalar) NN_UNARY_CASE(rsub_scalar)
-    NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp)
+    NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp) NN_UNARY_CASE(div_scalar)
   }
 #undef NN_UNARY_CASE
 }

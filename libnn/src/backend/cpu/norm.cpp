@@ -499,8 +499,8 @@ void layer_norm_forward_typed(const Tensor& x, const Tensor& weight, const Tenso
   T* po = out.data<T>();
   const T* pw = opt<T>(weight);
   const T* pb = opt<T>(bias);
-  T* pm = mean.data<T>();
-  T* pr = rstd.data<T>();
+  C* pm = mean.data<C>();  // the statistics in the compute type (f32 for 16-bit rows)
+  C* pr = rstd.data<C>();
   parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
     // the parameters in C, ones and zeros where absent: a loop without branches vectorises
     std::vector<C> wc(D, C(1)), bc(D, C(0));
@@ -518,8 +518,8 @@ void layer_norm_forward_typed(const Tensor& x, const Tensor& weight, const Tenso
         return d * d;
       });
       const double inv = 1.0 / std::sqrt(q / double(D) + eps);
-      put(pm[r], C(mu));
-      put(pr[r], C(inv));
+      pm[r] = C(mu);
+      pr[r] = C(inv);
       T* o = po + r * D;
 #pragma omp simd
       for (int64_t i = 0; i < D; ++i) {
@@ -538,8 +538,8 @@ void layer_norm_backward_typed(const Tensor& grad, const Tensor& x, const Tensor
   const T* px = x.data<T>();
   const T* pg = grad.data<T>();
   const T* pw = opt<T>(weight);
-  const T* pm = mean.data<T>();
-  const T* pr = rstd.data<T>();
+  const C* pm = mean.data<C>();
+  const C* pr = rstd.data<C>();
   T* gx = opt_mut<T>(grad_x);
   const int nt = omp_get_max_threads();
   // Per-thread partial sums for the weight and bias gradients.

@@ -337,8 +337,9 @@ class Upcast16Backend final : public Backend {
     down(grad_bias32, grad_bias);
   }
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& out, Tensor& mean, Tensor& rstd) override {
+    // 16-bit rows with parameters of their type run natively, their statistics in f32
     if (!(is16(x) || is16(weight) || is16(bias) || is16(out) || is16(mean) || is16(rstd)) ||
-        same16({&x, &weight, &bias, &out, &mean, &rstd}))
+        (same16({&x, &weight, &bias, &out}) && all_f32({&mean, &rstd})))
       return inner_.layer_norm_forward(x, weight, bias, eps, out, mean, rstd);
     Tensor x32 = up(x);
     Tensor weight32 = up(weight);
@@ -353,7 +354,7 @@ class Upcast16Backend final : public Backend {
   }
   void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override {
     if (!(is16(grad) || is16(x) || is16(weight) || is16(mean) || is16(rstd) || is16(grad_x) || is16(grad_weight) || is16(grad_bias)) ||
-        same16({&grad, &x, &weight, &mean, &rstd, &grad_x, &grad_weight, &grad_bias}))
+        (same16({&grad, &x, &weight, &grad_x, &grad_weight, &grad_bias}) && all_f32({&mean, &rstd})))
       return inner_.layer_norm_backward(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias);
     Tensor grad32 = up(grad);
     Tensor x32 = up(x);
