@@ -302,3 +302,37 @@ TEST_CASE("a small conv net in FP16 matches FP32 within FP16 tolerance", "[amp][
     }
   }
 }
+
+// Autocast casts every floating tensor but f64 to its dtype, as PyTorch: an f16 input in a
+// bf16 region, and a model cast to bf16 run under f16 autocast (both were dtype mismatches);
+// f64 and integer tensors stay as they are. Gradients come back in each leaf's own dtype.
+TEST_CASE("autocast lowers f16 and bf16 operands of the other 16-bit type", "[amp][cuda]") {
+  for (Device d : test::devices()) {
+    INFO(d.str());
+    manual_seed(8);
+    for (auto [model_t, input_t, region] : {std::tuple{kF32, kF16, kBF16}, std::tuple{kBF16, kF32, kF16},
+                                            std::tuple{kBF16, kF16, kF16}, std::tuple{kF16, kBF16, kBF16}}) {
+      INFO(dtype_name(model_t) << " model, " << dtype_name(input_t) << " input, " << dtype_name(region));
+      Linear fc(8, 4);
+      fc.to(d);
+      fc.to(model_t);
+      Conv2d conv(Conv2dOptions(2, 3, 3).padding({1, 1}));
+      conv.to(d);
+      conv.to(model_t);
+      Tensor x = randn({3, 8}).to(d).to(input_t).requires_grad_(true);
+      Tensor img = randn({2, 2, 5, 5}).to(d).to(input_t);
+      amp::AutocastGuard ac(region);
+      Tensor y = fc.forward(x);
+      CHECK(y.dtype() == region);
+      CHECK(conv.forward(img).dtype() == region);
+      CHECK(matmul(x, x.t()).dtype() == region);
+      sum(y.to(kF32)).backward();
+      CHECK(x.grad().dtype() == input_t);
+      CHECK(fc.weight.grad().dtype() == model_t);
+    }
+    amp::AutocastGuard ac(kBF16);
+    CHECK(amp::autocast_lower(ones({2}, kF64)).dtype() == kF64);
+    CHECK(amp::autocast_lower(ones({2}, kI64)).dtype() == kI64);
+    CHECK(matmul(ones({2, 2}, kF64), ones({2, 2}, kF64)).dtype() == kF64);
+  }
+}

@@ -176,3 +176,41 @@ TEST_CASE("Embedding and LayerNorm modules", "[nn]") {
   Tensor y = ln.forward(randn({2, 4}));
   REQUIRE(std::abs(mean(y, {1}).to_vector<float>()[0]) < 1e-5);
 }
+
+// state_dict lists module by module, as PyTorch: each module's parameters, then its buffers,
+// then its children's (parameters of the whole tree came before any buffer).
+TEST_CASE("state_dict is in PyTorch's order", "[nn]") {
+  Sequential net{std::make_shared<Conv2d>(Conv2dOptions(1, 2, 3)), std::make_shared<BatchNorm2d>(2),
+                 std::make_shared<Linear>(2, 2)};
+  std::vector<std::string> names;
+  for (auto& [n, t] : net.state_dict()) names.push_back(n);
+  const std::vector<std::string> want{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean",
+                                      "1.running_var", "1.num_batches_tracked", "2.weight", "2.bias"};
+  CHECK(names == want);
+}
+
+// Checkpoints from older PyTorch: batch norm without num_batches_tracked (before 0.4.1)
+// loads strictly with the counter at 0, as PyTorch loads it; a scalar saved as [1] loads.
+TEST_CASE("load_state_dict takes older PyTorch checkpoints", "[nn]") {
+  BatchNorm2d a(3), b(3);
+  a.forward(randn({4, 3, 2, 2}));
+  b.forward(randn({4, 3, 2, 2}));
+  b.forward(randn({4, 3, 2, 2}));
+  NamedTensors old;
+  for (auto& [n, t] : a.state_dict())
+    if (n != "num_batches_tracked") old.emplace_back(n, t);
+  b.load_state_dict(old);
+  CHECK(b.num_batches_tracked.item() == 0);
+  test::require_close(b.running_mean, a.running_mean, 0, 0);
+  NamedTensors legacy = a.state_dict();
+  for (auto& [n, t] : legacy)
+    if (n == "num_batches_tracked") t = full({1}, 7.0, kI64);
+  b.load_state_dict(legacy);
+  CHECK(b.num_batches_tracked.item() == 7);
+  CHECK(b.num_batches_tracked.dim() == 0);
+  // another name that is missing is still an error
+  NamedTensors no_var;
+  for (auto& [n, t] : a.state_dict())
+    if (n != "running_var") no_var.emplace_back(n, t);
+  CHECK(test::error_of([&] { b.load_state_dict(no_var); }).find("'running_var' is missing") != std::string::npos);
+}

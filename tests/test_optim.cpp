@@ -352,3 +352,27 @@ TEST_CASE("clip_grad_norm over mixed dtypes and views", "[optim][cuda]") {
                         1e-9, 1e-9);
   }
 }
+
+// A partly frozen model's parameters() go to the optimizer as in PyTorch: the frozen ones get
+// no gradient and are skipped (they were refused); a tensor that is not a leaf still is.
+TEST_CASE("optimizers take frozen parameters and leave them", "[optim]") {
+  manual_seed(9);
+  Sequential net{std::make_shared<Linear>(3, 3), std::make_shared<Linear>(3, 2)};
+  auto& first = static_cast<Linear&>(*net.named_children()[0].second);
+  first.weight.requires_grad_(false);
+  const Tensor frozen = first.weight.clone();
+  for (int kind = 0; kind < 2; ++kind) {
+    std::unique_ptr<optim::Optimizer> opt;
+    if (kind == 0) opt = std::make_unique<optim::AdamW>(net.parameters(), optim::AdamWOptions(0.1));
+    else opt = std::make_unique<optim::SGD>(net.parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    const Tensor before = first.bias.clone();
+    sum(net.forward(randn({4, 3}))).backward();
+    opt->step();
+    test::require_close(first.weight, frozen, 0, 0);
+    CHECK(sum(abs(first.bias - before)).item() > 0);
+    opt->zero_grad();
+  }
+  Tensor leaf = ones({2}).requires_grad_(true);
+  CHECK(test::error_of([&] { optim::SGD({mul(leaf, 2.0)}, optim::SGDOptions(0.1)); })
+            .find("every parameter must be a leaf tensor") != std::string::npos);
+}

@@ -37,6 +37,10 @@ DType autocast_dtype();
 // What the ops call: t in the autocast dtype (for matmul-like ops) or in f32 (for
 // precision-sensitive ones) when autocast is on and t is floating; else t itself.
 Tensor autocast_lower(const Tensor& t);
+// Whether autocast_lower changes t: autocast is on and t is f32, f16 or bf16 of another dtype
+// than autocast's (as PyTorch casts every floating tensor but f64: an f16 input in a bf16
+// region too); integer and f64 tensors never.
+bool autocast_lowers(const Tensor& t);
 Tensor autocast_f32(const Tensor& t);
 
 struct GradScalerOptions {

@@ -85,6 +85,7 @@ class Module {
  private:
   void check_name(const char* kind, const std::string& name) const;
   void collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const;
+  void collect_state(const std::string& prefix, NamedTensors& out) const;
   void print(std::ostream& os, int indent) const;
   std::string type_name_;
   NamedTensors params_, buffers_;

@@ -36,10 +36,11 @@ AutocastGuard::~AutocastGuard() {
 bool autocast_enabled() { return g_enabled; }
 DType autocast_dtype() { return g_dtype; }
 
-Tensor autocast_lower(const Tensor& t) {
-  if (!g_enabled || !t.defined() || t.dtype() != kF32) return t;
-  return t.to(g_dtype);
+bool autocast_lowers(const Tensor& t) {
+  if (!g_enabled || !t.defined() || t.dtype() == g_dtype) return false;
+  return t.dtype() == kF32 || t.dtype() == kF16 || t.dtype() == kBF16;
 }
+Tensor autocast_lower(const Tensor& t) { return autocast_lowers(t) ? t.to(g_dtype) : t; }
 Tensor autocast_f32(const Tensor& t) {
   if (!g_enabled || !t.defined() || !(t.dtype() == kF16 || t.dtype() == kBF16)) return t;
   return t.to(kF32);

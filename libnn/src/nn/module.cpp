@@ -79,11 +79,17 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 }
 // Every name, shared tensors under each of theirs (as libtorch's state_dict), so a checkpoint
 // lists what a model with the same structure expects.
+// Module by module, as PyTorch orders it: each one's parameters, then its buffers, then its
+// children's (a file written here lists its tensors in torch's order).
 NamedTensors Module::state_dict() const {
   NamedTensors s;
-  collect("", true, true, s);
-  collect("", true, false, s);
+  collect_state("", s);
   return s;
+}
+void Module::collect_state(const std::string& prefix, NamedTensors& out) const {
+  for (auto& [n, t] : params_) out.emplace_back(prefix + n, t);
+  for (auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+  for (auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
 }
 
 Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
@@ -103,19 +109,32 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
     }
     NN_CHECK(it != by_name.end(), "load_state_dict: '", name, "' is not a tensor of this ",
              type_name_);
-    NN_CHECK(it->second->shape() == src.shape(), "load_state_dict: '", name, "' has shape ",
-             shape_str(src.shape()), " in the checkpoint but ", shape_str(it->second->shape()),
-             " in the model");
+    // (a one-element [1] for a scalar: how older PyTorch saved them)
+    const bool scalar_as_1 = it->second->dim() == 0 && src.dim() == 1 && src.numel() == 1;
+    NN_CHECK(it->second->shape() == src.shape() || scalar_as_1, "load_state_dict: '", name,
+             "' has shape ", shape_str(src.shape()), " in the checkpoint but ",
+             shape_str(it->second->shape()), " in the model");
     copies.emplace_back(it->second, &src);
     seen.insert(name);
   }
+  // batch norm's counter, which checkpoints from before PyTorch 0.4.1 lack, starts at 0 (as
+  // PyTorch loads them); anything else missing is an error when strict
+  std::vector<Tensor*> counters;
+  const std::string counter = "num_batches_tracked";
   for (auto& [name, t] : mine) {
     if (seen.count(name)) continue;
+    if (name.size() >= counter.size() &&
+        name.compare(name.size() - counter.size(), counter.size(), counter) == 0 &&
+        (name.size() == counter.size() || name[name.size() - counter.size() - 1] == '.')) {
+      counters.push_back(&t);
+      continue;
+    }
     NN_CHECK(!strict, "load_state_dict: '", name, "' is missing from the checkpoint");
     result.missing.push_back(name);
   }
   NoGradGuard ng;
-  for (auto& [dst, src] : copies) dst->copy_(*src);
+  for (auto& [dst, src] : copies) dst->copy_(dst->dim() == 0 ? src->reshape({}) : *src);
+  for (Tensor* c : counters) c->fill_(0.0);
   return result;
 }
 

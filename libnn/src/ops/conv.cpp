@@ -7,11 +7,11 @@ namespace nn {
 using namespace ops;
 
 namespace {
-// Under autocast an f32 weight is lowered outside the graph, straight into the format x's op
+// Under autocast a weight of another floating dtype (f32 above all) is lowered outside the graph, straight into the format x's op
 // computes in: one copy, where a cast node and then a relayout made two (and two more for the
 // gradient on the way back). Other weights are returned as they are.
 Tensor lower_weight(const Tensor& x, const Tensor& w) {
-  if (!amp::autocast_enabled() || !w.defined() || w.dtype() != kF32 || !x.defined()) return w;
+  if (!amp::autocast_lowers(w) || !x.defined()) return w;
   const MemoryFormat f =
       x.dim() == 4 && w.dim() == 4 ? compute_format(x) : MemoryFormat::contiguous;
   return raw_format(w, f, amp::autocast_dtype());

@@ -82,14 +82,14 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 namespace {
-// amp::autocast_lower of each operand, outside the graph, the f32 ones copied in one backend
+// amp::autocast_lower of each operand, outside the graph, the ones it changes copied in one backend
 // call where they share a device (one launch on CUDA for the contiguous ones); the others as
 // they are.
 std::vector<Tensor> autocast_lower_operands(std::vector<Tensor> ps) {
   if (!amp::autocast_enabled()) return ps;
   std::vector<Tensor> src, dst;
   for (Tensor& p : ps) {
-    if (!p.defined() || p.dtype() != kF32) continue;
+    if (!amp::autocast_lowers(p)) continue;
     src.push_back(p);
     p = empty(p.shape(), p.options().dtype(amp::autocast_dtype()));
     dst.push_back(p);
@@ -138,29 +138,38 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (bias.defined()) backend::of(x).gemm_bias(x3, wt, bias, out);
   else backend::of(x).gemm(x3, wt, out, 1.0, 0.0);
   out = make_view(out, {R, outf}, {outf, 1}, 0);
+  // The GEMMs write each gradient in its leaf's dtype: the compute dtype, or f32 sums of
+  // 16-bit operands; a 16-bit leaf of the other 16-bit type (autocast lowered it) gets f32
+  // sums rounded once to its dtype (no backend writes bf16 products into f16)
+  const DType cd = x.dtype();
+  auto sum_dtype = [cd](DType leaf) {
+    return leaf == cd || !(leaf == kF16 || leaf == kBF16) ? leaf : kF32;
+  };
   record("linear", {x_in, w_in, b_in}, out, {x2, weight},
          [xs = x2.detach(), ws = weight.detach(), xshape = x_in.shape(), xd = x_in.dtype(),
-          wd = w_in.dtype(), bd = b_in.defined() ? b_in.dtype() : w_in.dtype()](
-             const Tensor& g, auto& need) {
+          wd = w_in.dtype(), bd = b_in.defined() ? b_in.dtype() : w_in.dtype(),
+          sum_dtype](const Tensor& g, auto& need) {
     Tensor gx, gw, gb;
     const int64_t O = ws.shape()[0], in = ws.shape()[1], R = g.shape()[0];
     if (need[0]) {  // (R, O) @ (O, in) in the input's dtype
-      gx = empty({R, in}, g.options().dtype(xd));
+      gx = empty({R, in}, g.options().dtype(sum_dtype(xd)));
       Tensor gx3 = make_view(gx, {1, R, in}, {0, in, 1}, 0);
       backend::of(g).gemm(lift3(g), lift3(ws), gx3, 1.0, 0.0);
-      gx = gx.reshape(xshape);
+      gx = gx.to(xd).reshape(xshape);
     }
     // (O, R) @ (R, in) in the weight's dtype, with the bias's sums from the same read of g
     Tensor gt = lift3(swap_last(g));
     if (need[1]) {
-      gw = empty({O, in}, g.options().dtype(wd));
+      gw = empty({O, in}, g.options().dtype(sum_dtype(wd)));
       Tensor gw3 = make_view(gw, {1, O, in}, {0, in, 1}, 0);
       if (need[2] && bd == wd) {
-        gb = empty({O}, g.options().dtype(bd));
+        gb = empty({O}, g.options().dtype(sum_dtype(bd)));
         backend::of(g).gemm_bias_grad(gt, lift3(xs), gw3, gb);
+        gb = gb.to(bd);
       } else {
         backend::of(g).gemm(gt, lift3(xs), gw3, 1.0, 0.0);
       }
+      gw = gw.to(wd);
     }
     if (need[2] && !gb.defined()) gb = sum(g.to(bd), {0});
     return std::vector<Tensor>{gx, gw, gb};

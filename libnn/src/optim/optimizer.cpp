@@ -146,8 +146,10 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::m
       NN_CHECK(*g.lr_scale >= 0 && std::isfinite(*g.lr_scale),
                "optimizer: a group's lr_scale must be finite and >= 0, got ", *g.lr_scale);
     for (auto& p : g.params) {
-      NN_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
-               "optimizer: every parameter must be a leaf tensor that requires grad");
+      // (a frozen one, requires_grad off, is taken, as PyTorch takes it: it gets no gradient,
+      // and step() skips a parameter without one; so parameters() of a partly frozen model)
+      NN_CHECK(p.defined() && p.is_leaf(), "optimizer: every parameter must be a leaf tensor "
+               "(a result of ops is not; optimize the leaf it came from)");
       NN_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous");
       NN_CHECK(seen.insert(p.impl()).second,
                "optimizer: a parameter is given twice (it would be stepped twice); pass each "
