@@ -77,7 +77,9 @@ int run(int argc, char** argv) {
   app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len,
                       int64_t pad_id) {
     auto c = config(a, vocab, classes, max_len, pad_id);
-    if (a.count("pretrained")) {  // the position table is the checkpoint's, whatever its length
+    // the position table is the checkpoint's, whatever its length (--load-model, which takes
+    // precedence, has its own)
+    if (a.count("pretrained") && !a.count("load-model")) {
       const std::string path = a["pretrained"].as<std::string>();
       g_pretrained = std::make_unique<nn::io::SafetensorsFile>(nn::io::load_safetensors(path));
       for (auto& [name, t] : g_pretrained->tensors)

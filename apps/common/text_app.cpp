@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -280,7 +281,12 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     return it->second;
   };
   if (auto l = saved("max_len")) {
-    if (!a.count("max-len")) max_len = std::stoll(*l);
+    char* end = nullptr;
+    const long long v = std::strtoll(l->c_str(), &end, 10);
+    NN_CHECK(!l->empty() && *end == '\0' && v >= 1 && v <= (int64_t(1) << 20), "'",
+             a["load-model"].as<std::string>(), "': its metadata model.max_len is not a length: '",
+             *l, "'");
+    if (!a.count("max-len")) max_len = v;
     else if (std::to_string(max_len) != *l)
       std::printf("%s: the model was trained at --max-len %s; this run reads reviews at %lld\n",
                   app.name.c_str(), l->c_str(), (long long)max_len);
