@@ -10,9 +10,6 @@ namespace {
 // The --pretrained checkpoint, read once: by make_model (its position table's length) and
 // by prepare (its weights), which lets it go.
 std::unique_ptr<nn::io::SafetensorsFile> g_pretrained;
-bool ends_with(const std::string& s, const std::string& end) {
-  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
 
 nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int64_t classes,
                               int64_t max_len, int64_t pad_id = 0) {
@@ -83,7 +80,7 @@ int run(int argc, char** argv) {
       const std::string path = a["pretrained"].as<std::string>();
       g_pretrained = std::make_unique<nn::io::SafetensorsFile>(nn::io::load_safetensors(path));
       for (auto& [name, t] : g_pretrained->tensors)
-        if (ends_with(name, "embeddings.position_embeddings.weight") && t.dim() == 2) {
+        if (name.ends_with("embeddings.position_embeddings.weight") && t.dim() == 2) {
           if (max_len > t.shape()[0])
             throw apps::UsageError("--max-len " + std::to_string(max_len) + " is longer than the " +
                                    std::to_string(t.shape()[0]) + " positions of '" + path + "'");

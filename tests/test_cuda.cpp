@@ -1443,6 +1443,20 @@ TEST_CASE("autocast convolution lowers its weight into channels-last FP16 in one
         std::string::npos);
 }
 
+// A convolution's output and its input and weight gradients (of sum(y^2)) on CUDA and on the
+// CPU, each pass's CUDA result against the CPU's.
+static void require_conv_as_cpu(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  std::vector<Tensor> got, want;
+  for (Device d : {kCUDA, kCPU}) {
+    Tensor xd = x.to(d).detach().requires_grad_(), wd = w.to(d).detach().requires_grad_();
+    Tensor y = conv2d(xd, wd, {}, p);
+    sum(mul(y, y)).backward();
+    std::vector<Tensor>& into = d == kCUDA ? got : want;
+    for (const Tensor& t : {y, xd.grad(), wd.grad()}) into.push_back(t.cpu());
+  }
+  for (size_t i = 0; i < got.size(); ++i) test::require_close(got[i], want[i], 1e-4, 1e-4);
+}
+
 // LIBNN_CUDNN_FIND=0 (read once a process): cuDNN's heuristics choose the convolution
 // algorithms, not its benchmark; the results are the same convolutions. The emulator counts
 // the heuristics' calls; scripts/check_cuda_emu.sh runs this case with and without it.
@@ -1460,16 +1474,8 @@ TEST_CASE("convolutions on cuDNN's heuristics (LIBNN_CUDNN_FIND=0) or its benchm
   // a shape no other case of this process has planned: its three passes are chosen here
   Tensor x = randn({3, 5, 13, 11}), w = randn({7, 5, 3, 3});
   const unsigned long long before = calls();
-  std::vector<Tensor> got, want;
-  for (Device d : {kCUDA, kCPU}) {
-    Tensor xd = x.to(d).requires_grad_(), wd = w.to(d).requires_grad_();
-    Tensor y = conv2d(xd, wd, {}, Conv2dParams{{2, 1}, {1, 2}, {1, 1}, 1});
-    sum(mul(y, y)).backward();
-    std::vector<Tensor>& into = d == kCUDA ? got : want;
-    for (const Tensor& t : {y, xd.grad(), wd.grad()}) into.push_back(t.cpu());
-  }
+  require_conv_as_cpu(x, w, Conv2dParams{{2, 1}, {1, 2}, {1, 1}, 1});
   CHECK(calls() - before == (heuristics ? 3u : 0u));
-  for (size_t i = 0; i < got.size(); ++i) test::require_close(got[i], want[i], 1e-4, 1e-4);
 }
 
 // An algorithm that cuDNN ranked first but declines when run (NOT_SUPPORTED: its heuristics
@@ -1494,16 +1500,8 @@ TEST_CASE("a convolution algorithm cuDNN declines gives way to the next it ranke
   const unsigned long long before = refusals();
   for (int round = 0; round < 2; ++round) {
     INFO("call " << round);
-    std::vector<Tensor> got, want;
-    for (Device d : {kCUDA, kCPU}) {
-      Tensor xd = x.to(d).detach().requires_grad_(), wd = w.to(d).detach().requires_grad_();
-      Tensor y = conv2d(xd, wd, {}, Conv2dParams{{1, 2}, {1, 0}, {1, 1}, 1});
-      sum(mul(y, y)).backward();
-      std::vector<Tensor>& into = d == kCUDA ? got : want;
-      for (const Tensor& t : {y, xd.grad(), wd.grad()}) into.push_back(t.cpu());
-    }
+    require_conv_as_cpu(x, w, Conv2dParams{{1, 2}, {1, 0}, {1, 1}, 1});
     CHECK(refusals() - before == 3u);  // forward, input and weight gradients: once each
-    for (size_t i = 0; i < got.size(); ++i) test::require_close(got[i], want[i], 1e-4, 1e-4);
   }
 }
 

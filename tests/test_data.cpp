@@ -19,6 +19,13 @@ using namespace nn;
 namespace fs = std::filesystem;
 
 namespace {
+// Whether libnn reads JPEGs; without, the ImageFolder case is skipped with a warning.
+bool jpeg_or_skip() {
+  if (data::have_jpeg()) return true;
+  WARN("libnn built without JPEG support: ImageFolder test skipped");
+  return false;
+}
+
 // A fresh folder under the system temp dir, removed at the end of the test.
 struct TempDir {
   fs::path path;
@@ -241,10 +248,7 @@ TEST_CASE("DataLoader reports errors from the dataset", "[data][loader][errors]"
 }
 
 TEST_CASE("ImageFolder decodes, crops and normalises JPEGs", "[data][images]") {
-  if (!data::have_jpeg()) {
-    WARN("libnn built without JPEG support: ImageFolder test skipped");
-    return;
-  }
+  if (!jpeg_or_skip()) return;
   TempDir d;
   Generator g(1);
   // two classes; class 1 images are bright, class 0 dark
@@ -326,10 +330,7 @@ TEST_CASE("ImageFolder's training crop is torchvision's RandomResizedCrop", "[da
 }
 
 TEST_CASE("ImageFolder replays an epoch's crops and flips, and names a PNG in disguise", "[data][images]") {
-  if (!data::have_jpeg()) {
-    WARN("libnn built without JPEG support: ImageFolder test skipped");
-    return;
-  }
+  if (!jpeg_or_skip()) return;
   TempDir d;
   Generator g(5);
   fs::create_directories(d.path / "a");
@@ -352,10 +353,7 @@ TEST_CASE("ImageFolder replays an epoch's crops and flips, and names a PNG in di
 
 TEST_CASE("ImageFolder: a truncated JPEG is an error, hidden files are skipped, an empty class "
           "is refused", "[data][images][errors]") {
-  if (!data::have_jpeg()) {
-    WARN("libnn built without JPEG support: ImageFolder test skipped");
-    return;
-  }
+  if (!jpeg_or_skip()) return;
   TempDir d;
   Generator g(2);
   fs::create_directories(d.path / "a");
@@ -382,10 +380,7 @@ TEST_CASE("ImageFolder: a truncated JPEG is an error, hidden files are skipped, 
 
 TEST_CASE("ImageFolder shrinks with an antialiasing filter: one-pixel stripes average to gray",
           "[data][images]") {
-  if (!data::have_jpeg()) {
-    WARN("libnn built without JPEG support: ImageFolder test skipped");
-    return;
-  }
+  if (!jpeg_or_skip()) return;
   TempDir d;
   fs::create_directories(d.path / "a");
   // 64 x 64, columns alternately black and white; eval at 32 resizes the shorter side to 36

@@ -239,6 +239,10 @@ void Run::drop_metrics_from(int64_t epoch) const {
               app_.c_str(), (long long)dropped, (long long)epoch, metrics_.c_str());
 }
 
+void Run::add_identity(std::map<std::string, std::string>& meta) const {
+  for (auto& [k, v] : state_.identity) meta["model." + k] = v;
+}
+
 void Run::save(const Position& pos) {
   if (!par_.leader()) return;
   nn::io::Checkpoint c;
@@ -256,7 +260,7 @@ void Run::save(const Position& pos) {
             {"elapsed", num(elapsed())},
             {"world_size", std::to_string(par_.size())},
             {"batch_size", std::to_string(state_.batch_size)}};
-  for (auto& [k, v] : state_.identity) c.meta["model." + k] = v;
+  add_identity(c.meta);
   nn::io::save_generator(c.meta, "rng", nn::default_generator());
   ckpt_->save(c);
 }
@@ -293,24 +297,25 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
     p.loss_sum = v[0] / par_.size();
     save(p);
   }
-  if (stop) {
-    // A rank that got no signal itself stops because another one did (SIGTERM's status).
-    const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
-    std::fflush(stdout);
-    if (!par_.leader())
-      std::fprintf(stderr, "%s: rank %d stops with the others after step %lld\n", app_.c_str(),
-                   par_.rank(), (long long)pos.step);
-    else if (ckpt_)
-      std::fprintf(stderr, "%s: stopped by signal %d after step %lld (epoch %lld, batch %lld); "
-                           "checkpoint saved in '%s': run again with --resume to continue\n",
-                   app_.c_str(), sig, (long long)pos.step, (long long)pos.epoch,
-                   (long long)pos.batch, ckpt_->dir().c_str());
-    else
-      std::fprintf(stderr, "%s: stopped by signal %d after step %lld; no --checkpoint-dir, so "
-                           "nothing was saved\n",
-                   app_.c_str(), sig, (long long)pos.step);
-    throw Stopped{sig};
-  }
+  if (stop) stop_now(pos.step, nn::detail::cat("epoch ", pos.epoch, ", batch ", pos.batch));
+}
+
+void Run::stop_now(int64_t step, const std::string& where) {
+  // A rank that got no signal itself stops because another one did (SIGTERM's status).
+  const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
+  std::fflush(stdout);
+  if (!par_.leader())
+    std::fprintf(stderr, "%s: rank %d stops with the others after step %lld\n", app_.c_str(),
+                 par_.rank(), (long long)step);
+  else if (ckpt_)
+    std::fprintf(stderr, "%s: stopped by signal %d after step %lld (%s); checkpoint saved in "
+                         "'%s': run again with --resume to continue\n",
+                 app_.c_str(), sig, (long long)step, where.c_str(), ckpt_->dir().c_str());
+  else
+    std::fprintf(stderr, "%s: stopped by signal %d after step %lld (%s); no --checkpoint-dir, so "
+                         "nothing was saved\n",
+                 app_.c_str(), sig, (long long)step, where.c_str());
+  throw Stopped{sig};
 }
 
 void Run::sync_gradients() {
@@ -369,18 +374,7 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
   if (s.epoch >= s.epochs) return;
   std::vector<double> stop{nn::train::StopSignal::requested() ? 1.0 : 0.0};
   par_.max(stop);
-  if (stop[0] == 0) return;
-  const int sig = nn::train::StopSignal::requested() ? nn::train::StopSignal::signal_number() : SIGTERM;
-  std::fflush(stdout);
-  if (ckpt_ && par_.leader())
-    std::fprintf(stderr, "%s: stopped by signal %d after step %lld (the end of epoch %lld); "
-                         "checkpoint saved in '%s': run again with --resume to continue\n",
-                 app_.c_str(), sig, (long long)next.step, (long long)s.epoch, ckpt_->dir().c_str());
-  else if (par_.leader())
-    std::fprintf(stderr, "%s: stopped by signal %d after step %lld (the end of epoch %lld); no "
-                         "--checkpoint-dir, so nothing was saved\n",
-                 app_.c_str(), sig, (long long)next.step, (long long)s.epoch);
-  throw Stopped{sig};
+  if (stop[0] != 0) stop_now(next.step, nn::detail::cat("the end of epoch ", s.epoch));
 }
 
 void Run::end_progress_line() const {
@@ -399,7 +393,7 @@ void Run::finish() {
   par_.check_replicas(*state_.model, "at the end of training");
   if (save_model_.empty()) return;
   std::map<std::string, std::string> meta{{"app", app_}, {"command", command_}};
-  for (auto& [k, v] : state_.identity) meta["model." + k] = v;
+  add_identity(meta);
   nn::io::save_safetensors(save_model_, state_.model->state_dict(), meta);
   std::printf("%s: model saved to '%s'\n", app_.c_str(), save_model_.c_str());
 }

@@ -105,6 +105,11 @@ class Run {
   Position load();  // the newest valid checkpoint's position (--resume)
   void drop_metrics_from(int64_t epoch) const;  // --metrics lines of `epoch` and later
   void save(const Position& pos);
+  // state_.identity as "model.KEY" metadata (checkpoints, --save-model)
+  void add_identity(std::map<std::string, std::string>& meta) const;
+  // Says that the run stops after `step` (`where`: its epoch and batch) and how to continue,
+  // then throws Stopped with the signal's number (SIGTERM on a rank that got none itself).
+  [[noreturn]] void stop_now(int64_t step, const std::string& where);
   void end_progress_line() const;  // on a terminal, ends the live progress line
   std::string app_, command_;
   Parallel& par_;

@@ -34,11 +34,10 @@ struct TextData {
 std::map<std::string, std::string> identity(const TextData& d, const std::vector<std::string>& labels,
                                             int64_t max_len) {
   const auto& tokens = d.wordpiece ? d.wordpiece->vocab().tokens() : d.vocab->tokens();
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the tokens, each ended by a line break
-  for (const std::string& t : tokens)
-    for (unsigned char c : t + "\n") h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  uint32_t h = 0;  // CRC-32C of the tokens, each ended by a line break (as vocab.txt holds them)
+  for (const std::string& t : tokens) h = nn::train::crc32c("\n", 1, nn::train::crc32c(t.data(), t.size(), h));
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", unsigned(h));
   std::string joined;
   for (const std::string& l : labels) joined += (joined.empty() ? "" : "\n") + l;
   return {{"labels", joined},

@@ -262,13 +262,17 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   impl_->agree(Impl::kTensors, double(total), double(op) + 4 * double(wide), tensors);
   NoGradGuard ng;
   const DType carrier = wide ? DType::f64 : DType::f32;
+  // `total` carrier values at p, reduced across the ranks in place
+  auto reduce = [&](void* p) {
+    if (wide) impl_->ring_all_reduce(static_cast<double*>(p), size_t(total), op);
+    else impl_->ring_all_reduce(static_cast<float*>(p), size_t(total), op);
+  };
   // One contiguous CPU tensor of the carrier type is reduced where it lies; anything else is
   // gathered into one host buffer: one ring pass, however many gradients there are.
   const Tensor& t0 = tensors.empty() ? Tensor() : tensors[0];
   if (tensors.size() == 1 && t0.device().is_cpu() && t0.dtype() == carrier && t0.is_contiguous()) {
     t0.storage()->bump_version();  // reduced in place (see Storage::version)
-    if (wide) impl_->ring_all_reduce(static_cast<double*>(t0.data_ptr()), size_t(total), op);
-    else impl_->ring_all_reduce(static_cast<float*>(t0.data_ptr()), size_t(total), op);
+    reduce(t0.data_ptr());
     return;
   }
   char* buf = impl_->grow<char>(impl_->staging, size_t(total) * element_size(carrier));
@@ -282,9 +286,8 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
     for (const Tensor& t : tensors) flat.push_back(t.reshape({t.numel()}).to(carrier));
     const Tensor h = concat(flat, 0).to(kCPU);
     std::memcpy(buf, h.data_ptr(), h.nbytes());
-    if (wide) impl_->ring_all_reduce(reinterpret_cast<double*>(buf), size_t(total), op);
-    else impl_->ring_all_reduce(reinterpret_cast<float*>(buf), size_t(total), op);
-    const Tensor back = from_blob(buf, {total}, carrier).to(t0.device());
+    reduce(buf);
+    const Tensor back = from_blob(buf, {total}, carrier, t0.device());  // one upload
     int64_t at = 0;
     for (const Tensor& t : tensors) {
       const_cast<Tensor&>(t).copy_(back.narrow(0, at, t.numel()).reshape(t.shape()));
@@ -298,8 +301,7 @@ void ProcessGroup::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
     if (h.nbytes()) std::memcpy(buf + off, h.data_ptr(), h.nbytes());  // an empty tensor has no data
     off += h.nbytes();
   }
-  if (wide) impl_->ring_all_reduce(reinterpret_cast<double*>(buf), size_t(total), op);
-  else impl_->ring_all_reduce(reinterpret_cast<float*>(buf), size_t(total), op);
+  reduce(buf);
   off = 0;
   for (const Tensor& t : tensors) {
     Tensor view = from_blob(buf + off, t.shape(), carrier);

@@ -288,7 +288,16 @@ bool is_valid_utf8(std::string_view s) {
 
 std::string quote(std::string_view s) {
   std::string o = "\"";
-  for (char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {  // a UTF-8 sequence as it is, else U+FFFD
+      const size_t n = utf8_char_length(s, i);
+      if (n == 0) o += "\\ufffd";
+      else o.append(s.substr(i, n));
+      i += n ? n : 1;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"': o += "\\\""; break;
       case '\\': o += "\\\\"; break;

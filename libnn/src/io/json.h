@@ -30,7 +30,8 @@ Value parse(std::string_view text);
 
 bool is_valid_utf8(std::string_view s);
 
-// `s` as a JSON string literal, with quotes; control characters escaped.
+// `s` as a JSON string literal, with quotes; control characters escaped, and each byte that
+// is not part of valid UTF-8 (a Latin-1 file name) as U+FFFD: JSON is UTF-8.
 std::string quote(std::string_view s);
 
 }  // namespace nn::io::json

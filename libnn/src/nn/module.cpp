@@ -120,12 +120,9 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
   // batch norm's counter, which checkpoints from before PyTorch 0.4.1 lack, starts at 0 (as
   // PyTorch loads them); anything else missing is an error when strict
   std::vector<Tensor*> counters;
-  const std::string counter = "num_batches_tracked";
   for (auto& [name, t] : mine) {
     if (seen.count(name)) continue;
-    if (name.size() >= counter.size() &&
-        name.compare(name.size() - counter.size(), counter.size(), counter) == 0 &&
-        (name.size() == counter.size() || name[name.size() - counter.size() - 1] == '.')) {
+    if (name == "num_batches_tracked" || name.ends_with(".num_batches_tracked")) {
       counters.push_back(&t);
       continue;
     }

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "data/text_internal.h"
+#include "io/json.h"
 
 namespace nn::train {
 
@@ -48,39 +48,6 @@ void Progress::finish() {
   }
 }
 
-namespace {
-// A JSON string of s. Bytes that are not UTF-8 (a file name in Latin-1) become U+FFFD, as
-// a decoder replaces them: JSON is UTF-8, and a reader would reject the line.
-std::string escape(const std::string& s) {
-  std::string o = "\"";
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t at = i;
-      if (text::detail::decode_utf8(s, i) < 0) o += "\\ufffd";
-      else o.append(s, at, i - at);
-      continue;
-    }
-    ++i;
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += char(c);
-        }
-    }
-  }
-  return o + "\"";
-}
-}  // namespace
-
 JsonLine& JsonLine::add(const std::string& key, double v) {
   char buf[32];
   if (std::isfinite(v)) {  // the shortest of 15 or 17 digits that reads back as v
@@ -97,13 +64,13 @@ JsonLine& JsonLine::add(const std::string& key, int64_t v) {
   return *this;
 }
 JsonLine& JsonLine::add(const std::string& key, const std::string& v) {
-  fields_.emplace_back(key, escape(v));
+  fields_.emplace_back(key, io::json::quote(v));
   return *this;
 }
 std::string JsonLine::str() const {
   std::string s = "{";
   for (size_t i = 0; i < fields_.size(); ++i)
-    s += (i ? ", " : "") + escape(fields_[i].first) + ": " + fields_[i].second;
+    s += (i ? ", " : "") + io::json::quote(fields_[i].first) + ": " + fields_[i].second;
   return s + "}";
 }
 
