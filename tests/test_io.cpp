@@ -13,6 +13,8 @@
 
 #include "test_util.h"
 
+#include <zlib.h>
+
 using namespace nn;
 namespace fs = std::filesystem;
 
@@ -170,6 +172,62 @@ TEST_CASE("safetensors loader reads files from other writers", "[io][safetensors
   f = io::load_safetensors(p);
   REQUIRE(f.tensors.empty());
   REQUIRE(f.metadata.empty());
+}
+
+TEST_CASE("a libnn file laid out again by another writer keeps its checksums", "[io][safetensors]") {
+  // Python's safetensors saves tensors in its own order (by alignment, then name); a file
+  // loaded there and saved again unchanged, libnn's metadata passed through, still loads.
+  // Files written before the checksums took names in order (data order) load too.
+  TempDir d;
+  const std::string p = d.file("x.safetensors");
+  Tensor b = tensor({1.5, -2.0}, kF32), a = full({1}, 7, kI64);
+  io::save_safetensors(p, {{"b", b}, {"a", a}}, {{"step", "3"}});
+  const std::string bytes = read_file(p);
+  auto key = [&](const std::string& k) {
+    const std::string marker = "\"" + k + "\":\"";
+    const size_t at = bytes.find(marker);
+    REQUIRE(at != std::string::npos);
+    return bytes.substr(at + marker.size(), 8);
+  };
+  auto layout = [&](const std::string& crc, const std::string& header_crc, bool a_first) {
+    const std::string meta = "{\"__metadata__\":{\"libnn.crc32\":\"" + crc +
+                             "\",\"libnn.header_crc32\":\"" + header_crc + "\",\"step\":\"3\"},";
+    const std::string ta = "\"a\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":";
+    const std::string tb = "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":";
+    return a_first ? st_bytes(meta + ta + "[0,8]}," + tb + "[8,16]}}", raw_bytes(a) + raw_bytes(b))
+                   : st_bytes(meta + tb + "[0,8]}," + ta + "[8,16]}}", raw_bytes(b) + raw_bytes(a));
+  };
+  auto loads = [&](const std::string& file_bytes) {
+    write_file(p, file_bytes);
+    auto f = io::load_safetensors(p);
+    REQUIRE(f.metadata == std::map<std::string, std::string>{{"step", "3"}});
+    REQUIRE(f.tensors.size() == 2);
+    for (auto& [name, t] : f.tensors)
+      REQUIRE(raw_bytes(t) == raw_bytes(name == "a" ? a : b));
+  };
+  const std::string crc = key("libnn.crc32"), header_crc = key("libnn.header_crc32");
+  loads(layout(crc, header_crc, true));   // the other order
+  loads(layout(crc, header_crc, false));  // libnn's own
+  // a tensor changed there, the checksums passed through: refused, saying how to take it
+  std::string changed = layout(crc, header_crc, true);
+  changed[changed.size() - 1] ^= 0x01;
+  write_file(p, changed);
+  require_contains(load_error(p), "checksum mismatch: the file is corrupt or was modified");
+  require_contains(load_error(p), "unless the libnn.* metadata keys are dropped");
+
+  // the checksums of earlier libnn files: over the tensors in data order (b, then a)
+  auto zcrc = [](const std::string& text) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", unsigned(crc32(crc32(0, nullptr, 0),
+        reinterpret_cast<const Bytef*>(text.data()), uInt(text.size()))));
+    return std::string(hex);
+  };
+  const std::string h1 = zcrc(raw_bytes(b) + raw_bytes(a));
+  // header_crc's text: the metadata but its own key, then each name, dtype and shape
+  using namespace std::string_literals;
+  const std::string h2 = zcrc("libnn.crc32\0"s + h1 + "\0step\0" "3\0\1" "b\0F32\0" "2,\0" "a\0I64\0" "1,\0"s);
+  REQUIRE(h1 != crc);  // (the data orders differ, so the two checksums do)
+  loads(layout(h1, h2, false));
 }
 
 TEST_CASE("safetensors loader rejects broken files with clear messages", "[io][safetensors][errors]") {

@@ -48,8 +48,9 @@ def decode(dtype, raw):
     return list(struct.unpack("<%d%s" % (n, code), raw))
 
 
-def parse(blob):
-    """Returns (metadata, {name: (dtype, shape, values)}, names in buffer order)."""
+def parse(blob, legacy=True):
+    """Returns (metadata, {name: (dtype, shape, values)}, names in buffer order). legacy:
+    also take libnn's checksums of files written before 2026-11-29."""
     if len(blob) < 8:
         raise FormatError("file shorter than 8 bytes")
     (n,) = struct.unpack("<Q", blob[:8])
@@ -88,23 +89,32 @@ def parse(blob):
     if pos != len(buf):
         raise FormatError("byte buffer is %d bytes, tensors cover %d" % (len(buf), pos))
     tensors = {name: (dtype, shape, decode(dtype, buf[b:e])) for b, e, name, dtype, shape in entries}
-    # libnn's own metadata: zlib's CRC-32 of the byte buffer, 8 hex digits
-    if "libnn.crc32" in metadata and int(metadata["libnn.crc32"], 16) != zlib.crc32(buf):
-        raise FormatError("libnn.crc32 %s does not match the data (%08x)" % (metadata["libnn.crc32"], zlib.crc32(buf)))
+    # libnn's own metadata: zlib's CRC-32 of the tensors' bytes, 8 hex digits, the tensors
+    # taken in the order of their names (as UTF-8 bytes); files of libnn before 2026-11-29
+    # took them in buffer order
+    by_name = sorted(entries, key=lambda e: e[2].encode())
+    orders = [by_name, entries] if legacy else [by_name]
+    if "libnn.crc32" in metadata:
+        crcs = [zlib.crc32(b"".join(buf[e[0]:e[1]] for e in order)) for order in orders]
+        if int(metadata["libnn.crc32"], 16) not in crcs:
+            raise FormatError("libnn.crc32 %s does not match the data (%08x)" % (metadata["libnn.crc32"], crcs[0]))
     # ...and the CRC-32 of the rest of the header: every other metadata entry in key order
-    # (by code point, as UTF-8), then each tensor's name, dtype and shape in buffer order,
+    # (by code point, as UTF-8), then each tensor's name, dtype and shape in the same order,
     # NUL-separated
     if "libnn.header_crc32" in metadata:
-        text = b"".join(k.encode() + b"\0" + v.encode() + b"\0"
+        meta = b"".join(k.encode() + b"\0" + v.encode() + b"\0"
                         for k, v in sorted(metadata.items(), key=lambda kv: kv[0].encode())
-                        if k != "libnn.header_crc32")
-        text += b"\1"
-        for _, _, name, dtype, shape in entries:
-            text += name.encode() + b"\0" + dtype.encode() + b"\0"
-            text += b"".join(b"%d," % d for d in shape) + b"\0"
-        if int(metadata["libnn.header_crc32"], 16) != zlib.crc32(text):
+                        if k != "libnn.header_crc32") + b"\1"
+        crcs = []
+        for order in orders:
+            text = meta
+            for _, _, name, dtype, shape in order:
+                text += name.encode() + b"\0" + dtype.encode() + b"\0"
+                text += b"".join(b"%d," % d for d in shape) + b"\0"
+            crcs.append(zlib.crc32(text))
+        if int(metadata["libnn.header_crc32"], 16) not in crcs:
             raise FormatError("libnn.header_crc32 %s does not match the header (%08x)"
-                              % (metadata["libnn.header_crc32"], zlib.crc32(text)))
+                              % (metadata["libnn.header_crc32"], crcs[0]))
     return metadata, tensors, [e[2] for e in entries]
 
 
@@ -127,7 +137,7 @@ def check_sample(path):
     blob = open(path, "rb").read()
     (n,) = struct.unpack("<Q", blob[:8])
     assert (8 + n) % 8 == 0, "data section not 8-byte aligned"
-    metadata, tensors, order = parse(blob)
+    metadata, tensors, order = parse(blob, legacy=False)  # (written now: names' order)
     assert "libnn.crc32" in metadata, "no libnn.crc32 in the metadata"
     crc = metadata.pop("libnn.crc32")
     assert "libnn.header_crc32" in metadata, "no libnn.header_crc32 in the metadata"

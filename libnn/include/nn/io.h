@@ -11,12 +11,15 @@
 
 namespace nn::io {
 
-// Metadata key holding the zlib CRC-32 of the data section (8 hex digits). libnn adds it on
-// save and checks it on load when present; other readers ignore unknown metadata.
+// Metadata key holding the zlib CRC-32 of the tensors' data (8 hex digits), taken tensor by
+// tensor in the order of their names, so that it holds whatever order a writer lays them out
+// in. libnn adds it on save and checks it on load when present; other readers ignore
+// unknown metadata.
 inline constexpr const char* kChecksumKey = "libnn.crc32";
 // Metadata key holding the CRC-32 of the rest of the header: every other metadata entry and
-// each tensor's name, dtype and shape (a flipped byte there, a checkpoint's step say, would
-// pass the data's checksum). Added on save, checked on load when present.
+// each tensor's name, dtype and shape, in the order of the names (a flipped byte there, a
+// checkpoint's step say, would pass the data's checksum). Added on save, checked on load
+// when present.
 inline constexpr const char* kHeaderChecksumKey = "libnn.header_crc32";
 
 // Writes `tensors` (any device, any layout: each is written as detach().cpu().contiguous())

@@ -59,25 +59,46 @@ uLong crc_update(uLong crc, const void* data, size_t n) {
   return crc;
 }
 
-// The header as kHeaderChecksumKey covers it: the metadata (sorted, as std::map keeps it)
-// but for that key, then each tensor's name, dtype and shape in data order; NUL-separated.
+// Both checksums take the tensors in the order of their names (files libnn wrote before
+// 2026-11-29 took them in data order, still accepted on load): another safetensors writer
+// lays tensors out in its own order (Python's by alignment, then name), so a file loaded and
+// saved again unchanged, metadata passed through, keeps its checksums.
 struct HeaderTensor {
   const std::string& name;
   DType dtype;
   const Shape& shape;
+  const Tensor* data = nullptr;  // (for the data checksum, once read)
 };
+std::vector<const HeaderTensor*> in_order(const std::vector<HeaderTensor>& tensors, bool by_name) {
+  std::vector<const HeaderTensor*> order;
+  for (auto& t : tensors) order.push_back(&t);
+  if (by_name)
+    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  return order;
+}
+
+// The header as kHeaderChecksumKey covers it: the metadata (sorted, as std::map keeps it)
+// but for that key, then each tensor's name, dtype and shape; NUL-separated.
 uint32_t header_crc(const std::map<std::string, std::string>& meta,
-                    const std::vector<HeaderTensor>& tensors) {
+                    const std::vector<HeaderTensor>& tensors, bool by_name = true) {
   std::string text;
   for (auto& [k, v] : meta)
     if (k != kHeaderChecksumKey) text += detail::cat(k, '\0', v, '\0');
   text += '\1';
-  for (auto& t : tensors) {
-    text += detail::cat(t.name, '\0', st_name(t.dtype), '\0');
-    for (int64_t d : t.shape) text += detail::cat(d, ',');
+  for (const HeaderTensor* t : in_order(tensors, by_name)) {
+    text += detail::cat(t->name, '\0', st_name(t->dtype), '\0');
+    for (int64_t d : t->shape) text += detail::cat(d, ',');
     text += '\0';
   }
   return uint32_t(crc_update(crc32(0, nullptr, 0), text.data(), text.size()));
+}
+
+// kChecksumKey's CRC: the tensors' bytes, one after another.
+uint32_t data_crc(const std::vector<HeaderTensor>& tensors, bool by_name = true) {
+  uLong crc = crc32(0, nullptr, 0);
+  for (const HeaderTensor* t : in_order(tensors, by_name))
+    crc = crc_update(crc, t->data->data_ptr(), t->data->nbytes());
+  return uint32_t(crc);
 }
 
 std::string hex32(uint32_t v) {
@@ -203,14 +224,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     NN_CHECK(json::is_valid_utf8(k) && json::is_valid_utf8(v), where, "metadata ",
              json::quote(k), " is not valid UTF-8");
 
-  uLong crc = crc32(0, nullptr, 0);
-  for (auto& t : host) crc = crc_update(crc, t.data_ptr(), t.nbytes());
-  std::map<std::string, std::string> meta = metadata;
-  meta.erase(kHeaderChecksumKey);
-  meta[kChecksumKey] = hex32(uint32_t(crc));
   std::vector<HeaderTensor> described;
   for (size_t i = 0; i < host.size(); ++i)
-    described.push_back({tensors[i].first, host[i].dtype(), host[i].shape()});
+    described.push_back({tensors[i].first, host[i].dtype(), host[i].shape(), &host[i]});
+  std::map<std::string, std::string> meta = metadata;
+  meta.erase(kHeaderChecksumKey);
+  meta[kChecksumKey] = hex32(data_crc(described));
   meta[kHeaderChecksumKey] = hex32(header_crc(meta, described));
 
   // Built with detail::cat: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
@@ -333,27 +352,36 @@ SafetensorsFile load_safetensors(const std::string& path) {
     return uint32_t(std::stoul(s, nullptr, 16));
   };
   const std::optional<uint32_t> want_crc = read_hex32(kChecksumKey);
+  // (a file another tool changed, passing libnn's metadata through, fails these checks:
+  // dropping the libnn.* keys from its metadata takes the file as it is)
+  const char* kModified = "; a file edited by another tool keeps libnn's checksums unless "
+                          "the libnn.* metadata keys are dropped";
   if (const auto want = read_hex32(kHeaderChecksumKey)) {
     out.metadata.erase(kHeaderChecksumKey);
     std::vector<HeaderTensor> described;
     for (auto& e : entries) described.push_back({e.name, e.dtype, e.shape});
     const uint32_t got = header_crc(out.metadata, described);  // (kChecksumKey included)
-    NN_CHECK(*want == got, where, "header checksum mismatch: the metadata or a tensor's name, "
-             "dtype or shape was corrupted or modified (", kHeaderChecksumKey, " is ", hex32(*want),
-             ", the header gives ", hex32(got), ")");
+    NN_CHECK(*want == got || *want == header_crc(out.metadata, described, false), where,
+             "header checksum mismatch: the metadata or a tensor's name, dtype or shape was "
+             "corrupted or modified (", kHeaderChecksumKey, " is ", hex32(*want),
+             ", the header gives ", hex32(got), ")", kModified);
   }
   out.metadata.erase(kChecksumKey);
 
-  uLong crc = crc32(0, nullptr, 0);
+  std::vector<HeaderTensor> loaded;
   for (auto& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
     read_exact(f.get(), t.data_ptr(), t.nbytes(), where, ("the data of '" + e.name + "'").c_str());
-    crc = crc_update(crc, t.data_ptr(), t.nbytes());
     out.tensors.emplace_back(e.name, std::move(t));
   }
-  NN_CHECK(!want_crc || *want_crc == uint32_t(crc), where,
-           "checksum mismatch: the file is corrupt or was modified (", kChecksumKey, " is ",
-           hex32(*want_crc), ", the data gives ", hex32(uint32_t(crc)), ")");
+  for (size_t i = 0; i < entries.size(); ++i)
+    loaded.push_back({entries[i].name, entries[i].dtype, entries[i].shape, &out.tensors[i].second});
+  if (want_crc) {
+    const uint32_t got = data_crc(loaded);
+    NN_CHECK(*want_crc == got || *want_crc == data_crc(loaded, false), where,
+             "checksum mismatch: the file is corrupt or was modified (", kChecksumKey, " is ",
+             hex32(*want_crc), ", the data gives ", hex32(got), ")", kModified);
+  }
   return out;
 }
 
