@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <pthread.h>
+
 using namespace nn;
 using test::require_values;
 
@@ -221,6 +223,43 @@ TEST_CASE("non-scalar backward takes the output gradient", "[autograd]") {
   Tensor y = x * x;
   y.backward(tensor({1, 0, 2}, kF64));
   require_values(x.grad(), {2, 0, 12});
+}
+
+TEST_CASE("a long graph is freed without recursion, with or without backward", "[autograd]") {
+  // 100,000 chained ops on a thread with a 1 MiB stack: freed node by node recursively,
+  // such a chain needed several MiB (200,000 overflowed the main thread's 8 MiB)
+  struct Run {
+    bool backward;
+    double grad = 0;
+    std::string error;
+  };
+  auto body = [](void* arg) -> void* {
+    auto* run = static_cast<Run*>(arg);
+    try {
+      Tensor x = tensor({1.0}, kF64).requires_grad_();
+      {
+        Tensor total = x;
+        for (int i = 0; i < 100000; ++i) total = total + 1.0;
+        if (run->backward) total.backward();
+      }  // (the graph dies here)
+      if (run->backward) run->grad = x.grad().item();
+    } catch (const std::exception& e) {
+      run->error = e.what();
+    }
+    return nullptr;
+  };
+  for (bool backward : {false, true}) {
+    Run run{backward};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, size_t(1) << 20);
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, &attr, body, &run) == 0);
+    pthread_join(thread, nullptr);
+    pthread_attr_destroy(&attr);
+    REQUIRE(run.error.empty());
+    if (backward) REQUIRE(run.grad == 1.0);
+  }
 }
 
 TEST_CASE("gradcheck detects a wrong backward rule", "[autograd][gradcheck]") {

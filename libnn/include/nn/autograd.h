@@ -30,6 +30,11 @@ class Node {
       : name_(std::move(name)), inputs_(std::move(inputs)),
         input_shapes_(std::move(input_shapes)), input_dtypes_(std::move(input_dtypes)),
         fn_(std::move(fn)) {}
+  // Frees the graph behind it without recursion (a chain of 10^5 ops, a running total of
+  // losses say, overflowed the stack when its nodes freed one another recursively).
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
 
   const std::string& name() const { return name_; }
   const std::vector<Edge>& inputs() const { return inputs_; }

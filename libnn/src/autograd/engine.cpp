@@ -78,6 +78,22 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
   output.impl()->requires_grad = true;
 }
 
+Node::~Node() {
+  // Nodes only this one holds are taken off their edges before they die, so each dies with
+  // no node left to free: the graph is freed from a work list, not on the call stack.
+  std::vector<std::shared_ptr<Node>> dying;
+  auto take_from = [&](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.node && e.node.use_count() == 1) dying.push_back(std::move(e.node));
+  };
+  take_from(inputs_);
+  while (!dying.empty()) {
+    std::shared_ptr<Node> n = std::move(dying.back());
+    dying.pop_back();
+    take_from(n->inputs_);
+  }
+}
+
 void Node::set_saved(const std::vector<Tensor>& saved) {
   saved_.clear();
   for (const Tensor& t : saved)
