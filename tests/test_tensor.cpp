@@ -14,6 +14,15 @@ TEST_CASE("factories fill shapes, dtypes and values", "[tensor]") {
   require_values(full({3}, 2.5, kF64), {2.5, 2.5, 2.5});
   require_values(arange(4), {0, 1, 2, 3});
   require_values(arange(1.0, 2.0, 0.25, kF64), {1, 1.25, 1.5, 1.75});
+  require_values(arange(3.0, 0.0, -1.5, kF64), {3, 1.5});
+  REQUIRE(arange(0).numel() == 0);
+  REQUIRE(arange(2.0, 2.0, -1.0, kF64).numel() == 0);
+  // as PyTorch: an end behind start for the step's sign is an error, as are NaN and sizes
+  // past int64 (whose conversion was undefined)
+  REQUIRE(test::error_of([] { arange(-1); }).find("not reachable") != std::string::npos);
+  REQUIRE(test::error_of([] { arange(0.0, 1.0, -0.5); }).find("not reachable") != std::string::npos);
+  REQUIRE(test::error_of([] { arange(0.0, NAN, 1.0); }).find("finite") != std::string::npos);
+  REQUIRE(test::error_of([] { arange(0.0, 1e30, 1.0); }).find("too many") != std::string::npos);
   REQUIRE(tensor({1, 2, 3}, kI32).dtype() == kI32);
   REQUIRE(from_vector<int64_t>({1, 2, 3, 4}, {2, 2}).to_vector<int64_t>() ==
           std::vector<int64_t>{1, 2, 3, 4});
@@ -171,6 +180,12 @@ TEST_CASE("add_ of a tensor or a scalar, in place", "[tensor]") {
   Tensor f = full({2}, 1.5, kF32);
   f.add_(-0.25);
   require_values(f, {1.25, 1.25});
+  // as libtorch: a floating operand is not truncated into an integer tensor; i64 into i32 is
+  Tensor i = tensor({1, 2, 3}, kI32);
+  REQUIRE(test::error_of([&] { i.add_(tensor({0.5, 0.7, -0.9}, kF32)); }).find("would be truncated") != std::string::npos);
+  i.add_(tensor({1, 1, 1}, kI64));
+  REQUIRE(i.dtype() == kI32);
+  require_values(i, {2, 3, 4});
 }
 
 TEST_CASE("view refuses incompatible strides, reshape copies", "[tensor][views]") {
@@ -287,6 +302,9 @@ TEST_CASE("printing", "[tensor]") {
   REQUIRE(s.find("tensor([1.0000, 2.5000]") == 0);
   REQUIRE(s.find("dtype=f32") != std::string::npos);
   REQUIRE(arange(3, kI64).str().find("[0, 1, 2]") != std::string::npos);
+  // 64-bit integers print exactly (through a double, INT64_MAX printed as INT64_MIN)
+  const std::string i64 = from_vector<int64_t>({INT64_MAX, (int64_t(1) << 53) + 1, -3}, {3}).str();
+  REQUIRE(i64.find("[9223372036854775807, 9007199254740993, -3]") != std::string::npos);
   std::string big = arange(5000).str();
   REQUIRE(big.find("...") != std::string::npos);
   REQUIRE(big.size() < 400);
@@ -300,6 +318,14 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
   REQUIRE(test::error_of([] { ones({2}).select(1, 0); }).find("out of range") != std::string::npos);
   REQUIRE(test::error_of([] { Device("gpu"); }).find("unknown device") != std::string::npos);
   REQUIRE(test::error_of([] { dtype_from_name("f8"); }).find("unknown dtype") != std::string::npos);
+  // factories do not wrap or saturate a value an integer dtype cannot hold (300 as u8 was 44)
+  for (auto [value, dt] : {std::pair{300.0, kU8}, {-1.0, kU8}, {1e20, kI64}, {0x1p31, kI32}, {0.5, kI32}, {double(NAN), kI64}}) {
+    INFO(value << " as " << dt);
+    REQUIRE(test::error_of([=] { full({2}, value, dt); }).find("cannot be stored in a") != std::string::npos);
+    REQUIRE(test::error_of([=] { tensor({1, value}, dt); }).find("cannot be stored in a") != std::string::npos);
+  }
+  require_values(full({1}, 255, kU8), {255});
+  require_values(tensor({-0x1p31, 0x1p31 - 1}, kI32), {-0x1p31, 0x1p31 - 1});
   if (!cuda_available()) {
     std::string msg = test::error_of([] { ones({2}).to(kCUDA); });
     REQUIRE((msg.find("without CUDA") != std::string::npos ||

@@ -11,20 +11,22 @@ namespace {
 constexpr int64_t kEdge = 3;         // elements shown at each end of a summarised dim
 constexpr int64_t kSummarise = 1000;  // summarise tensors with more elements than this
 
-std::string fmt(double v, bool floating, bool sci) {
+// Integers print from their own values (through a double, 2^53 + 1 printed as 2^53).
+std::string fmt(int64_t v, bool) { return std::to_string(v); }
+std::string fmt(double v, bool sci) {
   char buf[64];
-  if (!floating) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
-  else if (std::isnan(v)) std::snprintf(buf, sizeof buf, "nan");
+  if (std::isnan(v)) std::snprintf(buf, sizeof buf, "nan");
   else if (std::isinf(v)) std::snprintf(buf, sizeof buf, v > 0 ? "inf" : "-inf");
   else std::snprintf(buf, sizeof buf, sci ? "%.4e" : "%.4f", v);
   return buf;
 }
 
-void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape,
-               const Shape& strides, int64_t dim, int64_t base, bool floating, bool sci,
+template <typename T>
+void print_rec(std::ostream& os, const std::vector<T>& v, const Shape& shape,
+               const Shape& strides, int64_t dim, int64_t base, bool sci,
                bool summarise, int indent) {
   if (shape.empty()) {
-    os << fmt(v[base], floating, sci);
+    os << fmt(v[base], sci);
     return;
   }
   int64_t n = shape[dim];
@@ -37,10 +39,10 @@ void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shap
       continue;
     }
     if (dim + 1 == int64_t(shape.size())) {
-      os << fmt(v[base + i * strides[dim]], floating, sci);
+      os << fmt(v[base + i * strides[dim]], sci);
       if (i + 1 < n) os << ", ";
     } else {
-      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], floating, sci,
+      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], sci,
                 summarise, indent + 1);
       if (i + 1 < n) os << "," << std::string(shape.size() - dim - 1, '\n')
                         << std::string(indent + 1, ' ');
@@ -69,8 +71,10 @@ std::string Tensor::str() const {
     strides[i] = s;
     s *= shape()[i];
   }
+  const bool summarise = numel() > kSummarise;
   if (numel() == 0) os << "[]";
-  else print_rec(os, v, shape(), strides, 0, 0, floating, sci, numel() > kSummarise, 7);
+  else if (floating) print_rec(os, v, shape(), strides, 0, 0, sci, summarise, 7);
+  else print_rec(os, to_vector<int64_t>(), shape(), strides, 0, 0, sci, summarise, 7);
   os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype());
   if (!device().is_cpu()) os << ", device=" << device().str();
   if (requires_grad()) os << ", requires_grad";

@@ -197,6 +197,7 @@ Tensor empty(const Shape& shape, TensorOptions opts, MemoryFormat f) {
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  check_value_fits(opts.dtype_, value, "full");
   Tensor t = empty(shape, opts.requires_grad(false));
   backend::of(t).fill(t, value);
   if (opts.requires_grad_) t.requires_grad_(true);
@@ -211,7 +212,14 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0, double(end), 1, opts); }
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   NN_CHECK(step != 0, "arange: step must be non-zero");
-  int64_t n = std::max<int64_t>(0, int64_t(std::ceil((end - start) / step)));
+  NN_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+           "arange: start, end and step must be finite, got ", start, ", ", end, ", ", step);
+  // as PyTorch: an end on the wrong side of start for the step's sign is an error, not empty
+  NN_CHECK(end == start || (end > start) == (step > 0), "arange: end ", end,
+           " is not reachable from start ", start, " with step ", step);
+  double count = std::ceil((end - start) / step);
+  NN_CHECK(count < 0x1p62, "arange: ", count, " elements are too many");
+  auto n = int64_t(count);
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = start + double(i) * step;
   return tensor(v, {n}, opts);
@@ -252,6 +260,7 @@ Tensor from_blob(const void* data, const Shape& shape, DType dtype, Device devic
 }
 
 Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  for (double v : values) check_value_fits(opts.dtype_, v, "tensor");
   Tensor d = from_vector(values, shape);
   Tensor t = d.to(opts.dtype_).to(opts.device_);
   if (t.is_same(d)) t = d;
@@ -313,6 +322,11 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   NN_CHECK(broadcast_shapes(other.shape(), shape()) == shape(), "add_: operand of shape ",
            shape_str(other.shape()), " does not broadcast to ", shape_str(shape()));
   if (alpha != 1.0) check_scalar_fits(other, alpha, "add_");
+  // as libtorch: a floating sum is not stored into an integer tensor (f32 added into i32 was
+  // truncated silently); within a kind (f32 into f16, i64 into i32) it is converted
+  NN_CHECK(is_floating(dtype()) || !is_floating(other.dtype()), "add_: a ",
+           dtype_name(other.dtype()), " operand added into a ", dtype_name(dtype()),
+           " tensor would be truncated; convert the tensor first (.to(kF32))");
   check_no_internal_overlap(*this, "add_");
   begin_inplace(*this, "add_", &other);
   NoGradGuard ng;

@@ -41,4 +41,14 @@ inline void check_scalar_fits(const Tensor& a, double b, const char* op) {
            "(.to(kF64))");
 }
 
+// A value stored into an integer tensor by a factory (full, tensor): whole and within the
+// dtype's range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated).
+inline void check_value_fits(DType dt, double v, const char* op) {
+  if (is_floating(dt)) return;
+  const double lo = dt == kU8 ? 0 : dt == kI32 ? -0x1p31 : -0x1p63;
+  const double end = dt == kU8 ? 256 : dt == kI32 ? 0x1p31 : 0x1p63;  // (exclusive)
+  NN_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= lo && v < end, op, ": the value ",
+           v, " cannot be stored in a ", dtype_name(dt), " tensor without changing it");
+}
+
 }  // namespace nn
