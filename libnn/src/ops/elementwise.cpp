@@ -366,8 +366,12 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
     if (std::abs(bound) < 0x1p63) check_scalar_fits(x, bound, "clamp");
   Tensor y = unary_raw(UnaryOp::clamp, x, lo, hi);
   record("clamp", {x}, y, {x}, [xs = x.detach(), lo, hi](const Tensor& g, auto&) {
-    Tensor inside = mul(ge(xs, full({}, lo, xs.options())), le(xs, full({}, hi, xs.options())));
-    return std::vector<Tensor>{mul(g, inside)};
+    // as PyTorch (2.x): strictly inside the bounds, so an input on a bound gets no gradient;
+    // an infinite bound is no bound
+    Tensor out = g;
+    if (std::isfinite(lo)) out = mul(out, gt(xs, full({}, lo, xs.options())));
+    if (std::isfinite(hi)) out = mul(out, lt(xs, full({}, hi, xs.options())));
+    return std::vector<Tensor>{out};
   });
   return y;
 }
