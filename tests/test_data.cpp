@@ -240,6 +240,36 @@ TEST_CASE("DataLoader reports errors from the dataset", "[data][loader][errors]"
   data::DataLoader dl(std::make_shared<Failing>(), o);
   std::string e = test::error_of([&] { for (auto& b : dl) (void)b; });
   REQUIRE(e.find("sample 4 is unreadable") != std::string::npos);
+  // a loop may skip a bad batch and go on, as in PyTorch: batch 1 (samples 4-7) throws, the
+  // iterator stands on it with no batch (not batch 0's), then the next ones come; with
+  // prefetch the next ++ waited forever for the worker that had died
+  struct SkipOne : data::Dataset {
+    int64_t size() const override { return 12; }
+    data::Batch get_batch(const std::vector<int64_t>& idx) const override {
+      if (idx[0] == 4) NN_ERROR("sample 4 is unreadable");
+      return {full({int64_t(idx.size())}, double(idx[0])), zeros({int64_t(idx.size())}, kI64)};
+    }
+  };
+  for (bool prefetch : {true, false}) {
+    INFO("prefetch " << prefetch);
+    o.prefetch = prefetch;
+    data::DataLoader skipping(std::make_shared<SkipOne>(), o);
+    std::vector<double> firsts;
+    int errors = 0;
+    auto it = skipping.begin();
+    while (it != skipping.end()) {
+      firsts.push_back(it->data.defined() ? it->data.to_vector<float>()[0] : -1);
+      try {
+        ++it;
+      } catch (const Error& err) {
+        REQUIRE(std::string(err.what()).find("sample 4 is unreadable") != std::string::npos);
+        REQUIRE(it.index() == 1);
+        ++errors;
+      }
+    }
+    REQUIRE(errors == 1);
+    REQUIRE(firsts == std::vector<double>{0, -1, 8});
+  }
   REQUIRE(test::error_of([] { data::TensorDataset(zeros({3, 2}), zeros({4})); }).find("same number of rows") !=
           std::string::npos);
   REQUIRE(test::error_of([] {

@@ -518,6 +518,16 @@ TEST_CASE("data loader shards: one step of all shards covers one batch of the wh
   int64_t batches = 0;
   for (auto& batch : empty) batches += batch.data.numel() >= 0;
   REQUIRE(batches == 0);
+  // shards past int64's middle: sample 0 is shard 0's, and n - s + k - 1 overflowed
+  o.shards = INT64_MAX - 5;
+  o.shard = 0;
+  REQUIRE(data::DataLoader(two, o).size() == 1);
+  o.shard = 1;
+  REQUIRE(data::DataLoader(two, o).size() == 1);
+  o.shard = INT64_MAX - 6;
+  REQUIRE(data::DataLoader(two, o).size() == 0);
+  o.shards = 3;
+  o.shard = 2;
   o.even_shards = true;
   require_contains(test::error_of([&] { data::DataLoader dl(two, o); }), "2 samples cannot be split into 3 shards");
   o.even_shards = false;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -199,10 +200,14 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   int64_t shard = 0, shards = 1;
   if (a.count("shard")) {
     const std::string v = a["shard"].as<std::string>();
-    long long i = -1, n = 0;
-    char extra = 0;
-    if (std::sscanf(v.c_str(), "%lld/%lld%c", &i, &n, &extra) == 2) shard = i, shards = n;
-    else shards = 0;
+    // (from_chars: sscanf's %lld took 99999999999999999999 as LLONG_MAX, silently)
+    const size_t slash = v.find('/');
+    auto whole = [&](size_t from, size_t to, int64_t& out) {
+      const auto r = std::from_chars(v.data() + from, v.data() + to, out);
+      return from < to && r.ec == std::errc() && r.ptr == v.data() + to;
+    };
+    if (slash == std::string::npos || !whole(0, slash, shard) || !whole(slash + 1, v.size(), shards))
+      shards = 0;
     if (shards < 1 || shard < 0 || shard >= shards)
       throw UsageError("--shard must be I/N with 0 <= I < N, got '" + v + "'");
   }

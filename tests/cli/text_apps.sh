@@ -191,6 +191,8 @@ bad_inputs)
   "$e" 2 "--shard must be I/N with 0 <= I < N, got '3/3'" -- "$mlp" --data synthetic --synthetic-size 50 \
        --eval-only --load-model "$out/m2.st" --shard 3/3
   "$e" 2 "--shard must be I/N" -- "$mlp" --data synthetic --eval-only --load-model "$out/m2.st" --shard 1/2x
+  "$e" 2 "--shard must be I/N" -- "$mlp" --data synthetic --eval-only --load-model "$out/m2.st" \
+       --shard 0/99999999999999999999
   "$e" 2 "not with --world-size > 1" -- "$mlp" --data synthetic --eval-only --load-model "$out/m2.st" \
        --shard 0/2 --world-size 2
   "$e" 1 "cannot open '$out/none/p.jsonl' for writing \(--predictions\)" -- "$mlp" --data synthetic \

@@ -163,7 +163,9 @@ struct DataLoaderOptions {
   bool even_shards = true;
 };
 
-// Iterating yields the batches of one epoch; each new iteration starts the next epoch.
+// Iterating yields the batches of one epoch; each new iteration starts the next epoch. A
+// batch whose samples fail to load throws from begin() or ++ (with or without prefetch);
+// the iteration can go on past it, as PyTorch's does, to the next batch.
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts);
@@ -214,8 +216,11 @@ class DataLoader {
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Batch> queue_;
-  std::exception_ptr error_;
+  struct Prepared {  // a batch, or the error making it threw
+    Batch batch;
+    std::exception_ptr error;
+  };
+  std::deque<Prepared> queue_;
   bool stop_ = false;
 };
 

@@ -25,7 +25,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts)
 
 int64_t DataLoader::size() const {
   const int64_t n = dataset_->size(), k = opts_.shards, s = opts_.shard;
-  return opts_.even_shards ? n / k : (n - s + k - 1) / k;
+  return opts_.even_shards ? n / k : s < n ? (n - s - 1) / k + 1 : 0;  // (n - s + k - 1 overflows)
 }
 
 DataLoader::~DataLoader() { stop_worker(); }
@@ -74,7 +74,6 @@ void DataLoader::stop_worker() {
   cv_.notify_all();
   worker_.join();
   queue_.clear();
-  error_ = nullptr;
   stop_ = false;
 }
 
@@ -92,19 +91,16 @@ DataLoader::Iterator DataLoader::begin() {
     worker_ = std::thread([this, first, total, threads] {
       omp_set_num_threads(threads);
       for (int64_t b = first; b < total; ++b) {
-        Batch batch;
+        Prepared p;
         try {
-          batch = make_batch(b);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu_);
-          error_ = std::current_exception();
-          cv_.notify_all();
-          return;
+          p.batch = make_batch(b);
+        } catch (...) {  // thrown where this batch is taken; the next ones still come
+          p.error = std::current_exception();
         }
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || queue_.size() < kQueueDepth; });
         if (stop_) return;
-        queue_.push_back(std::move(batch));
+        queue_.push_back(std::move(p));
         cv_.notify_all();
       }
     });
@@ -117,21 +113,17 @@ DataLoader::Iterator DataLoader::begin() {
 Batch DataLoader::next_batch(int64_t b) {
   if (!opts_.prefetch) return make_batch(b);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !queue_.empty() || error_; });
-  if (queue_.empty() && error_) {
-    std::exception_ptr e = error_;
-    lock.unlock();
-    stop_worker();
-    std::rethrow_exception(e);
-  }
-  Batch batch = std::move(queue_.front());
+  cv_.wait(lock, [&] { return !queue_.empty(); });
+  Prepared p = std::move(queue_.front());
   queue_.pop_front();
   cv_.notify_all();
-  return batch;
+  if (p.error) std::rethrow_exception(p.error);
+  return std::move(p.batch);
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
   ++index_;
+  current_ = Batch();  // (a batch that fails leaves no stale one behind)
   if (index_ < dl_->num_batches()) current_ = dl_->next_batch(index_);
   else {
     current_ = Batch();
