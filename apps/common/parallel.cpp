@@ -20,7 +20,12 @@ void add_parallel_options(cxxopts::Options& opts) {
 }
 
 nn::dist::Options Parallel::options(const cxxopts::ParseResult& a) {
-  nn::dist::Options o = nn::dist::options_from_env();
+  nn::dist::Options o;
+  try {
+    o = nn::dist::options_from_env();
+  } catch (const nn::Error& e) {  // a bad $WORLD_SIZE, $RANK or $MASTER_PORT is bad usage too
+    throw UsageError(e.what());
+  }
   if (a.count("world-size")) o.world_size = a["world-size"].as<int>();
   if (a.count("rank")) o.rank = a["rank"].as<int>();
   if (a.count("master")) {

@@ -269,7 +269,7 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
   const bool log = pos.batch % log_every_ == 0 || pos.batch == batches;
   const bool stop = par_.group() ? stop_agreed_ : nn::train::StopSignal::requested();
   const bool checkpoint = ckpt_ && ((every_ > 0 && pos.step % every_ == 0) || stop);
-  if (!log && !checkpoint) return;
+  if (!log && !checkpoint && !stop) return;  // (a stop without --checkpoint-dir waited for a log step)
   const double sum = loss_sum();
   const double mean = sum / double(std::max<int64_t>(pos.batch, 1));
   if (!std::isfinite(mean) || stop) end_progress_line();  // the message goes on a line of its own

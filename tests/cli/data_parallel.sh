@@ -162,6 +162,7 @@ expect() {  # CODE REGEX COMMAND...
 }
 expect 2 "--rank must be from 0 to 1 for world size 2, got 2" "$app" --world-size 2 --rank 2
 expect 2 "--master must be ADDR:PORT" "$app" --world-size 2 --master localhost
+expect 2 "MASTER_PORT='0' is not a whole number" env MASTER_PORT=0 "$app" --world-size 2
 expect 1 "cannot connect to rank 0 \(the master, 127.0.0.1:[0-9]+\)" \
   "$app" "${args[@]}" --world-size 2 --rank 1 --master 127.0.0.1:"$(port)" --dist-timeout 1
 expect 1 "timed out after 1 s waiting for 1 more rank" \

@@ -3,12 +3,13 @@
 # Fashion-MNIST once straight through and once stopped by SIGTERM mid-epoch (after its first
 # periodic checkpoint) and resumed, then requires the two final models to be identical bit
 # for bit (the tensor bytes of the two safetensors files, whose headers differ only in the
-# command line). Also checks the stop's exit status (143) and message.
+# command line). Also checks the stop's exit status (143) and message, and that a run with
+# no --checkpoint-dir stops as promptly.
 set -uo pipefail
 source "$(dirname "$0")/wait_checkpoint.sh"
 app=$1; data=$2
 work=$(mktemp -d)
-trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill %1 %2 2>/dev/null; rm -rf "$work"' EXIT
 args=(--dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 1536 --batch-size 64
       --epochs 2 --seed 11 --threads 2 --log-every 1000)
 
@@ -33,3 +34,25 @@ grep -q "resumed from step" "$work/second.log" || { echo "did not resume:"; cat 
 
 "$(dirname "$0")/same_tensors.py" "$work/straight.safetensors" "$work/resumed.safetensors" 1000000 || exit 1
 echo "stopped at: $(grep -o 'after step [0-9]*' "$work/first.log")"
+
+# Without --checkpoint-dir a stop ends the run after the step in progress as well; it waited
+# for the next --log-every step or the epoch's end. Stopped early in epoch 2 (steps 101-200),
+# once epoch 1's metrics are written, it must end well before step 200.
+"$app" --dataset fashion-mnist --data-dir "$data" --model cnn --train-samples 6400 \
+  --test-samples 256 --batch-size 64 --epochs 2 --seed 11 --threads 2 --log-every 1000 \
+  --metrics "$work/nockpt.jsonl" > "$work/nockpt.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 3000); do [[ -s "$work/nockpt.jsonl" ]] && break; sleep 0.1; done
+[[ -s "$work/nockpt.jsonl" ]] || { echo "no metrics after 300 s:"; cat "$work/nockpt.log"; exit 1; }
+kill -TERM $pid
+wait $pid
+rc=$?
+if [[ $rc -ne 143 ]]; then echo "expected exit status 143 after SIGTERM, got $rc:"; cat "$work/nockpt.log"; exit 1; fi
+step=$(grep -o 'stopped by signal 15 after step [0-9]*' "$work/nockpt.log" | grep -o '[0-9]*$')
+if [[ -z $step ]] || ((step <= 100 || step >= 190)); then
+  echo "expected a stop early in epoch 2 (after step 101 or soon after), got '${step}':"
+  cat "$work/nockpt.log"; exit 1
+fi
+grep -q "no --checkpoint-dir, so nothing was saved" "$work/nockpt.log" \
+  || { echo "no word that nothing was saved:"; cat "$work/nockpt.log"; exit 1; }
+echo "without --checkpoint-dir stopped after step $step"
