@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build tree into a temporary prefix, then configures, builds and runs
 # tests/install (a C++17 user with -Werror among them) and examples/custom_model against it
-# with find_package(libnn), and main.cpp again built with pkg-config's flags alone. The
-# installed libnn.so must load without the build tree's library paths.
+# with find_package(libnn), and main.cpp and a C++20 program again built with pkg-config's
+# flags alone. The installed libnn.so must load without the build tree's library paths.
 set -euo pipefail
 build_dir=$1
 src_dir=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +18,11 @@ cp -r "$work/prefix" "$work/moved"
 pc_dir=$(dirname "$(find "$work/moved" -name libnn.pc)")
 g++ "$src_dir/main.cpp" -o "$work/pc_check" $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs libnn)
 "$work/pc_check"
+# pkg-config's flags leave the user's language standard alone (a -std=c++17 there, coming
+# last, turned a C++20 program back into C++17)
+printf '#include <nn/nn.h>\n#include <span>\nint main() { int a[2] = {1, 2}; return std::span<int>(a).size() == 2 ? 0 : 1; }\n' > "$work/user20.cpp"
+g++ -std=c++20 "$work/user20.cpp" -o "$work/pc_check20" $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs libnn)
+"$work/pc_check20"
 # every library the installed libnn.so needs is found from its own RUNPATH and the system's
 # (not from the build tree's), as a program linking it elsewhere would load it
 lib=$(find "$work/prefix" -name libnn.so)
