@@ -249,7 +249,8 @@ TEST_CASE("a long graph is freed without recursion, with or without backward", "
     return nullptr;
   };
   for (bool backward : {false, true}) {
-    Run run{backward};
+    Run run;
+    run.backward = backward;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, size_t(1) << 20);
