@@ -46,6 +46,20 @@ TEST_CASE("module trees: names, train/eval, counting, printing", "[nn]") {
 
 // A module used twice (or tied weights) is one parameter: listed once for optimizers, so it is
 // stepped once by its accumulated gradient, and saved under each of its names.
+TEST_CASE("ModuleList and Sequential indexing: a wrong index or type is an nn::Error", "[nn][errors]") {
+  ModuleList list;
+  list.push_back(std::make_shared<Linear>(LinearOptions(2, 3)));
+  list.push_back(std::make_shared<ReLU>());
+  REQUIRE(list.at<Linear>(0)->weight.shape() == Shape{3, 2});
+  REQUIRE(list.at(1)->type_name() == "ReLU");
+  // (the index threw std::out_of_range, and a wrong type was an unchecked cast)
+  REQUIRE(test::error_of([&] { list.at(2); }).find("index 2 is out of range for size 2") != std::string::npos);
+  REQUIRE(test::error_of([&] { list.at<Linear>(1); }).find("module 1 is a ReLU, not the type asked for") != std::string::npos);
+  Sequential seq{std::make_shared<ReLU>()};
+  REQUIRE(seq[0]->type_name() == "ReLU");
+  REQUIRE(test::error_of([&] { seq[1]; }).find("index 1 is out of range for size 1") != std::string::npos);
+}
+
 TEST_CASE("a module used twice has its parameters listed and stepped once", "[nn]") {
   auto lin = std::make_shared<Linear>(LinearOptions(2, 2).bias(false));
   auto net = std::make_shared<Sequential>();

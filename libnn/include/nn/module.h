@@ -106,8 +106,16 @@ class ModuleList : public Module {
     items_.push_back(std::move(m));
   }
   size_t size() const { return items_.size(); }
+  // Module i as an M; an index out of range or a module of another type is an nn::Error.
   template <typename M = Module>
-  std::shared_ptr<M> at(size_t i) const { return std::static_pointer_cast<M>(items_.at(i)); }
+  std::shared_ptr<M> at(size_t i) const {
+    NN_CHECK(i < items_.size(), "ModuleList::at: index ", i, " is out of range for size ",
+             items_.size());
+    std::shared_ptr<M> m = std::dynamic_pointer_cast<M>(items_[i]);
+    NN_CHECK(m, "ModuleList::at: module ", i, " is a ", items_[i]->type_name(),
+             ", not the type asked for");
+    return m;
+  }
 
  private:
   std::vector<std::shared_ptr<Module>> items_;
@@ -120,7 +128,11 @@ class Sequential : public Module {
   void push_back(std::shared_ptr<Module> m);
   void push_back(const std::string& name, std::shared_ptr<Module> m);
   size_t size() const { return layers_.size(); }
-  std::shared_ptr<Module> operator[](size_t i) const { return layers_.at(i); }
+  std::shared_ptr<Module> operator[](size_t i) const {
+    NN_CHECK(i < layers_.size(), "Sequential: index ", i, " is out of range for size ",
+             layers_.size());
+    return layers_[i];
+  }
   Tensor forward(const Tensor& x) override;
 
  private:
