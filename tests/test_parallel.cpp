@@ -6,6 +6,7 @@
 #include <atomic>
 #include <new>
 #include <stdexcept>
+#include <thread>
 
 #include "backend/cpu/conv_geom.h"
 #include "backend/cpu/parallel.h"
@@ -64,5 +65,85 @@ TEST_CASE("an exception on an OpenMP worker thread reaches the caller", "[parall
     threads_seen = 0;
     for_each_item(8, kParallelMacs / 2, [&](int64_t, int t) { threads_seen |= 1 << t; });
     CHECK(threads_seen.load() == 1);
+  }
+}
+
+TEST_CASE("libnn called from the caller's own OpenMP threads computes as outside them", "[parallel]") {
+  // Research code may run libnn single-threaded inside its own parallel loop: the loops then
+  // run inline, and per-thread partial results must not be indexed by the caller's thread
+  // number (reductions and layer norm's backward wrote past their partials: a crash).
+  using namespace nn;
+  const int saved = omp_get_max_threads();
+  Tensor x = randn({100000, 2}), y = randn({64, 4096});
+  Tensor w = randn({4096}).requires_grad_(), b = randn({4096}).requires_grad_();
+  Tensor xin = y.detach().requires_grad_();
+  sum(layer_norm(xin, {4096}, w, b) * y).backward();
+  const Tensor want_max = amax(x, {0}), want_sum = sum(x, {0}), want_all = sum(y);
+  const Tensor want_gw = w.grad().clone(), want_gx = xin.grad().clone();
+  omp_set_num_threads(1);  // as nn::set_num_threads(1): libnn's loops inside get one thread
+  std::vector<std::string> failures(2);
+#pragma omp parallel num_threads(2)
+  {
+    const int t = omp_get_thread_num();
+    try {
+      Tensor wt = w.detach().requires_grad_(), bt = b.detach().requires_grad_();
+      Tensor xt = y.detach().requires_grad_();
+      sum(layer_norm(xt, {4096}, wt, bt) * y).backward();
+      // (Catch2's assertions are not for other threads: the differences are checked here)
+      auto off = [](const Tensor& a, const Tensor& b) { return amax(abs(a - b)).item(); };
+      const double d[5] = {off(amax(x, {0}), want_max), off(sum(x, {0}), want_sum),
+                           off(sum(y), want_all), off(wt.grad(), want_gw), off(xt.grad(), want_gx)};
+      const double tol[5] = {0, 1e-2, 1e-1, 1e-2, 1e-5};
+      for (int i = 0; i < 5; ++i)
+        if (!(d[i] <= tol[i]))
+          failures[t] += "value " + std::to_string(i) + " off by " + std::to_string(d[i]) + "; ";
+    } catch (const std::exception& e) {
+      failures[t] = e.what();
+    }
+  }
+  omp_set_num_threads(saved);
+  CHECK(failures[0].empty());
+  CHECK(failures[1].empty());
+}
+
+TEST_CASE("libnn from several std::threads: thread count, default generator, shared leaves", "[parallel]") {
+  using namespace nn;
+  SECTION("set_num_threads holds on every thread, as libtorch's") {
+    const int saved = num_threads();
+    set_num_threads(1);
+    int seen = 0, reported = 0;
+    std::thread worker([&] {
+      (void)sum(ones({4}));  // the worker's first op takes the count up
+      seen = omp_get_max_threads();
+      reported = num_threads();
+    });
+    worker.join();
+    set_num_threads(saved);
+    REQUIRE(seen == 1);  // (it was the worker's own default, all cores)
+    REQUIRE(reported == 1);
+  }
+  SECTION("draws from the default generator on two threads get counters of their own") {
+    const uint64_t start = default_generator().offset();
+    constexpr int kDraws = 20000;
+    auto draw = [] {
+      for (int i = 0; i < kDraws; ++i) (void)rand({4});  // one Philox counter each
+    };
+    std::thread a(draw), b(draw);
+    a.join();
+    b.join();
+    REQUIRE(default_generator().offset() - start == 2 * kDraws);  // (lost updates reused counters)
+  }
+  SECTION("backward passes on two threads that share a leaf both reach its gradient") {
+    Tensor w = ones({1 << 20}).requires_grad_();
+    for (int round = 0; round < 10; ++round) {
+      w.set_grad(zeros({1 << 20}));
+      auto pass = [&] { sum(w * 1.0).backward(); };
+      std::thread a(pass), b(pass);
+      a.join();
+      b.join();
+      INFO("round " << round);
+      REQUIRE(amin(w.grad()).item() == 2.0);
+      REQUIRE(amax(w.grad()).item() == 2.0);
+    }
   }
 }

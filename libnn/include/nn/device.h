@@ -44,7 +44,8 @@ std::string device_name(const Device& d);
 // index out of range).
 void check_device(const Device& d);
 
-// Threads the CPU backend uses (OpenMP); defaults to OMP_NUM_THREADS or all cores.
+// Threads the CPU backend uses (OpenMP); defaults to OMP_NUM_THREADS or all cores. Process-
+// wide, as libtorch's: work on any thread uses the count from its next op on.
 void set_num_threads(int n);
 int num_threads();
 

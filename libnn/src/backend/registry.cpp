@@ -149,6 +149,7 @@ Backend& get(const Device& d) {
 static Backend& get_unprofiled(const Device& d) {
   if (d.is_cpu()) {
     static Backend* cpu = upcast16(new CpuBackend);
+    follow_num_threads();
     return *cpu;
   }
   auto& r = cuda_registry();

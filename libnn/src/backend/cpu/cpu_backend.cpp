@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #ifdef __GLIBC__
@@ -20,12 +21,26 @@ void unsupported_dtype(const char* op, DType t) {
 }  // namespace nn::cpu
 
 namespace nn {
+namespace {
+std::atomic<int> g_num_threads{0};  // set_num_threads's count; 0 until it is called
+}
 void set_num_threads(int n) {
   NN_CHECK(n >= 1, "set_num_threads: need at least one thread, got ", n);
+  g_num_threads.store(n, std::memory_order_relaxed);
   omp_set_num_threads(n);
 }
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  const int n = g_num_threads.load(std::memory_order_relaxed);
+  return n > 0 ? n : omp_get_max_threads();
+}
 }  // namespace nn
+
+namespace nn::backend {
+void follow_num_threads() {
+  const int n = g_num_threads.load(std::memory_order_relaxed);
+  if (n > 0 && !omp_in_parallel() && omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+}  // namespace nn::backend
 
 namespace nn::backend {
 

@@ -133,4 +133,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<CachingAllocator> alloc_;
 };
 
+// Applies nn::set_num_threads's count to the calling thread's OpenMP setting (a per-thread
+// setting), so the count holds on every thread, as libtorch's does; called as CPU work is
+// dispatched. Nothing before set_num_threads is called, or inside a parallel region.
+void follow_num_threads();
+
 }  // namespace nn::backend

@@ -539,14 +539,18 @@ void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<typename 
   FirstError error;  // an exception must not leave an OpenMP region
 #pragma omp parallel num_threads(tm * tn)
   {
-    const int t = omp_get_thread_num();
-    const int64_t r0 = (t / tn) * rows, c0 = (t % tn) * cols;
-    const int64_t m = std::min(rows, M - r0), n = std::min(cols, N - c0);
-    if (m > 0 && n > 0)
-      error.run([&] {
-        sgemm_serial<Tile>(m, n, K, alpha, {A.p + r0 * A.rs, A.rs, A.cs},
-                           {B.p + c0 * B.cs, B.rs, B.cs}, beta, C + r0 * ldc + c0, ldc);
-      });
+    // Block t of the grid on thread t, and the blocks of threads the team lacks (OpenMP may
+    // give fewer than asked for: OMP_DYNAMIC, OMP_THREAD_LIMIT) on the others in turn: a
+    // block left out was C's memory as the allocator had left it.
+    for (int t = omp_get_thread_num(); t < tm * tn; t += omp_get_num_threads()) {
+      const int64_t r0 = (t / tn) * rows, c0 = (t % tn) * cols;
+      const int64_t m = std::min(rows, M - r0), n = std::min(cols, N - c0);
+      if (m > 0 && n > 0)
+        error.run([&] {
+          sgemm_serial<Tile>(m, n, K, alpha, {A.p + r0 * A.rs, A.rs, A.cs},
+                             {B.p + c0 * B.cs, B.rs, B.cs}, beta, C + r0 * ldc + c0, ldc);
+        });
+    }
   }
   error.rethrow();
 }

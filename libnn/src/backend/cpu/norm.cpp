@@ -541,12 +541,11 @@ void layer_norm_backward_typed(const Tensor& grad, const Tensor& x, const Tensor
   const C* pm = mean.data<C>();
   const C* pr = rstd.data<C>();
   T* gx = opt_mut<T>(grad_x);
-  const int nt = omp_get_max_threads();
+  const int nt = parallel_slots();
   // Per-thread partial sums for the weight and bias gradients.
   std::vector<std::vector<double>> pgw(nt, std::vector<double>(grad_weight.defined() ? D : 0, 0.0));
   std::vector<std::vector<double>> pgb(nt, std::vector<double>(grad_bias.defined() ? D : 0, 0.0));
-  parallel_for(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int64_t b, int64_t e) {
-    const int t = omp_get_thread_num();
+  parallel_for_slots(0, R, std::max<int64_t>(1, kGrain / (D + 1)), [&](int t, int64_t b, int64_t e) {
     double* wsum = pgw[t].empty() ? nullptr : pgw[t].data();
     double* bsum = pgb[t].empty() ? nullptr : pgb[t].data();
     std::vector<double> wd(D, 1.0);  // the weight in double, ones where absent

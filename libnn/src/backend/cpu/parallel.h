@@ -25,28 +25,43 @@ inline int64_t grain_for(double work) {
   return std::max<int64_t>(1, int64_t(double(kGrain) / std::max(work, 1.0)));
 }
 
-// Splits [begin, end) into one contiguous chunk per thread. Runs inline when the range is
-// small, when already inside a parallel region, or with one thread. An exception thrown by f
-// on any thread reaches the caller (the first one, after all threads have finished).
+// The result slots a parallel_for_slots loop may use: one per thread of libnn's team, one
+// when the loop runs inline inside a parallel region.
+inline int parallel_slots() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+// Splits [begin, end) into one contiguous chunk per thread and calls f(slot, b, e) for each,
+// slot (< parallel_slots()) being the chunk's thread in libnn's own team: per-thread partial
+// results are indexed by it, never by omp_get_thread_num(), which inside a caller's parallel
+// region is the caller's thread number and may exceed the slots. Runs inline (slot 0) when
+// the range is small, when already inside a parallel region, or with one thread. An
+// exception thrown by f on any thread reaches the caller (the first one, after all threads
+// have finished).
 template <typename F>
-void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
+void parallel_for_slots(int64_t begin, int64_t end, int64_t grain, F&& f) {
   int64_t n = end - begin;
   if (n <= 0) return;
   int max_t = omp_get_max_threads();
   if (n <= grain || max_t == 1 || omp_in_parallel()) {
-    f(begin, end);
+    f(0, begin, end);
     return;
   }
   int64_t nt = std::min<int64_t>(max_t, (n + grain - 1) / grain);
   FirstError error;
 #pragma omp parallel num_threads(int(nt))
   {
+    // (the team may be smaller than asked for: OMP_DYNAMIC, OMP_THREAD_LIMIT)
     int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
     int64_t chunk = (n + T - 1) / T;
     int64_t b = begin + t * chunk, e = std::min(end, b + chunk);
-    if (b < e) error.run([&] { f(b, e); });
+    if (b < e) error.run([&] { f(int(t), b, e); });
   }
   error.rethrow();
+}
+
+// parallel_for_slots for loops without per-thread results: f(b, e).
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
+  parallel_for_slots(begin, end, grain, [&](int, int64_t b, int64_t e) { f(b, e); });
 }
 
 // ---- per-column sums of a row-major (R, C) matrix --------------------------------------------

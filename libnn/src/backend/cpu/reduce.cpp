@@ -78,7 +78,7 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
   const bool sum_like = op == ReduceOp::sum || op == ReduceOp::mean;
   const bool max_ = op == ReduceOp::max;
   const double count = double(A) * double(B);
-  const int nt = omp_get_max_threads();
+  const int nt = parallel_slots();
   auto finish = [&](int64_t k, Acc<T> acc) {
     out[k] = op == ReduceOp::mean ? T(double(acc) / count) : T(acc);
   };
@@ -135,8 +135,7 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
   std::vector<std::vector<T>> ext(nt, std::vector<T>(K));
   for (auto& e : ext) for (int64_t k = 0; k < K; ++k) e[k] = init_ext(k);
   if (A >= nt) {
-    parallel_for(0, A, 1, [&](int64_t a0, int64_t a1) {
-      int t = omp_get_thread_num();
+    parallel_for_slots(0, A, 1, [&](int t, int64_t a0, int64_t a1) {
       block(a0, a1, 0, K, acc[t].data(), ext[t].data());
     });
   } else {
@@ -144,8 +143,7 @@ void reduce_akb(ReduceOp op, const T* x, int64_t A, int64_t K, int64_t B, T* out
     for (int64_t a = 0; a < A; ++a)
       for (int64_t k = 0; k < K; ++k) {
         const T* row = x + (a * K + k) * B;
-        parallel_for(0, B, kGrain, [&](int64_t b0, int64_t b1) {
-          int t = omp_get_thread_num();
+        parallel_for_slots(0, B, kGrain, [&](int t, int64_t b0, int64_t b1) {
           if (sum_like) acc[t][k] += run_sum(row + b0, b1 - b0);
           else ext[t][k] = run_extremum(max_, row + b0, b1 - b0, ext[t][k]);
         });
