@@ -319,7 +319,9 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
   REQUIRE(test::error_of([] { Device("gpu"); }).find("unknown device") != std::string::npos);
   REQUIRE(test::error_of([] { dtype_from_name("f8"); }).find("unknown dtype") != std::string::npos);
   // factories do not wrap or saturate a value an integer dtype cannot hold (300 as u8 was 44)
-  for (auto [value, dt] : {std::pair{300.0, kU8}, {-1.0, kU8}, {1e20, kI64}, {0x1p31, kI32}, {0.5, kI32}, {double(NAN), kI64}}) {
+  for (const auto& c : {std::pair{300.0, kU8}, {-1.0, kU8}, {1e20, kI64}, {0x1p31, kI32}, {0.5, kI32}, {double(NAN), kI64}}) {
+    const double value = c.first;  // (clang 14 captures no structured binding)
+    const DType dt = c.second;
     INFO(value << " as " << dt);
     REQUIRE(test::error_of([=] { full({2}, value, dt); }).find("cannot be stored in a") != std::string::npos);
     REQUIRE(test::error_of([=] { tensor({1, value}, dt); }).find("cannot be stored in a") != std::string::npos);
