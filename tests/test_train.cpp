@@ -79,6 +79,8 @@ TEST_CASE("a small CNN with batch norm and pooling trains with SGD", "[train]") 
 }
 
 // train::write_file replaces a file whole (a temporary beside it, renamed over it).
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -104,6 +106,36 @@ TEST_CASE("write_file replaces a file whole and leaves no temporary", "[train]")
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
   const std::string e = test::error_of([&] { train::write_file((dir / "no" / "r.json").string(), "x"); });
   CHECK(e.find("cannot open '" + (dir / "no" / "r.json").string() + ".tmp-") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("append_line writes a whole line or none; write_file writes a device in place", "[train]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("libnn_append_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "m.jsonl").string();
+  train::append_line(path, "{\"epoch\": 1}");
+  // a write cut short (the file size limit, as a full disk) is taken back: the next line
+  // does not continue a broken one
+  struct rlimit old {};
+  getrlimit(RLIMIT_FSIZE, &old);
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 20;
+  setrlimit(RLIMIT_FSIZE, &small);
+  const std::string e = test::error_of([&] { train::append_line(path, "{\"epoch\": 2, \"train_loss\": 0.5}"); });
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  CHECK(e.find("writing to '" + path + "' failed: File too large") != std::string::npos);
+  train::append_line(path, "{\"epoch\": 2}");
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  CHECK(text.str() == "{\"epoch\": 1}\n{\"epoch\": 2}\n");
+  // /dev/null stays a device (a temporary renamed over it would replace it)
+  train::write_file("/dev/null", "x");
+  CHECK(fs::is_character_file("/dev/null"));
   fs::remove_all(dir);
 }
 

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 
@@ -118,9 +119,15 @@ Position Run::load() {
   std::vector<std::string> warnings;
   auto c = ckpt_->load_latest(&warnings);
   for (auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", app_.c_str(), w.c_str());
+  // Checkpoints that are there but cannot be read (permissions, a failing disk) are not
+  // "none yet": starting over would overwrite them
+  NN_CHECK(c || warnings.empty(), "none of the ", warnings.size(), " checkpoint(s) in '",
+           ckpt_->dir(), "' could be read (see the warnings above); make them readable, or move "
+           "them away to start over");
   if (!c) {
     std::printf("%s: no checkpoint in '%s' yet: starting from the beginning\n", app_.c_str(),
                 ckpt_->dir().c_str());
+    drop_metrics_from(1);  // (lines of a run that stopped before its first checkpoint)
     return pos;
   }
   auto app = c->meta.find("app");
@@ -220,13 +227,22 @@ void Run::drop_metrics_from(int64_t epoch) const {
   // second signal, a full disk) trains that epoch again, and its line goes first, so that
   // the file keeps one line per epoch.
   if (metrics_.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(metrics_, ec)) {
+    // (/dev/stdout, a pipe: not read back, which would wait on the run's own output)
+    if (std::filesystem::exists(metrics_, ec))
+      std::printf("%s: '%s' is not a regular file: lines of epoch %lld on are not dropped\n",
+                  app_.c_str(), metrics_.c_str(), (long long)epoch);
+    return;
+  }
   std::ifstream f(metrics_);
   if (!f) return;
   std::string line, kept;
   int64_t dropped = 0;
   while (std::getline(f, line)) {
     const size_t k = line.find("\"epoch\": ");
-    if (k != std::string::npos && std::atoll(line.c_str() + k + 9) >= epoch) {
+    // (a last line with no line break is one a killed run left unfinished)
+    if (f.eof() || (k != std::string::npos && std::atoll(line.c_str() + k + 9) >= epoch)) {
       ++dropped;
       continue;
     }
@@ -277,8 +293,14 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
            " at epoch ", pos.epoch,
            ", step ", pos.step, " (a learning rate too high, or bad input data; try a lower "
            "--lr)");
+  // An error writing the logs (a full disk) is raised once this step's checkpoint is saved
+  std::exception_ptr log_error;
   if (log) {
-    if (tb_) tb_->add_scalar("train/loss", mean, pos.step);
+    try {
+      if (tb_) tb_->add_scalar("train/loss", mean, pos.step);
+    } catch (...) {
+      log_error = std::current_exception();
+    }
     if (!tty_) {
       std::printf("epoch %lld batch %lld/%lld loss %.4f elapsed %.1fs\n", (long long)pos.epoch,
                   (long long)pos.batch, (long long)batches, mean, elapsed());
@@ -297,6 +319,7 @@ void Run::after_step(const Position& pos, int64_t batches, const std::function<d
     p.loss_sum = v[0] / par_.size();
     save(p);
   }
+  if (log_error) std::rethrow_exception(log_error);
   if (stop) stop_now(pos.step, nn::detail::cat("epoch ", pos.epoch, ", batch ", pos.batch));
 }
 
@@ -344,18 +367,26 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
       " samples/s  elapsed ", std::round(elapsed() * 10) / 10, "s");
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  if (!metrics_.empty())
-    nn::train::append_line(metrics_, nn::train::JsonLine()
-                                         .add("epoch", s.epoch)
-                                         .add("train_loss", s.train_loss)
-                                         .add("val_loss", s.val_loss)
-                                         .add("val_accuracy", s.val_accuracy)
-                                         .add("seconds", s.seconds)
-                                         .add("samples_per_second", s.samples_per_second)
-                                         .add("lr", s.lr)
-                                         .add("elapsed", elapsed())
-                                         .str());
+  // A line that cannot be written (a full disk) is raised once the epoch's checkpoint is
+  // saved: the epoch's training is kept, its metrics line is what is lost
+  std::exception_ptr metrics_error;
+  try {
+    if (!metrics_.empty())
+      nn::train::append_line(metrics_, nn::train::JsonLine()
+                                           .add("epoch", s.epoch)
+                                           .add("train_loss", s.train_loss)
+                                           .add("val_loss", s.val_loss)
+                                           .add("val_accuracy", s.val_accuracy)
+                                           .add("seconds", s.seconds)
+                                           .add("samples_per_second", s.samples_per_second)
+                                           .add("lr", s.lr)
+                                           .add("elapsed", elapsed())
+                                           .str());
+  } catch (...) {
+    metrics_error = std::current_exception();
+  }
   if (ckpt_) save(next);  // first: a failure below (a full disk) must not cost the epoch
+  if (metrics_error) std::rethrow_exception(metrics_error);
   if (tb_) {
     if (has_val) {
       tb_->add_scalar("val/loss", s.val_loss, next.step);

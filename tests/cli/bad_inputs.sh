@@ -47,7 +47,15 @@ case $case in
     [[ $rc -eq 0 ]] || { echo "exit $rc, expected 0:"; echo "$out"; exit 1; }
     grep -Eq "warning: skipping .*ckpt-0000000008.*checksum mismatch" <<<"$out" \
       || { echo "no checksum warning for step 8:"; echo "$out"; exit 1; }
-    grep -q "resumed from step 4" <<<"$out" || { echo "did not resume from step 4:"; echo "$out"; exit 1; } ;;
+    grep -q "resumed from step 4" <<<"$out" || { echo "did not resume from step 4:"; echo "$out"; exit 1; }
+    # none readable: an error, not a fresh start that would overwrite them
+    for f in "$work/ck"/ckpt-*.safetensors; do
+      size=$(stat -c %s "$f")
+      printf 'XXXX' | dd of="$f" bs=1 seek=$((size - 5)) conv=notrunc 2> /dev/null
+    done
+    n=$(ls "$work/ck"/ckpt-*.safetensors | wc -l)
+    expect 1 "none of the $n checkpoint\(s\) in '$work/ck' could be read" -- "$app" "${small[@]}" --epochs 3 \
+      --data-dir "$data" --checkpoint-dir "$work/ck" --resume ;;
   checkpoint_dir_in_use)  # a fresh run would prune the other run's checkpoints
     "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" > /dev/null 2>&1 || exit 1
     expect 2 "holds checkpoints of an earlier run: pass --resume" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck"
@@ -94,7 +102,28 @@ case $case in
     expect 0 "1 line\(s\) of epoch 2 on dropped from" -- "$app" "${small[@]}" --epochs 2 --data-dir "$data" \
       --checkpoint-dir "$work/ck" --resume --metrics "$work/m.jsonl"
     [[ $(grep -c '"epoch": 1[,}]' "$work/m.jsonl") == 1 && $(grep -c '"epoch": 2[,}]' "$work/m.jsonl") == 1 ]] || {
-      echo "not one line per epoch:"; cat "$work/m.jsonl"; exit 1; } ;;
+      echo "not one line per epoch:"; cat "$work/m.jsonl"; exit 1; }
+    # a line a killed run left unfinished is dropped, not continued by the next one
+    rm "$(ls "$work/ck"/ckpt-*.safetensors | tail -1)"
+    printf '{"epoch": 1, "train_lo' >> "$work/m.jsonl"
+    expect 0 "line\(s\) of epoch 2 on dropped from" -- "$app" "${small[@]}" --epochs 2 --data-dir "$data" \
+      --checkpoint-dir "$work/ck" --resume --metrics "$work/m.jsonl"
+    python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$work/m.jsonl" || {
+      echo "not JSON lines:"; cat "$work/m.jsonl"; exit 1; }
+    # no checkpoint at all (the run stopped before its first): its lines go, it starts over
+    rm "$work/ck"/ckpt-*.safetensors
+    expect 0 "line\(s\) of epoch 1 on dropped from" -- "$app" "${small[@]}" --epochs 2 --data-dir "$data" \
+      --checkpoint-dir "$work/ck" --resume --metrics "$work/m.jsonl"
+    [[ $(grep -c '"epoch": 1[,}]' "$work/m.jsonl") == 1 && $(grep -c '"epoch": 2[,}]' "$work/m.jsonl") == 1 ]] || {
+      echo "not one line per epoch after starting over:"; cat "$work/m.jsonl"; exit 1; } ;;
+  resume_metrics_not_a_file)  # --metrics /dev/stdout: a resume does not read its own output
+    "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck" --metrics /dev/stdout > /dev/null 2>&1 || exit 1
+    expect 0 "'/dev/stdout' is not a regular file: lines of epoch 2 on are not dropped" -- "$app" "${small[@]}" \
+      --epochs 2 --data-dir "$data" --checkpoint-dir "$work/ck" --resume --metrics /dev/stdout ;;
+  metrics_write_fails)  # a full disk under --metrics: the epoch's checkpoint is still written
+    expect 1 "writing to '/dev/full' failed: No space left on device" -- "$app" "${small[@]}" --data-dir "$data" \
+      --checkpoint-dir "$work/ck" --metrics /dev/full
+    ls "$work/ck"/ckpt-*.safetensors > /dev/null 2>&1 || { echo "no checkpoint of the epoch"; exit 1; } ;;
   resume_without_dir)
     expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
   nan_loss)

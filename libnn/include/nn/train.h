@@ -55,10 +55,12 @@ class JsonLine {
  private:
   std::vector<std::pair<std::string, std::string>> fields_;
 };
-// Appends the line to `path` (created if missing); throws nn::Error if it cannot be written.
+// Appends the line to `path` (created if missing), all of it or none (a write cut short, by
+// a full disk, is taken back); throws nn::Error if it cannot be written.
 void append_line(const std::string& path, const std::string& line);
 // Replaces `path` with `text` whole: written beside it, then renamed over it, so a reader (or
-// a run killed while writing) never sees half a file. Throws nn::Error if it cannot be written.
+// a run killed while writing) never sees half a file; a `path` that is not a regular file
+// (/dev/stdout, a pipe) is written in place. Throws nn::Error if it cannot be written.
 void write_file(const std::string& path, const std::string& text);
 
 bool stdout_is_terminal();

@@ -1,6 +1,8 @@
 #include <nn/error.h>
 #include <nn/train.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,14 +77,43 @@ std::string JsonLine::str() const {
 }
 
 void append_line(const std::string& path, const std::string& line) {
-  std::ofstream f(path, std::ios::app);
-  NN_CHECK(f.good(), "cannot open '", path, "' for appending: ", std::strerror(errno));
-  f << line << "\n";
-  f.flush();
-  NN_CHECK(f.good(), "writing to '", path, "' failed: ", std::strerror(errno));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  NN_CHECK(fd >= 0, "cannot open '", path, "' for appending: ", std::strerror(errno));
+  // All of the line or none of it: a write cut short (a full disk) is taken back, so that
+  // the next line, of a resumed run say, does not continue a broken one.
+  struct stat st{};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const std::string text = line + "\n";
+  size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += size_t(n);
+  }
+  if (err != 0 && done > 0 && regular) {
+    const int ignored = ::ftruncate(fd, st.st_size);  // best effort: the error is what matters
+    (void)ignored;
+  }
+  ::close(fd);
+  NN_CHECK(err == 0, "writing to '", path, "' failed: ", std::strerror(err));
 }
 
 void write_file(const std::string& path, const std::string& text) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // /dev/stdout, a pipe: written where it is (a file renamed over it would replace it)
+    std::ofstream f(path, std::ios::binary);
+    NN_CHECK(f.good(), "cannot open '", path, "' for writing: ", std::strerror(errno));
+    f << text;
+    f.flush();
+    NN_CHECK(f.good(), "writing to '", path, "' failed: ", std::strerror(errno));
+    return;
+  }
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::trunc);
