@@ -59,12 +59,6 @@ std::string make_temp_dir() {
   return t;
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  NN_CHECK(f.good(), "cannot write '", path, "'");
-}
 
 nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExample>& ex,
                          int64_t max_len, bool cls_sep) {
@@ -327,6 +321,13 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
         nn::text::tokenize_words(d.train.examples), vocab_size, min_count));
     vocab_note = "word vocabulary built from the training split";
   }
+  // The vocabulary the model's embedding rows belong to (a model saved beside another run's
+  // vocabulary, by a run killed between the two writes say, read the wrong tokens silently)
+  if (auto v = saved("vocab")) {
+    const std::string mine = identity(d, {}, max_len).at("vocab");
+    NN_CHECK(*v == mine, "'", a["load-model"].as<std::string>(), "' was trained with another "
+             "vocabulary (its model.vocab is '", *v, "'; the ", vocab_note, " is '", mine, "')");
+  }
   stop_if_signalled();
   std::shared_ptr<nn::text::TextDataset> train_set;
   if (!eval_only)
@@ -394,7 +395,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
                    .add("probability", preds[i].probability)
                    .str() + "\n";
       }
-      write_text_file(predictions_file, out);
+      nn::train::write_file(predictions_file, out);
       std::printf("%s: %lld predictions written to '%s'\n", app.name.c_str(), (long long)preds.size(),
                   predictions_file.c_str());
     }
@@ -454,7 +455,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     pos = Position{epoch + 1, 0, pos.step, 0, 0, 0};
     run.end_epoch(s, pos);
   }
-  run.finish();
+  // The vocabulary before the model (finish() saves it), so that a model is never beside an
+  // older vocabulary; --load-model checks the two belong together (model.vocab)
   if (a.count("save-model") && par.leader()) {
     const std::string vp = a["save-model"].as<std::string>() + ".vocab.txt";
     if (d.vocab) {
@@ -466,6 +468,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       fs::remove(vp, ec);
     }
   }
+  run.finish();
   return 0;
 }
 

@@ -186,6 +186,12 @@ bad_inputs)
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --save-model "$out/m2.st" >/dev/null
   "$e" 1 "error: unknown label folder 'class_2'" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
        --eval-only --load-model "$out/m2.st"
+  # a model beside another run's vocabulary (a run killed between the two writes) is refused
+  "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --vocab-size 20 --save-model "$out/m3.st" >/dev/null
+  cp "$out/m3.st.vocab.txt" "$out/m4.st.vocab.txt"
+  cp "$out/m2.st" "$out/m4.st"
+  "$e" 1 "'$out/m4.st' was trained with another vocabulary" -- "$mlp" --data synthetic --synthetic-size 50 \
+       --eval-only --load-model "$out/m4.st"
   # batch inference flags
   "$e" 2 "--predictions and --shard go with --eval-only" -- "$mlp" --data synthetic --predictions "$out/p.jsonl"
   "$e" 2 "--shard must be I/N with 0 <= I < N, got '3/3'" -- "$mlp" --data synthetic --synthetic-size 50 \

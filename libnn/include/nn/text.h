@@ -116,7 +116,8 @@ class Vocab {
   int64_t cls_id() const { return cls_; }
   int64_t sep_id() const { return sep_; }
 
-  // One token per line, in id order (BERT's vocab.txt format).
+  // One token per line, in id order (BERT's vocab.txt format); written beside `path` and
+  // renamed over it, so a failed save leaves the old file whole.
   void save(const std::string& path) const;
   // Reads a vocab.txt (ours or BERT's; "\r\n" line ends, a UTF-8 byte-order mark and blank
   // lines at the end accepted, as Hugging Face's loader takes them). Errors name the file and

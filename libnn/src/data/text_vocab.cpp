@@ -1,8 +1,12 @@
 // Vocab: building from token counts, and the one-token-per-line file (BERT's vocab.txt).
 #include <nn/text.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "text_internal.h"
@@ -106,11 +110,17 @@ const std::string& Vocab::token(int64_t id) const {
 }
 
 void Vocab::save(const std::string& path) const {
-  std::ofstream f(path, std::ios::binary);
-  NN_CHECK(f.is_open(), "cannot write vocab file '", path, "'");
+  // Written beside it and renamed over it: a full disk or a kill leaves the old file whole
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  NN_CHECK(f.is_open(), "cannot write vocab file '", tmp, "': ", std::strerror(errno));
   for (const auto& t : tokens_) f << t << '\n';
   f.close();
-  NN_CHECK(!f.fail(), "error writing vocab file '", path, "' (disk full?)");
+  if (f.fail() || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    NN_ERROR("error writing vocab file '", path, "': ", std::strerror(err));
+  }
 }
 
 Vocab Vocab::load(const std::string& path) {
