@@ -109,7 +109,7 @@ TEST_CASE("write_file replaces a file whole and leaves no temporary", "[train]")
   fs::remove_all(dir);
 }
 
-TEST_CASE("append_line writes a whole line or none; write_file writes a device in place", "[train]") {
+TEST_CASE("append_line writes a whole line or none, and write_file writes a device in place", "[train]") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("libnn_append_" + std::to_string(::getpid()));
   fs::remove_all(dir);
