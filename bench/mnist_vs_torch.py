@@ -25,8 +25,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def summarise(rows, wall):
     """Per-epoch metrics lines -> the run's figures; wall: the process's seconds from start to
     exit (start-up, data loading, the GPU's first-use costs and validation included)."""
-    return {"epochs": len(rows), "seconds": sum(r["seconds"] for r in rows), "wall_seconds": wall,
-            "samples_per_second": sum(r["samples_per_second"] for r in rows) / len(rows),
+    # samples/s of the whole run: all samples over all seconds (a mean of the epochs' rates
+    # would hide a slow first epoch, the GPU's algorithm searches say)
+    seconds = sum(r["seconds"] for r in rows)
+    samples = sum(r["samples_per_second"] * r["seconds"] for r in rows)
+    return {"epochs": len(rows), "seconds": seconds, "wall_seconds": wall,
+            "samples_per_second": samples / seconds if seconds > 0 else 0.0,
             "val_accuracy": rows[-1]["val_accuracy"], "train_loss": rows[-1]["train_loss"],
             "per_epoch": rows}
 
