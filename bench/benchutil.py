@@ -24,14 +24,22 @@ def add_torch_python(ap):
 
 
 def run_json_lines(cmd, env=None):
-    """Runs cmd, echoing its stderr; returns the JSON objects it printed on stdout, one a
-    line. Exits naming the command, with its output, when it fails."""
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    """Runs cmd with its stderr passed straight through and its other stdout lines echoed as
+    they come (a run cut by a time limit leaves its progress in the log, where all of it was
+    held until the end); returns the JSON objects it printed on stdout, one a line. Exits
+    naming the command when it fails."""
+    records = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) as p:
+        for line in p.stdout:
+            if line.startswith("{"):
+                records.append(json.loads(line))
+            else:
+                sys.stdout.write(line)
+                sys.stdout.flush()
     if p.returncode != 0:
         name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
-        sys.exit(f"{name}: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}{p.stdout}")
-    sys.stderr.write(p.stderr)
-    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        sys.exit(f"{name}: {' '.join(cmd)} failed ({p.returncode}; its messages are above)")
+    return records
 
 
 def import_pyplot():

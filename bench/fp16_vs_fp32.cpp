@@ -9,6 +9,7 @@
 #include "common/cli.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <cstdio>
 #include <sstream>
@@ -116,6 +117,19 @@ std::string today() {
   return buf;
 }
 
+// The library's switches turned off from their default in this run's environment
+// ("LIBNN_CUDNN_BN_FUSED=0"), so that a record of such a run is never taken for, or compared
+// with, one of the default configuration.
+std::string variant() {
+  std::string v;
+  for (const char* name : {"LIBNN_CUBLASLT", "LIBNN_CUDNN_BN_FUSED", "LIBNN_CUDNN_FIND",
+                           "LIBNN_CUDA_LN_FUSED", "LIBNN_CUDA_ATTENTION"}) {
+    const char* value = std::getenv(name);
+    if (value && *value) v += (v.empty() ? "" : " ") + std::string(name) + "=" + value;
+  }
+  return v;
+}
+
 int body(int argc, char** argv) {
   cxxopts::Options opts("fp16_vs_fp32",
                         "Training throughput in FP32 and mixed precision (FP16, BF16), back to back.");
@@ -206,6 +220,7 @@ int body(int argc, char** argv) {
                                    .add("seconds", r.seconds)
                                    .add("samples", batch * batches)
                                    .add("batch_size", batch)
+                                   .add("variant", variant())
                                    .add("samples_per_second", r.images_per_second)
                                    .add("peak_memory_mb", r.peak_mb)
                                    .add("final_loss", r.final_loss)

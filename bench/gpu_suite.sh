@@ -96,7 +96,7 @@ stop_group() {  # stop_group PGID: TERM, up to 8 s to end (the apps save their s
   for ((i = 0; i < 40; ++i)); do kill -0 -- "-$g" 2> /dev/null || return 0; sleep 0.2; done
   kill -KILL -- "-$g" 2> /dev/null
 }
-step=none; step_start=$SECONDS; step_deadline=$SECONDS; times=(); finished=" "; cut=" "; status=0
+step=none; step_start=$SECONDS; step_deadline=$SECONDS; times=(); finished=" "; cut=" "; failed=" "; status=0
 memcheck_pid=; memcheck_joined=; memcheck_t0=0  # memcheck beside the tests (memcheck_start)
 begin() {  # begin STEP DESCRIPTION
   step=$1; step_start=$SECONDS; step_deadline=$((SECONDS + budget[$1]))
@@ -105,7 +105,7 @@ begin() {  # begin STEP DESCRIPTION
 end() {  # end [failed]: the step is over; a cut or failed one is to run again
   local took="$step $((SECONDS - step_start)) s"
   if [[ $cut == *" $step "* ]]; then took+=" (cut at its budget)"
-  elif [[ ${1:-} == failed ]]; then took+=" (failed)"
+  elif [[ ${1:-} == failed || $failed == *" $step "* ]]; then took+=" (failed)"
   else finished+="$step "; fi
   times+=("$took"); log "step $took"; step=none
 }
@@ -122,7 +122,7 @@ t() {  # t COMMAND...: one of the step's commands, stopped at the step's deadlin
   if ((rc == 124 || (rc == 137 && SECONDS >= step_deadline))); then
     log "step $step: cut at its budget (${budget[$step]} s): $*"; cut+="$step "
   fi
-  ((rc == 0)) || status=1
+  ((rc == 0)) || { status=1; failed+="$step "; }  # (a failed program fails its step)
   return $rc
 }
 tsum() {  # tsum FILE COMMAND...: t, its output kept in $OUT/FILE and added to summary.md
@@ -343,6 +343,9 @@ if want resnet; then
     "$py" bench/fp16_vs_torch.py --from "$OUT/fp16_vs_fp32_libnn_b$b.json" \
         "$OUT/fp16_vs_fp32_torch_b$b.json" --out "$OUT/fp16_vs_torch_b$b.json" 2>&1 \
         | tee -a "$OUT/summary.md"
+    # the merged file holds both programs' records: theirs apart would be counted twice by
+    # bench/report.py (kept where the merge failed)
+    [[ -s "$OUT/fp16_vs_torch_b$b.json" ]] && rm -f "$OUT/fp16_vs_fp32_libnn_b$b.json" "$OUT/fp16_vs_fp32_torch_b$b.json"
   done
   end
 fi

@@ -21,6 +21,9 @@ import benchutil  # noqa: E402
 
 SCHEMA = "libnn-bench-1"
 KEY_FIELDS = ("benchmark", "model", "impl", "device", "precision", "phase")
+# Optional record fields that make another configuration of the same model: runs that differ
+# in one are neither averaged together nor compared as CPU and GPU of one thing
+CONFIG_FIELDS = ("layout", "batch_size", "seq_len", "variant")
 PHASES = ("train", "infer")
 
 
@@ -120,13 +123,15 @@ def load_prices(path):
 
 def annotate(rows, prices, baseline):
     """Adds price, cost and speedup to each row."""
+    def key(r):
+        return tuple(r[k] for k in KEY_FIELDS if k != "device") + tuple(r.get(k, "") for k in CONFIG_FIELDS)
     groups = {}
     for r in rows:
-        groups.setdefault(tuple(r[k] for k in KEY_FIELDS if k != "device"), []).append(r)
+        groups.setdefault(key(r), []).append(r)
     for r in rows:
         r["price"] = prices.get(r["machine"])
         r["cost"] = r["seconds"] * r["price"] / 3600 if r["price"] is not None else None
-        group = groups[tuple(r[k] for k in KEY_FIELDS if k != "device")]
+        group = groups[key(r)]
         cpu = [g for g in group if g["device"] == "cpu" and baseline in (None, g["machine"])]
         r["speedup"] = r["samples_per_second"] / cpu[0]["samples_per_second"] if cpu else None
         r["baseline"] = cpu[0]["machine"] if cpu else None
@@ -152,7 +157,9 @@ def table(rows, currency):
                                        "speedup vs CPU"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
     for r in rows:
-        cells = [r["model"], r["impl"], r["machine"], r["device"], r["precision"], r["phase"],
+        # (the model with what sets its configuration apart: batch size, length, layout)
+        cells = [" ".join([r["model"]] + config_parts(r, rows, CONFIG_FIELDS)), r["impl"],
+                 r["machine"], r["device"], r["precision"], r["phase"],
                  f"{r['seconds']:.1f}", fmt_rate(r['samples_per_second'])]
         if accuracy:
             cells.append(f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "")
@@ -165,10 +172,15 @@ def table(rows, currency):
 def config_label(r, rows):
     """Names a row's configuration by the fields that vary within its benchmark (runs of one
     configuration are averaged in the plots, so batch sizes must stay apart)."""
-    varying = ("impl", "precision", "phase", "layout", "batch_size")  # layout: nchw/nhwc
-    fields = ["model"] + [k for k in varying if len({x.get(k, "") for x in rows}) > 1]
-    show = {"batch_size": lambda v: f"batch {v}"}
-    return " ".join(show.get(k, str)(r[k]) for k in fields if r.get(k, "") != "")
+    varying = ("impl", "precision", "phase") + CONFIG_FIELDS  # layout: nchw/nhwc
+    return " ".join([r["model"]] + config_parts(r, rows, varying))
+
+
+def config_parts(r, rows, fields):
+    """The row's values of those `fields` that vary within its benchmark, as words."""
+    show = {"batch_size": lambda v: f"batch {v}", "seq_len": lambda v: f"length {v}"}
+    return [show.get(k, str)(r[k]) for k in fields
+            if len({x.get(k, "") for x in rows}) > 1 and r.get(k, "") != ""]
 
 
 def series_label(r):

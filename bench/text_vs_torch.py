@@ -45,8 +45,6 @@ def main():
     a, rest = ap.parse_known_args()
     shared = ["--device", a.device, "--threads", str(a.threads), "--preset", a.preset] + rest
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    ours = run_json_lines([a.bench] + shared, env)
-    theirs = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "text_torch.py")] + shared, env)
     torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
     gpu = ""
@@ -55,6 +53,27 @@ def main():
                              capture_output=True, text=True).stdout.strip()
     host = gpu or f"{cpu_name()}, {a.threads} threads"
     date = datetime.date.today().isoformat()
+    machine = a.machine or (("gpu-" + gpu.lower().replace(" ", "-")) if gpu else f"cpu-{a.threads}core")
+
+    def write_out(ours, theirs):
+        records = []
+        for r in (r for r in ours + theirs if r["kind"] == "model"):
+            name = r["model"] + ("-" + r["shape"] if r["model"] == "bert" else "")
+            records.append({"benchmark": "text", "model": f"{name}/{r['classes']}cls", "impl": r["impl"],
+                            "device": r["device"], "precision": r["precision"], "phase": r["phase"],
+                            "batch_size": r["batch"], "seq_len": r["seq_len"],
+                            "seconds": r["seconds"], "samples": r["batch"] * r["steps"],
+                            "samples_per_second": r["samples_per_second"]})
+        out = {"schema": "libnn-bench-1", "date": date, "machine": machine,
+               "host": f"{host}, PyTorch {torch_version}", "command": " ".join(sys.argv),
+               "records": records, "details": {"libnn": ours, "pytorch": theirs}}
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+    ours = run_json_lines([a.bench] + shared, env)
+    if a.out:  # libnn's records first: a peer that fails or is cut leaves them written
+        write_out(ours, [])
+    theirs = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "text_torch.py")] + shared, env)
 
     gemm = {(r["impl"], r["precision"]): r["tflops"] for r in ours + theirs if r["kind"] == "gemm"}
     key = lambda r: (r["model"], r["classes"], r["precision"], r["phase"])
@@ -79,19 +98,7 @@ def main():
               f"| {r['samples_per_second']:.1f} | {t['samples_per_second'] if t else float('nan'):.1f} "
               f"| {ratio} | {r['samples_per_second'] * r['seq_len']:.0f} | {mfu} |")
     if a.out:
-        records = []
-        for r in (r for r in ours + theirs if r["kind"] == "model"):
-            name = r["model"] + ("-" + r["shape"] if r["model"] == "bert" else "")
-            records.append({"benchmark": "text", "model": f"{name}/{r['classes']}cls", "impl": r["impl"],
-                            "device": r["device"], "precision": r["precision"], "phase": r["phase"],
-                            "seconds": r["seconds"], "samples": r["batch"] * r["steps"],
-                            "samples_per_second": r["samples_per_second"]})
-        machine = a.machine or (("gpu-" + gpu.lower().replace(" ", "-")) if gpu else f"cpu-{a.threads}core")
-        out = {"schema": "libnn-bench-1", "date": date, "machine": machine,
-               "host": f"{host}, PyTorch {torch_version}", "command": " ".join(sys.argv),
-               "records": records, "details": {"libnn": ours, "pytorch": theirs}}
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        write_out(ours, theirs)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #   - GPU_SUITE_TIMEOUT (TERM to the suite and its process group) and a TERM to the suite's
 #     pid alone stop it mid-step at once (not when the step's program ends), still writing
 #     summary.md and the tarball, and leave no program running;
+#   - a step whose program fails is listed to run again;
 #   - a malformed GPU_SUITE_BUDGETS is refused before anything runs.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -48,6 +49,7 @@ cat > "$work/python" <<EOF
 #!/usr/bin/env bash
 [[ \${1:-} == - ]] && exec python3 "\$@"
 echo "stand-in for: \$*"
+exit \${STANDIN_PYTHON_EXIT:-0}
 EOF
 chmod +x "$work/build/bin/"* "$work/python"
 suite=(env -u GPU_SUITE_TIMEOUT -u GPU_SUITE_BUDGETS BUILD_DIR="$work/build" PYTHON="$work/python"
@@ -157,6 +159,16 @@ grep -q "steps to run again (cut, stopped, failed or not reached): test memcheck
   || fail "TERM: test and memcheck are not listed to run again" "$s"
 no_children "memcheck beside the tests, stopped by TERM"
 pids_with "$work/build/bin/libnn_tests" > /dev/null && fail "the stand-in tests still run after a TERM"
+
+# 6. a step whose program fails is to run again, and says so in the step times (it was
+#    counted as finished: the line call 2 is planned from left it out)
+run "$work/r6" STANDIN_PYTHON_EXIT=1 -- text
+rc=$?
+s=$work/r6/summary.md
+[[ $rc -ne 0 ]] || fail "a failed step left the suite's status 0" "$s"
+grep -Eq "step times: text [0-9]+ s \(failed\)$" "$s" || fail "the failed step is not marked failed" "$s"
+grep -q "steps to run again (cut, stopped, failed or not reached): text$" "$s" \
+  || fail "the failed step is not listed to run again" "$s"
 
 # 4. bad budgets are usage errors
 for b in "kernels" "kernels=0" "kernels=5s" "bogus=5"; do
