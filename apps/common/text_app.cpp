@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 
@@ -58,7 +57,6 @@ std::string make_temp_dir() {
   NN_CHECK(mkdtemp(t.data()), "cannot create a temporary folder for the synthetic data");
   return t;
 }
-
 
 nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExample>& ex,
                          int64_t max_len, bool cls_sep) {

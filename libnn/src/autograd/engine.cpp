@@ -15,9 +15,6 @@ namespace nn {
 namespace {
 thread_local bool g_grad_enabled = true;
 
-// First gradient for a leaf: take it when nothing else can see its storage and it is laid
-// out as the leaf is (row-major, or channels-last for a channels-last leaf), else copy it
-// into that layout; later ones are added in.
 // Backward passes on two threads may share a leaf (one model, two batches): its .grad is
 // taken and added under a lock of its own (a lock table keyed by the leaf), as in libtorch;
 // unguarded, the two adds lost each other's contributions.
@@ -26,6 +23,9 @@ std::mutex& leaf_lock(const TensorImpl* leaf) {
   return locks[(reinterpret_cast<uintptr_t>(leaf) / alignof(std::max_align_t)) % 64];
 }
 
+// First gradient for a leaf: take it when nothing else can see its storage and it is laid
+// out as the leaf is (row-major, or channels-last for a channels-last leaf), else copy it
+// into that layout; later ones are added in.
 void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf_ptr, Tensor g) {
   TensorImpl& leaf = *leaf_ptr;
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
