@@ -13,26 +13,9 @@
 
 using namespace nn;
 namespace fs = std::filesystem;
+using test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("libnn_ckpt_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 void require_contains(const std::string& text, const std::string& part) {
   INFO("message: " << text);

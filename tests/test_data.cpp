@@ -17,6 +17,7 @@
 
 using namespace nn;
 namespace fs = std::filesystem;
+using test::TempDir;
 
 namespace {
 // Whether libnn reads JPEGs; without, the ImageFolder case is skipped with a warning.
@@ -27,17 +28,6 @@ bool jpeg_or_skip() {
 }
 
 // A fresh folder under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("libnn_test_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));

@@ -2,8 +2,6 @@
 // every kind of broken file rejected with a message naming the file and the problem.
 #include <nn/io.h>
 
-#include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -17,26 +15,9 @@
 
 using namespace nn;
 namespace fs = std::filesystem;
+using test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("libnn_io_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 std::string read_file(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
@@ -359,15 +340,8 @@ TEST_CASE("save_safetensors refuses bad input and never leaves partial files", "
 
   // A write that fails midway (here: the file size limit, as a full disk would) keeps the
   // old file intact and removes the temporary.
-  struct rlimit old {};
-  getrlimit(RLIMIT_FSIZE, &old);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old;
-  small.rlim_cur = 4096;
-  setrlimit(RLIMIT_FSIZE, &small);
-  std::string e = save_error({{"big", zeros({100000})}}, p);
-  setrlimit(RLIMIT_FSIZE, &old);
-  signal(SIGXFSZ, old_handler);
+  std::string e;
+  test::with_file_size_limit(4096, [&] { e = save_error({{"big", zeros({100000})}}, p); });
   require_contains(e, "safetensors file '" + p + "': cannot write");
   require_contains(e, "File too large");
   REQUIRE(d.names() == std::vector<std::string>{"out.safetensors"});

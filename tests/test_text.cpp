@@ -15,22 +15,11 @@
 
 using namespace nn;
 namespace fs = std::filesystem;
+using test::TempDir;
 using Strings = std::vector<std::string>;
 
 namespace {
 // A fresh folder under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("libnn_text_test_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
 void write_file(const fs::path& p, const std::string& bytes) {
   fs::create_directories(p.parent_path());
   std::ofstream f(p, std::ios::binary);

@@ -79,9 +79,6 @@ TEST_CASE("a small CNN with batch norm and pooling trains with SGD", "[train]") 
 }
 
 // train::write_file replaces a file whole (a temporary beside it, renamed over it).
-#include <signal.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -89,10 +86,8 @@ TEST_CASE("a small CNN with batch norm and pooling trains with SGD", "[train]") 
 
 TEST_CASE("write_file replaces a file whole and leaves no temporary", "[train]") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("libnn_write_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "r.json").string();
+  test::TempDir dir;
+  const std::string path = dir.file("r.json");
   auto read = [&] {
     std::ifstream f(path);
     std::stringstream s;
@@ -103,30 +98,21 @@ TEST_CASE("write_file replaces a file whole and leaves no temporary", "[train]")
   CHECK(read() == "{\"a\": 1, \"long\": \"0123456789\"}\n");
   train::write_file(path, "{}\n");  // shorter: nothing of the old text is left
   CHECK(read() == "{}\n");
-  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
-  const std::string e = test::error_of([&] { train::write_file((dir / "no" / "r.json").string(), "x"); });
-  CHECK(e.find("cannot open '" + (dir / "no" / "r.json").string() + ".tmp-") != std::string::npos);
-  fs::remove_all(dir);
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+  const std::string e = test::error_of([&] { train::write_file(dir.file("no/r.json"), "x"); });
+  CHECK(e.find("cannot open '" + dir.file("no/r.json") + ".tmp-") != std::string::npos);
 }
 
 TEST_CASE("append_line writes a whole line or none, and write_file writes a device in place", "[train]") {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("libnn_append_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "m.jsonl").string();
+  test::TempDir dir;
+  const std::string path = dir.file("m.jsonl");
   train::append_line(path, "{\"epoch\": 1}");
   // a write cut short (the file size limit, as a full disk) is taken back: the next line
   // does not continue a broken one
-  struct rlimit old {};
-  getrlimit(RLIMIT_FSIZE, &old);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old;
-  small.rlim_cur = 20;
-  setrlimit(RLIMIT_FSIZE, &small);
-  const std::string e = test::error_of([&] { train::append_line(path, "{\"epoch\": 2, \"train_loss\": 0.5}"); });
-  setrlimit(RLIMIT_FSIZE, &old);
-  signal(SIGXFSZ, old_handler);
+  std::string e;
+  test::with_file_size_limit(20, [&] {
+    e = test::error_of([&] { train::append_line(path, "{\"epoch\": 2, \"train_loss\": 0.5}"); });
+  });
   CHECK(e.find("writing to '" + path + "' failed: File too large") != std::string::npos);
   train::append_line(path, "{\"epoch\": 2}");
   std::ifstream f(path);
@@ -135,8 +121,7 @@ TEST_CASE("append_line writes a whole line or none, and write_file writes a devi
   CHECK(text.str() == "{\"epoch\": 1}\n{\"epoch\": 2}\n");
   // /dev/null stays a device (a temporary renamed over it would replace it)
   train::write_file("/dev/null", "x");
-  CHECK(fs::is_character_file("/dev/null"));
-  fs::remove_all(dir);
+  CHECK(std::filesystem::is_character_file("/dev/null"));
 }
 
 // Metrics read back as the numbers written: the fewest digits that round-trip (0.1 stays

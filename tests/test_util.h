@@ -3,9 +3,15 @@
 #pragma once
 #include <nn/nn.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -17,6 +23,42 @@ namespace test {
 
 using nn::Shape;
 using nn::Tensor;
+
+// A fresh folder under the system's temporary one, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("libnn_test_" + std::to_string(getpid()) + "_" + std::to_string(n++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::vector<std::string> names() const {  // the files in it, sorted
+    std::vector<std::string> out;
+    for (auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+// Runs f with files limited to `bytes` (a write past it fails with EFBIG, as on a full disk;
+// SIGXFSZ ignored meanwhile), then lifts the limit.
+template <typename F>
+void with_file_size_limit(rlim_t bytes, F&& f) {
+  struct rlimit old {};
+  getrlimit(RLIMIT_FSIZE, &old);
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = bytes;
+  setrlimit(RLIMIT_FSIZE, &small);
+  f();
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+}
 
 // t in the channels-last (NHWC) memory format.
 inline Tensor channels_last(const Tensor& t) {

@@ -31,18 +31,21 @@ struct TextData {
 // vocabulary its embedding rows belong to (a hash of its tokens, and which tokenizer), and
 // the sequence length it was trained at. Saved with checkpoints and --save-model (Run's
 // identity); a resume refuses another, and --eval-only takes the class names and length.
-std::map<std::string, std::string> identity(const TextData& d, const std::vector<std::string>& labels,
-                                            int64_t max_len) {
+// The vocabulary's part: its kind, size and the CRC-32C of its tokens, each ended by a line
+// break (as vocab.txt holds them).
+std::string vocab_identity(const TextData& d) {
   const auto& tokens = d.wordpiece ? d.wordpiece->vocab().tokens() : d.vocab->tokens();
-  uint32_t h = 0;  // CRC-32C of the tokens, each ended by a line break (as vocab.txt holds them)
+  uint32_t h = 0;
   for (const std::string& t : tokens) h = nn::train::crc32c("\n", 1, nn::train::crc32c(t.data(), t.size(), h));
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", unsigned(h));
+  return nn::detail::cat(d.wordpiece ? "wordpiece" : "words", " ", tokens.size(), " ", hex);
+}
+std::map<std::string, std::string> identity(const TextData& d, const std::vector<std::string>& labels,
+                                            int64_t max_len) {
   std::string joined;
   for (const std::string& l : labels) joined += (joined.empty() ? "" : "\n") + l;
-  return {{"labels", joined},
-          {"vocab", nn::detail::cat(d.wordpiece ? "wordpiece" : "words", " ", tokens.size(), " ", hex)},
-          {"max_len", std::to_string(max_len)}};
+  return {{"labels", joined}, {"vocab", vocab_identity(d)}, {"max_len", std::to_string(max_len)}};
 }
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
@@ -322,7 +325,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   // The vocabulary the model's embedding rows belong to (a model saved beside another run's
   // vocabulary, by a run killed between the two writes say, read the wrong tokens silently)
   if (auto v = saved("vocab")) {
-    const std::string mine = identity(d, {}, max_len).at("vocab");
+    const std::string mine = vocab_identity(d);
     NN_CHECK(*v == mine, "'", a["load-model"].as<std::string>(), "' was trained with another "
              "vocabulary (its model.vocab is '", *v, "'; the ", vocab_note, " is '", mine, "')");
   }

@@ -54,8 +54,8 @@ void print_rec(std::ostream& os, const std::vector<T>& v, const Shape& shape,
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
-  std::vector<double> v = to_vector<double>();
-  bool floating = is_floating(dtype());
+  const bool floating = is_floating(dtype());
+  std::vector<double> v = floating ? to_vector<double>() : std::vector<double>();  // (integers: below)
   double maxabs = 0, minabs = INFINITY;
   for (double x : v)
     if (std::isfinite(x) && x != 0) {

@@ -1,12 +1,9 @@
 // Vocab: building from token counts, and the one-token-per-line file (BERT's vocab.txt).
 #include <nn/text.h>
-
-#include <unistd.h>
+#include <nn/train.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 
 #include "text_internal.h"
@@ -110,17 +107,9 @@ const std::string& Vocab::token(int64_t id) const {
 }
 
 void Vocab::save(const std::string& path) const {
-  // Written beside it and renamed over it: a full disk or a kill leaves the old file whole
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-  NN_CHECK(f.is_open(), "cannot write vocab file '", tmp, "': ", std::strerror(errno));
-  for (const auto& t : tokens_) f << t << '\n';
-  f.close();
-  if (f.fail() || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    NN_ERROR("error writing vocab file '", path, "': ", std::strerror(err));
-  }
+  std::string text;
+  for (const auto& t : tokens_) text += t + '\n';
+  train::write_file(path, text);  // (beside it, then renamed: a failed save leaves the old file)
 }
 
 Vocab Vocab::load(const std::string& path) {
