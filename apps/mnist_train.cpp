@@ -4,6 +4,7 @@
 
 #include <cxxopts.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -105,7 +106,9 @@ int run(int argc, char** argv) {
   nn::Tensor train_x = train_set->data(), test_x = test_set->data();
   if (a["normalize"].as<bool>()) {
     nn::NoGradGuard ng;
-    double mean = nn::mean(train_x).item(), std = std::sqrt(nn::var(train_x).item());
+    double mean = nn::mean(train_x).item();
+    // (a floor, as cifar_train's: constant images would divide by zero)
+    double std = std::max(std::sqrt(nn::var(train_x).item()), 1e-3);
     train_x = nn::mul(nn::add(train_x, -mean), 1.0 / std);
     test_x = nn::mul(nn::add(test_x, -mean), 1.0 / std);
   }

@@ -152,6 +152,14 @@ TEST_CASE("load_mnist checks that images and labels agree", "[data][mnist]") {
           std::string::npos);
   REQUIRE(test::error_of([&] { data::load_mnist(d.file("nope"), true); }).find("does not exist") !=
           std::string::npos);
+  // images of another size (the models' first dense layer would fail, or an MLP train on them)
+  data::write_idx(d.file("train-labels-idx1-ubyte.gz"), from_vector<uint8_t>({0, 1, 2, 3, 9}, {5}));
+  for (Shape s : {Shape{5, 32, 32}, Shape{5, 14, 56}, Shape{5, 0, 28}}) {
+    data::write_idx(d.file("train-images-idx3-ubyte.gz"), zeros(s, kU8));
+    REQUIRE(test::error_of([&] { data::load_mnist(d.path.string(), true); })
+                .find("expected 28 x 28 images, got " + std::to_string(s[1]) + " x " +
+                      std::to_string(s[2])) != std::string::npos);
+  }
 }
 
 TEST_CASE("DataLoader batches, shuffles by seed and epoch, and resumes", "[data][loader]") {

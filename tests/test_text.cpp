@@ -393,6 +393,13 @@ TEST_CASE("read_text_folder errors say what is missing", "[text][reader][errors]
   // a review that cannot be read is named
   fs::create_symlink(d.path / "nowhere", root / "train/pos/1.txt");
   require_contains(err("train"), "cannot read '" + (root / "train/pos/1.txt").string() + "'");
+  fs::remove(root / "train/pos/1.txt");
+  // class names the model's metadata cannot hold: refused when read, not at the first save
+  write_file(root / "train/n\xe9g/0.txt", "x");
+  require_contains(err("train"), "the name is not valid UTF-8");
+  fs::remove_all(root / "train/n\xe9g");
+  write_file(root / "train/a\nb/0.txt", "x");
+  require_contains(err("train"), "a line break in the name");
 }
 
 TEST_CASE("relabel draws labels uniformly and reproducibly", "[text][relabel]") {

@@ -78,7 +78,8 @@ void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
 Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, Parallel& par)
     : app_(std::move(app)), par_(par), tty_(nn::train::stdout_is_terminal()) {
   check_run_options(a, par);  // (the output files too)
-  for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + std::string(argv[i]);
+  // (saved as checkpoint metadata, which must be UTF-8: a Latin-1 path would fail the save)
+  for (int i = 0; i < argc; ++i) command_ += (i ? " " : "") + nn::io::to_valid_utf8(argv[i]);
   if (a.count("checkpoint-dir"))
     ckpt_ = std::make_unique<nn::io::Checkpointer>(a["checkpoint-dir"].as<std::string>(),
                                                    a["keep-last"].as<int>());

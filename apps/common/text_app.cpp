@@ -294,6 +294,17 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
     d.train.label_names = split_lines(*saved("labels"));
   } else {
     d.train = nn::text::read_text_folder(root, "train");
+    // Fine-tuning on other classes is allowed; the outputs are matched by position, so say so.
+    if (auto l = saved("labels"); l && !a.count("relabel") && split_lines(*l) != d.train.label_names) {
+      auto list = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+        return s;
+      };
+      std::printf("%s: the model was trained on the classes (%s); this run trains its outputs, in "
+                  "order, on (%s)\n", app.name.c_str(), list(split_lines(*l)).c_str(),
+                  list(d.train.label_names).c_str());
+    }
   }
   stop_if_signalled();
   d.test = nn::text::read_text_folder(root, "test", d.train.label_names);

@@ -128,6 +128,18 @@ case $case in
     expect 2 "--resume needs --checkpoint-dir" -- "$app" "${small[@]}" --data-dir "$data" --resume ;;
   nan_loss)
     expect 1 "training loss became (NaN|infinite) at epoch 1" -- "$app" "${small[@]}" --data-dir "$data" --optimizer sgd --lr 1e12 --log-every 1 ;;
+  constant_images)  # every training pixel equal: normalised with a floored deviation, no NaN
+    mkdir -p "$work/d"; cp "$data"/t10k-* "$work/d/"
+    { printf '\x00\x00\x08\x03\x00\x00\x02\x00\x00\x00\x00\x1c\x00\x00\x00\x1c'; head -c $((512 * 784)) /dev/zero; } \
+      > "$work/d/train-images-idx3-ubyte"
+    { printf '\x00\x00\x08\x01\x00\x00\x02\x00'; head -c 512 /dev/zero; } > "$work/d/train-labels-idx1-ubyte"
+    expect 0 "epoch 1/1 .*train_loss [0-9]" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
+  non_utf8_path)  # a Latin-1 byte in the command line: recorded as U+FFFD, the checkpoint saved
+    mkdir -p "$work/ck"$'\xe9'
+    expect 0 "epoch 1/1" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck"$'\xe9' \
+      --save-model "$work/ck"$'\xe9'/m.safetensors
+    ls "$work/ck"$'\xe9'/ckpt-*.safetensors > /dev/null && [[ -s "$work/ck"$'\xe9'/m.safetensors ]] \
+      || { echo "no checkpoint or model written"; exit 1; } ;;
   bad_notify)  # a failing notification never fails the training, and is reported
     expect 0 "warning: notify command exited with status 7" -- "$app" "${small[@]}" --data-dir "$data" --notify-cmd 'exit 7' ;;
   unwritable_metrics)

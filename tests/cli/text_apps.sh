@@ -105,6 +105,11 @@ PY
   # another length than the model's is said
   "$mlp" --data-dir "$out/testonly" --eval-only --load-model "$out/mlp.st" --max-len 8 \
     | grep -q "the model was trained at --max-len 256; this run reads reviews at 8"
+  # fine-tuning on classes of other names is said (outputs are matched by position)
+  mkdir -p "$out/renamed"; cp -r "$d/train" "$d/test" "$out/renamed/"
+  for s in train test; do mv "$out/renamed/$s/neg" "$out/renamed/$s/bad"; mv "$out/renamed/$s/pos" "$out/renamed/$s/good"; done
+  "$mlp" --data-dir "$out/renamed" --epochs 1 --batch-size 16 --load-model "$out/mlp.st" > "$out/renamed.log"
+  grep -q "the model was trained on the classes (neg, pos); this run trains its outputs, in order, on (bad, good)" "$out/renamed.log"
   # a checkpoint resumed with another vocabulary or length is refused (its embedding rows
   # belong to other words; same shapes)
   "$mlp" --data-dir "$d" --epochs 1 --batch-size 16 --checkpoint-dir "$out/ck" > /dev/null

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace nn::io {
 
@@ -30,6 +31,10 @@ inline constexpr const char* kHeaderChecksumKey = "libnn.header_crc32";
 // undefined tensors, text that is not UTF-8.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// `s` with each byte that is not part of valid UTF-8 (a Latin-1 file name in a command line,
+// say) replaced by U+FFFD: text fit for metadata.
+std::string to_valid_utf8(std::string_view s);
 
 struct SafetensorsFile {
   NamedTensors tensors;                          // CPU tensors, ordered by data offset

@@ -44,6 +44,9 @@ std::shared_ptr<TensorDataset> load_mnist(const std::string& root, bool train) {
   Tensor images = read_idx(ip), labels = read_idx(lp);
   NN_CHECK(images.dtype() == kU8 && images.dim() == 3, "'", ip, "': expected u8 images of 3 "
            "dims (N, rows, cols), got ", dtype_name(images.dtype()), " ", shape_str(images.shape()));
+  // (MNIST, Fashion-MNIST, KMNIST, EMNIST: all 28 x 28, the size the models are built for)
+  NN_CHECK(images.shape()[1] == 28 && images.shape()[2] == 28, "'", ip, "': expected 28 x 28 "
+           "images, got ", images.shape()[1], " x ", images.shape()[2]);
   NN_CHECK(labels.dtype() == kU8 && labels.dim() == 1, "'", lp, "': expected u8 labels of 1 "
            "dim, got ", dtype_name(labels.dtype()), " ", shape_str(labels.shape()));
   NN_CHECK(images.shape()[0] == labels.shape()[0], "'", ip, "' holds ", images.shape()[0],

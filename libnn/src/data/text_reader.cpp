@@ -42,6 +42,16 @@ TextSplit read_split(const fs::path& root, const std::string& split,
            kLayout, ")");
   const std::vector<std::string> folders = data::detail::sorted_names(dir, true);
 
+  // Labels name the model's classes in its metadata (UTF-8, one per line): a folder name
+  // that cannot be saved there is refused now, not when the first checkpoint is written.
+  for (const auto& f : folders) {
+    NN_CHECK(detail::find_invalid_utf8(f) == std::string::npos, "label folder '", f, "' in '",
+             dir.string(), "': the name is not valid UTF-8 (class names are saved with the "
+             "model); rename the folder");
+    NN_CHECK(f.find('\n') == std::string::npos, "label folder '", f, "' in '", dir.string(),
+             "': a line break in the name (class names are saved one per line); rename the "
+             "folder");
+  }
   TextSplit out;
   if (label_names.empty()) {
     for (const auto& f : folders)

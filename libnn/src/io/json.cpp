@@ -287,6 +287,7 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 std::string quote(std::string_view s) {
+  // (each byte that is not part of valid UTF-8 as U+FFFD, as to_valid_utf8 below)
   std::string o = "\"";
   for (size_t i = 0; i < s.size();) {
     const char c = s[i];
@@ -318,3 +319,19 @@ std::string quote(std::string_view s) {
 }
 
 }  // namespace nn::io::json
+
+namespace nn::io {
+
+std::string to_valid_utf8(std::string_view s) {
+  std::string o;
+  o.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = json::utf8_char_length(s, i);
+    if (n == 0) o += "\xef\xbf\xbd";  // U+FFFD
+    else o.append(s.substr(i, n));
+    i += n ? n : 1;
+  }
+  return o;
+}
+
+}  // namespace nn::io
