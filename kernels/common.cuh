@@ -26,7 +26,8 @@
 namespace nn::kernels {
 
 constexpr int kThreads = 256;
-constexpr int kMaxDims = 8;
+// (a view of more dims that cannot be merged would be stranded: not even .cpu() could copy it)
+constexpr int kMaxDims = 16;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

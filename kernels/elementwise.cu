@@ -155,18 +155,33 @@ struct WhereF {
   __device__ T operator()(C c, T x, T y) const { return load(c) != 0 ? x : y; }
 };
 
+// a and b in double, as the CPU backend has them: an f64 tensor keeps its range's precision
+// (and ranges past f32's), and every dtype's values equal the CPU's.
 template <typename T>
-__global__ void random_kernel(T* out, int64_t n, bool normal, float a, float b, uint64_t seed,
+__global__ void random_kernel(T* out, int64_t n, bool normal, double a, double b, uint64_t seed,
                               uint64_t offset) {
+  // 16-bit: the f32 value, rounded once (as the CPU)
+  using W = std::conditional_t<std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+                               float, T>;
+  constexpr int bits = std::is_same_v<T, __half>          ? rng::kF16UniformBits
+                       : std::is_same_v<T, __nv_bfloat16> ? rng::kBF16UniformBits
+                                                          : 24;
   const int64_t blocks = (n + 3) / 4, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < blocks; blk += stride) {
     float r[4];
-    if (normal) rng::normal4(seed, offset + uint64_t(blk), r);
-    else rng::uniform4(seed, offset + uint64_t(blk), r);
+    if (normal) {
+      rng::normal4(seed, offset + uint64_t(blk), r);
+    } else {
+      rng::uniform4(seed, offset + uint64_t(blk), r);
+      if constexpr (bits < 24) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) r[k] = rng::keep_bits(r[k], bits);
+      }
+    }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       int64_t i = blk * 4 + k;
-      if (i < n) out[i] = convert<T>(normal ? a + b * r[k] : a + (b - a) * r[k]);
+      if (i < n) out[i] = convert<T>(W(normal ? a + b * r[k] : a + (b - a) * r[k]));
     }
   }
 }
@@ -201,7 +216,7 @@ void launch_random(DType t, void* dst, int64_t n, bool normal, double a, double 
   if (n == 0) return;
   dispatch_float(t, "random", [&]<typename T>() {
     random_kernel<<<grid_for(ceil_div(n, 4)), kThreads, 0, s>>>(
-        static_cast<T*>(dst), n, normal, float(a), float(b), seed, offset);
+        static_cast<T*>(dst), n, normal, a, b, seed, offset);
     NN_CUDA_CHECK_LAUNCH();
   });
 }

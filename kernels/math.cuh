@@ -66,7 +66,11 @@ __device__ __forceinline__ C binary_value(BinaryOp op, C x, C y) {
     case BinaryOp::add: return x + y;
     case BinaryOp::sub: return x - y;
     case BinaryOp::mul: return x * y;
-    case BinaryOp::div: return x / y;
+    case BinaryOp::div:
+      // INT64_MIN / -1 overflows (undefined; a trap on x86): wraps, as on the CPU
+      if constexpr (std::is_integral_v<C>)
+        if (y == C(-1)) return C(std::make_unsigned_t<C>(0) - std::make_unsigned_t<C>(x));
+      return x / y;
     case BinaryOp::pow: return m_pow(x, y);
     // a NaN in either operand is the result (as amax/amin and argmax have it)
     case BinaryOp::maximum: return x != x || x > y ? x : y;

@@ -40,6 +40,16 @@ NN_HD U32x4 philox(uint64_t seed, uint64_t counter) {
 // [0, 1) with 24 random bits.
 NN_HD float to_uniform(uint32_t u) { return float(u >> 8) * (1.0f / 16777216.0f); }
 
+// A uniform of [0, 1) cut to its first `bits` bits (a 16-bit float's significand: 11 for f16,
+// 8 for bf16), so that it converts to that type exactly: rounded to nearest, the top of
+// [0, 1) would become 1 (as PyTorch, which draws that many bits for 16-bit types).
+NN_HD float keep_bits(float r, int bits) {
+  const float s = float(1u << bits);
+  return float(int32_t(r * s)) / s;
+}
+// The bits a uniform draw keeps for f16 and bf16 (f32 and f64 keep all 24).
+constexpr int kF16UniformBits = 11, kBF16UniformBits = 8;
+
 // Four uniforms for counter block `block`.
 NN_HD void uniform4(uint64_t seed, uint64_t block, float out[4]) {
   U32x4 r = philox(seed, block);

@@ -797,6 +797,51 @@ TEST_CASE("CUDA random draws equal the CPU's (same Philox stream)", "[cuda]") {
   Generator a(3), b(3);
   test::require_close(randn({1001}, kCUDA, &a).cpu(), randn({1001}, kCPU, &b), 1e-5, 1e-5);
   test::require_close(rand({77}, kCUDA, &a).cpu(), rand({77}, kCPU, &b), 1e-6, 1e-6);
+  for (DType t : {kF16, kBF16}) {  // (the 16-bit uniforms keep the type's significand bits)
+    INFO(dtype_name(t));
+    test::require_close(rand({333}, TensorOptions(t).device(kCUDA), &a).cpu().to(kF32),
+                        rand({333}, t, &b).to(kF32), 0, 0);
+  }
+  // f64 ranges beyond f32's range or precision (they were worked out in f32 on CUDA: zeros,
+  // NaN, one value repeated)
+  struct Range { bool normal; double a, b; };
+  for (Range r : {Range{false, 0, 1e-50}, Range{true, 0, 1e-50}, Range{false, 1e10, 1e10 + 1},
+                  Range{false, -1e300, 1e300}, Range{true, 0.1, 0.02}}) {
+    INFO((r.normal ? "normal_(" : "uniform_(") << r.a << ", " << r.b << ")");
+    auto draw = [&](Device d) {
+      NoGradGuard ng;
+      Generator g(5);
+      Tensor t = empty({9}, TensorOptions(kF64).device(d));
+      if (r.normal) t.normal_(r.a, r.b, &g);
+      else t.uniform_(r.a, r.b, &g);
+      return t.cpu();
+    };
+    Tensor c = draw(kCUDA), h = draw(kCPU);
+    test::require_close(c, h, 1e-12, 0);
+    REQUIRE(amax(h).item() > amin(h).item());  // (distinct values: a range kept)
+  }
+}
+
+TEST_CASE("CUDA integer division wraps INT64_MIN / -1 as the CPU does", "[cuda]") {
+  if (!have_gpu()) return;
+  Tensor a = from_vector<int64_t>({INT64_MIN, 5}, {2});
+  Tensor b = from_vector<int64_t>({-1, -1}, {2});
+  for (Device d : {Device(kCPU), Device(kCUDA)}) {
+    INFO(d);
+    REQUIRE((a.to(d) / -1.0).cpu().to_vector<int64_t>() == std::vector<int64_t>{INT64_MIN, -5});
+    REQUIRE((a.to(d) / b.to(d)).cpu().to_vector<int64_t>() == std::vector<int64_t>{INT64_MIN, -5});
+  }
+}
+
+TEST_CASE("CUDA elementwise ops and copies take a view of many unmergeable dims", "[cuda]") {
+  if (!have_gpu()) return;
+  Generator g(8);
+  Tensor x = randn({2, 3, 2, 3, 2, 3, 2, 3, 2, 3}, kF32, &g);
+  const std::vector<int64_t> perm{1, 0, 3, 2, 5, 4, 7, 6, 9, 8};  // no two dims merge
+  Tensor y = x.to(kCUDA).permute(perm), h = x.permute(perm);
+  test::require_close((y * 2.0).cpu(), h * 2.0, 1e-6, 0);
+  test::require_close(y.cpu(), h, 0, 0);
+  test::require_close(y.contiguous().cpu(), h.contiguous(), 0, 0);
 }
 
 TEST_CASE("casts between dtypes on CUDA match the CPU", "[cuda]") {

@@ -188,13 +188,21 @@ void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, u
                              uint64_t offset) {
   auto typed = [&]<typename T>() {  // 16-bit: the f32 value, rounded once
     using W = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+    constexpr int bits = std::is_same_v<T, Half>       ? rng::kF16UniformBits
+                         : std::is_same_v<T, BFloat16> ? rng::kBF16UniformBits
+                                                       : 24;
     T* p = dst.data<T>();
     const int64_t n = dst.numel(), blocks = (n + 3) / 4;
     parallel_for(0, blocks, kGrain / 4, [&](int64_t bb, int64_t be) {
       for (int64_t blk = bb; blk < be; ++blk) {
         float r[4];
-        if (kind == RandomKind::uniform) rng::uniform4(seed, offset + uint64_t(blk), r);
-        else rng::normal4(seed, offset + uint64_t(blk), r);
+        if (kind == RandomKind::uniform) {
+          rng::uniform4(seed, offset + uint64_t(blk), r);
+          if constexpr (bits < 24)
+            for (float& u : r) u = rng::keep_bits(u, bits);
+        } else {
+          rng::normal4(seed, offset + uint64_t(blk), r);
+        }
         for (int k = 0; k < 4 && blk * 4 + k < n; ++k)
           p[blk * 4 + k] =
               T(kind == RandomKind::uniform ? W(a + (b - a) * r[k]) : W(a + b * r[k]));
