@@ -34,10 +34,11 @@ __global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t D, bool log
   A sum = 0;
   for (int64_t i = lane; i < D; i += 32) sum += m_exp(A(load(xr[i])) - m);
   sum = warp_sum(sum);
-  const A lse = m + m_log(sum), inv = A(1) / sum;
+  // (x - m) - log(sum): rounding m + log(sum) first would cost log(sum) the bits of m's size
+  const A ls = m_log(sum), inv = A(1) / sum;
   for (int64_t i = lane; i < D; i += 32) {
     A v = A(load(xr[i]));
-    yr[i] = convert<T>(log ? v - lse : m_exp(v - m) * inv);
+    yr[i] = convert<T>(log ? (v - m) - ls : m_exp(v - m) * inv);
   }
 }
 
@@ -54,10 +55,10 @@ __global__ void softmax_columns(const T* x, T* y, int64_t outer, int64_t D, int6
   if (m == A(-INFINITY)) m = A(0);
   A sum = 0;
   for (int64_t d = 0; d < D; ++d) sum += m_exp(A(load(x[base + d * inner])) - m);
-  const A lse = m + m_log(sum), inv = A(1) / sum;
+  const A ls = m_log(sum), inv = A(1) / sum;  // (as softmax_rows)
   for (int64_t d = 0; d < D; ++d) {
     A v = A(load(x[base + d * inner]));
-    y[base + d * inner] = convert<T>(log ? v - lse : m_exp(v - m) * inv);
+    y[base + d * inner] = convert<T>(log ? (v - m) - ls : m_exp(v - m) * inv);
   }
 }
 
@@ -106,8 +107,9 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
   for (int64_t i = lane; i < C; i += 32) s += m_exp(A(load(xr[i])) - m);
   s = warp_sum(s);
   if (lane != 0) return;
-  const A l = m + m_log(s);
-  lse[r] = l;
+  // the loss in double, as the CPU's: log(s) keeps its bits beside a large m
+  const double l = double(m) + log(double(s));
+  lse[r] = A(l);
   const int64_t t = target[r];
   if (t == ignore) {
     loss[r] = convert<T>(A(0));
@@ -116,8 +118,8 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, int64_t 
     loss[r] = convert<T>(A(NAN));
   } else {
     // the smoothing term only when there is smoothing: 0 * (-inf) from a masked logit is NaN
-    const A smooth = smoothing != 0 ? A(smoothing) / A(C) * rowsum : A(0);
-    loss[r] = convert<T>(l - (A(1) - A(smoothing)) * A(load(xr[t])) - smooth);
+    const double smooth = smoothing != 0 ? smoothing / double(C) * double(rowsum) : 0.0;
+    loss[r] = convert<T>(A(l - (1.0 - smoothing) * double(load(xr[t])) - smooth));
   }
 }
 

@@ -58,6 +58,12 @@ TEST_CASE("max and average pooling match the definition", "[pool]") {
   }
   REQUIRE(test::error_of([&] { max_pool2d(x, pp(2, 2, 3)); }).find("half the kernel") !=
           std::string::npos);
+  // average pooling has no dilation (it was ignored: the undilated average, silently)
+  REQUIRE(test::error_of([&] { avg_pool2d(x, pp(2, 1, 0, 2)); }).find("no dilation") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] {
+            AvgPool2d(Pool2dOptions(2).stride({1, 1}).dilation({2, 2})).forward(x);
+          }).find("no dilation") != std::string::npos);
   // an empty image has no window, even 1x1 at stride 2
   for (bool avg : {false, true})
     REQUIRE(test::error_of([&] {

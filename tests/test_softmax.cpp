@@ -173,3 +173,25 @@ TEST_CASE("softmax of far-negative logits is 0, not Eigen's clamp", "[softmax][c
     CHECK(p[4] == Approx(0.5 * std::exp(-87.0)).epsilon(1e-5));  // still in the normal range
   }
 }
+
+TEST_CASE("log_softmax and cross_entropy keep log(sum)'s bits beside large logits",
+          "[softmax][loss][cuda]") {
+  // [big, big, 0]: log p = -ln 2 exactly to f32's rounding; m + log(sum) rounded first lost
+  // log(sum)'s low bits to m's size (-0.6914 at 60000, -0.6875 at 1e6)
+  const double ln2 = std::log(2.0);
+  for (Device d : test::devices())
+    for (float big : {1000.0f, 60000.0f, 1e6f}) {
+      INFO(d.str() << " big " << big);
+      const Tensor x = from_vector<float>({big, big, 0}, {1, 3}).to(d);
+      CHECK(log_softmax(x, 1).cpu().to_vector<float>()[0] == Approx(-ln2).epsilon(2e-7));
+      // the strided path (a dim that is not the last)
+      CHECK(log_softmax(x.t(), 0).cpu().to_vector<float>()[1] == Approx(-ln2).epsilon(2e-7));
+      const Tensor t = from_vector<int64_t>({0}, {1}).to(d);
+      CHECK(cross_entropy(x, t).item() == Approx(ln2).epsilon(2e-7));
+      if (big < 65504) {  // f16: the f32 value rounded once
+        const float h = log_softmax(x.to(kF16), 1).cpu().to(kF32).to_vector<float>()[0];
+        CHECK(h == from_vector<float>({float(-ln2)}, {1}).to(kF16).to(kF32).item());
+      }
+    }
+}
+

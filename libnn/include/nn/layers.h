@@ -148,7 +148,7 @@ struct Pool2dOptions {
   NN_ARG(Size2, kernel_size);
   NN_ARG(Size2, stride) = {0, 0};  // 0: same as the kernel
   NN_ARG(Size2, padding) = {0, 0};
-  NN_ARG(Size2, dilation) = {1, 1};
+  NN_ARG(Size2, dilation) = {1, 1};  // MaxPool2d only (AvgPool2d refuses another)
   NN_ARG(bool, count_include_pad) = true;
 };
 class MaxPool2d : public Module {

@@ -101,7 +101,7 @@ struct Pool2dParams {
   std::array<int64_t, 2> kernel{2, 2};
   std::array<int64_t, 2> stride{0, 0};  // 0 = same as kernel
   std::array<int64_t, 2> padding{0, 0};
-  std::array<int64_t, 2> dilation{1, 1};  // max pool only
+  std::array<int64_t, 2> dilation{1, 1};  // max pool only (avg_pool2d refuses another)
   bool count_include_pad = true;          // avg pool only
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);

@@ -13,7 +13,8 @@ Shape pool_shape(const Tensor& x, Pool2dParams& p, const char* op, bool dilated)
   Shape s = x.shape();
   for (int i = 0; i < 2; ++i) {
     if (p.stride[i] == 0) p.stride[i] = p.kernel[i];
-    if (!dilated) p.dilation[i] = 1;
+    NN_CHECK(dilated || p.dilation[i] == 1, op, ": no dilation (as PyTorch's), got ",
+             p.dilation[0], "x", p.dilation[1]);
     NN_CHECK(p.kernel[i] >= 1 && p.stride[i] >= 1 && p.dilation[i] >= 1, op,
              ": kernel, stride and dilation must be >= 1");
     NN_CHECK(p.padding[i] >= 0 && 2 * p.padding[i] <= p.kernel[i], op, ": padding ", p.padding[i],

@@ -26,7 +26,8 @@ void forward_row(const T* x, int64_t D, bool log, T* y) {
   T m = ConstRowMap<T>(x, D).maxCoeff();  // a NaN anywhere makes every output NaN
   if (std::isinf(m) && m < 0) m = 0;      // all -inf: avoid inf - inf
   const double sum = exp_sum(x, D, m, y);
-  if (log) RowMap<T>(y, D) = ConstRowMap<T>(x, D) - T(m + std::log(sum));
+  // (x - m) - log(sum): rounding m + log(sum) first would cost log(sum) the bits of m's size
+  if (log) RowMap<T>(y, D) = (ConstRowMap<T>(x, D) - m) - T(std::log(sum));
   else RowMap<T>(y, D) *= T(1.0 / sum);
 }
 
@@ -105,8 +106,8 @@ void CpuBackend::softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor&
         double sum = 0;
         for (int64_t d = 0; d < l.D; ++d) sum += std::exp(double(px[base + d * s] - m));
         if (log) {
-          T lse = T(m + std::log(sum));
-          for (int64_t d = 0; d < l.D; ++d) po[base + d * s] = px[base + d * s] - lse;
+          const T ls = T(std::log(sum));  // (as forward_row)
+          for (int64_t d = 0; d < l.D; ++d) po[base + d * s] = (px[base + d * s] - m) - ls;
         } else {
           T inv = T(1.0 / sum);
           for (int64_t d = 0; d < l.D; ++d) po[base + d * s] = std::exp(px[base + d * s] - m) * inv;
