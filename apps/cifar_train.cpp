@@ -67,15 +67,15 @@ int run(int argc, char** argv) {
   const std::string layout = a["layout"].as<std::string>();
   apps::check_choice("layout", layout, {"auto", "nhwc", "nchw"});
   const int64_t epochs = apps::check_count("epochs", a["epochs"].as<int64_t>(), apps::kMaxEpochs);
-  const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
-  const int64_t depth = a["depth"].as<int64_t>();
+  const int64_t batch = apps::check_count("batch-size", a["batch-size"].as<int64_t>(), apps::kMaxBatch);
+  const int64_t depth = apps::check_at_most("depth", a["depth"].as<int64_t>(), apps::kMaxLayers);
   if (depth < 8 || (depth - 2) % 6 != 0)
     throw apps::UsageError("--depth must be 6n + 2 with n >= 1 (20, 32, 44, 56, 110, ...), got " +
                            std::to_string(depth));
   const int64_t width = apps::check_positive("width", a["width"].as<int64_t>());
   const int64_t train_samples = apps::check_non_negative("train-samples", a["train-samples"].as<int64_t>());
   const int64_t test_samples = apps::check_non_negative("test-samples", a["test-samples"].as<int64_t>());
-  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  apps::set_threads(a);
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   const bool nhwc = apps::channels_last(layout, device, precision);
@@ -88,8 +88,8 @@ int run(int argc, char** argv) {
   std::shared_ptr<nn::data::ImageDataset> train_set, test_set;
   std::string what;
   if (data == "synthetic") {
-    const int64_t n = apps::check_positive("synthetic-samples", a["synthetic-samples"].as<int64_t>());
-    const int64_t classes = apps::check_positive("num-classes", a["num-classes"].as<int64_t>());
+    const int64_t n = apps::check_count("synthetic-samples", a["synthetic-samples"].as<int64_t>(), apps::kMaxSamples);
+    const int64_t classes = apps::check_classes("num-classes", a["num-classes"].as<int64_t>());
     // The classes' patterns are fixed; training and test images differ (seed 1 and 2).
     train_set = nn::data::synthetic_images(n, classes, 32, 1);
     test_set = nn::data::synthetic_images(std::max<int64_t>(1, n / 5), classes, 32, 2);

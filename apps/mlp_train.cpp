@@ -8,7 +8,7 @@ nn::models::TextMLPOptions options(const cxxopts::ParseResult& a, int64_t vocab,
   return nn::models::TextMLPOptions(vocab, classes)
       .embed_dim(apps::check_positive("embed-dim", a["embed-dim"].as<int64_t>()))
       .hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()))
-      .layers(apps::check_non_negative("layers", a["layers"].as<int64_t>()))
+      .layers(apps::check_non_negative("layers", apps::check_at_most("layers", a["layers"].as<int64_t>(), apps::kMaxLayers)))
       .dropout(apps::check_probability("dropout", a["dropout"].as<double>()));
 }
 
@@ -26,7 +26,7 @@ int run(int argc, char** argv) {
   };
   app.check_options = [](const cxxopts::ParseResult& a) { options(a, 1, 1); };
   app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t,
-                      int64_t pad_id) {
+                      int64_t pad_id, const nn::NamedTensors*) {
     return std::make_shared<nn::models::TextMLP>(options(a, vocab, classes).pad_id(pad_id));
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {

@@ -71,8 +71,8 @@ int run(int argc, char** argv) {
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t epochs = a["epochs"].as<int64_t>(), batch = a["batch-size"].as<int64_t>();
   apps::check_count("epochs", epochs, apps::kMaxEpochs);
-  apps::check_positive("batch-size", batch);
-  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  apps::check_count("batch-size", batch, apps::kMaxBatch);
+  apps::set_threads(a);
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   const int64_t train_samples = apps::check_non_negative("train-samples", a["train-samples"].as<int64_t>());

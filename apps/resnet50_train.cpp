@@ -67,10 +67,10 @@ int run(int argc, char** argv) {
     throw apps::UsageError("--num-classes applies to --data synthetic only (a folder's classes are its subfolders)");
   const std::string precision = a["precision"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
-  const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
+  const int64_t batch = apps::check_count("batch-size", a["batch-size"].as<int64_t>(), apps::kMaxBatch);
   const int64_t epochs = apps::check_count("epochs", a["epochs"].as<int64_t>(), apps::kMaxEpochs);
-  const int64_t size = apps::check_positive("image-size", a["image-size"].as<int64_t>());
-  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  const int64_t size = apps::check_count("image-size", a["image-size"].as<int64_t>(), 4096);
+  apps::set_threads(a);
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
   apps::check_resnet_recipe(a, epochs);
@@ -86,8 +86,9 @@ int run(int argc, char** argv) {
   int64_t classes = a["num-classes"].as<int64_t>();
   int64_t steps = a.count("num-batches") ? a["num-batches"].as<int64_t>() : 0;
   if (steps < 0) throw apps::UsageError("--num-batches must be 0 or more, got " + std::to_string(steps));
+  apps::check_at_most("num-batches", steps, apps::kMaxBatches);
   if (data == "synthetic") {
-    apps::check_positive("num-classes", classes);
+    apps::check_classes("num-classes", classes);
     if (steps == 0) steps = 100;
     // Four distinct batches cycled through: enough to see the loss move. Data parallel: each
     // rank makes its own four (not a shard of one pool, which would shrink with more ranks).

@@ -17,7 +17,7 @@ nn::models::BertConfig config(const cxxopts::ParseResult& a, int64_t vocab, int6
   apps::check_choice("preset", preset, {"tiny", "mini", "base"});
   auto c = nn::models::BertConfig::preset(preset).vocab_size(vocab).num_classes(classes).pad_id(pad_id);
   c.max_len(std::max<int64_t>(max_len, 512));
-  if (a.count("layers")) c.layers(apps::check_positive("layers", a["layers"].as<int64_t>()));
+  if (a.count("layers")) c.layers(apps::check_count("layers", a["layers"].as<int64_t>(), apps::kMaxLayers));
   if (a.count("hidden")) c.hidden(apps::check_positive("hidden", a["hidden"].as<int64_t>()));
   if (a.count("heads")) c.heads(apps::check_positive("heads", a["heads"].as<int64_t>()));
   if (a.count("ffn")) c.ffn(apps::check_positive("ffn", a["ffn"].as<int64_t>()));
@@ -72,21 +72,27 @@ int run(int argc, char** argv) {
   };
   app.check_options = [](const cxxopts::ParseResult& a) { config(a, 1, 1, 1); };
   app.make_model = [](const cxxopts::ParseResult& a, int64_t vocab, int64_t classes, int64_t max_len,
-                      int64_t pad_id) {
+                      int64_t pad_id, const nn::NamedTensors* loaded) {
     auto c = config(a, vocab, classes, max_len, pad_id);
-    // the position table is the checkpoint's, whatever its length (--load-model, which takes
-    // precedence, has its own)
-    if (a.count("pretrained") && !a.count("load-model")) {
-      const std::string path = a["pretrained"].as<std::string>();
+    // The position table is the checkpoint's, whatever its length: the --load-model file's
+    // (which takes precedence; it may be read at another --max-len than it was trained at),
+    // else --pretrained's.
+    std::string path;
+    if (loaded) {
+      path = a["load-model"].as<std::string>();
+    } else if (a.count("pretrained")) {
+      path = a["pretrained"].as<std::string>();
       g_pretrained = std::make_unique<nn::io::SafetensorsFile>(nn::io::load_safetensors(path));
-      for (auto& [name, t] : g_pretrained->tensors)
+      loaded = &g_pretrained->tensors;
+    }
+    if (loaded)
+      for (auto& [name, t] : *loaded)
         if (name.ends_with("embeddings.position_embeddings.weight") && t.dim() == 2) {
           if (max_len > t.shape()[0])
             throw apps::UsageError("--max-len " + std::to_string(max_len) + " is longer than the " +
                                    std::to_string(t.shape()[0]) + " positions of '" + path + "'");
           c.max_len(t.shape()[0]);
         }
-    }
     return std::make_shared<nn::models::BertClassifier>(c);
   };
   app.forward = [](nn::Module& m, const nn::Tensor& ids, const nn::Tensor& keep) {

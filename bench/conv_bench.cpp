@@ -54,7 +54,7 @@ int body(int argc, char** argv) {
   const std::string precision = a["precision"].as<std::string>(), layout = a["layout"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   apps::check_choice("layout", layout, {"nhwc", "nchw"});
-  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  apps::set_threads(a);
   const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
   const nn::DType dt = precision == "bf16" ? nn::kBF16 : precision == "fp16" ? nn::kF16 : nn::kF32;
   const nn::MemoryFormat fmt =

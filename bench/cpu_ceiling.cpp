@@ -10,6 +10,7 @@
 #include "common/cli.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -38,12 +39,20 @@ std::vector<Mnk> parse_shapes(const std::string& text) {
   while (start <= text.size()) {
     const size_t end = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, end - start);
-    long long m = 0, n = 0, k = 0;
-    char tail = 0;
-    if (std::sscanf(item.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3 || m <= 0 ||
-        n <= 0 || k <= 0)
-      throw apps::UsageError("--shapes: expected MxNxK with positive sizes, got '" + item + "'");
-    out.push_back({m, n, k});
+    int64_t v[3] = {0, 0, 0};
+    const char *p = item.data(), *last = item.data() + item.size();
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) {  // (from_chars: an overflow is an error, not LLONG_MAX)
+      auto [next, ec] = std::from_chars(p, last, v[i]);
+      ok = ec == std::errc() && v[i] > 0 && (i == 2 ? next == last : next < last && *next == 'x');
+      p = next + 1;
+    }
+    if (!ok) throw apps::UsageError("--shapes: expected MxNxK with positive sizes, got '" + item + "'");
+    // each operand and the product at most 2^28 floats (1 GiB), checked before any timing
+    const int64_t most = int64_t(1) << 28;
+    if (v[0] > most / v[2] || v[2] > most / v[1] || v[0] > most / v[1])
+      throw apps::UsageError("--shapes: '" + item + "' needs a matrix of more than 2^28 floats");
+    out.push_back({v[0], v[1], v[2]});
     start = end + 1;
   }
   return out;
@@ -62,7 +71,7 @@ int body(int argc, char** argv) {
   if (!args) return 0;
   const auto& a = *args;
   const int64_t n = a["n"].as<int64_t>();
-  if (n <= 0) throw apps::UsageError("-n must be positive, got " + std::to_string(n));
+  if (n <= 0 || n > 16384) throw apps::UsageError("-n must be 1 to 16384, got " + std::to_string(n));
   const std::vector<Mnk> shapes =
       a.count("shapes") ? parse_shapes(a["shapes"].as<std::string>()) : std::vector<Mnk>{};
   if (const char* k = std::getenv("LIBNN_CPU_GEMM")) std::printf("LIBNN_CPU_GEMM=%s\n", k);

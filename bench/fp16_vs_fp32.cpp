@@ -117,15 +117,23 @@ std::string today() {
   return buf;
 }
 
-// The library's switches turned off from their default in this run's environment
-// ("LIBNN_CUDNN_BN_FUSED=0"), so that a record of such a run is never taken for, or compared
-// with, one of the default configuration.
+// The library's switches moved from their default in this run's environment, as the library
+// reads them ("LIBNN_CUDNN_BN_FUSED=0"; LIBNN_CUBLASLT=1, the default, is none), so that a
+// record of such a run is never taken for, or compared with, one of the default
+// configuration. LIBNN_CPU_GEMM counts whenever it names a kernel (the default is per CPU).
 std::string variant() {
+  struct Switch {
+    const char* name;
+    const char* changed;  // the value that moves it (nullptr: any value)
+  };
   std::string v;
-  for (const char* name : {"LIBNN_CUBLASLT", "LIBNN_CUDNN_BN_FUSED", "LIBNN_CUDNN_FIND",
-                           "LIBNN_CUDA_LN_FUSED", "LIBNN_CUDA_ATTENTION"}) {
-    const char* value = std::getenv(name);
-    if (value && *value) v += (v.empty() ? "" : " ") + std::string(name) + "=" + value;
+  for (Switch s : {Switch{"LIBNN_CUBLASLT", "0"}, Switch{"LIBNN_CUDNN_BN_FUSED", "0"},
+                   Switch{"LIBNN_CUDNN_FIND", "0"}, Switch{"LIBNN_CUDA_LN_FUSED", "0"},
+                   Switch{"LIBNN_CUDA_ATTENTION", "simt"}, Switch{"LIBNN_NO_MEMORY_CACHING", "1"},
+                   Switch{"LIBNN_CPU_GEMM", nullptr}}) {
+    const char* value = std::getenv(s.name);
+    if (value && *value && (!s.changed || std::string(value) == s.changed))
+      v += (v.empty() ? "" : " ") + std::string(s.name) + "=" + value;
   }
   return v;
 }
@@ -157,11 +165,14 @@ int body(int argc, char** argv) {
   const auto& a = *args;
   const std::string model = a["model"].as<std::string>();
   apps::check_choice("model", model, {"resnet50", "resnet20", "mnist_cnn"});
-  const int64_t batch = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
-  const int64_t batches = apps::check_positive("num-batches", a["num-batches"].as<int64_t>());
+  const int64_t batch = apps::check_count("batch-size", a["batch-size"].as<int64_t>(), apps::kMaxBatch);
+  const int64_t batches = apps::check_count("num-batches", a["num-batches"].as<int64_t>(), apps::kMaxBatches);
   const int64_t warmup = apps::check_non_negative("num-warmup-batches", a["num-warmup-batches"].as<int64_t>());
-  const int64_t pool = apps::check_positive("synthetic-batches", a["synthetic-batches"].as<int64_t>());
-  const int64_t image_size = apps::check_positive("image-size", a["image-size"].as<int64_t>());
+  // (distinct batches held in memory: more than the run uses, or than the default, is memory
+  // for nothing)
+  const int64_t pool = apps::check_count("synthetic-batches", a["synthetic-batches"].as<int64_t>(),
+                                         std::max<int64_t>(4, warmup + batches));
+  const int64_t image_size = apps::check_count("image-size", a["image-size"].as<int64_t>(), 4096);
   const std::string layout_arg = a["layout"].as<std::string>();
   apps::check_choice("layout", layout_arg, {"auto", "nhwc", "nchw"});
   const std::vector<std::string> precisions =

@@ -405,7 +405,8 @@ for (impl, dt, op, shape), v in by.items():
     if impl != "libnn-default": continue
     simt, torch_ = by.get(("libnn-simt", dt, op, shape)), by.get(("pytorch", dt, op, shape))
     ratio = f"{v / torch_:.2f}" if torch_ else "n/a"
-    print(f"| {dt} | {op} | {shape} | {v} | {simt} | {torch_} | {ratio} |")
+    plain = simt if simt is not None else "(the same kernel)"  # f32: the plain kernel is the default
+    print(f"| {dt} | {op} | {shape} | {v} | {plain} | {torch_} | {ratio} |")
 PY
   log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
   tsum bf16_libnn.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 \

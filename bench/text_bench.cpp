@@ -176,7 +176,7 @@ int body(int argc, char** argv) {
   auto args = apps::parse(opts, argc, argv);
   if (!args) return 0;
   const auto& a = *args;
-  if (a.count("threads")) nn::set_num_threads(apps::check_positive("threads", a["threads"].as<int>()));
+  apps::set_threads(a);
   const std::string preset = a["preset"].as<std::string>();
   apps::check_choice("preset", preset, {"tiny", "mini", "base"});
   const int64_t steps = apps::check_positive("num-batches", a["num-batches"].as<int64_t>());

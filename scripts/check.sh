@@ -12,6 +12,11 @@ source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
 build_dir=${CHECK_BUILD_DIR:-build-check}
 fuzz_seconds=${FUZZ_SECONDS:-60}
+# (libFuzzer reads 0, or a value it cannot parse, as no time limit: the run would not end)
+if [[ ! $fuzz_seconds =~ ^[1-9][0-9]*$ ]]; then
+  echo "check.sh: FUZZ_SECONDS must be a whole number of seconds >= 1, got '$fuzz_seconds'" >&2
+  exit 2
+fi
 jobs=$(nproc)
 t0=$SECONDS
 

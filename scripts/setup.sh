@@ -5,6 +5,8 @@
 #   scripts/setup.sh            # packages + build
 #   BUILD_DIR=out scripts/setup.sh
 #   LIBNN_CMAKE_ARGS="-DLIBNN_WITH_CUDA=OFF" scripts/setup.sh
+#   CMAKE_CUDA_ARCHITECTURES="80;90" scripts/setup.sh   # CUDA code for these GPUs (default:
+#                               # the GPUs of this machine, or Hopper's 90 where it has none)
 set -euo pipefail
 source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
@@ -44,9 +46,11 @@ if ! command -v nvcc > /dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 cuda_args=()
-if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+if [[ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]]; then
+  cuda_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES")  # the user's choice
+elif command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
   cuda_args+=(-DCMAKE_CUDA_ARCHITECTURES=native)  # build for the GPUs in this machine
-elif [[ -z "${CMAKE_CUDA_ARCHITECTURES:-}" ]]; then
+else
   cuda_args+=(-DCMAKE_CUDA_ARCHITECTURES=90)      # no GPU here: compile for Hopper only
 fi
 

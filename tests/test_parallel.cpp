@@ -121,6 +121,11 @@ TEST_CASE("libnn from several std::threads: thread count, default generator, sha
     set_num_threads(saved);
     REQUIRE(seen == 1);  // (it was the worker's own default, all cores)
     REQUIRE(reported == 1);
+    // counts OpenMP cannot create are refused (100000 crashed in the first parallel region)
+    for (int n : {0, kMaxThreads + 1, 100000})
+      REQUIRE(test::error_of([&] { set_num_threads(n); }).find("set_num_threads: 1 to 1024") !=
+              std::string::npos);
+    REQUIRE(num_threads() == saved);
   }
   SECTION("draws from the default generator on two threads get counters of their own") {
     const uint64_t start = default_generator().offset();

@@ -27,12 +27,39 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// cxxopts's "Argument 'abc' failed to parse" with the flag it was given to, found in argv
+// ("--epochs abc" or "--epochs=abc"): "'abc' is not a valid value for --epochs".
+inline std::string name_bad_value(const std::string& what, int argc, char** argv) {
+  const std::string head = "Argument ", tail = " failed to parse";
+  if (what.size() < head.size() + tail.size() || what.rfind(head, 0) != 0 ||
+      what.compare(what.size() - tail.size(), tail.size(), tail) != 0)
+    return what;
+  std::string v = what.substr(head.size(), what.size() - head.size() - tail.size());
+  for (const char* q : {"'", "\u2018", "\u2019"})  // (the quotes, ASCII or typographic)
+    for (bool front : {true, false}) {
+      const std::string qs = q;
+      if (v.size() >= qs.size() &&
+          v.compare(front ? 0 : v.size() - qs.size(), qs.size(), qs) == 0)
+        v = front ? v.substr(qs.size()) : v.substr(0, v.size() - qs.size());
+    }
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] != '-') continue;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos ? arg.substr(eq + 1) == v : (i + 1 < argc && argv[i + 1] == v))
+      return "'" + v + "' is not a valid value for " + arg.substr(0, eq);
+  }
+  return what;
+}
+
 // Parses argv; prints help and returns nullopt for --help. Unknown flags and stray
 // positional arguments are usage errors.
 inline std::optional<cxxopts::ParseResult> parse(cxxopts::Options& opts, int argc, char** argv) {
   cxxopts::ParseResult r;
   try {
     r = opts.parse(argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    throw UsageError(name_bad_value(e.what(), argc, argv));
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(e.what());
   }
@@ -105,6 +132,33 @@ inline int64_t check_count(const std::string& flag, int64_t value, int64_t most)
   return value;
 }
 constexpr int64_t kMaxEpochs = int64_t(1) << 24;
+// An upper bound alone (a flag whose lower bound is checked elsewhere, or is 0).
+inline int64_t check_at_most(const std::string& flag, int64_t value, int64_t most) {
+  if (value > most) throw UsageError("--" + flag + " must be at most " + std::to_string(most));
+  return value;
+}
+// Upper bounds of the size flags: far past any real run, short of sizes that would take
+// the machine's memory or disk before anything is checked.
+constexpr int64_t kMaxClasses = int64_t(1) << 20;   // --num-classes, --relabel, ...
+constexpr int64_t kMaxLayers = 10000;               // --layers, --depth
+constexpr int64_t kMaxSamples = int64_t(1) << 24;   // synthetic data sets
+constexpr int64_t kMaxBatch = int64_t(1) << 20;     // --batch-size
+constexpr int64_t kMaxBatches = int64_t(1) << 32;   // --num-batches (times kMaxEpochs: no overflow)
+
+// --threads, when given (1 to nn::kMaxThreads).
+inline void set_threads(const cxxopts::ParseResult& a) {
+  if (a.count("threads"))
+    nn::set_num_threads(int(check_count("threads", a["threads"].as<int>(), nn::kMaxThreads)));
+}
+
+// A class count: 2 (a classifier of one class learns nothing and reports 100%) to kMaxClasses.
+inline int64_t check_classes(const std::string& flag, int64_t value) {
+  check_count(flag, value, kMaxClasses);
+  if (value < 2)
+    throw UsageError("--" + flag + " must be at least 2, got " + std::to_string(value) +
+                     " (a classifier needs two classes)");
+  return value;
+}
 
 template <typename T>
 T check_non_negative(const std::string& flag, T value) {
@@ -177,6 +231,19 @@ inline std::string check_output_file(const cxxopts::ParseResult& a, const char* 
   if (ok && !existed) fs::remove(path, ec);
   NN_CHECK(ok, "cannot open '", path, "' for writing (--", flag, "): ",
            err ? std::strerror(err) : "unknown error");
+  return path;
+}
+
+// An input file the program reads later (after the data, say): one it cannot read is an
+// error now. Returns the path given to --FLAG.
+inline std::string check_input_file(const cxxopts::ParseResult& a, const char* flag) {
+  namespace fs = std::filesystem;
+  const std::string path = a[flag].as<std::string>();
+  NN_CHECK(fs::exists(path), "cannot read '", path, "' (--", flag, "): no such file");
+  NN_CHECK(!fs::is_directory(path), "cannot read '", path, "' (--", flag, "): it is a folder");
+  errno = 0;
+  const bool ok = std::ifstream(path, std::ios::binary).good();
+  NN_CHECK(ok, "cannot read '", path, "' (--", flag, "): ", errno ? std::strerror(errno) : "unknown error");
   return path;
 }
 

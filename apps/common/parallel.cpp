@@ -43,9 +43,16 @@ nn::dist::Options Parallel::options(const cxxopts::ParseResult& a) {
   }
   o.timeout_seconds = check_positive("dist-timeout", a["dist-timeout"].as<double>());
   check_positive("world-size", o.world_size);
+  // (either may come from the environment, as a launcher sets them: say which)
+  auto from = [&](const char* flag, const char* env) -> std::string {
+    if (a.count(flag)) return std::string("--") + flag;
+    const char* v = std::getenv(env);
+    return v && *v ? std::string("$") + env : std::string("--") + flag + "'s default";
+  };
   if (o.rank < 0 || o.rank >= o.world_size)
-    throw UsageError("--rank must be from 0 to " + std::to_string(o.world_size - 1) + " for world size " +
-                     std::to_string(o.world_size) + ", got " + std::to_string(o.rank));
+    throw UsageError(from("rank", "RANK") + " must be from 0 to " + std::to_string(o.world_size - 1) +
+                     " for world size " + std::to_string(o.world_size) + " (" +
+                     from("world-size", "WORLD_SIZE") + "), got " + std::to_string(o.rank));
   return o;
 }
 

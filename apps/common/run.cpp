@@ -66,6 +66,8 @@ void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
   // A fresh run among another run's checkpoints would have its own pruned as they are
   // written, and a later --resume would continue the other run.
   const std::string dir = has_dir ? a["checkpoint-dir"].as<std::string>() : "";
+  // (rank 0 writes the checkpoints; its first comes an epoch in)
+  if (has_dir && par.leader()) check_output_dir(a, "checkpoint-dir");
   if (has_dir && !resume && !nn::io::Checkpointer(dir).list().empty())
     throw UsageError("--checkpoint-dir '" + dir + "' holds checkpoints of an earlier run: pass "
                      "--resume to continue it, or name an empty directory");

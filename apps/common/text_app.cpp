@@ -172,7 +172,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const std::string precision = a["precision"].as<std::string>();
   check_choice("precision", precision, {"fp32", "fp16", "bf16"});
   const int64_t epochs = check_count("epochs", a["epochs"].as<int64_t>(), kMaxEpochs);
-  const int64_t batch = check_positive("batch-size", a["batch-size"].as<int64_t>());
+  const int64_t batch = check_count("batch-size", a["batch-size"].as<int64_t>(), kMaxBatch);
   int64_t max_len = check_positive("max-len", a["max-len"].as<int64_t>());
   // far past any real run (a huge --max-len failed after the data was read, with a bare
   // bad_alloc)
@@ -180,7 +180,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   if (app.cls_sep && max_len < 3)
     throw UsageError("--max-len must be at least 3 ([CLS], a token, [SEP]), got " +
                      std::to_string(max_len));
-  if (a.count("threads")) nn::set_num_threads(check_positive("threads", a["threads"].as<int>()));
+  set_threads(a);
   const nn::Device dev = parse_device(a["device"].as<std::string>());
   nn::check_device(dev);
   const uint64_t seed = a["seed"].as<uint64_t>();
@@ -212,14 +212,11 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   // Every flag is checked before the data is read (aclImdb takes a while to tokenise).
   if (a.count("data")) {
     check_choice("data", a["data"].as<std::string>(), {"synthetic"});
-    if (a["synthetic-classes"].as<int64_t>() < 2)
-      throw UsageError("--synthetic-classes must be at least 2, got " +
-                       std::to_string(a["synthetic-classes"].as<int64_t>()));
-    check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
+    check_classes("synthetic-classes", a["synthetic-classes"].as<int64_t>());
+    // (reviews per class, written to a temporary folder: a few GB at the bound)
+    check_count("synthetic-size", a["synthetic-size"].as<int64_t>(), int64_t(1) << 20);
   }
-  if (a.count("relabel") && a["relabel"].as<int64_t>() < 2)
-    throw UsageError("--relabel must be at least 2 classes, got " +
-                     std::to_string(a["relabel"].as<int64_t>()));
+  if (a.count("relabel")) check_classes("relabel", a["relabel"].as<int64_t>());
   const int64_t vocab_size = check_positive("vocab-size", a["vocab-size"].as<int64_t>());
   if (vocab_size < 4)  // [PAD], [UNK], [CLS], [SEP] come first
     throw UsageError("--vocab-size must be at least 4, got " + std::to_string(vocab_size));
@@ -232,6 +229,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   Parallel par(app.name, a);
   if (!eval_only) check_run_options(a, par);
   else if (a.count("metrics") && par.leader()) check_output_file(a, "metrics");
+  for (const char* f : {"load-model", "vocab", "pretrained"})  // (read after the data)
+    if (a.count(f)) check_input_file(a, f);
 
   // ---- data ---------------------------------------------------------------------------------
   // From here a SIGTERM/SIGINT/SIGHUP only raises a flag, looked at after each stage of the
@@ -352,7 +351,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
               (long long)classes, vocab_note.c_str(), (long long)d.vocab_size(), prep.seconds());
 
   // ---- model --------------------------------------------------------------------------------
-  auto model = app.make_model(a, d.vocab_size(), classes, max_len, d.pad_id());
+  auto model = app.make_model(a, d.vocab_size(), classes, max_len, d.pad_id(),
+                              loaded ? &loaded->tensors : nullptr);
   if (loaded) {
     try {
       model->load_state_dict(loaded->tensors);

@@ -22,9 +22,12 @@ struct TextApp {
   std::function<void(cxxopts::Options&)> add_options;
   // Optional: checks the app's own flags (a UsageError for a bad one) before any data is read.
   std::function<void(const cxxopts::ParseResult&)> check_options;
-  // Builds the model for a vocabulary (and its [PAD] id), a class count and a sequence length.
+  // Builds the model for a vocabulary (and its [PAD] id), a class count and a sequence length;
+  // `loaded` is the --load-model file's tensors (null without one), whose shapes the model
+  // must take where the length does not fix them (a position table).
   std::function<std::shared_ptr<nn::Module>(const cxxopts::ParseResult&, int64_t vocab,
-                                            int64_t classes, int64_t max_len, int64_t pad_id)>
+                                            int64_t classes, int64_t max_len, int64_t pad_id,
+                                            const nn::NamedTensors* loaded)>
       make_model;
   // logits (N, classes) from ids (N, L) and keep (N, L).
   std::function<nn::Tensor(nn::Module&, const nn::Tensor&, const nn::Tensor&)> forward;

@@ -158,7 +158,11 @@ case $case in
   unwritable_tensorboard)  # checked before the data is read (the data folder is missing too)
     touch "$work/afile"
     expect 1 "cannot create the folder '$work/afile/tb' \(--tensorboard\)" -- "$app" "${small[@]}" \
-      --data-dir /nonexistent --tensorboard "$work/afile/tb" ;;
+      --data-dir /nonexistent --tensorboard "$work/afile/tb"
+    # the checkpoint folder too (its first checkpoint comes an epoch in)
+    expect 1 "cannot create the folder '$work/afile/ck' \(--checkpoint-dir\)" -- "$app" "${small[@]}" \
+      --data-dir /nonexistent --checkpoint-dir "$work/afile/ck"
+    expect 2 "--threads must be at most 1024" -- "$app" "${small[@]}" --data-dir /nonexistent --threads 100000 ;;
   log_flushed)  # each progress line reaches a log file as it is printed, not at exit
     source "$(dirname "$0")/wait_checkpoint.sh"
     "$app" "${small[@]}" --train-samples 60000 --data-dir "$data" --log-every 1 --checkpoint-every 2 \

@@ -79,6 +79,8 @@ head -c 5000 "$out/c100/train.bin" > "$out/c100/train.bin.part" && mv "$out/c100
 "$e" 2 "--data must be one of cifar, synthetic" -- "$app" --data imagenet
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" --precision fp8
 "$e" 2 "--synthetic-samples must be" -- "$app" --data synthetic --synthetic-samples 0
+"$e" 2 "--num-classes must be at least 2, got 1" -- "$app" --data synthetic --num-classes 1
+"$e" 2 "--depth must be at most 10000" -- "$app" --depth 1000000000004
 # optimizer flags are checked before the data is read (a missing folder would be exit 1)
 "$e" 2 "--weight-decay must be a finite number >= 0, got -1" -- "$app" --data-dir data/nowhere --weight-decay -1
 "$e" 2 "--label-smoothing must be in \[0, 1\], got 1.5" -- "$app" --data-dir data/nowhere --label-smoothing 1.5

@@ -160,7 +160,9 @@ expect() {  # CODE REGEX COMMAND...
   out=$("$@" 2>&1); rc=$?
   [[ $rc -eq $code ]] && grep -Eq -- "$regex" <<<"$out" || { echo "FAIL: $* -> $rc:"; echo "$out"; exit 1; }
 }
-expect 2 "--rank must be from 0 to 1 for world size 2, got 2" "$app" --world-size 2 --rank 2
+expect 2 "--rank must be from 0 to 1 for world size 2 \(--world-size\), got 2" "$app" --world-size 2 --rank 2
+# a rank from the environment (a launcher's) is named as such
+expect 2 "\\\$RANK must be from 0 to 0 for world size 1 \(--world-size's default\), got 3" env RANK=3 "$app"
 expect 2 "--master must be ADDR:PORT" "$app" --world-size 2 --master localhost
 expect 2 "MASTER_PORT='0' is not a whole number" env MASTER_PORT=0 "$app" --world-size 2
 expect 1 "cannot connect to rank 0 \(the master, 127.0.0.1:[0-9]+\)" \

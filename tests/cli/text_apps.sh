@@ -130,7 +130,14 @@ PY
   "$here/expect.sh" 1 "needs that --vocab again" -- "$tr" --data-dir "$d" --layers 1 --hidden 32 \
         --heads 2 --ffn 64 --max-len 48 --eval-only --load-model "$out/tr.st"
   "$tr" --data-dir "$d" --vocab "$out/vocab.txt" --layers 1 --hidden 32 --heads 2 --ffn 64 --max-len 48 \
-        --eval-only --load-model "$out/tr.st" | grep -E "eval on 80 reviews" ;;
+        --eval-only --load-model "$out/tr.st" | grep -E "eval on 80 reviews"
+  # a model with a position table past the default 512, read at another length: the table is
+  # the model's (it was sized from --max-len and refused to load)
+  small_tr=(--data-dir "$d" --layers 1 --hidden 16 --heads 2 --ffn 16 --batch-size 16)
+  "$tr" "${small_tr[@]}" --epochs 1 --max-len 600 --save-model "$out/long.st" > /dev/null
+  "$tr" "${small_tr[@]}" --max-len 16 --eval-only --load-model "$out/long.st" | grep -E "eval on 80 reviews"
+  "$here/expect.sh" 2 "--max-len 700 is longer than the 600 positions of" -- \
+    "$tr" "${small_tr[@]}" --max-len 700 --eval-only --load-model "$out/long.st" ;;
 bad_inputs)
   e="$here/expect.sh"
   for app in "$mlp" "$tr"; do
@@ -146,7 +153,18 @@ bad_inputs)
     "$e" 1 "error: .*'$out/missing.txt'" -- "$app" --data synthetic --vocab "$out/missing.txt"
     # flags are checked before the data is read (a missing folder would be exit 1)
     "$e" 2 "--dropout must be in \[0, 1\), got 1" -- "$app" --data-dir /nonexistent --dropout 1
-    "$e" 2 "--relabel must be at least 2 classes, got 1" -- "$app" --data-dir /nonexistent --relabel 1
+    "$e" 2 "--relabel must be at least 2, got 1" -- "$app" --data-dir /nonexistent --relabel 1
+    # sizes past any real run, refused before they take the machine's memory or disk
+    "$e" 2 "--relabel must be at most 1048576" -- "$app" --data-dir /nonexistent --relabel 1000000000000
+    "$e" 2 "--synthetic-size must be at most 1048576" -- "$app" --data synthetic --synthetic-size 100000000
+    "$e" 2 "--layers must be at most 10000" -- "$app" --data-dir /nonexistent --layers 1000000000000
+    "$e" 2 "--threads must be at most 1024" -- "$app" --data-dir /nonexistent --threads 100000
+    "$e" 2 "--batch-size must be at most 1048576" -- "$app" --data-dir /nonexistent --batch-size 4611686018427387904
+    "$e" 2 "'abc' is not a valid value for --epochs" -- "$app" --data-dir /nonexistent --epochs abc
+    "$e" 2 "'1.5' is not a valid value for --seed" -- "$app" --data-dir /nonexistent --seed=1.5
+    # input files read after the data: checked before it
+    "$e" 1 "cannot read '/nonexistent.st' \(--load-model\): no such file" -- "$app" --data synthetic \
+         --synthetic-size 100000 --eval-only --load-model /nonexistent.st
     "$e" 2 "--max-len must be at most 1048576" -- "$app" --data-dir /nonexistent --max-len 4611686018427387904
     "$e" 2 "--epochs must be at most 16777216" -- "$app" --data-dir /nonexistent --epochs 4611686018427387904
     # one class folder trains nothing (it read 100% accuracy at loss 0)
@@ -160,6 +178,7 @@ bad_inputs)
     "$e" 2 "--clip must be a finite number >= 0" -- "$app" --data-dir /nonexistent --clip -1
     "$e" 2 "--vocab-size must be at least 4, got 2" -- "$app" --data-dir /nonexistent --vocab-size 2
     "$e" 2 "--synthetic-classes must be at least 2, got 1" -- "$app" --data synthetic --synthetic-classes 1
+    "$e" 2 "--synthetic-classes must be at most 1048576" -- "$app" --data synthetic --synthetic-classes 1000000000000
     # output files too (reading /nonexistent would fail with another message)
     "$e" 1 "cannot open '/nonexistent/m.jsonl' for writing" -- "$app" --data-dir /nonexistent \
          --metrics /nonexistent/m.jsonl

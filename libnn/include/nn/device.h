@@ -45,7 +45,10 @@ std::string device_name(const Device& d);
 void check_device(const Device& d);
 
 // Threads the CPU backend uses (OpenMP); defaults to OMP_NUM_THREADS or all cores. Process-
-// wide, as libtorch's: work on any thread uses the count from its next op on.
+// wide, as libtorch's: work on any thread uses the count from its next op on. 1 to
+// kMaxThreads, else nn::Error (OpenMP cannot create tens of thousands: it aborted, or
+// crashed in its first parallel region).
+inline constexpr int kMaxThreads = 1024;
 void set_num_threads(int n);
 int num_threads();
 

@@ -1,10 +1,13 @@
 #include "core/allocator.h"
 
+#include "core/env.h"
+
 #include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace nn {
 
@@ -13,8 +16,7 @@ CachingAllocator::CachingAllocator(std::string device_name, std::function<void*(
                                    std::function<std::string()> describe_free)
     : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)),
       raw_free_(std::move(raw_free)), describe_free_(std::move(describe_free)) {
-  const char* e = std::getenv("LIBNN_NO_MEMORY_CACHING");
-  caching_ = !(e && std::strcmp(e, "1") == 0);
+  caching_ = !env_switch("LIBNN_NO_MEMORY_CACHING", false);
 }
 
 CachingAllocator::~CachingAllocator() { empty_cache(); }
@@ -69,11 +71,16 @@ void CachingAllocator::deallocate(void* p, size_t nbytes) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated -= size;
   if (caching_) {
-    free_[size].push_back(p);
-  } else {
-    raw_free_(p);
-    stats_.reserved -= size;
+    // (runs in Storage's destructor, often while an exception unwinds: the cache's own
+    // allocation failing must not throw; the block is freed instead of kept)
+    try {
+      free_[size].push_back(p);
+      return;
+    } catch (const std::bad_alloc&) {
+    }
   }
+  raw_free_(p);
+  stats_.reserved -= size;
 }
 
 backend::MemoryStats CachingAllocator::stats() const {

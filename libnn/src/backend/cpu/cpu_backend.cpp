@@ -10,6 +10,7 @@
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/system_memory.h"
 #include "core/allocator.h"
+#include "core/env.h"
 
 namespace nn::cpu {
 void unsupported_dtype(const char* op, DType t) {
@@ -25,7 +26,7 @@ namespace {
 std::atomic<int> g_num_threads{0};  // set_num_threads's count; 0 until it is called
 }
 void set_num_threads(int n) {
-  NN_CHECK(n >= 1, "set_num_threads: need at least one thread, got ", n);
+  NN_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: 1 to ", kMaxThreads, " threads, got ", n);
   g_num_threads.store(n, std::memory_order_relaxed);
   omp_set_num_threads(n);
 }
@@ -53,10 +54,7 @@ namespace {
 constexpr size_t kCheckedBlock = size_t(32) << 20;
 
 bool memory_check_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("LIBNN_CPU_MEMORY_CHECK");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = env_switch("LIBNN_CPU_MEMORY_CHECK", true);
   return on;
 }
 

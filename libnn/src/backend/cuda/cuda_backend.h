@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/env.h"
 #include "kernels/common.cuh"
 
 namespace nn {
@@ -236,12 +237,9 @@ inline uint32_t address_alignment(const void* p) {
   return k;
 }
 // A path the environment can turn off for comparison or while it is being fixed
-// (LIBNN_CUBLASLT=0, LIBNN_CUDNN_BN_FUSED=0, LIBNN_CUDNN_FIND=0, LIBNN_CUDA_LN_FUSED=0): on unless `name` is "0".
+// (LIBNN_CUBLASLT=0, LIBNN_CUDNN_BN_FUSED=0, LIBNN_CUDNN_FIND=0, LIBNN_CUDA_LN_FUSED=0).
 // Callers read it once a process (static), not per call.
-inline bool env_switch_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::strcmp(e, "0") == 0);
-}
+inline bool env_switch_on(const char* name) { return env_switch(name, true); }
 // cuDNN takes int dimensions and indexes its kernels in 32 bits: a tensor of 2^31 elements or
 // more is refused with a message, never handed over truncated.
 inline void check_cudnn_numel(const Shape& s, const char* op) {
