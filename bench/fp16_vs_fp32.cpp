@@ -120,11 +120,12 @@ std::string today() {
 // The library's switches moved from their default in this run's environment, as the library
 // reads them ("LIBNN_CUDNN_BN_FUSED=0"; LIBNN_CUBLASLT=1, the default, is none), so that a
 // record of such a run is never taken for, or compared with, one of the default
-// configuration. LIBNN_CPU_GEMM counts whenever it names a kernel (the default is per CPU).
+// configuration. LIBNN_CPU_GEMM counts whenever it names a kernel (the default is per CPU;
+// a kernel this CPU lacks is said and the default taken, a rare case recorded as named).
 std::string variant() {
   struct Switch {
     const char* name;
-    const char* changed;  // the value that moves it (nullptr: any value)
+    const char* changed;  // the value that moves it (nullptr: a GEMM kernel named)
   };
   std::string v;
   for (Switch s : {Switch{"LIBNN_CUBLASLT", "0"}, Switch{"LIBNN_CUDNN_BN_FUSED", "0"},
@@ -132,7 +133,10 @@ std::string variant() {
                    Switch{"LIBNN_CUDA_ATTENTION", "simt"}, Switch{"LIBNN_NO_MEMORY_CACHING", "1"},
                    Switch{"LIBNN_CPU_GEMM", nullptr}}) {
     const char* value = std::getenv(s.name);
-    if (value && *value && (!s.changed || std::string(value) == s.changed))
+    const std::string set = value ? value : "";
+    const bool moves = s.changed ? set == s.changed
+                                 : (set == "eigen" || set == "avx2" || set == "avx512");  // (others: ignored)
+    if (moves)
       v += (v.empty() ? "" : " ") + std::string(s.name) + "=" + value;
   }
   return v;
@@ -167,7 +171,10 @@ int body(int argc, char** argv) {
   apps::check_choice("model", model, {"resnet50", "resnet20", "mnist_cnn"});
   const int64_t batch = apps::check_count("batch-size", a["batch-size"].as<int64_t>(), apps::kMaxBatch);
   const int64_t batches = apps::check_count("num-batches", a["num-batches"].as<int64_t>(), apps::kMaxBatches);
-  const int64_t warmup = apps::check_non_negative("num-warmup-batches", a["num-warmup-batches"].as<int64_t>());
+  const int64_t warmup = apps::check_at_most(
+      "num-warmup-batches",
+      apps::check_non_negative("num-warmup-batches", a["num-warmup-batches"].as<int64_t>()),
+      apps::kMaxBatches);
   // (distinct batches held in memory: more than the run uses, or than the default, is memory
   // for nothing)
   const int64_t pool = apps::check_count("synthetic-batches", a["synthetic-batches"].as<int64_t>(),

@@ -156,7 +156,8 @@ struct WhereF {
 };
 
 // a and b in double, as the CPU backend has them: an f64 tensor keeps its range's precision
-// (and ranges past f32's), and every dtype's values equal the CPU's.
+// (and ranges past f32's), and values are the CPU's (an FMA where the CPU build has none, or
+// the device's logf/sinf in normal draws, may move a value by an ulp).
 template <typename T>
 __global__ void random_kernel(T* out, int64_t n, bool normal, double a, double b, uint64_t seed,
                               uint64_t offset) {
@@ -181,7 +182,11 @@ __global__ void random_kernel(T* out, int64_t n, bool normal, double a, double b
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       int64_t i = blk * 4 + k;
-      if (i < n) out[i] = convert<T>(W(normal ? a + b * r[k] : a + (b - a) * r[k]));
+      if (i >= n) continue;
+      T v = convert<T>(W(normal ? a + b * r[k] : a + (b - a) * r[k]));
+      // [a, b): a draw rounded up to b is a (as the CPU, and PyTorch's CUDA)
+      if (!normal && b > a && double(load(v)) >= b) v = convert<T>(W(a));
+      out[i] = v;
     }
   }
 }

@@ -91,6 +91,12 @@ TEST_CASE("random fills of f16 and bf16 are f32's draws rounded once", "[tensor]
     REQUIRE(amax(r).item() < 1);
     REQUIRE(amax(r).item() > 0.99);
     REQUIRE(amin(r).item() >= 0);
+    // a range whose grid is coarser still (1 in 2048 f16 draws of [0.5, 1) rounded to 1): a
+    // draw that rounds up to the top is the bottom
+    Tensor top = empty({200000}, t);
+    top.uniform_(0.5, 1, &g3);
+    REQUIRE(amax(top.to(kF32)).item() < 1);
+    REQUIRE(amin(top.to(kF32)).item() == 0.5);
   }
   // a reversed range, a negative or non-finite spread: errors, as in PyTorch
   Tensor e = empty({4});

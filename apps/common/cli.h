@@ -142,7 +142,7 @@ inline int64_t check_at_most(const std::string& flag, int64_t value, int64_t mos
 constexpr int64_t kMaxClasses = int64_t(1) << 20;   // --num-classes, --relabel, ...
 constexpr int64_t kMaxLayers = 10000;               // --layers, --depth
 constexpr int64_t kMaxSamples = int64_t(1) << 24;   // synthetic data sets
-constexpr int64_t kMaxBatch = int64_t(1) << 20;     // --batch-size
+constexpr int64_t kMaxBatch = int64_t(1) << 24;     // --batch-size
 constexpr int64_t kMaxBatches = int64_t(1) << 32;   // --num-batches (times kMaxEpochs: no overflow)
 
 // --threads, when given (1 to nn::kMaxThreads).

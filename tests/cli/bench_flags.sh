@@ -105,6 +105,10 @@ v="$bin/conv_bench"
 
 c="$bin/cpu_ceiling"
 "$e" 2 "-n must be 1 to 16384, got 0" -- "$c" -n 0
+# an OMP_NUM_THREADS OpenMP cannot create (it crashed in the first parallel region) is taken
+# down to nn::kMaxThreads, and said
+"$e" 0 "OpenMP asks for 100000 threads \(OMP_NUM_THREADS\): using 1024" -- \
+  env OMP_NUM_THREADS=100000 "$c" -n 64 --shapes 8x8x8
 "$e" 2 "--shapes: expected MxNxK with positive sizes, got '99999999999999999999x1x1'" -- "$c" --shapes 99999999999999999999x1x1
 "$e" 2 "--shapes: '1000000x1000000x1' needs a matrix of more than 2\^28 floats" -- "$c" --shapes 64x64x64,1000000x1000000x1
 

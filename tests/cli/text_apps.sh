@@ -159,7 +159,7 @@ bad_inputs)
     "$e" 2 "--synthetic-size must be at most 1048576" -- "$app" --data synthetic --synthetic-size 100000000
     "$e" 2 "--layers must be at most 10000" -- "$app" --data-dir /nonexistent --layers 1000000000000
     "$e" 2 "--threads must be at most 1024" -- "$app" --data-dir /nonexistent --threads 100000
-    "$e" 2 "--batch-size must be at most 1048576" -- "$app" --data-dir /nonexistent --batch-size 4611686018427387904
+    "$e" 2 "--batch-size must be at most 16777216" -- "$app" --data-dir /nonexistent --batch-size 4611686018427387904
     "$e" 2 "'abc' is not a valid value for --epochs" -- "$app" --data-dir /nonexistent --epochs abc
     "$e" 2 "'1.5' is not a valid value for --seed" -- "$app" --data-dir /nonexistent --seed=1.5
     # input files read after the data: checked before it

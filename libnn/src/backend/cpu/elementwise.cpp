@@ -203,9 +203,13 @@ void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, u
         } else {
           rng::normal4(seed, offset + uint64_t(blk), r);
         }
-        for (int k = 0; k < 4 && blk * 4 + k < n; ++k)
-          p[blk * 4 + k] =
-              T(kind == RandomKind::uniform ? W(a + (b - a) * r[k]) : W(a + b * r[k]));
+        for (int k = 0; k < 4 && blk * 4 + k < n; ++k) {
+          T v = T(kind == RandomKind::uniform ? W(a + (b - a) * r[k]) : W(a + b * r[k]));
+          // [a, b): a draw rounded up to b (a 16-bit type's coarse grid, an f32 range of
+          // large values) is a, as PyTorch's CUDA kernels have it
+          if (kind == RandomKind::uniform && b > a && double(v) >= b) v = T(W(a));
+          p[blk * 4 + k] = v;
+        }
       }
     });
   };
