@@ -158,6 +158,9 @@ int run(int argc, char** argv) {
         if (pos.batch >= per_epoch) break;
         nn::Tensor x = batch_data.data.to(device), y = batch_data.target.to(device);
         meter.step(apps::classifier_step(run, *model, opt, &schedule, scaler, precision, x, y, ce), x.shape()[0]);
+        // (before the loop's ++ waits for a batch past the epoch: --num-batches shorter than
+        // the set never uses it, and a file there that fails to decode cost the epoch)
+        if (pos.batch >= per_epoch) break;
       }
     }
     apps::EpochSummary s = meter.finish();

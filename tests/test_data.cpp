@@ -426,6 +426,32 @@ TEST_CASE("ImageFolder shrinks with an antialiasing filter: one-pixel stripes av
   REQUIRE(amax(rgb).item() < 170);
 }
 
+TEST_CASE("ImageFolder maps its crop onto a reduced-scale decode exactly", "[data][images]") {
+  if (!jpeg_or_skip()) return;
+  TempDir d;
+  fs::create_directories(d.path / "a");
+  // 145 x 145, a left-to-right ramp. Eval at 16 decodes at 1/8 (145 / 8 >= 18 = 16 * 8/7):
+  // 19 x 19 pixels, the last block partial, so decoded / file size (19 / 145) is not 1/8;
+  // taken as the scale it stretched the crop (the right columns read the file 6 pixels too
+  // far right, 10 levels of this ramp)
+  const int W = 145;
+  std::vector<uint8_t> px(size_t(W) * W * 3);
+  for (int y = 0; y < W; ++y)
+    for (int x = 0; x < W; ++x)
+      for (int c = 0; c < 3; ++c) px[(size_t(y) * W + x) * 3 + c] = uint8_t(std::lround(x * 250.0 / (W - 1)));
+  data::write_jpeg(d.file("a/ramp.jpg"), from_vector(px, {W, W, 3}), 100);
+  data::ImageFolderOptions o;
+  o.size = 16;
+  o.train = false;
+  Tensor rgb = rgb_of(data::ImageFolder(d.path.string(), o).get_batch({0}), 0);  // (3, 16, 16)
+  const double side = W * 7.0 / 8, x0 = (W - side) / 2;
+  for (int c = 1; c < 15; ++c) {  // (the outermost columns' filters reach past the crop)
+    INFO("column " << c);
+    const double want = (x0 + (c + 0.5) * side / 16 - 0.5) * 250.0 / (W - 1);
+    CHECK(mean(rgb.select(2, c)).item() == Approx(want).margin(3));
+  }
+}
+
 #ifdef LIBNN_TEST_JPEG
 TEST_CASE("ImageFolder reads CMYK JPEGs (Adobe's inverted inks) as PIL does", "[data][images]") {
   TempDir d;

@@ -63,6 +63,7 @@ namespace {
 struct Image {
   int w = 0, h = 0;            // as decoded
   int full_w = 0, full_h = 0;  // the file's own size
+  double scale = 1;            // decoded pixels per file pixel (1/8 to 1)
   std::vector<uint8_t> rgb;    // h * w * 3
 };
 
@@ -133,6 +134,8 @@ Image decode(const std::string& path, Denom denom) {
   jpeg_start_decompress(&cinfo);
   img.w = int(cinfo.output_width);
   img.h = int(cinfo.output_height);
+  // (not w / full_w: a partial last block rounds the decoded size up, ceil(W / d))
+  img.scale = double(cinfo.scale_num) / double(cinfo.scale_denom);
   img.rgb.resize(size_t(img.w) * img.h * 3);
   if (is_cmyk) cmyk.resize(size_t(img.w) * 4);
   // Adobe's files (nearly all CMYK JPEGs) store the inks inverted
@@ -267,9 +270,9 @@ Batch ImageFolder::get_epoch_batch(const std::vector<int64_t>& indices, int64_t 
         box = {(W - side) / 2, (H - side) / 2, side, side};
         return detail::scale_denom(std::min(W, H), int(S * 8 / 7));
       });
-      const double sx = double(img.w) / img.full_w, sy = double(img.h) / img.full_h;
+      const double s = img.scale;
       float* out = data.data() + size_t(i) * 3 * S * S;
-      crop_resize(img, box.x0 * sx, box.y0 * sy, box.w * sx, box.h * sy, int(S),
+      crop_resize(img, box.x0 * s, box.y0 * s, box.w * s, box.h * s, int(S),
                   opts_.train && f[0] < 0.5f, out);
     } catch (const std::exception& e) {
       errors[size_t(i)] = e.what();
