@@ -1,6 +1,5 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -26,17 +25,18 @@ void unsupported_dtype(const char* op, DType t) {
 namespace nn {
 namespace {
 std::atomic<int> g_num_threads{0};  // set_num_threads's count; 0 until it is called
+}
 // An OMP_NUM_THREADS past kMaxThreads is taken down to it, as set_num_threads refuses more
-// (OpenMP cannot create tens of thousands: it crashed in its first parallel region). Here for
-// the thread that loads libnn; follow_num_threads for the others.
-[[maybe_unused]] const bool g_clamped_at_load = [] {
-  if (omp_get_max_threads() <= kMaxThreads) return false;
-  std::fprintf(stderr, "libnn: OpenMP asks for %d threads (OMP_NUM_THREADS): using %d\n",
-               omp_get_max_threads(), kMaxThreads);
-  omp_set_num_threads(kMaxThreads);
+// (OpenMP cannot create tens of thousands: it crashed in its first parallel region): set as
+// the process-wide count, which follow_num_threads gives every thread.
+[[maybe_unused]] static const bool g_clamped_at_load = [] {
+  const int asked = omp_get_max_threads();
+  if (asked <= kMaxThreads) return false;
+  std::fprintf(stderr, "libnn: OpenMP asks for %d threads (OMP_NUM_THREADS): using %d\n", asked,
+               kMaxThreads);
+  set_num_threads(kMaxThreads);
   return true;
 }();
-}
 void set_num_threads(int n) {
   NN_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: 1 to ", kMaxThreads, " threads, got ", n);
   g_num_threads.store(n, std::memory_order_relaxed);
@@ -44,16 +44,14 @@ void set_num_threads(int n) {
 }
 int num_threads() {
   const int n = g_num_threads.load(std::memory_order_relaxed);
-  return n > 0 ? n : std::min(omp_get_max_threads(), kMaxThreads);
+  return n > 0 ? n : omp_get_max_threads();
 }
 }  // namespace nn
 
 namespace nn::backend {
 void follow_num_threads() {
   const int n = g_num_threads.load(std::memory_order_relaxed);
-  if (omp_in_parallel()) return;
-  const int m = omp_get_max_threads();
-  if (n > 0 ? m != n : m > kMaxThreads) omp_set_num_threads(n > 0 ? n : kMaxThreads);
+  if (n > 0 && !omp_in_parallel() && omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 }  // namespace nn::backend
 
