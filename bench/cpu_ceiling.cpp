@@ -1,8 +1,8 @@
 // Measures this CPU's ceilings through libnn itself: GEMM FLOP/s (nn::matmul on large
 // square f32 matrices, and bf16 ones) and memory bandwidth (a large contiguous copy), at 1 and N threads,
-// and with --shapes the GEMM rate of given (M, N, K) products. They are the yardsticks for
-// the CPU performance notes in docs/. LIBNN_CPU_GEMM=eigen|avx2|avx512 picks the CPU's f32
-// kernel, to compare them.
+// and with --shapes the f32 and bf16 GEMM rates of given (M, N, K) products. They are the
+// yardsticks for the CPU performance notes in docs/. LIBNN_CPU_GEMM=eigen|avx2|avx512 picks
+// the CPU's f32 kernel, LIBNN_CPU_AMX=0 turns the AMX bf16 kernel off, to compare them.
 #include <nn/nn.h>
 
 #include <cxxopts.hpp>
@@ -74,7 +74,8 @@ int body(int argc, char** argv) {
   if (n <= 0 || n > 16384) throw apps::UsageError("-n must be 1 to 16384, got " + std::to_string(n));
   const std::vector<Mnk> shapes =
       a.count("shapes") ? parse_shapes(a["shapes"].as<std::string>()) : std::vector<Mnk>{};
-  if (const char* k = std::getenv("LIBNN_CPU_GEMM")) std::printf("LIBNN_CPU_GEMM=%s\n", k);
+  for (const char* name : {"LIBNN_CPU_GEMM", "LIBNN_CPU_AMX"})
+    if (const char* k = std::getenv(name)) std::printf("%s=%s\n", name, k);
   const int max_threads = nn::num_threads();
   nn::NoGradGuard ng;
   nn::Tensor x = nn::randn({n, n}), y = nn::randn({n, n});
@@ -89,29 +90,31 @@ int body(int argc, char** argv) {
     double gbs = 2.0 * double(big.nbytes()) / c / 1e9;  // read + write
     std::printf("threads %d: f32 GEMM %dx%d %.1f GFLOP/s, copy %.1f GB/s\n", threads, int(n),
                 int(n), gemm, gbs);
-    // bf16 operands and result (f32 sums): the AVX512_BF16 kernel where the CPU has one
+    // bf16 operands and result (f32 sums): the AMX or AVX512_BF16 kernel where the CPU has one
     nn::Tensor xb = x.to(nn::kBF16), yb = y.to(nn::kBF16);
     nn::matmul(xb, yb);
     const double sb = best_seconds(3, [&] { nn::matmul(xb, yb); });
     std::printf("threads %d: bf16 GEMM %dx%d %.1f GFLOP/s\n", threads, int(n), int(n),
                 gflops({n, n, n}, sb));
-    for (const Mnk& sh : shapes) {
-      nn::Tensor p = nn::randn({sh.m, sh.k}), q = nn::randn({sh.k, sh.n});
-      nn::matmul(p, q);
-      // best of three windows of at least 0.2 s, so small products are timed over many calls
-      double best = 1e30;
-      for (int w = 0; w < 3; ++w) {
-        nn::train::Stopwatch sw;
-        int calls = 0;
-        do {
-          nn::matmul(p, q);
-          ++calls;
-        } while (sw.seconds() < 0.2);
-        best = std::min(best, sw.seconds() / calls);
+    for (const Mnk& sh : shapes)
+      for (nn::DType dt : {nn::kF32, nn::kBF16}) {
+        nn::Tensor p = nn::randn({sh.m, sh.k}).to(dt), q = nn::randn({sh.k, sh.n}).to(dt);
+        nn::matmul(p, q);
+        // best of three windows of at least 0.2 s, so small products are timed over many calls
+        double best = 1e30;
+        for (int w = 0; w < 3; ++w) {
+          nn::train::Stopwatch sw;
+          int calls = 0;
+          do {
+            nn::matmul(p, q);
+            ++calls;
+          } while (sw.seconds() < 0.2);
+          best = std::min(best, sw.seconds() / calls);
+        }
+        std::printf("threads %d: %s GEMM %lldx%lldx%lld (MxNxK) %.1f GFLOP/s\n", threads,
+                    dt == nn::kF32 ? "f32" : "bf16", (long long)sh.m, (long long)sh.n,
+                    (long long)sh.k, gflops(sh, best));
       }
-      std::printf("threads %d: f32 GEMM %lldx%lldx%lld (MxNxK) %.1f GFLOP/s\n", threads,
-                  (long long)sh.m, (long long)sh.n, (long long)sh.k, gflops(sh, best));
-    }
     if (threads == max_threads) break;
   }
   return 0;

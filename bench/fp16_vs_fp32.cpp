@@ -131,7 +131,7 @@ std::string variant() {
   for (Switch s : {Switch{"LIBNN_CUBLASLT", "0"}, Switch{"LIBNN_CUDNN_BN_FUSED", "0"},
                    Switch{"LIBNN_CUDNN_FIND", "0"}, Switch{"LIBNN_CUDA_LN_FUSED", "0"},
                    Switch{"LIBNN_CUDA_ATTENTION", "simt"}, Switch{"LIBNN_NO_MEMORY_CACHING", "1"},
-                   Switch{"LIBNN_CPU_GEMM", nullptr}}) {
+                   Switch{"LIBNN_CPU_AMX", "0"}, Switch{"LIBNN_CPU_GEMM", nullptr}}) {
     const char* value = std::getenv(s.name);
     const std::string set = value ? value : "";
     const bool moves = s.changed ? set == s.changed

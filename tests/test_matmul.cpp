@@ -225,16 +225,26 @@ TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[m
 }
 
 TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout", "[matmul]") {
-  // The AVX512_BF16 kernel where the CPU has it, and the widened f32 product it falls back to
-  // (matrix-vector shapes, other CPUs, LIBNN_CPU_GEMM=avx2): both against the double product.
+  // The AMX and the AVX512_BF16 kernels where the CPU has them, and the widened f32 product
+  // they fall back to (matrix-vector shapes, other CPUs, LIBNN_CPU_GEMM=avx2): each against
+  // the double product.
   using nn::cpu::F32Kernel;
   const F32Kernel before = nn::cpu::f32_kernel();
-  for (F32Kernel kernel : {F32Kernel::avx2, F32Kernel::avx512}) {
-    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
-    nn::cpu::set_f32_kernel(kernel);
+  const bool amx_before = nn::cpu::bf16_amx();
+  struct Variant { F32Kernel f32; bool amx; };
+  for (Variant v : {Variant{F32Kernel::avx2, false}, Variant{F32Kernel::avx512, false},
+                    Variant{F32Kernel::avx512, true}}) {
+    if (!nn::cpu::f32_kernel_supported(v.f32)) continue;
+    if (v.amx && !nn::cpu::bf16_amx_supported()) {
+      WARN("no AMX here (or the system does not allow it): the AMX kernel is not checked");
+      continue;
+    }
+    nn::cpu::set_f32_kernel(v.f32);
+    nn::cpu::set_bf16_amx(v.amx);
     const bool native = nn::cpu::bf16_gemm_native();
-    INFO("f32 kernel " << int(kernel) << ", native bf16 " << native);
-    if (kernel == F32Kernel::avx512 && !native) WARN("no AVX512_BF16 here: the bf16 kernel is not checked");
+    REQUIRE(nn::cpu::bf16_amx() == v.amx);
+    INFO("f32 kernel " << int(v.f32) << ", native bf16 " << native << ", AMX " << v.amx);
+    if (v.f32 == F32Kernel::avx512 && !native) WARN("no AVX512_BF16 here: the bf16 kernel is not checked");
     uint32_t seed = 7;
     for (int64_t M : {1, 2, 7, 8, 9, 150})
       for (int64_t N : {1, 31, 32, 33, 70})
@@ -248,14 +258,20 @@ TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout"
     check_gemm<nn::BFloat16>(2, 3100, 301, 1, 0, 1.0, 1.0, seed++);
     check_gemm<nn::BFloat16>(400, 48, 601, 0, 0, -1.0, 0.25, seed++);
     check_gemm<nn::BFloat16>(200, 96, 513, 1, 1, 1.0, 0.0, seed++);
+    // AMX's 32 x 32 tiles with alpha 1 and beta 0 or 1 (C read into the tile registers and
+    // stored from them): whole and partial tiles, three K slices of 512, both layouts of A
+    check_gemm<nn::BFloat16>(96, 64, 1100, 1, 0, 1.0, 1.0, seed++);
+    check_gemm<nn::BFloat16>(70, 100, 1030, 0, 1, 1.0, 0.0, seed++);
+    check_gemm<nn::BFloat16>(64, 33, 64, 2, 0, 1.0, 1.0, seed++);
   }
   nn::cpu::set_f32_kernel(before);
+  nn::cpu::set_bf16_amx(amx_before);
 }
 
-TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 kernel against the widened product", "[matmul]") {
-  // Through the ops layer (a batch of products, a transposed operand): bf16 results of the
+TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 and AMX kernels against the widened product", "[matmul]") {
+  // Through the ops layer (a batch of products, a transposed operand): bf16 results of each
   // native kernel and of the f32 product over widened operands (LIBNN_CPU_GEMM=avx2's path)
-  // agree within one bf16 rounding, and both match the double product of the bf16 inputs.
+  // agree within one bf16 rounding, and all match the double product of the bf16 inputs.
   // Two shapes: three large products (threads inside each) and many small ones (a thread
   // per product).
   using nn::cpu::F32Kernel;
@@ -264,43 +280,51 @@ TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 kernel against the widened pr
     return;
   }
   const F32Kernel before = nn::cpu::f32_kernel();
+  const bool amx_before = nn::cpu::bf16_amx();
   nn::cpu::set_f32_kernel(F32Kernel::avx512);
   if (!nn::cpu::bf16_gemm_native()) {
     nn::cpu::set_f32_kernel(before);
     WARN("no AVX512_BF16 here: not checked");
     return;
   }
+  if (!nn::cpu::bf16_amx_supported()) WARN("no AMX here: its kernel is not checked");
   struct Case { int64_t B, M, N, K; };
-  for (const Case& c : {Case{3, 150, 70, 301}, Case{24, 9, 40, 33}}) {
-    const int64_t B = c.B, M = c.M, N = c.N, K = c.K;
-    nn::cpu::set_f32_kernel(F32Kernel::avx512);
-    const Tensor a = rnd({B, M, K}, 1, false).to(kBF16);
-    const Tensor w = rnd({B, N, K}, 2, false).to(kBF16);
-    const Tensor native = matmul(a, w.transpose(1, 2));
-    nn::cpu::set_f32_kernel(F32Kernel::avx2);
-    REQUIRE_FALSE(nn::cpu::bf16_gemm_native());
-    const Tensor widened = matmul(a, w.transpose(1, 2));
-    nn::cpu::set_f32_kernel(before);
-    REQUIRE(native.dtype() == kBF16);
-    REQUIRE(native.shape() == Shape{B, M, N});
-    const auto n = native.to_vector<double>(), f = widened.to_vector<double>();
-    const auto va = a.to_vector<double>(), vw = w.to_vector<double>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          double want = 0, mag = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            const double p = va[size_t((b * M + i) * K + k)] * vw[size_t((b * N + j) * K + k)];
-            want += p;
-            mag += std::abs(p);
+  for (bool amx : {false, true}) {
+    if (amx && !nn::cpu::bf16_amx_supported()) continue;
+    for (const Case& c : {Case{3, 150, 70, 301}, Case{24, 9, 40, 33}}) {
+      const int64_t B = c.B, M = c.M, N = c.N, K = c.K;
+      INFO("AMX " << amx << ", " << B << " products of " << M << " x " << N << " x " << K);
+      nn::cpu::set_f32_kernel(F32Kernel::avx512);
+      nn::cpu::set_bf16_amx(amx);
+      const Tensor a = rnd({B, M, K}, 1, false).to(kBF16);
+      const Tensor w = rnd({B, N, K}, 2, false).to(kBF16);
+      const Tensor native = matmul(a, w.transpose(1, 2));
+      nn::cpu::set_f32_kernel(F32Kernel::avx2);
+      REQUIRE_FALSE(nn::cpu::bf16_gemm_native());
+      const Tensor widened = matmul(a, w.transpose(1, 2));
+      nn::cpu::set_f32_kernel(before);
+      nn::cpu::set_bf16_amx(amx_before);
+      REQUIRE(native.dtype() == kBF16);
+      REQUIRE(native.shape() == Shape{B, M, N});
+      const auto n = native.to_vector<double>(), f = widened.to_vector<double>();
+      const auto va = a.to_vector<double>(), vw = w.to_vector<double>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double want = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double p = va[size_t((b * M + i) * K + k)] * vw[size_t((b * N + j) * K + k)];
+              want += p;
+              mag += std::abs(p);
+            }
+            const size_t at = size_t((b * M + i) * N + j);
+            const double tol = std::abs(want) * 0x1p-8 + mag * 1e-6;  // bf16 rounding + f32 sums
+            INFO("(" << b << ", " << i << ", " << j << "): native " << n[at] << ", widened " << f[at]
+                     << ", double " << want);
+            REQUIRE(std::abs(n[at] - want) <= tol);
+            REQUIRE(std::abs(f[at] - want) <= tol);
+            REQUIRE(std::abs(n[at] - f[at]) <= std::abs(want) * 0x1p-7 + mag * 2e-6);
           }
-          const size_t at = size_t((b * M + i) * N + j);
-          const double tol = std::abs(want) * 0x1p-8 + mag * 1e-6;  // bf16 rounding + f32 sums
-          INFO("(" << b << ", " << i << ", " << j << "): native " << n[at] << ", widened " << f[at]
-                   << ", double " << want);
-          REQUIRE(std::abs(n[at] - want) <= tol);
-          REQUIRE(std::abs(f[at] - want) <= tol);
-          REQUIRE(std::abs(n[at] - f[at]) <= std::abs(want) * 0x1p-7 + mag * 2e-6);
-        }
+    }
   }
 }

@@ -9,11 +9,13 @@
 // zmm registers (16 FMAs per k from 2 loads and 8 broadcasts), twice the flops per
 // instruction, which is twice the rate on CPUs with two 512-bit FMA units. Partial tiles at
 // the edges go through a small buffer. With several threads, C is cut into one block per
-// thread (packed_sgemm). Every other case (f64, matrix-vector shapes, a CPU without AVX2/FMA,
+// thread (packed_sgemm). bf16 operands run an AVX512_BF16 tile or, on CPUs with AMX, an AMX
+// tile (below) in the same loop nest. Every other case (f64, matrix-vector shapes, a CPU without AVX2/FMA,
 // a non-x86 build) is Eigen's product.
 #include "backend/cpu/gemm.h"
 
 #include "backend/cpu/denormals.h"
+#include "core/env.h"
 #include "core/first_error.h"
 
 #include <omp.h>
@@ -38,7 +40,12 @@
 // (function target attributes) and chosen at run time when the CPU has both, so portable
 // builds (LIBNN_NATIVE=OFF: the Docker images, the sanitizer build) run it too.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #define LIBNN_PACKED_SGEMM 1
 #define LIBNN_AVX2 __attribute__((target("avx2,fma")))
 #define LIBNN_AVX512 __attribute__((target("avx512f,avx2,fma")))
@@ -94,8 +101,6 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
 }
 
 #ifdef LIBNN_PACKED_SGEMM
-constexpr int64_t KC = 256, MC = 144, NC = 3072;  // MC % MR == 0, NC % NR == 0 for each tile
-
 constexpr int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // 64-byte aligned scratch that only grows; one per calling thread and packed element type.
@@ -224,12 +229,20 @@ LIBNN_AVX2 inline void store_tile(float* p, __m256 x, __m256 alpha, __m256 beta,
 // Ap packed kc x MR and Bp packed kc x NR (aligned to the vector width); beta == 0 never
 // reads c. The fully unrolled loops over the tile's rows keep acc in registers.
 // Each tile also names its operands' element type (In), the packed panels' element type
-// (Packed), how many values of K one packed element covers (KU) and its two packers.
+// (Packed), how many packed elements a panel row of a kc-deep slice takes (units), its two
+// packers, the loop nest's blocking (KC, MC, NC: MC % MR == 0, NC % NR == 0) and a Scope
+// that each thread holds while it runs the tile's kernels (AMX's tile configuration).
+struct VectorTileBase {
+  static constexpr int64_t KC = 256, MC = 144, NC = 3072;
+  struct Scope {};
+};
+
 template <int64_t MR_, int64_t NR_>
-struct F32Tile {
-  static constexpr int64_t MR = MR_, NR = NR_, KU = 1;
+struct F32Tile : VectorTileBase {
+  static constexpr int64_t MR = MR_, NR = NR_;
   using In = float;
   using Packed = float;
+  static int64_t units(int64_t kc) { return kc; }
   LIBNN_AVX2 static void pack_a(const MatRef<float>& A, int64_t i0, int64_t h, int64_t p0,
                                 int64_t kc, float* dst) {
     cpu::pack_a<MR>(A, i0, h, p0, kc, dst);
@@ -335,10 +348,11 @@ struct Avx512Tile : F32Tile<8, 32> {
 
 inline uint32_t bf16_pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
-struct Bf16Tile {
-  static constexpr int64_t MR = 8, NR = 32, KU = 2;
+struct Bf16Tile : VectorTileBase {
+  static constexpr int64_t MR = 8, NR = 32;
   using In = uint16_t;
   using Packed = uint32_t;
+  static int64_t units(int64_t kc) { return (kc + 1) / 2; }
 
   // Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (ceil(kc / 2) x MR words).
   LIBNN_AVX512BF16 static void pack_a(const MatRef<uint16_t>& A, int64_t i0, int64_t h,
@@ -440,6 +454,164 @@ struct Bf16Tile {
   }
 };
 
+// bf16 operands on a CPU with AMX (AMX-TILE and AMX-BF16: Intel Xeon since Sapphire Rapids):
+// TDPBF16PS multiplies a 16 x 32 tile of A by a 32 x 16 tile of B (each tile 16 rows of 64
+// bytes in a tile register) into a 16 x 16 f32 tile of C, 16384 flops an instruction where
+// VDPBF16PS does 64. The 32 x 32 tile of C is four tile registers (0-3); each 32-deep step of
+// K loads two tiles of A (4, 5: rows 0-15, 16-31) and two of B (6, 7: columns 0-15, 16-31)
+// and runs four products. B's panel is the AVX512_BF16 tile's (pairs of consecutive K
+// values in a word, 32 columns a row), its rows zero up to a multiple of 16; A's panel is
+// one 32 x 16-word block per step (row r's K values 32s .. 32s + 31 in its row of the
+// block), zero past kc, so a tile of A is 16 consecutive rows of 64 bytes. As VDPBF16PS, the
+// products flush denormal inputs and results to zero and round to nearest even.
+#define LIBNN_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx2,fma")))
+
+struct AmxTile {
+  static constexpr int64_t MR = 32, NR = 32, KC = 512, MC = 128, NC = 3072;
+  using In = uint16_t;
+  using Packed = uint32_t;
+  static constexpr int64_t kStep = 16;  // words of K (32 values) a step
+  static int64_t units(int64_t kc) { return ceil_to(kc, 2 * kStep) / 2; }
+
+  // Every thread loads the tile configuration (eight 16 x 64-byte tiles) before its first
+  // tile instruction and releases the tiles after its product.
+  struct Scope {
+    LIBNN_AMX Scope() {
+      struct alignas(64) Config {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+      } config{};
+      config.palette = 1;
+      for (int t = 0; t < 8; ++t) {
+        config.colsb[t] = 64;
+        config.rows[t] = 16;
+      }
+      // GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, which let the stores
+      // above be dropped: the instruction with the whole configuration as its operand.
+      asm volatile("ldtilecfg %0" : : "m"(config));
+    }
+    LIBNN_AMX ~Scope() { _tile_release(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
+
+  // Word u of row r of a panel of width U = units(kc) words.
+  static int64_t at(int64_t r, int64_t u) { return (u / kStep) * MR * kStep + r * kStep + u % kStep; }
+
+  // Rows [i0, i0 + h) x columns [p0, p0 + kc) of A into dst (MR x units(kc) words as above).
+  LIBNN_AMX static void pack_a(const MatRef<uint16_t>& A, int64_t i0, int64_t h, int64_t p0,
+                               int64_t kc, uint32_t* dst) {
+    const int64_t U = units(kc), kp = (kc + 1) / 2;  // words, words holding a value
+    int64_t done = 0;  // pairs packed for every row
+    if (A.cs == 1) {
+      // A row-major: each step's 32 values of a row are 64 bytes of it.
+      for (int64_t r = 0; r < h; ++r) {
+        const uint16_t* row = A.p + (i0 + r) * A.rs + p0;
+        for (int64_t u = 0; u < U; u += kStep) {
+          const int64_t n = std::min<int64_t>(2 * kStep, kc - 2 * u);
+          const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+          _mm512_storeu_si512(dst + at(r, u), _mm512_maskz_loadu_epi16(m, row + 2 * u));
+        }
+      }
+      done = U;
+    } else if (A.rs == 1 && h == MR) {
+      // A column-major (a transpose read in place): two columns of 8 rows interleaved into
+      // the rows' words, 8 x 8 word blocks transposed.
+      for (int64_t g = 0; g < MR; g += 8)
+        for (int64_t u = 0; 2 * (u + 8) <= kc; u += 8) {
+          __m256 w[8];
+          for (int i = 0; i < 8; ++i) {
+            const uint16_t* c0 = A.p + i0 + g + (p0 + 2 * (u + i)) * A.cs;
+            const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c0));
+            const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c0 + A.cs));
+            w[i] = _mm256_castsi256_ps(
+                _mm256_set_m128i(_mm_unpackhi_epi16(x0, x1), _mm_unpacklo_epi16(x0, x1)));
+          }
+          transpose8(w);
+          for (int j = 0; j < 8; ++j)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + at(g + j, u)),
+                                _mm256_castps_si256(w[j]));
+        }
+      done = kc / 16 * 8;
+    }
+    for (int64_t r = 0; r < MR; ++r)
+      for (int64_t u = r < h ? done : 0; u < U; ++u) {
+        uint32_t word = 0;
+        if (r < h && u < kp) {
+          const uint16_t* x = A.p + (i0 + r) * A.rs + (p0 + 2 * u) * A.cs;
+          word = bf16_pair(x[0], 2 * u + 1 < kc ? x[A.cs] : uint16_t(0));
+        }
+        dst[at(r, u)] = word;
+      }
+  }
+
+  // Rows [p0, p0 + kc) x columns [j0, j0 + w) of B into dst (units(kc) x NR words, 64-byte
+  // aligned), columns past w and rows past kc zero.
+  LIBNN_AMX static void pack_b(const MatRef<uint16_t>& B, int64_t p0, int64_t kc, int64_t j0,
+                               int64_t w, uint32_t* dst) {
+    Bf16Tile::pack_b(B, p0, kc, j0, w, dst);
+    const int64_t kp = (kc + 1) / 2;
+    std::memset(dst + kp * NR, 0, size_t(units(kc) - kp) * NR * sizeof(uint32_t));
+  }
+
+  // c = alpha * Ap Bp + beta * c. With alpha 1 and beta 0 or 1 (every product of the
+  // library's ops but a few), the tiles of C start from c (or zero) and are stored to it;
+  // otherwise they pass through a local buffer.
+  LIBNN_AMX __attribute__((noinline)) static void kernel(int64_t kc, const uint32_t* Ap,
+                                                         const uint32_t* Bp, float* c,
+                                                         int64_t ldc, float alpha, float beta) {
+    const bool direct = alpha == 1.f && (beta == 0.f || beta == 1.f);
+    const int64_t ld = ldc * int64_t(sizeof(float));
+    if (direct && beta == 1.f) {
+      _tile_loadd(0, c, ld);
+      _tile_loadd(1, c + 16, ld);
+      _tile_loadd(2, c + 16 * ldc, ld);
+      _tile_loadd(3, c + 16 * ldc + 16, ld);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    const int64_t U = units(kc);
+    constexpr int64_t kRow = kStep * sizeof(uint32_t), kBRow = NR * sizeof(uint32_t);
+    for (int64_t u = 0; u < U; u += kStep) {
+      const uint32_t* a = Ap + u * MR;
+      const uint32_t* b = Bp + u * NR;
+      _tile_loadd(4, a, kRow);
+      _tile_loadd(6, b, kBRow);
+      _tile_loadd(7, b + 16, kBRow);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, a + 16 * kStep, kRow);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    if (direct) {
+      _tile_stored(0, c, ld);
+      _tile_stored(1, c + 16, ld);
+      _tile_stored(2, c + 16 * ldc, ld);
+      _tile_stored(3, c + 16 * ldc + 16, ld);
+      return;
+    }
+    alignas(64) float tile[MR * NR];
+    constexpr int64_t kTileRow = NR * sizeof(float);
+    _tile_stored(0, tile, kTileRow);
+    _tile_stored(1, tile + 16, kTileRow);
+    _tile_stored(2, tile + 16 * NR, kTileRow);
+    _tile_stored(3, tile + 16 * NR + 16, kTileRow);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int64_t r = 0; r < MR; ++r)
+      for (int64_t q = 0; q < NR; q += 16) {
+        float* p = c + r * ldc + q;
+        __m512 x = _mm512_mul_ps(_mm512_load_ps(tile + r * NR + q), va);
+        if (beta != 0.f) x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), x);
+        _mm512_storeu_ps(p, x);
+      }
+  }
+};
+
 // An h x w corner tile (h <= MR, w <= NR) through a full tile in a local buffer.
 template <class Tile, typename P = typename Tile::Packed>
 LIBNN_AVX2 void edge_kernel(int64_t kc, const P* Ap, const P* Bp, float* c, int64_t ldc,
@@ -465,16 +637,17 @@ template <class Tile>
 LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
                              MatRef<typename Tile::In> A, MatRef<typename Tile::In> B, float beta,
                              float* C, int64_t ldc) {
-  constexpr int64_t MR = Tile::MR, NR = Tile::NR;
+  constexpr int64_t MR = Tile::MR, NR = Tile::NR, KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
   using P = typename Tile::Packed;
   const FlushDenormals ftz;
   static thread_local Scratch<P> a_scratch, b_scratch;
   // packed elements per panel row: a KC slice takes units(kc) rows of MR (or NR) elements
-  auto units = [](int64_t kc) { return (kc + Tile::KU - 1) / Tile::KU; };
+  auto units = [](int64_t kc) { return Tile::units(kc); };
   const int64_t ku_max = units(std::min(K, KC));
   const bool one_block = M <= 4 * MR;
   P* bpack = b_scratch.get(size_t(ku_max * (one_block ? NR : ceil_to(std::min(N, NC), NR))));
   P* apack = a_scratch.get(size_t(ku_max * ceil_to(std::min(M, MC), MR)));
+  [[maybe_unused]] const typename Tile::Scope scope;
   auto tiles = [&](int64_t ic, int64_t mc, int64_t w, int64_t kc, const P* bp, float beta_k,
                    float* Cj) {
     for (int64_t i = 0; i < mc; i += MR) {
@@ -638,6 +811,53 @@ void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T 
   eigen_gemm(M, N, K, alpha, A, B, beta, C, ldc);
 }
 
+namespace {
+// AMX needs the CPU's AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22) and, on Linux,
+// this process's leave to use the tile data registers (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, which fails where the kernel or the machine's hypervisor does not
+// enable them). Asked once, for the whole process.
+bool amx_available() {
+#if defined(LIBNN_PACKED_SGEMM) && defined(__linux__)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& amx_wanted() {
+  static std::atomic<bool> on{env_switch("LIBNN_CPU_AMX", true)};
+  return on;
+}
+}  // namespace
+
+bool bf16_amx_supported() {
+  static const bool has = [] {
+#ifdef LIBNN_PACKED_SGEMM
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16") &&
+           f32_kernel_supported(F32Kernel::avx512) && amx_available();
+#else
+    return false;
+#endif
+  }();
+  return has;
+}
+
+// The switch first: with LIBNN_CPU_AMX=0 the process never asks for the tile registers.
+bool bf16_amx() { return amx_wanted().load(std::memory_order_relaxed) && bf16_amx_supported(); }
+
+void set_bf16_amx(bool on) {
+  if (on && !bf16_amx_supported()) throw std::invalid_argument("set_bf16_amx: no AMX here");
+  amx_wanted().store(on, std::memory_order_relaxed);
+}
+
 bool bf16_gemm_native() {
 #ifdef LIBNN_PACKED_SGEMM
   static const bool has = [] {
@@ -659,6 +879,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
   if (bf16_gemm_native() && M >= 2 && N >= Bf16Tile::NR) {
     const double flops = 2.0 * double(M) * double(N) * double(K);
     const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
+    if (bf16_amx()) return packed_sgemm<AmxTile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
     return packed_sgemm<Bf16Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
   }
 #endif

@@ -44,6 +44,14 @@ void set_f32_kernel(F32Kernel k);
 // bf16_gemm_native() is true on CPUs with AVX512_BF16 while the f32 kernel is avx512 (so
 // LIBNN_CPU_GEMM=avx2 or eigen, and set_f32_kernel, turn it off too).
 bool bf16_gemm_native();
+// Where the CPU also has AMX (AMX-TILE and AMX-BF16, with the operating system's leave to
+// use the tile registers: Intel Xeon since Sapphire Rapids), those products run an AMX tile
+// kernel instead while bf16_amx() (on by default; LIBNN_CPU_AMX=0 turns it off for a whole
+// program, set_bf16_amx for tests and benchmarks, which throws std::invalid_argument for
+// true where bf16_amx_supported() is false).
+bool bf16_amx_supported();
+bool bf16_amx();
+void set_bf16_amx(bool on);
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
                MatRef<uint16_t> B, float beta, float* C, int64_t ldc);
 
