@@ -123,19 +123,24 @@ TEST_CASE("f32 conv2d forward and both gradients equal f64's on the packed CPU p
 
 TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and widened", "[conv]") {
   // bf16 operands: on a CPU with AVX512_BF16 the three products run cpu::gemm_bf16 (f32
-  // sums, one rounding of each result to bf16); with LIBNN_CPU_GEMM=avx2's kernel they run in
-  // f32 on widened copies. Both against the f64 convolution of the same bf16 values, with the
+  // sums, one rounding of each result to bf16) or, channels-last, bf16 tile kernels; with AMX
+  // both layouts run gemm_bf16's AMX tile; with LIBNN_CPU_GEMM=avx2's kernel they run in f32
+  // on widened copies. Each against the f64 convolution of the same bf16 values, with the
   // input row-major and channels-last (conv_nhwc.cpp's paths). Nine images, so some thread
   // sums several into its weight gradient; three input channels make the forward's K (27) odd.
   using nn::cpu::F32Kernel;
   struct Case { Shape x, w; Conv2dParams p; };
+  struct Variant { F32Kernel f32; bool amx; };
   const F32Kernel before = nn::cpu::f32_kernel();
-  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2})
+  const bool amx_before = nn::cpu::bf16_amx();
+  for (Variant v : {Variant{F32Kernel::avx512, true}, Variant{F32Kernel::avx512, false},
+                    Variant{F32Kernel::avx2, false}})
   for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
-    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
-    nn::cpu::set_f32_kernel(kernel);
-    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native()
-         << ", channels-last " << (format == MemoryFormat::channels_last));
+    if (!nn::cpu::f32_kernel_supported(v.f32) || (v.amx && !nn::cpu::bf16_amx_supported())) continue;
+    nn::cpu::set_f32_kernel(v.f32);
+    nn::cpu::set_bf16_amx(v.amx);
+    INFO("f32 kernel " << int(v.f32) << ", native bf16 " << nn::cpu::bf16_gemm_native()
+         << ", AMX " << v.amx << ", channels-last " << (format == MemoryFormat::channels_last));
     for (const Case& c : {Case{{2, 16, 32, 32}, {16, 16, 3, 3}, params(1, 1)},
                           Case{{9, 16, 17, 15}, {32, 16, 3, 3}, params(2, 1)},
                           Case{{2, 3, 20, 20}, {32, 3, 3, 3}, params(1, 1)},
@@ -169,6 +174,7 @@ TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and wid
     }
   }
   nn::cpu::set_f32_kernel(before);
+  nn::cpu::set_bf16_amx(amx_before);
 }
 
 TEST_CASE("channels-last f32 conv2d and its gradients equal f64's with every CPU kernel", "[conv][layout]") {

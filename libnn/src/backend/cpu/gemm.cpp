@@ -394,25 +394,30 @@ struct Bf16Tile : VectorTileBase {
   LIBNN_AVX512BF16 static void pack_b(const MatRef<uint16_t>& B, int64_t p0, int64_t kc,
                                       int64_t j0, int64_t w, uint32_t* dst) {
     const int64_t ku = (kc + 1) / 2;
-    int64_t u = 0;
-    if (B.cs == 1 && w == NR) {
-      // B row-major: rows 2u and 2u + 1 (32 values each) interleaved into two registers.
+    int64_t u = 0, wide = 0;  // pairs packed, and in how many columns (the rest: below)
+    if (B.cs == 1) {
+      // B row-major: rows 2u and 2u + 1 (w <= 32 values each, the rest read as zero)
+      // interleaved into two registers.
       alignas(64) static constexpr uint16_t lo_idx[32] = {
           0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
           8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
       const __m512i lo = _mm512_load_si512(lo_idx);
       const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+      const __mmask32 m = w >= 32 ? ~__mmask32(0) : (__mmask32(1) << w) - 1;
       for (; 2 * u + 1 < kc; ++u) {
         const uint16_t* r0 = B.p + (p0 + 2 * u) * B.rs + j0;
-        const __m512i x0 = _mm512_loadu_si512(r0), x1 = _mm512_loadu_si512(r0 + B.rs);
+        const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0);
+        const __m512i x1 = _mm512_maskz_loadu_epi16(m, r0 + B.rs);
         _mm512_store_si512(dst + u * NR, _mm512_permutex2var_epi16(x0, lo, x1));
         _mm512_store_si512(dst + u * NR + 16, _mm512_permutex2var_epi16(x0, hi, x1));
       }
-    } else if (B.rs == 1 && w == NR) {
+      wide = NR;
+    } else if (B.rs == 1) {
       // B column-major (a transpose read in place): each pair is one 32-bit word of a column;
-      // 8 x 8 word blocks transposed.
+      // 8 x 8 word blocks transposed, in the groups of 8 columns that w fills.
+      wide = w / 8 * 8;
       for (; 2 * (u + 8) <= kc; u += 8)
-        for (int64_t g = 0; g < NR; g += 8) {
+        for (int64_t g = 0; g < wide; g += 8) {
           __m256 r[8];
           for (int i = 0; i < 8; ++i)
             r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(
@@ -423,11 +428,11 @@ struct Bf16Tile : VectorTileBase {
                                _mm256_castps_si256(r[i]));
         }
     }
-    for (; u < ku; ++u)
-      for (int64_t j = 0; j < NR; ++j) {
-        if (j >= w) { dst[u * NR + j] = 0; continue; }
-        const uint16_t* col = B.p + (p0 + 2 * u) * B.rs + (j0 + j) * B.cs;
-        dst[u * NR + j] = bf16_pair(col[0], 2 * u + 1 < kc ? col[B.rs] : uint16_t(0));
+    for (int64_t v = 0; v < ku; ++v)
+      for (int64_t j = v < u ? wide : 0; j < NR; ++j) {
+        if (j >= w) { dst[v * NR + j] = 0; continue; }
+        const uint16_t* col = B.p + (p0 + 2 * v) * B.rs + (j0 + j) * B.cs;
+        dst[v * NR + j] = bf16_pair(col[0], 2 * v + 1 < kc ? col[B.rs] : uint16_t(0));
       }
   }
 
@@ -876,10 +881,11 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_c(M, N, beta, C, ldc);
 #ifdef LIBNN_PACKED_SGEMM
-  if (bf16_gemm_native() && M >= 2 && N >= Bf16Tile::NR) {
+  const bool amx = bf16_gemm_native() && bf16_amx();
+  if (bf16_gemm_native() && M >= 2 && N >= (amx ? 16 : Bf16Tile::NR)) {
     const double flops = 2.0 * double(M) * double(N) * double(K);
     const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
-    if (bf16_amx()) return packed_sgemm<AmxTile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
+    if (amx) return packed_sgemm<AmxTile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
     return packed_sgemm<Bf16Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
   }
 #endif

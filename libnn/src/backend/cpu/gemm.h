@@ -40,7 +40,8 @@ void set_f32_kernel(F32Kernel k);
 
 // bf16 operands (raw bits), f32 result: C = alpha * A * B + beta * C, with A, B, C as in
 // gemm(). Runs the AVX512_BF16 kernel (pairs of bf16 products summed into f32 lanes) when
-// bf16_gemm_native(), else widens the operands to f32 and runs gemm<float>.
+// bf16_gemm_native(), else widens the operands to f32 and runs gemm<float>; so do products
+// with one row or fewer than 32 columns (16 with AMX).
 // bf16_gemm_native() is true on CPUs with AVX512_BF16 while the f32 kernel is avx512 (so
 // LIBNN_CPU_GEMM=avx2 or eigen, and set_f32_kernel, turn it off too).
 bool bf16_gemm_native();
