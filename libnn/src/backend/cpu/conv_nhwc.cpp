@@ -117,14 +117,30 @@ MatRef<T> columns(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr,
 }
 
 // T is the operands' type: float, double, or uint16_t for bf16 bits, whose products
-// (cpu::gemm_of) sum into A = f32 results.
-template <typename T, typename A = gemm_result_t<T>>
-void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, A* y) {
+// (cpu::gemm_of) sum into A = f32 results. R is the result's type: A, or uint16_t for a bf16
+// result of bf16 operands, whose image is summed in this thread's f32 buffer and then
+// rounded into it, once each value (with AMX, where the bf16 tiles are not used).
+template <typename A, typename R>
+A* image_sums(R* out, int64_t offset, int64_t n) {
+  if constexpr (std::is_same_v<A, R>) return out + offset;
+  else return thread_buffer<A, kAccumulator>(size_t(n));
+}
+template <typename A, typename R>
+void round_image(const A* sums, R* out, int64_t offset, int64_t n) {
+  if constexpr (!std::is_same_v<A, R>) {
+    static_assert(std::is_same_v<A, float> && std::is_same_v<R, uint16_t>);
+    R* o = out + offset;
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits(sums[i]);
+  }
+}
+
+template <typename T, typename A = gemm_result_t<T>, typename R = A>
+void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, R* y) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<T>> cols(omp_get_max_threads());
   for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
     const T* xi = x + n * g.H * g.W * g.C;
-    A* yi = y + n * g.P * g.O;
+    A* yi = image_sums<A>(y, n * g.P * g.O, g.P * g.O);
     for (int64_t gr = 0; gr < g.G; ++gr) {
       gemm_of<T>(g.P, g.Og, g.Kdim, A(1), columns(g, off, xi, gr, cols[t]),
                  group_weights(g, w, gr).t(), A(0), yi + gr * g.Og, g.O);
@@ -132,17 +148,19 @@ void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, A* y
     if (bias)
       for (int64_t p = 0; p < g.P; ++p)
         for (int64_t o = 0; o < g.O; ++o) yi[p * g.O + o] += bias[o];
+    round_image(yi, y, n * g.P * g.O, g.P * g.O);
   });
 }
 
-template <typename T, typename A = gemm_result_t<T>>
-void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, A* dx) {
+template <typename T, typename A = gemm_result_t<T>, typename R = A>
+void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, R* dx) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<A>> cols(omp_get_max_threads());
   for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
     const T* dyi = dy + n * g.P * g.O;
-    A* dxi = dx + n * g.H * g.W * g.C;
-    if (!g.pointwise()) std::fill(dxi, dxi + g.H * g.W * g.C, A(0));
+    const int64_t image = g.H * g.W * g.C;
+    A* dxi = image_sums<A>(dx, n * image, image);
+    if (!g.pointwise()) std::fill(dxi, dxi + image, A(0));
     for (int64_t gr = 0; gr < g.G; ++gr) {
       const MatRef<T> dyg{dyi + gr * g.Og, g.O, 1};  // (P, Og)
       if (g.pointwise()) {  // the gradient of the group's pixels directly, no folding
@@ -153,6 +171,7 @@ void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, A* dx) {
       gemm_of<T>(g.P, g.Kdim, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), cols[t].data(), g.Kdim);
       col2im(g, off, cols[t].data(), gr, dxi);
     }
+    round_image(dxi, dx, n * image, image);
   });
 }
 
@@ -514,6 +533,13 @@ void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, T
 bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                               const Conv2dParams& p) {
   const ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
+  if (bf16_gemm_native() && bf16_amx()) {
+    forward_cols<uint16_t>(g, static_cast<const uint16_t*>(x.data_ptr()),
+                           static_cast<const uint16_t*>(w.data_ptr()),
+                           bias.defined() ? bias.data<float>() : nullptr,
+                           static_cast<uint16_t*>(out.data_ptr()));
+    return true;
+  }
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
   if (!k || forward_slices<uint16_t>(g, forward_tile(g, *k)) > 1) return false;
   forward_tiles(g, *k, static_cast<const uint16_t*>(x.data_ptr()),
@@ -526,6 +552,12 @@ bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bi
 bool conv2d_backward_input_nhwc_bf16(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                      const Conv2dParams& p) {
   const ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
+  if (bf16_gemm_native() && bf16_amx()) {
+    backward_input_cols<uint16_t>(g, static_cast<const uint16_t*>(grad_out.data_ptr()),
+                                  static_cast<const uint16_t*>(w.data_ptr()),
+                                  static_cast<uint16_t*>(grad_x.data_ptr()));
+    return true;
+  }
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.O);
   const bool strided = strided_pointwise(g);
   if (!k || ((g.sh != 1 || g.sw != 1) && !strided)) return false;
