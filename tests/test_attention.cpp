@@ -137,22 +137,24 @@ TEST_CASE("attention honours the padding mask and handles long sequences", "[att
 }
 
 TEST_CASE("bf16 attention on the CPU equals f64's, native and widened", "[attention]") {
-  // bf16 inputs run on the bf16 product kernel where the CPU has AVX512_BF16 (scores and sums
-  // in f32, P and dS rounded to bf16 as operands) and on widened f32 copies with
-  // LIBNN_CPU_GEMM=avx2's kernel; both against the f64 attention of the same bf16 values.
+  // bf16 inputs run on the bf16 product kernels where the CPU has AVX512_BF16 or AMX (scores
+  // and sums in f32, P and dS rounded to bf16 as operands) and on widened f32 copies with
+  // LIBNN_CPU_GEMM=avx2's kernel; each against the f64 attention of the same bf16 values.
   // Three query blocks (150 rows), masked keys, E != D. Errors are measured against the
   // largest value of each result (about 2^-9 of it for one rounding to bf16; the native path
   // rounds twice), since an output near zero averages values far from it.
   using nn::cpu::F32Kernel;
-  const F32Kernel before = nn::cpu::f32_kernel();
+  const test::CpuKernelGuard restore;
   std::vector<uint8_t> keep_v(2 * 130, 1);
   for (int j = 100; j < 130; ++j) keep_v[size_t(j)] = 0;       // padding at the end of row 0
   for (int j = 0; j < 130; j += 3) keep_v[size_t(130 + j)] = 0;  // scattered in row 1
   const Tensor keep = from_vector<uint8_t>(keep_v, {2, 130});
-  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2}) {
-    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+  for (auto [kernel, amx] : {std::pair{F32Kernel::avx512, true}, std::pair{F32Kernel::avx512, false},
+                              std::pair{F32Kernel::avx2, false}}) {
+    if (!nn::cpu::f32_kernel_supported(kernel) || (amx && !nn::cpu::bf16_amx_supported())) continue;
     nn::cpu::set_f32_kernel(kernel);
-    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native());
+    nn::cpu::set_bf16_amx(amx);
+    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native() << ", AMX " << amx);
     Tensor q = (test::rnd({2, 3, 150, 16}, 11, false) * 2).to(kBF16).requires_grad_();
     Tensor k = (test::rnd({2, 3, 130, 16}, 12, false) * 2).to(kBF16).requires_grad_();
     Tensor v = test::rnd({2, 3, 130, 24}, 13, false).to(kBF16).requires_grad_();
@@ -176,7 +178,6 @@ TEST_CASE("bf16 attention on the CPU equals f64's, native and widened", "[attent
       }
     }
   }
-  nn::cpu::set_f32_kernel(before);
 }
 
 TEST_CASE("attention with no value features or no queries has zero gradients", "[attention]") {
@@ -280,16 +281,18 @@ TEST_CASE("attention keeps heads where a projection put them", "[attention]") {
   test::require_close(gx.select(2, 2).permute({0, 2, 1, 3}), rv.grad(), 1e-12, 1e-12);
 }
 
-// bf16 heads in place: the native bf16 path (AVX512_BF16) rounds its f32 rows into the
+// bf16 heads in place: the native bf16 path (AVX512_BF16 or AMX) rounds its f32 rows into the
 // strided output and gradients, the widened path copies them back; both against f64.
 TEST_CASE("bf16 packed attention on the CPU equals f64's", "[attention]") {
   using nn::cpu::F32Kernel;
-  const F32Kernel before = nn::cpu::f32_kernel();
+  const test::CpuKernelGuard restore;
   const Tensor keep = from_vector<uint8_t>(std::vector<uint8_t>(2 * 70, 1), {2, 70});
-  for (F32Kernel kernel : {F32Kernel::avx512, F32Kernel::avx2}) {
-    if (!nn::cpu::f32_kernel_supported(kernel)) continue;
+  for (auto [kernel, amx] : {std::pair{F32Kernel::avx512, true}, std::pair{F32Kernel::avx512, false},
+                              std::pair{F32Kernel::avx2, false}}) {
+    if (!nn::cpu::f32_kernel_supported(kernel) || (amx && !nn::cpu::bf16_amx_supported())) continue;
     nn::cpu::set_f32_kernel(kernel);
-    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native());
+    nn::cpu::set_bf16_amx(amx);
+    INFO("f32 kernel " << int(kernel) << ", native bf16 " << nn::cpu::bf16_gemm_native() << ", AMX " << amx);
     Tensor qkv = test::rnd({2, 70, 3, 2, 16}, 7, false).to(kBF16).requires_grad_();
     Tensor ref_qkv = qkv.detach().to(kF64).requires_grad_();
     Generator g(3), g64(3);
@@ -302,7 +305,6 @@ TEST_CASE("bf16 packed attention on the CPU equals f64's", "[attention]") {
     sum(ref * w).backward();
     test::require_close(qkv.grad().to(kF64), ref_qkv.grad(), 2e-2, 1.5e-2 * largest(ref_qkv.grad()));
   }
-  nn::cpu::set_f32_kernel(before);
 }
 
 TEST_CASE("gradcheck: packed attention", "[attention][gradcheck]") {

@@ -131,8 +131,7 @@ TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and wid
   using nn::cpu::F32Kernel;
   struct Case { Shape x, w; Conv2dParams p; };
   struct Variant { F32Kernel f32; bool amx; };
-  const F32Kernel before = nn::cpu::f32_kernel();
-  const bool amx_before = nn::cpu::bf16_amx();
+  const test::CpuKernelGuard restore;
   for (Variant v : {Variant{F32Kernel::avx512, true}, Variant{F32Kernel::avx512, false},
                     Variant{F32Kernel::avx2, false}})
   for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
@@ -173,8 +172,6 @@ TEST_CASE("bf16 conv2d and both gradients on the CPU equal f64's, native and wid
       test::require_close(bb.grad().to(kF64), b64.grad(), 1e-2, 5e-2);
     }
   }
-  nn::cpu::set_f32_kernel(before);
-  nn::cpu::set_bf16_amx(amx_before);
 }
 
 TEST_CASE("channels-last f32 conv2d and its gradients equal f64's with every CPU kernel", "[conv][layout]") {
@@ -204,7 +201,7 @@ TEST_CASE("channels-last f32 conv2d and its gradients equal f64's with every CPU
       {{1, 16, 10, 10}, {16, 16, 1, 1}, params(3, 0)},  // ... stride 3
   };
   using nn::cpu::F32Kernel;
-  const F32Kernel before = nn::cpu::f32_kernel();
+  const test::CpuKernelGuard restore;
   for (F32Kernel kernel : {F32Kernel::eigen, F32Kernel::avx2, F32Kernel::avx512}) {
     if (!nn::cpu::f32_kernel_supported(kernel)) continue;
     nn::cpu::set_f32_kernel(kernel);
@@ -226,7 +223,6 @@ TEST_CASE("channels-last f32 conv2d and its gradients equal f64's with every CPU
       test::require_close(b32.grad().to(kF64), b64.grad(), 1e-4, 1e-3);
     }
   }
-  nn::cpu::set_f32_kernel(before);
 }
 
 TEST_CASE("conv2d of an empty batch has zero weight and bias gradients", "[conv]") {

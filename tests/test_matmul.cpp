@@ -168,7 +168,7 @@ TEST_CASE("CPU GEMM with denormal operands: values, and the caller's FP mode kep
   // The packed kernels flush denormals while they run (an FMA meeting one is 100x slower on
   // Intel CPUs); the caller's MXCSR, and so its own denormal arithmetic, must be untouched.
   using nn::cpu::F32Kernel;
-  const F32Kernel before = nn::cpu::f32_kernel();
+  const test::CpuKernelGuard restore;
   for (F32Kernel kernel : {F32Kernel::avx2, F32Kernel::avx512}) {
     if (!nn::cpu::f32_kernel_supported(kernel)) continue;
     nn::cpu::set_f32_kernel(kernel);
@@ -187,13 +187,12 @@ TEST_CASE("CPU GEMM with denormal operands: values, and the caller's FP mode kep
       REQUIRE(tiny * 0.5f > 0.f);  // still gradual underflow here
     }
   }
-  nn::cpu::set_f32_kernel(before);
 }
 #endif
 
 TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[matmul]") {
   using nn::cpu::F32Kernel;
-  const F32Kernel before = nn::cpu::f32_kernel();
+  const test::CpuKernelGuard restore;
   // every f32 kernel this CPU can run: Eigen's, the AVX2 tile (6 x 16), the AVX-512 tile (8 x 32)
   for (F32Kernel kernel : {F32Kernel::eigen, F32Kernel::avx2, F32Kernel::avx512}) {
     if (!nn::cpu::f32_kernel_supported(kernel)) {
@@ -221,7 +220,6 @@ TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[m
     check_gemm<float>(2, 3100, 300, 1, 0, 1.0, 1.0, seed++);
     check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++);
   }
-  nn::cpu::set_f32_kernel(before);
 }
 
 TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout", "[matmul]") {
@@ -229,8 +227,7 @@ TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout"
   // they fall back to (matrix-vector shapes, other CPUs, LIBNN_CPU_GEMM=avx2): each against
   // the double product.
   using nn::cpu::F32Kernel;
-  const F32Kernel before = nn::cpu::f32_kernel();
-  const bool amx_before = nn::cpu::bf16_amx();
+  const test::CpuKernelGuard restore;
   struct Variant { F32Kernel f32; bool amx; };
   for (Variant v : {Variant{F32Kernel::avx2, false}, Variant{F32Kernel::avx512, false},
                     Variant{F32Kernel::avx512, true}}) {
@@ -264,8 +261,6 @@ TEST_CASE("CPU bf16 GEMM matches a naive product on every tile shape and layout"
     check_gemm<nn::BFloat16>(70, 100, 1030, 0, 1, 1.0, 0.0, seed++);
     check_gemm<nn::BFloat16>(64, 33, 64, 2, 0, 1.0, 1.0, seed++);
   }
-  nn::cpu::set_f32_kernel(before);
-  nn::cpu::set_bf16_amx(amx_before);
 }
 
 TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 and AMX kernels against the widened product", "[matmul]") {
@@ -279,11 +274,9 @@ TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 and AMX kernels against the w
     WARN("no AVX-512 here: not checked");
     return;
   }
-  const F32Kernel before = nn::cpu::f32_kernel();
-  const bool amx_before = nn::cpu::bf16_amx();
+  const test::CpuKernelGuard restore;
   nn::cpu::set_f32_kernel(F32Kernel::avx512);
   if (!nn::cpu::bf16_gemm_native()) {
-    nn::cpu::set_f32_kernel(before);
     WARN("no AVX512_BF16 here: not checked");
     return;
   }
@@ -302,8 +295,8 @@ TEST_CASE("bf16 matmul on the CPU: the AVX512_BF16 and AMX kernels against the w
       nn::cpu::set_f32_kernel(F32Kernel::avx2);
       REQUIRE_FALSE(nn::cpu::bf16_gemm_native());
       const Tensor widened = matmul(a, w.transpose(1, 2));
-      nn::cpu::set_f32_kernel(before);
-      nn::cpu::set_bf16_amx(amx_before);
+      nn::cpu::set_f32_kernel(restore.f32);
+      nn::cpu::set_bf16_amx(restore.amx);
       REQUIRE(native.dtype() == kBF16);
       REQUIRE(native.shape() == Shape{B, M, N});
       const auto n = native.to_vector<double>(), f = widened.to_vector<double>();

@@ -17,9 +17,24 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "catch.h"
 
 namespace test {
+
+// Puts the CPU GEMM's kernel choices (the f32 kernel, AMX for bf16) back as they were when a
+// test case that switches them ends, also when a failed REQUIRE ends it early.
+struct CpuKernelGuard {
+  nn::cpu::F32Kernel f32 = nn::cpu::f32_kernel();
+  bool amx = nn::cpu::bf16_amx();
+  CpuKernelGuard() = default;
+  CpuKernelGuard(const CpuKernelGuard&) = delete;
+  CpuKernelGuard& operator=(const CpuKernelGuard&) = delete;
+  ~CpuKernelGuard() {
+    nn::cpu::set_f32_kernel(f32);
+    nn::cpu::set_bf16_amx(amx);
+  }
+};
 
 using nn::Shape;
 using nn::Tensor;

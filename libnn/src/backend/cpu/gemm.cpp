@@ -881,12 +881,12 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_c(M, N, beta, C, ldc);
 #ifdef LIBNN_PACKED_SGEMM
-  const bool amx = bf16_gemm_native() && bf16_amx();
-  if (bf16_gemm_native() && M >= 2 && N >= (amx ? 16 : Bf16Tile::NR)) {
+  // (AMX is asked for, and the process's tile registers with it, only by a product it can run.)
+  if (bf16_gemm_native() && M >= 2 && N >= 16) {
     const double flops = 2.0 * double(M) * double(N) * double(K);
     const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
-    if (amx) return packed_sgemm<AmxTile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
-    return packed_sgemm<Bf16Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
+    if (bf16_amx()) return packed_sgemm<AmxTile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
+    if (N >= Bf16Tile::NR) return packed_sgemm<Bf16Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
   }
 #endif
   // Elsewhere (matrix-vector shapes too): the operands widened to f32, the f32 product.
