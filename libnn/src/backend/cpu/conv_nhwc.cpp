@@ -105,20 +105,44 @@ MatRef<T> group_weights(const ConvGeom& g, const T* w, int64_t gr) {
   return row_major(w + gr * g.Og * g.Kdim, g.Kdim);
 }
 
-// The column matrix (P, taps x Cg) of group gr of image x: a pointwise convolution's pixels
-// themselves, else im2col's into buf.
+// The column matrix (b P, taps x Cg) of group gr of the b images from x on: a pointwise
+// convolution's pixels themselves (the images follow one another), else im2col's into buf.
 template <typename T>
-MatRef<T> columns(const ConvGeom& g, const int64_t* off, const T* x, int64_t gr,
+MatRef<T> columns(const ConvGeom& g, const int64_t* off, const T* x, int64_t b, int64_t gr,
                   std::vector<T>& buf) {
   if (g.pointwise()) return {x + gr * g.Cg, g.C, 1};
-  buf.resize(size_t(g.P * g.Kdim));
-  im2col(g, off, x, gr, buf.data());
+  buf.resize(size_t(b * g.P * g.Kdim));
+  for (int64_t i = 0; i < b; ++i)
+    im2col(g, off, x + i * g.H * g.W * g.C, gr, buf.data() + i * g.P * g.Kdim);
   return row_major<T>(buf.data(), g.Kdim);
 }
 
+// Images one product of the column path takes: one, or with `batched` as many as make about
+// 1024 rows (pixels) while their column matrix (`column_bytes` an image; none for pointwise
+// convolutions, whose images are their own) stays within `budget`. An image of 7 x 7 or
+// 14 x 14 pixels makes a product of 49 or 196 rows, whose weights (up to 2048 x 4608) the
+// GEMM packs again for each one: on AMX, where the arithmetic is fast, that packing took
+// more time than the product (bf16 ResNet-50's last stages). The forward and the input
+// gradient keep their column matrix within L2 (1 MB; a 14 x 14 3 x 3 layer ran slower with
+// 10 MB than image by image); the weight gradient's products gain more from long K.
+int64_t images_per_product(const ConvGeom& g, bool batched, int64_t column_bytes,
+                           int64_t budget) {
+  if (!batched || g.P >= 1024 || g.N <= 1) return 1;
+  const int64_t by_rows = (1024 + g.P - 1) / g.P;
+  const int64_t per_image = g.pointwise() ? 0 : column_bytes;
+  const int64_t by_bytes = per_image > 0 ? std::max<int64_t>(1, budget / per_image) : by_rows;
+  const int64_t most = std::max<int64_t>(1, std::min({g.N, by_rows, by_bytes}));
+  // as many runs for each thread (for_each_item's static schedule), of even sizes: 16 images
+  // in runs of 6 left one of two threads with 4 images and the other with 12
+  const int64_t nt = omp_get_max_threads();
+  const int64_t runs_per_thread = std::max<int64_t>(1, ceil_div(g.N, most * nt));
+  return std::max<int64_t>(1, ceil_div(g.N, runs_per_thread * nt));
+}
+constexpr int64_t kColumnBudget = int64_t(1) << 20, kWeightGradBudget = int64_t(32) << 20;
+
 // T is the operands' type: float, double, or uint16_t for bf16 bits, whose products
 // (cpu::gemm_of) sum into A = f32 results. R is the result's type: A, or uint16_t for a bf16
-// result of bf16 operands, whose image is summed in this thread's f32 buffer and then
+// result of bf16 operands, whose images are summed in this thread's f32 buffer and then
 // rounded into it, once each value (with AMX, where the bf16 tiles are not used).
 template <typename A, typename R>
 A* image_sums(R* out, int64_t offset, int64_t n) {
@@ -134,60 +158,67 @@ void round_image(const A* sums, R* out, int64_t offset, int64_t n) {
   }
 }
 
+// Each function below works on runs of `batch` images (images_per_product), one product per
+// run and group.
 template <typename T, typename A = gemm_result_t<T>, typename R = A>
-void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, R* y) {
+void forward_cols(const ConvGeom& g, const T* x, const T* w, const A* bias, R* y,
+                  int64_t batch = 1) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<T>> cols(omp_get_max_threads());
-  for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
-    const T* xi = x + n * g.H * g.W * g.C;
-    A* yi = image_sums<A>(y, n * g.P * g.O, g.P * g.O);
+  for_each_item(ceil_div(g.N, batch), g.macs(), [&](int64_t run, int t) {
+    const int64_t n0 = run * batch, b = std::min(batch, g.N - n0), rows = b * g.P;
+    const T* xi = x + n0 * g.H * g.W * g.C;
+    A* yi = image_sums<A>(y, n0 * g.P * g.O, rows * g.O);
     for (int64_t gr = 0; gr < g.G; ++gr) {
-      gemm_of<T>(g.P, g.Og, g.Kdim, A(1), columns(g, off, xi, gr, cols[t]),
+      gemm_of<T>(rows, g.Og, g.Kdim, A(1), columns(g, off, xi, b, gr, cols[t]),
                  group_weights(g, w, gr).t(), A(0), yi + gr * g.Og, g.O);
     }
     if (bias)
-      for (int64_t p = 0; p < g.P; ++p)
+      for (int64_t p = 0; p < rows; ++p)
         for (int64_t o = 0; o < g.O; ++o) yi[p * g.O + o] += bias[o];
-    round_image(yi, y, n * g.P * g.O, g.P * g.O);
+    round_image(yi, y, n0 * g.P * g.O, rows * g.O);
   });
 }
 
 template <typename T, typename A = gemm_result_t<T>, typename R = A>
-void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, R* dx) {
+void backward_input_cols(const ConvGeom& g, const T* dy, const T* w, R* dx, int64_t batch = 1) {
   const int64_t* off = tap_offsets(g);
   std::vector<std::vector<A>> cols(omp_get_max_threads());
-  for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
-    const T* dyi = dy + n * g.P * g.O;
+  for_each_item(ceil_div(g.N, batch), g.macs(), [&](int64_t run, int t) {
+    const int64_t n0 = run * batch, b = std::min(batch, g.N - n0), rows = b * g.P;
+    const T* dyi = dy + n0 * g.P * g.O;
     const int64_t image = g.H * g.W * g.C;
-    A* dxi = image_sums<A>(dx, n * image, image);
-    if (!g.pointwise()) std::fill(dxi, dxi + image, A(0));
+    A* dxi = image_sums<A>(dx, n0 * image, b * image);
+    if (!g.pointwise()) std::fill(dxi, dxi + b * image, A(0));
     for (int64_t gr = 0; gr < g.G; ++gr) {
-      const MatRef<T> dyg{dyi + gr * g.Og, g.O, 1};  // (P, Og)
+      const MatRef<T> dyg{dyi + gr * g.Og, g.O, 1};  // (b P, Og)
       if (g.pointwise()) {  // the gradient of the group's pixels directly, no folding
-        gemm_of<T>(g.P, g.Cg, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), dxi + gr * g.Cg, g.C);
+        gemm_of<T>(rows, g.Cg, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), dxi + gr * g.Cg, g.C);
         continue;
       }
-      cols[t].resize(size_t(g.P * g.Kdim));
-      gemm_of<T>(g.P, g.Kdim, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), cols[t].data(), g.Kdim);
-      col2im(g, off, cols[t].data(), gr, dxi);
+      cols[t].resize(size_t(rows * g.Kdim));
+      gemm_of<T>(rows, g.Kdim, g.Og, A(1), dyg, group_weights(g, w, gr), A(0), cols[t].data(), g.Kdim);
+      for (int64_t i = 0; i < b; ++i)
+        col2im(g, off, cols[t].data() + i * g.P * g.Kdim, gr, dxi + i * image);
     }
-    round_image(dxi, dx, n * image, image);
+    round_image(dxi, dx, n0 * image, b * image);
   });
 }
 
 template <typename T, typename A = gemm_result_t<T>>
-void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, A* dw) {
+void backward_weight_cols(const ConvGeom& g, const T* x, const T* dy, A* dw, int64_t batch = 1) {
   const int64_t* off = tap_offsets(g);
   const int nt = omp_get_max_threads();
   std::vector<std::vector<A>> acc(nt);  // one accumulator per thread, summed below
   std::vector<std::vector<T>> cols(nt);
-  for_each_item(g.N, g.macs(), [&](int64_t n, int t) {
+  for_each_item(ceil_div(g.N, batch), g.macs(), [&](int64_t run, int t) {
+    const int64_t n0 = run * batch, b = std::min(batch, g.N - n0);
     acc[t].resize(size_t(g.O * g.Kdim), A(0));
-    const T* xi = x + n * g.H * g.W * g.C;
-    const T* dyi = dy + n * g.P * g.O;
+    const T* xi = x + n0 * g.H * g.W * g.C;
+    const T* dyi = dy + n0 * g.P * g.O;
     for (int64_t gr = 0; gr < g.G; ++gr) {
-      const MatRef<T> dygt{dyi + gr * g.Og, 1, g.O};  // (Og, P)
-      gemm_of<T>(g.Og, g.Kdim, g.P, A(1), dygt, columns(g, off, xi, gr, cols[t]), A(1),
+      const MatRef<T> dygt{dyi + gr * g.Og, 1, g.O};  // (Og, b P)
+      gemm_of<T>(g.Og, g.Kdim, b * g.P, A(1), dygt, columns(g, off, xi, b, gr, cols[t]), A(1),
                  acc[t].data() + gr * g.Og * g.Kdim, g.Kdim);
     }
   });
@@ -505,6 +536,12 @@ const ConvKernels* tiles_for(const ConvGeom& g) {
 const ConvBf16Kernels* bf16_tiles_for(const ConvGeom& g, int64_t inner) {
   return g.G == 1 && g.C > 0 && g.O > 0 && inner % 2 == 0 ? conv_bf16_kernels() : nullptr;
 }
+// Whether products of T operands run on the AMX tile (bf16 bits, with AMX on).
+template <typename T>
+bool amx_products() {
+  if constexpr (std::is_same_v<T, uint16_t>) return bf16_gemm_native() && bf16_amx();
+  else return false;
+}
 // Operand types with tile kernels (f32, bf16 bits), and those kernels for g (or null).
 template <typename T>
 constexpr bool has_tiles = std::is_same_v<T, float> || std::is_same_v<T, uint16_t>;
@@ -526,7 +563,8 @@ void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, T
     if constexpr (has_tiles<T>)
       if (const auto* k = tiles_of<T>(g, g.C))
         return forward_tiles(g, *k, px, WeightsView<T>::dense(g, pw), pb, out.data<float>());
-    forward_cols(g, px, pw, pb, out.data<A>());
+    forward_cols(g, px, pw, pb, out.data<A>(),
+                 images_per_product(g, amx_products<T>(), g.P * g.Kdim * 2, kColumnBudget));
   });
 }
 
@@ -537,7 +575,8 @@ bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bi
     forward_cols<uint16_t>(g, static_cast<const uint16_t*>(x.data_ptr()),
                            static_cast<const uint16_t*>(w.data_ptr()),
                            bias.defined() ? bias.data<float>() : nullptr,
-                           static_cast<uint16_t*>(out.data_ptr()));
+                           static_cast<uint16_t*>(out.data_ptr()),
+                           images_per_product(g, true, g.P * g.Kdim * 2, kColumnBudget));
     return true;
   }
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
@@ -555,7 +594,8 @@ bool conv2d_backward_input_nhwc_bf16(const Tensor& grad_out, const Tensor& w, Te
   if (bf16_gemm_native() && bf16_amx()) {
     backward_input_cols<uint16_t>(g, static_cast<const uint16_t*>(grad_out.data_ptr()),
                                   static_cast<const uint16_t*>(w.data_ptr()),
-                                  static_cast<uint16_t*>(grad_x.data_ptr()));
+                                  static_cast<uint16_t*>(grad_x.data_ptr()),
+                                  images_per_product(g, true, g.P * g.Kdim * 4, kColumnBudget));
     return true;
   }
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.O);
@@ -585,7 +625,8 @@ void conv2d_backward_input_nhwc(const Tensor& grad_out, const Tensor& w, Tensor&
       if (k && strided_pointwise(g))
         return backward_input_strided_pointwise(g, *k, pg, pw, grad_x.data<float>());
     }
-    backward_input_cols(g, pg, pw, grad_x.data<A>());
+    backward_input_cols(g, pg, pw, grad_x.data<A>(),
+                        images_per_product(g, amx_products<T>(), g.P * g.Kdim * 4, kColumnBudget));
   });
 }
 
@@ -601,7 +642,8 @@ void conv2d_backward_weight_nhwc(const Tensor& grad_out, const Tensor& x, Tensor
       if (k && g.C % k->vec == 0)
         return backward_weight_tiles(g, *k, px, pg, grad_w.data<float>());
     }
-    backward_weight_cols(g, px, pg, grad_w.data<A>());
+    backward_weight_cols(g, px, pg, grad_w.data<A>(),
+                         images_per_product(g, amx_products<T>(), g.P * g.Kdim * 2, kWeightGradBudget));
   });
 }
 
