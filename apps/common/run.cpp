@@ -87,6 +87,7 @@ Run::Run(std::string app, const cxxopts::ParseResult& a, int argc, char** argv, 
                                                    a["keep-last"].as<int>());
   every_ = a["checkpoint-every"].as<int64_t>();
   log_every_ = a["log-every"].as<int64_t>();
+  epochs_ = a["epochs"].as<int64_t>();
   resume_ = flag(a, "resume");
   nn::train::StopSignal::install();
   if (!par_.leader()) return;  // rank 0 writes the run's files
@@ -221,6 +222,10 @@ Position Run::load() {
   if (s.scheduler) s.scheduler->set_step(schedule_step);
   std::printf("%s: resumed from step %lld (epoch %lld, batch %lld)\n", app_.c_str(),
               (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
+  // (the apps' epoch loops then run no epoch: said, not silent)
+  if (pos.epoch > epochs_)
+    std::printf("%s: the checkpoint is past --epochs %lld: nothing is left to train (a larger "
+                "--epochs goes on from it)\n", app_.c_str(), (long long)epochs_);
   drop_metrics_from(pos.epoch);
   return pos;
 }

@@ -117,6 +117,7 @@ class Run {
   State state_;
   std::unique_ptr<nn::io::Checkpointer> ckpt_;
   int64_t every_ = 0, log_every_ = 50;
+  int64_t epochs_ = 0;  // --epochs (every app that trains through a Run has it)
   bool resume_ = false;
   std::string metrics_, notify_, save_model_;
   std::unique_ptr<nn::train::TensorBoardWriter> tb_;

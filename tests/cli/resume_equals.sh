@@ -32,6 +32,12 @@ grep -q "stopped by signal 15 after step" "$work/first.log" || { echo "no stop m
   || { echo "resumed run failed:"; cat "$work/second.log"; exit 1; }
 grep -q "resumed from step" "$work/second.log" || { echo "did not resume:"; cat "$work/second.log"; exit 1; }
 
+# A resume of the finished run with no epochs left says so (it trained nothing in silence).
+"$app" "${args[@]}" --checkpoint-dir "$work/ck" --resume > "$work/third.log" 2>&1 \
+  || { echo "resume of a finished run failed:"; cat "$work/third.log"; exit 1; }
+grep -q "the checkpoint is past --epochs 2: nothing is left to train" "$work/third.log" \
+  || { echo "no word that nothing was left to train:"; cat "$work/third.log"; exit 1; }
+
 "$(dirname "$0")/same_tensors.py" "$work/straight.safetensors" "$work/resumed.safetensors" 1000000 || exit 1
 echo "stopped at: $(grep -o 'after step [0-9]*' "$work/first.log")"
 
