@@ -48,7 +48,7 @@ LIBNN_AVX512_TILE_OPS
 #endif
 
 // The bf16 tiles, for CPUs with AVX512_BF16 (used only where bf16_gemm_native() and not
-// bf16_amx()).
+// bf16_gemm_amx()).
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512bf16,avx2,fma"))), apply_to = function)
 #else
@@ -111,7 +111,7 @@ constexpr ConvBf16Kernels kAvx512Bf16{16, tile<avx512bf16::ForwardBf16<8, 1>, 8,
                                       &avx512bf16::pack_pairs, &avx512bf16::pack_rows};
 }  // namespace
 
-const ConvBf16Kernels* conv_bf16_kernels() { return bf16_gemm_native() && !bf16_amx() ? &kAvx512Bf16 : nullptr; }
+const ConvBf16Kernels* conv_bf16_kernels() { return bf16_gemm_native() && !bf16_gemm_amx() ? &kAvx512Bf16 : nullptr; }
 
 const ConvKernels* conv_kernels() {
   switch (f32_kernel()) {

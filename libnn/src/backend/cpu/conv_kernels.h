@@ -111,7 +111,7 @@ struct ConvKernels {
 const ConvKernels* conv_kernels();
 
 // The tiles for bf16 operands (ConvForwardBf16Args, ConvWeightGradBf16Args), on CPUs with
-// AVX512_BF16 while cpu::bf16_gemm_native() and not cpu::bf16_amx(); else nullptr. (With AMX
+// AVX512_BF16 while cpu::bf16_gemm_native() and not cpu::bf16_gemm_amx(); else nullptr. (With AMX
 // the column-matrix path's products, on gemm_bf16's AMX tile, are faster: 2x for ResNet-50's
 // bf16 training step on the 2-core Xeon of docs/benchmarks.md, where VDPBF16PS runs at half
 // the rate it has on Zen 4.)

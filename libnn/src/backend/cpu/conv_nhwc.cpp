@@ -117,19 +117,21 @@ MatRef<T> columns(const ConvGeom& g, const int64_t* off, const T* x, int64_t b, 
   return row_major<T>(buf.data(), g.Kdim);
 }
 
-// Images one product of the column path takes: one, or with `batched` as many as make about
-// 1024 rows (pixels) while their column matrix (`column_bytes` an image; none for pointwise
-// convolutions, whose images are their own) stays within `budget`. An image of 7 x 7 or
-// 14 x 14 pixels makes a product of 49 or 196 rows, whose weights (up to 2048 x 4608) the
-// GEMM packs again for each one: on AMX, where the arithmetic is fast, that packing took
-// more time than the product (bf16 ResNet-50's last stages). The forward and the input
-// gradient keep their column matrix within L2 (1 MB; a 14 x 14 3 x 3 layer ran slower with
-// 10 MB than image by image); the weight gradient's products gain more from long K.
-int64_t images_per_product(const ConvGeom& g, bool batched, int64_t column_bytes,
-                           int64_t budget) {
+// Images one product of the column path takes: one, or with `batched` (bf16 operands on the
+// AMX tile) as many as make about 1024 rows (pixels) while their column matrix stays within
+// a budget (pointwise convolutions have none: their images are their own). An image of
+// 7 x 7 or 14 x 14 pixels makes a product of 49 or 196 rows, whose weights (up to
+// 2048 x 4608) the GEMM packs again for each one: on AMX, where the arithmetic is fast, that
+// packing took more time than the product (bf16 ResNet-50's last stages). The forward
+// (bf16 taps) and the input gradient (f32 sums to fold) keep their column matrix within L2
+// (1 MB; a 14 x 14 3 x 3 layer ran slower with 10 MB than image by image); the weight
+// gradient's products (bf16 taps) gain more from long K (32 MB).
+enum class Pass { forward, input_grad, weight_grad };
+int64_t images_per_product(const ConvGeom& g, bool batched, Pass pass) {
   if (!batched || g.P >= 1024 || g.N <= 1) return 1;
   const int64_t by_rows = (1024 + g.P - 1) / g.P;
-  const int64_t per_image = g.pointwise() ? 0 : column_bytes;
+  const int64_t per_image = g.pointwise() ? 0 : g.P * g.Kdim * (pass == Pass::input_grad ? 4 : 2);
+  const int64_t budget = pass == Pass::weight_grad ? int64_t(32) << 20 : int64_t(1) << 20;
   const int64_t by_bytes = per_image > 0 ? std::max<int64_t>(1, budget / per_image) : by_rows;
   const int64_t most = std::max<int64_t>(1, std::min({g.N, by_rows, by_bytes}));
   // as many runs for each thread (for_each_item's static schedule), of even sizes: 16 images
@@ -138,7 +140,6 @@ int64_t images_per_product(const ConvGeom& g, bool batched, int64_t column_bytes
   const int64_t runs_per_thread = std::max<int64_t>(1, ceil_div(g.N, most * nt));
   return std::max<int64_t>(1, ceil_div(g.N, runs_per_thread * nt));
 }
-constexpr int64_t kColumnBudget = int64_t(1) << 20, kWeightGradBudget = int64_t(32) << 20;
 
 // T is the operands' type: float, double, or uint16_t for bf16 bits, whose products
 // (cpu::gemm_of) sum into A = f32 results. R is the result's type: A, or uint16_t for a bf16
@@ -539,8 +540,7 @@ const ConvBf16Kernels* bf16_tiles_for(const ConvGeom& g, int64_t inner) {
 // Whether products of T operands run on the AMX tile (bf16 bits, with AMX on).
 template <typename T>
 bool amx_products() {
-  if constexpr (std::is_same_v<T, uint16_t>) return bf16_gemm_native() && bf16_amx();
-  else return false;
+  return std::is_same_v<T, uint16_t> && bf16_gemm_amx();
 }
 // Operand types with tile kernels (f32, bf16 bits), and those kernels for g (or null).
 template <typename T>
@@ -564,19 +564,19 @@ void conv2d_forward_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, T
       if (const auto* k = tiles_of<T>(g, g.C))
         return forward_tiles(g, *k, px, WeightsView<T>::dense(g, pw), pb, out.data<float>());
     forward_cols(g, px, pw, pb, out.data<A>(),
-                 images_per_product(g, amx_products<T>(), g.P * g.Kdim * 2, kColumnBudget));
+                 images_per_product(g, amx_products<T>(), Pass::forward));
   });
 }
 
 bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                               const Conv2dParams& p) {
   const ConvGeom g = geom(x.shape(), w.shape(), out.shape(), p);
-  if (bf16_gemm_native() && bf16_amx()) {
+  if (bf16_gemm_amx()) {
     forward_cols<uint16_t>(g, static_cast<const uint16_t*>(x.data_ptr()),
                            static_cast<const uint16_t*>(w.data_ptr()),
                            bias.defined() ? bias.data<float>() : nullptr,
                            static_cast<uint16_t*>(out.data_ptr()),
-                           images_per_product(g, true, g.P * g.Kdim * 2, kColumnBudget));
+                           images_per_product(g, true, Pass::forward));
     return true;
   }
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.C);
@@ -591,11 +591,11 @@ bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bi
 bool conv2d_backward_input_nhwc_bf16(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,
                                      const Conv2dParams& p) {
   const ConvGeom g = geom(grad_x.shape(), w.shape(), grad_out.shape(), p);
-  if (bf16_gemm_native() && bf16_amx()) {
+  if (bf16_gemm_amx()) {
     backward_input_cols<uint16_t>(g, static_cast<const uint16_t*>(grad_out.data_ptr()),
                                   static_cast<const uint16_t*>(w.data_ptr()),
                                   static_cast<uint16_t*>(grad_x.data_ptr()),
-                                  images_per_product(g, true, g.P * g.Kdim * 4, kColumnBudget));
+                                  images_per_product(g, true, Pass::input_grad));
     return true;
   }
   const ConvBf16Kernels* k = bf16_tiles_for(g, g.O);
@@ -626,7 +626,7 @@ void conv2d_backward_input_nhwc(const Tensor& grad_out, const Tensor& w, Tensor&
         return backward_input_strided_pointwise(g, *k, pg, pw, grad_x.data<float>());
     }
     backward_input_cols(g, pg, pw, grad_x.data<A>(),
-                        images_per_product(g, amx_products<T>(), g.P * g.Kdim * 4, kColumnBudget));
+                        images_per_product(g, amx_products<T>(), Pass::input_grad));
   });
 }
 
@@ -643,7 +643,7 @@ void conv2d_backward_weight_nhwc(const Tensor& grad_out, const Tensor& x, Tensor
         return backward_weight_tiles(g, *k, px, pg, grad_w.data<float>());
     }
     backward_weight_cols(g, px, pg, grad_w.data<A>(),
-                         images_per_product(g, amx_products<T>(), g.P * g.Kdim * 2, kWeightGradBudget));
+                         images_per_product(g, amx_products<T>(), Pass::weight_grad));
   });
 }
 

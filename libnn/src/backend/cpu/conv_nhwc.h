@@ -17,8 +17,8 @@ void conv2d_backward_weight_nhwc(const Tensor& grad_out, const Tensor& x, Tensor
 
 // bf16 operands straight into a bf16 result (each rounded once from its f32 sum), where the
 // bf16 tile kernels do the whole call (this CPU has them, the channels pair up, the weights
-// fit one slice, stride 1 for the input gradient) or, with AMX (cpu::bf16_amx()), the
-// column path does, an image at a time; false, with nothing written, elsewhere.
+// fit one slice, stride 1 for the input gradient) or, with AMX (cpu::bf16_gemm_amx()), the
+// column path does, a run of images at a time; false, with nothing written, elsewhere.
 bool conv2d_forward_nhwc_bf16(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                               const Conv2dParams& p);
 bool conv2d_backward_input_nhwc_bf16(const Tensor& grad_out, const Tensor& w, Tensor& grad_x,

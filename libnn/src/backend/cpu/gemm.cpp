@@ -347,6 +347,8 @@ struct Avx512Tile : F32Tile<8, 32> {
 #define LIBNN_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx2,fma")))
 
 inline uint32_t bf16_pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+// The mask of the first n of 32 16-bit lanes (all of them for n >= 32).
+inline __mmask32 first_lanes(int64_t n) { return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1; }
 
 struct Bf16Tile : VectorTileBase {
   static constexpr int64_t MR = 8, NR = 32;
@@ -403,7 +405,7 @@ struct Bf16Tile : VectorTileBase {
           8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
       const __m512i lo = _mm512_load_si512(lo_idx);
       const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-      const __mmask32 m = w >= 32 ? ~__mmask32(0) : (__mmask32(1) << w) - 1;
+      const __mmask32 m = first_lanes(w);
       for (; 2 * u + 1 < kc; ++u) {
         const uint16_t* r0 = B.p + (p0 + 2 * u) * B.rs + j0;
         const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0);
@@ -514,9 +516,8 @@ struct AmxTile {
       for (int64_t r = 0; r < h; ++r) {
         const uint16_t* row = A.p + (i0 + r) * A.rs + p0;
         for (int64_t u = 0; u < U; u += kStep) {
-          const int64_t n = std::min<int64_t>(2 * kStep, kc - 2 * u);
-          const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
-          _mm512_storeu_si512(dst + at(r, u), _mm512_maskz_loadu_epi16(m, row + 2 * u));
+          _mm512_storeu_si512(dst + at(r, u),
+                              _mm512_maskz_loadu_epi16(first_lanes(kc - 2 * u), row + 2 * u));
         }
       }
       done = U;
@@ -862,6 +863,8 @@ void set_bf16_amx(bool on) {
   if (on && !bf16_amx_supported()) throw std::invalid_argument("set_bf16_amx: no AMX here");
   amx_wanted().store(on, std::memory_order_relaxed);
 }
+
+bool bf16_gemm_amx() { return bf16_gemm_native() && bf16_amx(); }
 
 bool bf16_gemm_native() {
 #ifdef LIBNN_PACKED_SGEMM

@@ -53,6 +53,9 @@ bool bf16_gemm_native();
 bool bf16_amx_supported();
 bool bf16_amx();
 void set_bf16_amx(bool on);
+// Whether gemm_bf16's products (of two rows and 16 columns or more) run the AMX tile now:
+// bf16_gemm_native() and bf16_amx().
+bool bf16_gemm_amx();
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, MatRef<uint16_t> A,
                MatRef<uint16_t> B, float beta, float* C, int64_t ldc);
 
