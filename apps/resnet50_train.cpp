@@ -44,6 +44,8 @@ int run(int argc, char** argv) {
       ("num-batches", "steps per epoch (synthetic: default 100; folder: 0 = the whole set)",
        cxxopts::value<int64_t>())
       ("image-size", "training crop size", cxxopts::value<int64_t>()->default_value("224"))
+      ("max-image-pixels", "a folder's JPEG larger than this (width x height) stops the run with its name; 0 = no limit",
+       cxxopts::value<int64_t>()->default_value("178956970"))
       ("num-classes", "classes of synthetic data", cxxopts::value<int64_t>()->default_value("1000"))
       ("lr", "peak learning rate (default: 0.1 x batch x processes / 256)", cxxopts::value<double>())
       ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
@@ -70,6 +72,8 @@ int run(int argc, char** argv) {
   const int64_t batch = apps::check_count("batch-size", a["batch-size"].as<int64_t>(), apps::kMaxBatch);
   const int64_t epochs = apps::check_count("epochs", a["epochs"].as<int64_t>(), apps::kMaxEpochs);
   const int64_t size = apps::check_count("image-size", a["image-size"].as<int64_t>(), 4096);
+  const int64_t max_pixels = a["max-image-pixels"].as<int64_t>();
+  if (max_pixels < 0) throw apps::UsageError("--max-image-pixels must be 0 (no limit) or more, got " + std::to_string(max_pixels));
   apps::set_threads(a);
   const nn::Device device = apps::parse_device(a["device"].as<std::string>());
   nn::check_device(device);
@@ -99,6 +103,7 @@ int run(int argc, char** argv) {
     nn::data::ImageFolderOptions io;
     io.size = size;
     io.seed = seed;
+    io.max_pixels = max_pixels;
     auto folder = std::make_shared<nn::data::ImageFolder>(train_dir, io);
     classes = int64_t(folder->classes().size());
     train_set = folder;

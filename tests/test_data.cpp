@@ -379,6 +379,51 @@ TEST_CASE("ImageFolder replays an epoch's crops and flips, and names a PNG in di
           std::string::npos);
 }
 
+// The JPEG of `path` with its frame header (SOF0) claiming w x h pixels.
+static void claim_size(const std::string& path, int w, int h) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::vector<unsigned char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t i = 2;  // after SOI: segments of FF, marker, 2-byte length
+  while (i + 9 < b.size() && !(b[i] == 0xFF && b[i + 1] == 0xC0)) i += 2 + (size_t(b[i + 2]) << 8 | b[i + 3]);
+  REQUIRE(i + 9 < b.size());
+  const unsigned char dims[4] = {uint8_t(h >> 8), uint8_t(h), uint8_t(w >> 8), uint8_t(w)};
+  f.seekp(std::streamoff(i + 5));
+  f.write(reinterpret_cast<const char*>(dims), 4);
+}
+
+TEST_CASE("ImageFolder refuses a JPEG of more pixels than max_pixels before decoding it",
+          "[data][images][errors]") {
+  if (!jpeg_or_skip()) return;
+  TempDir d;
+  Generator g(3);
+  fs::create_directories(d.path / "a");
+  data::write_jpeg(d.file("a/small.jpg"), (rand({40, 50, 3}, kF32, &g) * 255.0).to(kU8));
+  data::write_jpeg(d.file("a/bomb.jpg"), (rand({16, 16, 3}, kF32, &g) * 255.0).to(kU8));
+  // 30000 x 30000 in the header of a 16 x 16 file: decoding it would take a 2.7 GB buffer
+  // before finding the data short
+  claim_size(d.file("a/bomb.jpg"), 30000, 30000);
+  data::ImageFolderOptions o;
+  o.size = 16;
+  data::ImageFolder folder(d.path.string(), o);  // (bomb.jpg sorts first: index 0)
+  const std::string e = test::error_of([&] { folder.get_epoch_batch({0}, 0); });
+  REQUIRE(e.find("bomb.jpg' is 30000 x 30000 = 900000000 pixels, more than the limit of 178956970") !=
+          std::string::npos);
+  REQUIRE(folder.get_epoch_batch({1}, 0).data.size(0) == 1);
+  // the limit is the file's width x height: 50 x 40 is 2000 pixels
+  o.max_pixels = 2000;
+  REQUIRE(data::ImageFolder(d.path.string(), o).get_epoch_batch({1}, 0).data.size(0) == 1);
+  o.max_pixels = 1999;
+  REQUIRE(test::error_of([&] { data::ImageFolder(d.path.string(), o).get_epoch_batch({1}, 0); })
+              .find("small.jpg' is 50 x 40 = 2000 pixels, more than the limit of 1999") != std::string::npos);
+  // 0 is no limit: the bomb is then decoded (at 1/8, its short data read as gray, as libjpeg
+  // and PIL read a data segment that ends at a marker)
+  o.max_pixels = 0;
+  REQUIRE(data::ImageFolder(d.path.string(), o).get_epoch_batch({0}, 0).data.size(0) == 1);
+  o.max_pixels = -1;
+  REQUIRE(test::error_of([&] { data::ImageFolder(d.path.string(), o); }).find("max_pixels must be 0") !=
+          std::string::npos);
+}
+
 TEST_CASE("ImageFolder: a truncated JPEG is an error, hidden files are skipped, an empty class "
           "is refused", "[data][images][errors]") {
   if (!jpeg_or_skip()) return;

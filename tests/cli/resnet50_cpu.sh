@@ -87,6 +87,9 @@ cp -r "$out/img" "$out/img3"
 head -c 100 "$out/img3/train/bright/1.jpg" > "$out/img3/cut" && mv "$out/img3/cut" "$out/img3/train/bright/1.jpg"
 "$e" 0 "epoch 1/1" -- "$app" "${small[@]}" --data "$out/img3" --epochs 1 --num-batches 2
 "$e" 1 "cannot decode JPEG '.*bright/1.jpg'" -- "$app" "${small[@]}" --data "$out/img3" --epochs 1 --num-batches 3
+# a file larger than --max-image-pixels is named before it is decoded
+"$e" 1 "JPEG '.*' is [0-9]+ x [0-9]+ = [0-9]+ pixels, more than the limit of 100 " -- "$app" "${small[@]}" --data "$out/img" --max-image-pixels 100
+"$e" 2 "--max-image-pixels must be 0 \(no limit\) or more, got -1" -- "$app" "${small[@]}" --data "$out/img" --max-image-pixels -1
 ;;
 *) echo "resnet50_cpu.sh: PART must be synthetic or folder, got '$part'" >&2; exit 2 ;;
 esac

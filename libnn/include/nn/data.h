@@ -123,11 +123,15 @@ std::shared_ptr<ImageDataset> synthetic_images(int64_t n, int64_t classes, int64
 // horizontal flip, for evaluation a resize of the shorter side to size * 8/7 and a centre
 // crop; finally normalised with ImageNet's mean and std. Batches: f32 (N, 3, size, size),
 // labels i64. Decoding runs on all cores. The crops are drawn from (seed, epoch, image index),
-// as Dataset::get_epoch_batch describes.
+// as Dataset::get_epoch_batch describes. A file of more than `max_pixels` pixels (its header's
+// width x height) is an error naming it, before anything is decoded: libjpeg holds a whole
+// progressive file's coefficients whatever the scale (about 1.2 GB at 20000 x 20000, per
+// decoding thread). The default is PIL's limit (twice its 89,478,485-pixel warning); 0 is none.
 struct ImageFolderOptions {
   int64_t size = 224;
   bool train = true;
   uint64_t seed = 0;
+  int64_t max_pixels = 178956970;
 };
 class ImageFolder : public Dataset {
  public:

@@ -94,9 +94,9 @@ void catch_errors(jpeg_error_mgr*& slot, ErrorMgr& err) {
 
 // Decodes at the libjpeg scale 1/d that `denom(width, height)` picks from the file's own
 // size (the crop is drawn first, so a small crop of a large photo keeps its detail): most of
-// the decoding cost of large photos, saved.
+// the decoding cost of large photos, saved. A file of more than max_pixels (> 0) is refused.
 template <typename Denom>
-Image decode(const std::string& path, Denom denom) {
+Image decode(const std::string& path, int64_t max_pixels, Denom denom) {
   FILE* f = std::fopen(path.c_str(), "rb");
   NN_CHECK(f, "cannot open image '", path, "'");
   // A PNG under a JPEG name (ImageNet's training set holds one, n02105855_2933.JPEG): said
@@ -129,6 +129,14 @@ Image decode(const std::string& path, Denom denom) {
   cinfo.out_color_space = is_cmyk ? JCS_CMYK : JCS_RGB;
   img.full_w = int(cinfo.image_width);
   img.full_h = int(cinfo.image_height);
+  if (max_pixels > 0 && int64_t(img.full_w) * img.full_h > max_pixels) {
+    jpeg_destroy_decompress(&cinfo);
+    std::fclose(f);
+    NN_ERROR("JPEG '", path, "' is ", img.full_w, " x ", img.full_h, " = ",
+             int64_t(img.full_w) * img.full_h, " pixels, more than the limit of ", max_pixels,
+             " (a decompression bomb, or a photo to shrink first; the limit is "
+             "ImageFolderOptions::max_pixels, resnet50_train's --max-image-pixels)");
+  }
   cinfo.scale_num = 1;
   cinfo.scale_denom = unsigned(denom(img.full_w, img.full_h));
   jpeg_start_decompress(&cinfo);
@@ -217,6 +225,8 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : opt
   NN_CHECK(have_jpeg(), "ImageFolder: libnn was built without JPEG support (install "
            "libjpeg-dev and reconfigure)");
   NN_CHECK(opts.size > 0, "ImageFolder: size must be positive");
+  NN_CHECK(opts.max_pixels >= 0, "ImageFolder: max_pixels must be 0 (no limit) or positive, got ",
+           opts.max_pixels);
   NN_CHECK(fs::is_directory(root), "image folder '", root, "' does not exist");
   // Every class must hold an image (as torchvision's ImageFolder demands).
   auto is_jpeg = [](const std::string& name) {
@@ -261,7 +271,7 @@ Batch ImageFolder::get_epoch_batch(const std::vector<int64_t>& indices, int64_t 
       // the box in the file's own pixels, then the decoding scale that keeps its shorter side
       // at least S (training) or the image's shorter side at least S * 8/7 (evaluation: that
       // side to S * 8/7, then the centre S x S)
-      Image img = decode(path, [&](int W, int H) {
+      Image img = decode(path, opts_.max_pixels, [&](int W, int H) {
         if (opts_.train) {
           box = detail::random_resized_crop(W, H, opts_.seed ^ 0xC0FFEEull, block);
           return detail::scale_denom(int(std::min(box.w, box.h)), int(S));
