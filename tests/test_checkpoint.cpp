@@ -2,6 +2,7 @@
 // from the newest valid file when newer ones are damaged, leftovers of crashed saves.
 #include <nn/checkpoint.h>
 #include <nn/io.h>
+#include <nn/train.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -193,20 +194,37 @@ TEST_CASE("Checkpointer resumes from the newest valid checkpoint", "[io][checkpo
   REQUIRE_FALSE(ck.load_latest().has_value());
 }
 
-TEST_CASE("Checkpointer removes temporaries of crashed saves", "[io][checkpoint]") {
-  TempDir d;
-  // A pid that no process has now: a child that has exited and been reaped.
+// A pid that no process has now: a child that has exited and been reaped.
+static pid_t dead_pid() {
   pid_t dead = fork();
   if (dead == 0) _exit(0);
   REQUIRE(dead > 0);
   waitpid(dead, nullptr, 0);
-  std::string stale = "ckpt-0000000001.safetensors.tmp-" + std::to_string(dead);
+  return dead;
+}
+
+TEST_CASE("Checkpointer removes temporaries of crashed saves", "[io][checkpoint]") {
+  TempDir d;
+  std::string stale = "ckpt-0000000001.safetensors.tmp-" + std::to_string(dead_pid());
   std::string live = "ckpt-0000000001.safetensors.tmp-1";  // pid 1 exists: maybe still writing
   std::ofstream(d.file(stale)) << "half a file";
   std::ofstream(d.file(live)) << "half a file";
   io::Checkpointer ck(d.path.string());
   ck.save(small_checkpoint(2));
   REQUIRE(d.names() == std::vector<std::string>{"ckpt-0000000001.safetensors.tmp-1", "ckpt-0000000002.safetensors"});
+}
+
+TEST_CASE("A save removes the temporaries a killed save of the same file left", "[io]") {
+  TempDir d;
+  const std::string dead = std::to_string(dead_pid());
+  // the same file's, a dead process's: removed; a live process's, another file's: kept
+  for (const char* name : {"model.st", "model.st.x", "metrics.jsonl", "other.st"})
+    std::ofstream(d.file(std::string(name) + ".tmp-" + dead)) << "half a file";
+  std::ofstream(d.file("model.st.tmp-1")) << "half a file";
+  io::save_safetensors(d.file("model.st"), {{"w", ones({2})}});
+  train::write_file(d.file("metrics.jsonl"), "{}\n");
+  REQUIRE(d.names() == std::vector<std::string>{"metrics.jsonl", "model.st", "model.st.tmp-1",
+                                                "model.st.x.tmp-" + dead, "other.st.tmp-" + dead});
 }
 
 TEST_CASE("generator state in checkpoint meta", "[io][checkpoint]") {

@@ -26,7 +26,8 @@ inline constexpr const char* kHeaderChecksumKey = "libnn.header_crc32";
 // Writes `tensors` (any device, any layout: each is written as detach().cpu().contiguous())
 // in the given order, with `metadata` in "__metadata__" plus the checksum. Atomic: the
 // file is written to `path + ".tmp-<pid>"`, synced, renamed over `path` and the directory
-// synced, so a crash leaves either the old file or the new one, never half of one.
+// synced, so a crash leaves either the old file or the new one, never half of one. A save
+// removes the temporaries of `path` that a killed process left (a live one's are kept).
 // Throws nn::Error naming the file: cannot create, disk full, duplicate or reserved names,
 // undefined tensors, text that is not UTF-8.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,

@@ -60,7 +60,8 @@ class JsonLine {
 void append_line(const std::string& path, const std::string& line);
 // Replaces `path` with `text` whole: written beside it, then renamed over it, so a reader (or
 // a run killed while writing) never sees half a file; a `path` that is not a regular file
-// (/dev/stdout, a pipe) is written in place. Throws nn::Error if it cannot be written.
+// (/dev/stdout, a pipe) is written in place; as save_safetensors, it removes what killed
+// writes of `path` left beside it. Throws nn::Error if it cannot be written.
 void write_file(const std::string& path, const std::string& text);
 
 bool stdout_is_terminal();

@@ -1,14 +1,12 @@
 #include <nn/checkpoint.h>
 #include <nn/io.h>
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+
+#include "io/atomic_save.h"
 
 namespace nn::io {
 
@@ -39,16 +37,6 @@ int64_t step_of(const std::string& name) {
   if (digits.find_first_not_of("0123456789") != std::string::npos || !parse_decimal(digits, step))
     return -1;
   return step;
-}
-
-// A save killed midway leaves "<checkpoint>.tmp-<pid>"; it is garbage once that process is
-// gone (a live one may still be writing it).
-bool is_stale_tmp(const std::string& name) {
-  auto pos = name.rfind(std::string(kFileSuffix) + ".tmp-");
-  if (name.rfind(kFilePrefix, 0) != 0 || pos == std::string::npos) return false;
-  int pid = 0;
-  if (!parse_decimal(name.substr(pos + std::string(kFileSuffix).size() + 5), pid)) return false;
-  return pid != ::getpid() && ::kill(pid, 0) == -1 && errno == ESRCH;
 }
 
 // "safetensors file '<path>': checksum mismatch ..." -> "checksum mismatch ...".
@@ -143,11 +131,14 @@ std::string Checkpointer::save(const Checkpoint& c) {
   while (!files.empty() && files.back() != path) files.pop_back();
   size_t keep = size_t(keep_last_);
   for (size_t i = 0; i + keep < files.size(); ++i) fs::remove(files[i], ec);
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
-    if (is_stale_tmp(it->path().filename().string())) {
+  // (any checkpoint's: a save killed midway may have been of a step never saved again)
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    auto base = atomic_save::stale_tmp_base(it->path().filename().string());
+    if (base && step_of(*base) >= 0) {
       std::error_code ignored;
       fs::remove(it->path(), ignored);
     }
+  }
   return path;
 }
 

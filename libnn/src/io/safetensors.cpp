@@ -19,6 +19,7 @@
 #include <set>
 
 #include "io/json.h"
+#include "io/atomic_save.h"
 
 namespace nn::io {
 
@@ -257,7 +258,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   NN_CHECK(header.size() <= kMaxHeader, where, "header of ", header.size(),
            " bytes exceeds the format's limit of ", kMaxHeader);
 
-  TmpGuard tmp{path + ".tmp-" + std::to_string(::getpid())};
+  TmpGuard tmp{atomic_save::tmp_path(path)};
   File f(std::fopen(tmp.path.c_str(), "wb"));
   NN_CHECK(f, where, "cannot create '", tmp.path, "': ", errno_text());
   auto put = [&](const void* data, size_t n) {
@@ -276,6 +277,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
            "' over it: ", errno_text());
   tmp.armed = false;
   sync_parent_dir(path, where);
+  atomic_save::remove_stale_tmps(path);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

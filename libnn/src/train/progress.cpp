@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "io/json.h"
+#include "io/atomic_save.h"
 
 namespace nn::train {
 
@@ -114,7 +115,7 @@ void write_file(const std::string& path, const std::string& text) {
     NN_CHECK(f.good(), "writing to '", path, "' failed: ", std::strerror(errno));
     return;
   }
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = io::atomic_save::tmp_path(path);
   {
     std::ofstream f(tmp, std::ios::trunc);
     NN_CHECK(f.good(), "cannot open '", tmp, "' for writing: ", std::strerror(errno));
@@ -131,6 +132,7 @@ void write_file(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     NN_ERROR("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
+  io::atomic_save::remove_stale_tmps(path);
 }
 
 }  // namespace nn::train

@@ -1,0 +1,48 @@
+#include "io/atomic_save.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+
+namespace nn::io::atomic_save {
+
+namespace {
+constexpr const char kTag[] = ".tmp-";
+}
+
+std::string tmp_path(const std::string& path) {
+  return path + kTag + std::to_string(::getpid());
+}
+
+std::optional<std::string> stale_tmp_base(const std::string& name) {
+  const size_t pos = name.rfind(kTag);
+  if (pos == std::string::npos || pos == 0) return std::nullopt;
+  const char* digits = name.data() + pos + sizeof kTag - 1;
+  const char* end = name.data() + name.size();
+  int pid = 0;
+  auto [stop, ec] = std::from_chars(digits, end, pid);
+  if (digits == end || ec != std::errc() || stop != end || pid <= 0) return std::nullopt;
+  if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) return std::nullopt;
+  return name.substr(0, pos);
+}
+
+void remove_stale_tmps(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string base = p.filename().string();
+  std::error_code ec;
+  for (fs::directory_iterator it(p.has_parent_path() ? p.parent_path() : fs::path("."), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
+        stale_tmp_base(name) == base) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+}  // namespace nn::io::atomic_save
