@@ -28,8 +28,10 @@ struct UsageError : std::runtime_error {
 };
 
 // cxxopts's "Argument 'abc' failed to parse" with the flag it was given to, found in argv
-// ("--epochs abc" or "--epochs=abc"): "'abc' is not a valid value for --epochs".
-inline std::string name_bad_value(const std::string& what, int argc, char** argv) {
+// ("--epochs abc" or "--epochs=abc"): "'abc' is not a valid value for --epochs". Of several
+// flags given that value ("--data-dir abc --epochs abc"), the first that `refuses` (flag, value).
+template <typename Refuses>
+std::string name_bad_value(const std::string& what, int argc, char** argv, Refuses refuses) {
   const std::string head = "Argument ", tail = " failed to parse";
   if (what.size() < head.size() + tail.size() || what.rfind(head, 0) != 0 ||
       what.compare(what.size() - tail.size(), tail.size(), tail) != 0)
@@ -46,8 +48,10 @@ inline std::string name_bad_value(const std::string& what, int argc, char** argv
     const std::string arg = argv[i];
     if (arg.empty() || arg[0] != '-') continue;
     const size_t eq = arg.find('=');
-    if (eq != std::string::npos ? arg.substr(eq + 1) == v : (i + 1 < argc && argv[i + 1] == v))
-      return "'" + v + "' is not a valid value for " + arg.substr(0, eq);
+    const std::string flag = arg.substr(0, eq);
+    if ((eq != std::string::npos ? arg.substr(eq + 1) == v : (i + 1 < argc && argv[i + 1] == v)) &&
+        refuses(flag, v))
+      return "'" + v + "' is not a valid value for " + flag;
   }
   return what;
 }
@@ -59,7 +63,19 @@ inline std::optional<cxxopts::ParseResult> parse(cxxopts::Options& opts, int arg
   try {
     r = opts.parse(argc, argv);
   } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
-    throw UsageError(name_bad_value(e.what(), argc, argv));
+    // (a flag refuses the value when it alone, given it, fails the same way)
+    auto refuses = [&](const std::string& flag, const std::string& value) {
+      const std::string given = flag + "=" + value;
+      const char* one[] = {argv[0], given.c_str()};
+      try {
+        opts.parse(2, one);
+      } catch (const cxxopts::exceptions::incorrect_argument_type&) {
+        return true;
+      } catch (const cxxopts::exceptions::exception&) {
+      }
+      return false;
+    };
+    throw UsageError(name_bad_value(e.what(), argc, argv, refuses));
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(e.what());
   }

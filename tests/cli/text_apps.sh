@@ -162,6 +162,9 @@ bad_inputs)
     "$e" 2 "--batch-size must be at most 16777216" -- "$app" --data-dir /nonexistent --batch-size 4611686018427387904
     "$e" 2 "'abc' is not a valid value for --epochs" -- "$app" --data-dir /nonexistent --epochs abc
     "$e" 2 "'1.5' is not a valid value for --seed" -- "$app" --data-dir /nonexistent --seed=1.5
+    # the flag that refused it, not the first given the same text
+    "$e" 2 "'abc' is not a valid value for --epochs" -- "$app" --data-dir abc --epochs abc
+    "$e" 2 "'7x' is not a valid value for --batch-size" -- "$app" --metrics=7x --batch-size=7x
     # input files read after the data: checked before it
     "$e" 1 "cannot read '/nonexistent.st' \(--load-model\): no such file" -- "$app" --data synthetic \
          --synthetic-size 100000 --eval-only --load-model /nonexistent.st
