@@ -9,6 +9,7 @@
 // its plain kernel otherwise, and for f32/f64).
 #include <mma.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -435,6 +436,20 @@ const TcDevice& tc_device() {
   return known.emplace(dev, d).first->second;
 }
 
+// LIBNN_CUDA_ATTENTION=simt: the plain kernel everywhere. Read at each launch (a test switches
+// it); another value leaves the tensor-core kernels on and is said once, not ignored in silence.
+bool simt_only() {
+  const char* env = std::getenv("LIBNN_CUDA_ATTENTION");
+  if (!env || !*env) return false;
+  if (std::strcmp(env, "simt") == 0) return true;
+  static std::once_flag said;
+  std::call_once(said, [env] {
+    std::fprintf(stderr, "libnn: LIBNN_CUDA_ATTENTION=%s ignored (simt, or unset): the "
+                 "tensor-core kernels stay on\n", env);
+  });
+  return false;
+}
+
 // Shared memory the kernels need for these head dims, or 0 when the tensor-core path does not
 // apply (dtype, head dims, alignment, the device, or LIBNN_CUDA_ATTENTION=simt).
 size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
@@ -442,8 +457,7 @@ size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
   if (t != DType::f16 && t != DType::bf16) return 0;
   if (D <= 0 || E <= 0 || D % 16 || E % 16 || D > kAttentionMaxDim || E > kAttentionMaxDim)
     return 0;
-  if (const char* env = std::getenv("LIBNN_CUDA_ATTENTION"); env && std::strcmp(env, "simt") == 0)
-    return 0;
+  if (simt_only()) return 0;
   for (const void* p : ptrs)
     if (!aligned_to(p, 16)) return 0;
   for (const AttnRows& r : rows)  // every row 16-byte aligned too (8 elements of 2 bytes)

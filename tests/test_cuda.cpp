@@ -2,12 +2,14 @@
 // inputs (odd sizes, non-contiguous views, broadcasting, empty tensors), outputs and input
 // gradients compared with a tolerance per dtype. Skips, saying so, when no GPU is present.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <tuple>
 
@@ -751,7 +753,7 @@ TEST_CASE("every primitive agrees between CPU and CUDA", "[cuda]") {
   for (const Case& c : cases()) check(c);
 }
 
-TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too", "[cuda]") {
+TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too, and another LIBNN_CUDA_ATTENTION value is said", "[cuda]") {
   if (!have_gpu()) return;
   const char* before = std::getenv("LIBNN_CUDA_ATTENTION");
   struct Restore {
@@ -764,6 +766,32 @@ TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too", "[cuda
   } restore{before ? before : "", before != nullptr};
   ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
   for (const Case& c : attention16_cases()) check(c);
+  // another value is said on stderr (once), and the cases still agree
+  ::setenv("LIBNN_CUDA_ATTENTION", "tensor-cores", 1);
+  test::TempDir d;
+  const std::string log = d.file("stderr.txt");
+  {
+    struct StderrTo {  // stderr into a file for the scope (restored on a failed check too)
+      int saved = -1;
+      explicit StderrTo(const std::string& path) {
+        std::fflush(stderr);
+        saved = dup(2);
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        REQUIRE((saved >= 0 && fd >= 0));
+        dup2(fd, 2);
+        close(fd);
+      }
+      ~StderrTo() {
+        std::fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+      }
+    } to(log);
+    check(attention16_cases().front());
+  }
+  std::ifstream in(log);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(said.find("LIBNN_CUDA_ATTENTION=tensor-cores ignored (simt, or unset)") != std::string::npos);
 }
 
 // 4096 gradients of 0.1 into one row: added one at a time in f16 the sum stalls at 256 (an
