@@ -299,6 +299,18 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{avg_pool2d(x[0], pool(2)), avg_pool2d(x[0], pool(3, 2, 1)),
                                             avg_pool2d(x[0], q)};
                }});
+  v.push_back({"pools with ceil_mode", {{2, 3, 9, 8}}, [](auto& x) {
+                 Pool2dParams a = pool(2), b = pool(3, 2, 1), c = pool(4, 3, 1);
+                 a.ceil_mode = b.ceil_mode = c.ceil_mode = true;
+                 Pool2dParams bn = b;
+                 bn.count_include_pad = false;
+                 std::vector<Tensor> r;
+                 for (const Tensor& in : {x[0], channels_last(x[0])})
+                   for (Tensor t : {max_pool2d(in, a), max_pool2d(in, c), avg_pool2d(in, b),
+                                    avg_pool2d(in, bn), avg_pool2d(in, c)})
+                     r.push_back(t.contiguous());
+                 return r;
+               }});
   v.push_back({"adaptive avg pool", {{2, 3, 9, 7}}, [](auto& x) {
                  return std::vector<Tensor>{adaptive_avg_pool2d(x[0], {1, 1}),
                                             adaptive_avg_pool2d(x[0], {4, 3})};

@@ -10,8 +10,14 @@ enum class Kind { max, avg_pad, avg_nopad };
 Tensor naive_pool(const Tensor& x, Pool2dParams p, Kind kind) {
   if (p.stride[0] == 0) p.stride = p.kernel;
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t OH = (H + 2 * p.padding[0] - p.dilation[0] * (p.kernel[0] - 1) - 1) / p.stride[0] + 1;
-  const int64_t OW = (W + 2 * p.padding[1] - p.dilation[1] * (p.kernel[1] - 1) - 1) / p.stride[1] + 1;
+  // ceil_mode: the positions rounded up, less a last one that would start past the input
+  auto positions = [&](int64_t in, int i) {
+    const int64_t span = in + 2 * p.padding[i] - p.dilation[i] * (p.kernel[i] - 1) - 1;
+    int64_t o = (p.ceil_mode ? (span + p.stride[i] - 1) : span) / p.stride[i] + 1;
+    if (p.ceil_mode && (o - 1) * p.stride[i] - p.padding[i] >= in) --o;
+    return o;
+  };
+  const int64_t OH = positions(H, 0), OW = positions(W, 1);
   auto v = x.to_vector<double>();
   std::vector<double> out;
   for (int64_t pl = 0; pl < N * C; ++pl)
@@ -55,6 +61,36 @@ TEST_CASE("max and average pooling match the definition", "[pool]") {
     test::require_close(avg_pool2d(x, p), naive_pool(x, p, Kind::avg_pad), 1e-12, 1e-12);
     p.count_include_pad = false;
     test::require_close(avg_pool2d(x, p), naive_pool(x, p, Kind::avg_nopad), 1e-12, 1e-12);
+  }
+  // ceil_mode: last windows hanging past the input (7 x 6 at kernel 2 gives 4 x 3, at kernel 3
+  // stride 2 pad 1 gives 4 x 4 where floor gives 4 x 3), row-major and channels-last
+  for (auto p : {pp(2), pp(3, 2), pp(3, 2, 1), pp(2, 3, 1), pp(2, 2, 0, 2), pp(4, 3, 1)}) {
+    p.ceil_mode = true;
+    INFO("ceil_mode, kernel " << p.kernel[0] << " stride " << p.stride[0] << " pad " << p.padding[0]
+                             << " dilation " << p.dilation[0]);
+    for (const Tensor& in : {x, test::channels_last(x)}) {
+      test::require_close(max_pool2d(in, p), naive_pool(x, p, Kind::max));
+      if (p.dilation[0] != 1) continue;
+      Pool2dParams q = p;
+      test::require_close(avg_pool2d(in, q), naive_pool(x, q, Kind::avg_pad), 1e-12, 1e-12);
+      q.count_include_pad = false;
+      test::require_close(avg_pool2d(in, q), naive_pool(x, q, Kind::avg_nopad), 1e-12, 1e-12);
+    }
+  }
+  {
+    Pool2dParams c = pp(2);
+    c.ceil_mode = true;
+    REQUIRE(max_pool2d(x, c).shape() == Shape{2, 3, 4, 3});
+    c = pp(3, 2, 1);
+    c.ceil_mode = true;
+    REQUIRE(avg_pool2d(x, c).shape() == Shape{2, 3, 4, 4});
+    // 5 at kernel 2 stride 2 pad 1: rounding up gives 4 positions, the last starting at 5, past
+    // the input: 3
+    c = pp(2, 2, 1);
+    c.ceil_mode = true;
+    REQUIRE(max_pool2d(rnd({1, 1, 5, 5}, 3, false), c).shape() == Shape{1, 1, 3, 3});
+    REQUIRE(MaxPool2d(Pool2dOptions(2).ceil_mode(true)).forward(x).shape() == Shape{2, 3, 4, 3});
+    REQUIRE(AvgPool2d(Pool2dOptions(2).ceil_mode(true)).forward(x).shape() == Shape{2, 3, 4, 3});
   }
   REQUIRE(test::error_of([&] { max_pool2d(x, pp(2, 2, 3)); }).find("half the kernel") !=
           std::string::npos);
@@ -134,6 +170,14 @@ TEST_CASE("gradcheck: pooling", "[pool][gradcheck]") {
   for (auto p : {pp(2), pp(3, 2, 1), pp(2, 1, 0, 2)})
     require_gradcheck([p](const std::vector<Tensor>& in) { return max_pool2d(in[0], p); }, {x});
   for (auto p : {pp(2), pp(3, 2, 1)}) {
+    require_gradcheck([p](const std::vector<Tensor>& in) { return avg_pool2d(in[0], p); }, {x});
+    Pool2dParams q = p;
+    q.count_include_pad = false;
+    require_gradcheck([q](const std::vector<Tensor>& in) { return avg_pool2d(in[0], q); }, {x});
+  }
+  for (auto p : {pp(2), pp(3, 2, 1), pp(4, 3, 1)}) {  // ceil_mode's partial last windows
+    p.ceil_mode = true;
+    require_gradcheck([p](const std::vector<Tensor>& in) { return max_pool2d(in[0], p); }, {x});
     require_gradcheck([p](const std::vector<Tensor>& in) { return avg_pool2d(in[0], p); }, {x});
     Pool2dParams q = p;
     q.count_include_pad = false;

@@ -75,7 +75,7 @@ void check_groups(const std::string& name, Device d, Make make) {
 
 }  // namespace
 
-TEST_CASE("ops agree with PyTorch's: cross entropy, pooling, convolution, attention", "[torch][cuda]") {
+TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), convolution, attention", "[torch][cuda]") {
   for (Device d : test::devices()) {
     const Tensor t1 = get("ce_smooth_ignore.extra0", d), t2 = get("ce_nd_sum.extra0", d);
     check_case("ce_smooth_ignore", 1, d, [&](auto& x) {
@@ -97,6 +97,18 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling, convolution, attent
                [](auto& x) { return avg_pool2d(x[0], pool({3, 2}, {2, 1}, {1, 1})); });
     check_case("max_pool_dilated", 1, d,
                [](auto& x) { return max_pool2d(x[0], pool({3, 3}, {2, 2}, {1, 1}, {2, 2})); });
+    auto ceil = [](Pool2dParams p) {
+      p.ceil_mode = true;
+      return p;
+    };
+    check_case("max_pool_ceil", 1, d, [&](auto& x) { return max_pool2d(x[0], ceil(pool({3, 3}, {2, 2}, {1, 1}))); });
+    check_case("max_pool_ceil_dropped", 1, d,
+               [&](auto& x) { return max_pool2d(x[0], ceil(pool({2, 2}, {2, 2}, {1, 1}))); });
+    check_case("avg_pool_ceil_pad_count", 1, d,
+               [&](auto& x) { return avg_pool2d(x[0], ceil(pool({3, 3}, {2, 2}, {1, 1}))); });
+    check_case("avg_pool_ceil_no_pad_count", 1, d, [&](auto& x) {
+      return avg_pool2d(x[0], ceil(pool({4, 3}, {3, 2}, {1, 1}, {1, 1}, false)));
+    });
     check_case("adaptive_down", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {4, 5}); });
     check_case("adaptive_up", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {13, 3}); });
     check_case("conv_groups_dilation", 3, d, [](auto& x) {

@@ -150,6 +150,7 @@ struct Pool2dOptions {
   NN_ARG(Size2, padding) = {0, 0};
   NN_ARG(Size2, dilation) = {1, 1};  // MaxPool2d only (AvgPool2d refuses another)
   NN_ARG(bool, count_include_pad) = true;
+  NN_ARG(bool, ceil_mode) = false;  // the output size rounded up (Pool2dParams::ceil_mode)
 };
 class MaxPool2d : public Module {
  public:

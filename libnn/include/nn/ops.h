@@ -103,6 +103,10 @@ struct Pool2dParams {
   std::array<int64_t, 2> padding{0, 0};
   std::array<int64_t, 2> dilation{1, 1};  // max pool only (avg_pool2d refuses another)
   bool count_include_pad = true;          // avg pool only
+  // Output size rounded up, as PyTorch's ceil_mode: a last window may hang past the input's
+  // end (it then takes what it covers; an average divides by the part within input and
+  // padding, or by the input part without count_include_pad).
+  bool ceil_mode = false;
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);

@@ -158,16 +158,20 @@ Pool2dParams pool_params(const Pool2dOptions& o) {
   p.padding = o.padding();
   p.dilation = o.dilation();
   p.count_include_pad = o.count_include_pad();
+  p.ceil_mode = o.ceil_mode();
   return p;
 }
 }  // namespace
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, pool_params(options)); }
 std::string MaxPool2d::extra_repr() const {
   return "kernel_size=" + s2(options.kernel_size()) + ", stride=" +
-         s2(options.stride() == Size2{0, 0} ? options.kernel_size() : options.stride());
+         s2(options.stride() == Size2{0, 0} ? options.kernel_size() : options.stride()) +
+         (options.ceil_mode() ? ", ceil_mode=True" : "");
 }
 Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, pool_params(options)); }
-std::string AvgPool2d::extra_repr() const { return "kernel_size=" + s2(options.kernel_size()); }
+std::string AvgPool2d::extra_repr() const {
+  return "kernel_size=" + s2(options.kernel_size()) + (options.ceil_mode() ? ", ceil_mode=True" : "");
+}
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + s2(output_size); }
 
 }  // namespace nn

@@ -35,10 +35,16 @@ inline void check_dim(const Tensor& t, int64_t d, const char* op, const char* wh
 
 // Output positions of a sliding window (convolution, pooling) along one dim: floor((in + 2 pad -
 // dil (k - 1) - 1) / stride) + 1, so 0 or less when the padded input is shorter than the
-// window (C++'s division truncates toward zero: an empty input would give 1).
-inline int64_t window_positions(int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) {
+// window (C++'s division truncates toward zero: an empty input would give 1). With `ceil`
+// (pooling's ceil_mode) the division rounds up, so a last window may hang past the padded
+// end, but none starts past the input (PyTorch's rule: such a last position is dropped).
+inline int64_t window_positions(int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride,
+                                bool ceil = false) {
   const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
-  return span < 0 ? 0 : span / stride + 1;
+  if (span < 0) return 0;
+  int64_t o = (span + (ceil ? stride - 1 : 0)) / stride + 1;
+  if (ceil && (o - 1) * stride >= in + pad) --o;
+  return o;
 }
 // The Philox stream nn::dropout draws for n elements: gen's (else the default generator's)
 // seed, and the offset of n counters reserved from it. {seed, offset}.

@@ -20,7 +20,8 @@ Shape pool_shape(const Tensor& x, Pool2dParams& p, const char* op, bool dilated)
     NN_CHECK(p.padding[i] >= 0 && 2 * p.padding[i] <= p.kernel[i], op, ": padding ", p.padding[i],
              " must be at most half the kernel size ", p.kernel[i]);
     int64_t in = x.shape()[2 + i];
-    const int64_t o = window_positions(in, p.padding[i], p.dilation[i], p.kernel[i], p.stride[i]);
+    const int64_t o = window_positions(in, p.padding[i], p.dilation[i], p.kernel[i], p.stride[i],
+                                       p.ceil_mode);
     NN_CHECK(o > 0, op, ": input ", shape_str(x.shape()), " is smaller than the ", p.kernel[0],
              "x", p.kernel[1], " window");
     NN_CHECK(in >= 1, op, ": input ", shape_str(x.shape()), " has no ", i ? "columns" : "rows",

@@ -104,7 +104,8 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& out, Tensor& indice
       return max_pool_nhwc(px, x.shape()[0], x.shape()[1], H, W, OH, OW, p, po, pi);
     const bool simple2x2 = p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 &&
                            p.stride[1] == 2 && p.padding[0] == 0 && p.padding[1] == 0 &&
-                           p.dilation[0] == 1 && p.dilation[1] == 1;
+                           p.dilation[0] == 1 && p.dilation[1] == 1 &&
+                           2 * OH <= H && 2 * OW <= W;  // (not with ceil_mode's partial windows)
     parallel_for(0, planes, std::max<int64_t>(1, kGrain / (H * W + 1)), [&](int64_t b, int64_t e) {
       for (int64_t pl = b; pl < e; ++pl) {
         const T* in = px + pl * H * W;
