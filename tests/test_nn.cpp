@@ -179,6 +179,45 @@ TEST_CASE("BatchNorm2d tracks batches, and Module::to casts in place", "[nn]") {
   REQUIRE(held.requires_grad());
 }
 
+// momentum nullopt (PyTorch's momentum=None): the running statistics are the plain average of
+// every batch's (the unbiased variance), also across a state_dict round trip, on the plain
+// and on the fused path
+TEST_CASE("BatchNorm2d without a momentum keeps the cumulative average", "[nn]") {
+  Generator g(11);
+  std::vector<Tensor> xs;
+  for (int i = 0; i < 5; ++i) xs.push_back(randn({4, 3, 2, 2}, kF64, &g) * double(i + 1) + double(i));
+  for (bool fused : {false, true}) {
+    INFO("fused " << fused);
+    BatchNorm2d bn(BatchNormOptions(3).momentum(std::nullopt));
+    bn.to(kF64);
+    REQUIRE(bn.extra_repr().find("momentum=None") != std::string::npos);
+    for (int i = 0; i < 5; ++i) {
+      if (i == 3) {  // a resumed run: the counter and statistics come back from a state_dict
+        BatchNorm2d again(BatchNormOptions(3).momentum(std::nullopt));
+        again.to(kF64);
+        again.load_state_dict(bn.state_dict());
+        bn.load_state_dict(again.state_dict());
+      }
+      fused ? bn.forward_relu(xs[size_t(i)]) : bn.forward(xs[size_t(i)]);
+    }
+    Tensor want_mean = zeros({3}, kF64), want_var = zeros({3}, kF64);
+    for (const Tensor& x : xs) {
+      want_mean = want_mean + mean(x, {0, 2, 3}) / 5.0;
+      want_var = want_var + var(x, {0, 2, 3}, /*correction=*/1) / 5.0;
+    }
+    test::require_close(bn.running_mean, want_mean, 1e-12, 1e-12);
+    test::require_close(bn.running_var, want_var, 1e-12, 1e-12);
+    REQUIRE(bn.num_batches_tracked.item() == 5);
+  }
+  // with a momentum it is the exponential average (not the plain one)
+  BatchNorm2d ema(3);
+  ema.to(kF64);
+  for (const Tensor& x : xs) ema.forward(x);
+  Tensor want = zeros({3}, kF64);
+  for (const Tensor& x : xs) want = want * 0.9 + mean(x, {0, 2, 3}) * 0.1;
+  test::require_close(ema.running_mean, want, 1e-12, 1e-12);
+}
+
 TEST_CASE("Embedding and LayerNorm modules", "[nn]") {
   Embedding emb(EmbeddingOptions(10, 4).padding_idx(0));
   test::require_values(emb.weight.select(0, 0), {0, 0, 0, 0});

@@ -54,7 +54,10 @@ struct BatchNormOptions {
   explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
   NN_ARG(int64_t, num_features);
   NN_ARG(double, eps) = 1e-5;
-  NN_ARG(double, momentum) = 0.1;
+  // The running statistics' update factor; std::nullopt (PyTorch's momentum=None) makes them
+  // the plain average of every batch so far: factor 1 / num_batches_tracked, read from the
+  // counter at each training step (a device sync on CUDA, as PyTorch's).
+  NN_ARG(std::optional<double>, momentum) = 0.1;
   NN_ARG(bool, affine) = true;
   NN_ARG(bool, track_running_stats) = true;
 };

@@ -77,30 +77,39 @@ BatchNorm2d::BatchNorm2d(const BatchNormOptions& o) : Module("BatchNorm2d"), opt
   }
 }
 namespace {
-// Whether batch norm uses the batch's statistics; counts the batch when it updates the
-// running ones.
-bool count_batch(BatchNorm2d& m) {
+// Whether batch norm uses the batch's statistics (counting the batch when it updates the
+// running ones), and the factor of that update.
+struct Step {
+  bool use_batch;
+  double momentum;
+};
+Step count_batch(BatchNorm2d& m) {
   const bool use_batch = m.is_training() || !m.options.track_running_stats();
+  double momentum = m.options.momentum().value_or(0.0);
   if (m.is_training() && m.options.track_running_stats()) {
     NoGradGuard ng;
     m.num_batches_tracked.add_(1);  // one kernel on a GPU (a launch per layer and step)
+    if (!m.options.momentum())  // the cumulative average: this batch's share of all so far
+      momentum = 1.0 / double(m.num_batches_tracked.item<int64_t>());
   }
-  return use_batch;
+  return {use_batch, momentum};
 }
 }  // namespace
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  const bool use_batch = count_batch(*this);
-  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum(),
+  const Step s = count_batch(*this);
+  return batch_norm(x, running_mean, running_var, weight, bias, s.use_batch, s.momentum,
                     options.eps());
 }
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
-  const bool use_batch = count_batch(*this);
-  return batch_norm_relu(x, residual, running_mean, running_var, weight, bias, use_batch,
-                         options.momentum(), options.eps());
+  const Step s = count_batch(*this);
+  return batch_norm_relu(x, residual, running_mean, running_var, weight, bias, s.use_batch,
+                         s.momentum, options.eps());
 }
 std::string BatchNorm2d::extra_repr() const {
+  const auto m = options.momentum();
   return detail::cat(options.num_features(), ", eps=", options.eps(), ", momentum=",
-                     options.momentum(), ", affine=", options.affine() ? "true" : "false");
+                     m ? detail::cat(*m) : std::string("None"), ", affine=",
+                     options.affine() ? "true" : "false");
 }
 
 LayerNorm::LayerNorm(const LayerNormOptions& o) : Module("LayerNorm"), options(o) {
