@@ -177,4 +177,35 @@ __device__ __forceinline__ void row_offsets(const Geom<N>& g, int64_t r, int64_t
   dim_offsets(g, g.ndim - 1, r, off);
 }
 
+// Four elements moved as one vector load or store (16-bit: 8 bytes, f32: 16).
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+
+// The sum of v over a warp, in every lane.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The sum of v over the block, in every thread (blockDim.x a multiple of 32, up to 1024).
+template <typename A>
+__device__ A block_sum(A v) {
+  __shared__ A shared[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : A(0);
+  if (warp == 0)
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  return shared[0];
+}
+
 }  // namespace nn::kernels

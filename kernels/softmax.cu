@@ -12,11 +12,6 @@ __device__ __forceinline__ double warp_max(double v) {
   for (int o = 16; o > 0; o /= 2) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-template <typename A>
-__device__ __forceinline__ A warp_sum(A v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // One warp per row of a last-dim softmax (inner == 1).
 template <typename T>

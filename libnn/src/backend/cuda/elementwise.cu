@@ -4,7 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
 #include "kernels/elementwise.cuh"
-#include "kernels/nn_layers.cuh"
+#include "kernels/optim.cuh"
 
 namespace nn::backend {
 using namespace cuda;

@@ -2,7 +2,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "kernels/nn_layers.cuh"
+#include "kernels/dropout.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/optim.cuh"
 #include "kernels/softmax.cuh"
 
 namespace nn::backend {

@@ -7,7 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
-#include "kernels/nn_layers.cuh"
+#include "kernels/norm.cuh"
 
 namespace nn::backend {
 using namespace cuda;
@@ -347,7 +347,7 @@ void CudaBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const
 }
 
 // A post-LN block's dropout + residual add + layer norm: one kernel each way (a warp per row
-// of whole quads, kernels/nn_layers.cu) for f32 and 16-bit data in rows of up to 1024 that
+// of whole quads, kernels/norm.cu) for f32 and 16-bit data in rows of up to 1024 that
 // are whole, aligned quads; the composition for anything else, and with
 // LIBNN_CUDA_LN_FUSED=0 (to compare, or while the kernels are being fixed).
 namespace {

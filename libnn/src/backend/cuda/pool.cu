@@ -4,7 +4,7 @@
 // results are deterministic.
 #include "backend/cuda/cuda_backend.h"
 #include "core/util.h"
-#include "kernels/nn_layers.cuh"
+#include "kernels/pool.cuh"
 
 namespace nn::backend {
 using namespace cuda;

@@ -1,0 +1,443 @@
+// Layer norm, forward and backward (a block or a warp per row), and dropout + residual add +
+// layer norm in one pass.
+#include "kernels/norm.cuh"
+
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/math.cuh"
+#include "kernels/philox.h"
+
+namespace nn::kernels {
+namespace {
+
+// ---- layer norm ------------------------------------------------------------------------------
+// W: the affine parameters' type, T's or f32 for 16-bit data (mixed precision).
+template <typename T, typename W>
+__global__ void layer_norm_kernel(const T* x, const W* w, const W* b, int64_t D, double eps, T* y,
+                                  acc_t<T>* mean, acc_t<T>* rstd) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * D;
+  A s = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += A(load(xr[i]));
+  const A mu = block_sum(s) / A(D);
+  A q = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A d = A(load(xr[i])) - mu;
+    q += d * d;
+  }
+  const A inv = m_rsqrt(block_sum(q) / A(D) + A(eps));
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A v = (A(load(xr[i])) - mu) * inv;
+    if (w) v *= A(load(w[i]));
+    if (b) v += A(load(b[i]));
+    y[r * D + i] = convert<T>(v);
+  }
+}
+
+template <typename T, typename W>
+__global__ void layer_norm_backward_rows(const T* g, const T* x, const W* w, const acc_t<T>* mean,
+                                         const acc_t<T>* rstd, int64_t D, T* gx) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
+  A a = 0, c = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A gw = A(load(g[r * D + i])) * (w ? A(load(w[i])) : A(1));
+    a += gw;
+    c += gw * (A(load(x[r * D + i])) - mu) * inv;
+  }
+  a = block_sum(a) / A(D);
+  c = block_sum(c) / A(D);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    A gw = A(load(g[r * D + i])) * (w ? A(load(w[i])) : A(1));
+    A xh = (A(load(x[r * D + i])) - mu) * inv;
+    gx[r * D + i] = convert<T>(inv * (gw - a - xh * c));
+  }
+}
+
+// Rows of up to 32 * VPT elements (BERT's 768, ResNet-free models' usual widths): one warp
+// per row holding it in registers, lane + 32 k coalesced, warp shuffles instead of block
+// barriers. Longer rows use the block-per-row kernels above.
+
+template <typename T, typename W, int VPT>
+__global__ void layer_norm_warp(const T* x, const W* w, const W* b, int64_t R, int D, double eps,
+                                T* y, acc_t<T>* mean, acc_t<T>* rstd) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;  // the whole warp
+  const T* xr = x + r * D;
+  A v[VPT];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    v[k] = i < D ? A(load(xr[i])) : A(0);
+    s += v[k];
+  }
+  const A mu = warp_sum(s) / A(D);
+  A q = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    if (lane + 32 * k < D) q += (v[k] - mu) * (v[k] - mu);
+  const A inv = m_rsqrt(warp_sum(q) / A(D) + A(eps));
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= D) break;
+    A o = (v[k] - mu) * inv;
+    if (w) o *= A(load(w[i]));
+    if (b) o += A(load(b[i]));
+    y[r * D + i] = convert<T>(o);
+  }
+}
+
+template <typename T, typename W, int VPT>
+__global__ void layer_norm_backward_warp(const T* g, const T* x, const W* w, const acc_t<T>* mean,
+                                         const acc_t<T>* rstd, int64_t R, int D, T* gx) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;
+  const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
+  A gw[VPT], xh[VPT];
+  A a = 0, c = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    gw[k] = i < D ? A(load(g[r * D + i])) * (w ? A(load(w[i])) : A(1)) : A(0);
+    xh[k] = i < D ? (A(load(x[r * D + i])) - mu) * inv : A(0);
+    a += gw[k];
+    c += gw[k] * xh[k];
+  }
+  a = warp_sum(a) / A(D);
+  c = warp_sum(c) / A(D);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= D) break;
+    gx[r * D + i] = convert<T>(inv * (gw[k] - a - xh[k] * c));
+  }
+}
+
+// Calls f.template operator()<VPT>() with the register count for rows of D, or returns false
+// when D is past the warp kernels' reach.
+template <typename F>
+bool dispatch_vpt(int64_t D, F&& f) {
+  if (D <= 128) f.template operator()<4>();
+  else if (D <= 256) f.template operator()<8>();
+  else if (D <= 512) f.template operator()<16>();
+  else if (D <= 1024) f.template operator()<32>();
+  else return false;
+  return true;
+}
+
+// Column sums of g * xhat and g over rows, in S slices: ws[0][s][d], ws[1][s][d].
+template <typename T>
+__global__ void layer_norm_backward_columns(const T* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                                            int64_t R, int64_t D, int S, acc_t<T>* ws) {
+  using A = acc_t<T>;
+  __shared__ A pw[8][33], pb[8][33];
+  const int64_t d = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  A sw = 0, sb = 0;
+  if (d < D)
+    for (int64_t r = int64_t(blockIdx.y) * 8 + threadIdx.y; r < R; r += int64_t(S) * 8) {
+      A gv = A(load(g[r * D + d]));
+      sw += gv * (A(load(x[r * D + d])) - A(load(mean[r]))) * A(load(rstd[r]));
+      sb += gv;
+    }
+  pw[threadIdx.y][threadIdx.x] = sw;
+  pb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && d < D) {
+    for (int i = 1; i < 8; ++i) {
+      sw += pw[i][threadIdx.x];
+      sb += pb[i][threadIdx.x];
+    }
+    ws[int64_t(blockIdx.y) * D + d] = sw;
+    ws[(int64_t(S) + blockIdx.y) * D + d] = sb;
+  }
+}
+template <typename T, typename W>
+__global__ void layer_norm_backward_finish(const acc_t<T>* ws, int64_t D, int S, W* gw, W* gb) {
+  const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  acc_t<T> sw = 0, sb = 0;
+  for (int s = 0; s < S; ++s) {
+    sw += ws[int64_t(s) * D + d];
+    sb += ws[(int64_t(S) + s) * D + d];
+  }
+  if (gw) gw[d] = convert<W>(sw);
+  if (gb) gb[d] = convert<W>(sb);
+}
+int ln_splits(int64_t R) { return int(std::clamp<int64_t>(ceil_div(R, 64), 1, 256)); }
+
+// ---- dropout + residual add + layer norm ------------------------------------------------------
+// A warp per row as layer_norm_warp, but lane l holds quads l + 32 k: the four elements of one
+// Philox draw and of one vector load. Each value is rounded where the ops it fuses round it
+// (dropout's output to x's type, the sum to the residual's), so it equals them up to the
+// order of the row sums.
+constexpr int kLnQuads = 8;  // quads per lane: rows up to 32 * 8 * 4 = 1024
+
+template <typename X, typename T, typename W>
+__global__ void dropout_add_layer_norm_warp(const X* x, const T* res, const W* w, const W* b,
+                                            int64_t R, int D, double eps, rng::DropoutDraw drop,
+                                            T* sum, uint8_t* mask, T* y, acc_t<T>* mean, acc_t<T>* rstd) {
+  using A = acc_t<T>;
+  using AX = acc_t<X>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;  // the whole warp
+  const int nq = D / 4;
+  const int64_t row = r * D;
+  A v[kLnQuads][4];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    const int64_t i = row + 4 * q;
+    const Quad<X> xv = *reinterpret_cast<const Quad<X>*>(x + i);
+    const Quad<T> rv = *reinterpret_cast<const Quad<T>*>(res + i);
+    rng::U32x4 u{};
+    if (drop.active()) u = rng::philox(drop.seed, drop.offset + uint64_t(i / 4));
+    Quad<T> sv;
+    uint32_t bits = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool keep = !drop.active() || drop.keeps(rng::lane(u, uint32_t(j)));
+      bits |= uint32_t(keep) << (8 * j);
+      const X d = convert<X>(keep ? AX(load(xv.v[j])) * AX(drop.scale) : AX(0));
+      sv.v[j] = convert<T>(A(load(rv.v[j])) + A(load(d)));
+      v[k][j] = A(load(sv.v[j]));
+      s += v[k][j];
+    }
+    *reinterpret_cast<Quad<T>*>(sum + i) = sv;
+    if (drop.active()) *reinterpret_cast<uint32_t*>(mask + i) = bits;
+  }
+  const A mu = warp_sum(s) / A(D);
+  A sq = 0;
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k)
+    if (lane + 32 * k < nq)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sq += (v[k][j] - mu) * (v[k][j] - mu);
+  const A inv = m_rsqrt(warp_sum(sq) / A(D) + A(eps));
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    Quad<T> o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      A e = (v[k][j] - mu) * inv;
+      if (w) e *= A(load(w[4 * q + j]));
+      if (b) e += A(load(b[4 * q + j]));
+      o.v[j] = convert<T>(e);
+    }
+    *reinterpret_cast<Quad<T>*>(y + row + 4 * q) = o;
+  }
+}
+
+template <typename X, typename T, typename W>
+__global__ void dropout_add_layer_norm_backward_warp(const T* g, const T* sum, const W* w,
+                                                     const acc_t<T>* mean, const acc_t<T>* rstd,
+                                                     const uint8_t* mask, acc_t<X> scale,
+                                                     int64_t R, int D, T* gsum, X* gx) {
+  using A = acc_t<T>;
+  using AX = acc_t<X>;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= R) return;
+  const int nq = D / 4;
+  const int64_t row = r * D;
+  const A mu = A(load(mean[r])), inv = A(load(rstd[r]));
+  A gw[kLnQuads][4], xh[kLnQuads][4];
+  A a = 0, c = 0;
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    const Quad<T> gv = *reinterpret_cast<const Quad<T>*>(g + row + 4 * q);
+    const Quad<T> sv = *reinterpret_cast<const Quad<T>*>(sum + row + 4 * q);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      gw[k][j] = A(load(gv.v[j])) * (w ? A(load(w[4 * q + j])) : A(1));
+      xh[k][j] = (A(load(sv.v[j])) - mu) * inv;
+      a += gw[k][j];
+      c += gw[k][j] * xh[k][j];
+    }
+  }
+  a = warp_sum(a) / A(D);
+  c = warp_sum(c) / A(D);
+#pragma unroll
+  for (int k = 0; k < kLnQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= nq) continue;
+    const int64_t i = row + 4 * q;
+    Quad<T> o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o.v[j] = convert<T>(inv * (gw[k][j] - a - xh[k][j] * c));
+    *reinterpret_cast<Quad<T>*>(gsum + i) = o;
+    if (!gx) continue;
+    // the promotion's backward (a rounding to X), then dropout's
+    const uint32_t bits = mask ? *reinterpret_cast<const uint32_t*>(mask + i) : 0x01010101u;
+    Quad<X> ox;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      ox.v[j] = convert<X>(((bits >> (8 * j)) & 0xffu) ? AX(load(convert<X>(o.v[j]))) * scale
+                                                        : AX(0));
+    *reinterpret_cast<Quad<X>*>(gx + i) = ox;
+  }
+}
+
+}  // namespace
+
+namespace {
+// Calls f.template operator()<T, W>() with W the parameters' device type: T's own, or float
+// for 16-bit T (f32 parameters with 16-bit data, as the ops layer allows).
+template <typename F>
+void dispatch_with_params(DType t, DType wt, const char* op, F&& f) {
+  dispatch_float(t, op, [&]<typename T>() {
+    if (wt == t) return f.template operator()<T, T>();
+    if (wt == DType::f32 && (t == DType::f16 || t == DType::bf16))
+      return f.template operator()<T, float>();
+    NN_ERROR(op, ": parameters of dtype ", dtype_name(wt), " with data of dtype ",
+             dtype_name(t));
+  });
+}
+}  // namespace
+
+void launch_layer_norm(DType t, DType wt, const void* x, const void* w, const void* b,
+                       int64_t R, int64_t D, double eps, void* y, void* mean, void* rstd,
+                       cudaStream_t s) {
+  if (R == 0) return;
+  dispatch_with_params(t, wt, "layer_norm", [&]<typename T, typename W>() {
+    const bool warp = dispatch_vpt(D, [&]<int VPT>() {
+      layer_norm_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+          static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), R, int(D),
+          eps, static_cast<T*>(y), static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd));
+    });
+    if (!warp)
+      layer_norm_kernel<T, W><<<blocks_exact(R, "layer_norm"), kThreads, 0, s>>>(
+          static_cast<const T*>(x), static_cast<const W*>(w), static_cast<const W*>(b), D,
+          eps, static_cast<T*>(y), static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+size_t layer_norm_workspace_bytes(int64_t R, int64_t D) {
+  return size_t(2) * size_t(ln_splits(R)) * size_t(D) * sizeof(double);
+}
+
+void launch_layer_norm_backward(DType t, DType wt, const void* grad, const void* x,
+                                const void* w, const void* mean, const void* rstd, int64_t R,
+                                int64_t D, void* grad_x, void* grad_w, void* grad_b,
+                                void* workspace, cudaStream_t s) {
+  dispatch_with_params(t, wt, "layer_norm_backward", [&]<typename T, typename W>() {
+    const T* g = static_cast<const T*>(grad);
+    const T* px = static_cast<const T*>(x);
+    const acc_t<T>* pm = static_cast<const acc_t<T>*>(mean);
+    const acc_t<T>* pr = static_cast<const acc_t<T>*>(rstd);
+    if (grad_x && R > 0) {
+      const bool warp = dispatch_vpt(D, [&]<int VPT>() {
+        layer_norm_backward_warp<T, W, VPT><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+            g, px, static_cast<const W*>(w), pm, pr, R, int(D), static_cast<T*>(grad_x));
+      });
+      if (!warp)
+        layer_norm_backward_rows<T, W><<<blocks_exact(R, "layer_norm_backward"), kThreads, 0, s>>>(
+            g, px, static_cast<const W*>(w), pm, pr, D, static_cast<T*>(grad_x));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+    if ((grad_w || grad_b) && D > 0) {
+      const int S = ln_splits(R);
+      auto* ws = static_cast<acc_t<T>*>(workspace);
+      layer_norm_backward_columns<T><<<dim3(blocks_exact(ceil_div(D, 32), "layer_norm_backward"), unsigned(S)), dim3(32, 8), 0, s>>>(
+          g, px, pm, pr, R, D, S, ws);
+      NN_CUDA_CHECK_LAUNCH();
+      layer_norm_backward_finish<T, W><<<grid_for(D), kThreads, 0, s>>>(
+          ws, D, S, static_cast<W*>(grad_w), static_cast<W*>(grad_b));
+      NN_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+namespace {
+// f.template operator()<X, T, W>() for x's type X (T's, or a 16-bit type under an f32 T).
+template <typename F>
+void dispatch_residual(DType xt, DType t, DType wt, const char* op, F&& f) {
+  dispatch_with_params(t, wt, op, [&]<typename T, typename W>() {
+    if (xt == t) return f.template operator()<T, T, W>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (xt == DType::f16) return f.template operator()<__half, T, W>();
+      if (xt == DType::bf16) return f.template operator()<__nv_bfloat16, T, W>();
+    }
+    NN_ERROR(op, ": input of dtype ", dtype_name(xt), " with a residual of dtype ",
+             dtype_name(t));
+  });
+}
+}  // namespace
+
+bool dropout_add_layer_norm_fits(int64_t D,
+                                 const std::vector<std::pair<const void*, size_t>>& quads) {
+  if (D <= 0 || D % 4 != 0 || D > 32 * kLnQuads * 4) return false;
+  for (const auto& [p, element_bytes] : quads)
+    if (!aligned_to(p, 4 * element_bytes)) return false;
+  return true;
+}
+
+void launch_dropout_add_layer_norm(DType xt, DType t, DType wt, const void* x,
+                                   const void* residual, const void* w, const void* b,
+                                   int64_t R, int64_t D, double eps, double p, uint64_t seed,
+                                   uint64_t offset, void* sum, uint8_t* mask, void* y,
+                                   void* mean, void* rstd, cudaStream_t s) {
+  if (R == 0) return;
+  rng::DropoutDraw drop;
+  if (p > 0) {
+    drop.seed = seed;
+    drop.offset = offset;
+    drop.p = float(p);
+    drop.scale = 1.0 / (1.0 - p);
+  }
+  dispatch_residual(xt, t, wt, "dropout_add_layer_norm", [&]<typename X, typename T, typename W>() {
+    dropout_add_layer_norm_warp<X, T, W><<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+        static_cast<const X*>(x), static_cast<const T*>(residual), static_cast<const W*>(w),
+        static_cast<const W*>(b), R, int(D), eps, drop, static_cast<T*>(sum), mask,
+        static_cast<T*>(y), static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const void* grad,
+                                            const void* sum, const void* w, const void* mean,
+                                            const void* rstd, const uint8_t* mask, double p,
+                                            int64_t R, int64_t D, void* grad_sum, void* grad_x,
+                                            cudaStream_t s) {
+  if (R == 0) return;
+  dispatch_residual(xt, t, wt, "dropout_add_layer_norm_backward",
+                    [&]<typename X, typename T, typename W>() {
+    auto kernel = dropout_add_layer_norm_backward_warp<X, T, W>;
+    kernel<<<grid_for(R, 1, kThreads / 32), kThreads, 0, s>>>(
+        static_cast<const T*>(grad), static_cast<const T*>(sum), static_cast<const W*>(w),
+        static_cast<const acc_t<T>*>(mean), static_cast<const acc_t<T>*>(rstd), p > 0 ? mask : nullptr,
+        acc_t<X>(p > 0 ? 1.0 / (1.0 - p) : 1.0), R, int(D), static_cast<T*>(grad_sum),
+        static_cast<X*>(grad_x));
+    NN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace nn::kernels
