@@ -137,6 +137,14 @@ struct UnaryBackwardF {
       }
       case UnaryOp::tanh: r = gc * (C(1) - x * x); break;
       case UnaryOp::sigmoid: r = gc * x * (C(1) - x); break;
+      case UnaryOp::silu: {
+        const C s = C(1) / (C(1) + m_exp(-x));
+        r = gc * s * (C(1) + x * (C(1) - s));
+        break;
+      }
+      case UnaryOp::softplus:
+        r = x > C(kSoftplusThreshold) ? gc : gc / (C(1) + m_exp(-x));
+        break;
       default: break;
     }
     return convert<T>(r);

@@ -23,6 +23,8 @@ __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); 
 __device__ __forceinline__ int64_t m_pow(int64_t x, int64_t y) {
   return int64_t(pow(double(x), double(y)));
 }
+__device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
 
@@ -56,6 +58,9 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C a, C b) {
     case UnaryOp::rdiv_scalar: return a / x;
     case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
     case UnaryOp::div_scalar: return x / a;
+    case UnaryOp::log1p: return m_log1p(x);
+    case UnaryOp::silu: return x / (C(1) + m_exp(-x));
+    case UnaryOp::softplus: return x > C(kSoftplusThreshold) ? x : m_log1p(m_exp(x));
   }
   return x;
 }

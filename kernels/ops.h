@@ -12,7 +12,11 @@ enum class UnaryOp {
   rdiv_scalar, // a / x
   clamp,       // min(max(x, a), b)
   div_scalar,  // x / a (a true division, as PyTorch's, not x times 1 / a)
+  log1p,       // log(1 + x), accurate for small x
+  silu,        // x * sigmoid(x)
+  softplus,    // log(1 + exp(x)), x itself past kSoftplusThreshold (PyTorch's default)
 };
+constexpr double kSoftplusThreshold = 20;
 enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
 enum class ReduceOp { sum, mean, max, min };
 

@@ -179,6 +179,11 @@ std::vector<Case> cases() {
   };
   unary("exp", exp); unary("tanh", tanh); unary("sigmoid", sigmoid); unary("relu", relu);
   unary("gelu", gelu); unary("neg", neg); unary("abs", abs); unary("square", square);
+  unary("silu", silu);
+  v.push_back({"softplus and log1p", {{3, 41}}, [](auto& x) {
+                 Tensor wide = x[0] * 12.0;  // past the threshold (20) and beyond -20 too
+                 return std::vector<Tensor>{softplus(wide), softplus(x[0], 2.5), log1p(abs(x[0]))};
+               }});
   v.push_back({"log/sqrt/rsqrt", {{41}}, [](auto& x) {
                  Tensor p = add(abs(x[0]), 0.5);
                  return std::vector<Tensor>{log(p), sqrt(p), rsqrt(p), pow(p, 1.7), 2.0 / p};
@@ -696,6 +701,7 @@ std::vector<Case> cases() {
     v.push_back({n + " unary ops", {{37, 5}}, [](auto& x) {
                    Tensor p = add(abs(x[0]), 0.5);
                    return std::vector<Tensor>{exp(x[0]), tanh(x[0]), sigmoid(x[0]), gelu(x[0]),
+                                              silu(x[0]), softplus(x[0]), log1p(p),
                                               log(p), sqrt(p), rsqrt(p), T(x[0]) * 3.0 + 1.0};
                  }, tol, true, h});
     v.push_back({n + " softmax and reductions", {{7, 13, 5}}, [](auto& x) {

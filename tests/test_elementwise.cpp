@@ -32,6 +32,19 @@ TEST_CASE("unary ops match the C library", "[elementwise]") {
   test::require_close(square(x), host_map(x, [](double v) { return v * v; }));
   test::require_close(pow(pos, 1.5), host_map(pos, [](double v) { return std::pow(v, 1.5); }));
   test::require_close(clamp(x, -1, 1), host_map(x, [](double v) { return std::clamp(v, -1.0, 1.0); }));
+  test::require_close(log1p(pos), host_map(pos, [](double v) { return std::log1p(v); }));
+  test::require_close(silu(x), host_map(x, [](double v) { return v / (1 + std::exp(-v)); }));
+  test::require_close(softplus(x), host_map(x, [](double v) { return std::log1p(std::exp(v)); }));
+  // softplus(x, beta) as PyTorch's: x itself past beta x = 20 (25 at beta 1: 25, not 25 + 1e-11)
+  Tensor wide = tensor({-30, -1, 0.5, 9, 10.5, 25}, kF64);
+  require_values(softplus(wide, 2.0), {std::log1p(std::exp(-60.0)) / 2, std::log1p(std::exp(-2.0)) / 2,
+                                       std::log1p(std::exp(1.0)) / 2, std::log1p(std::exp(18.0)) / 2,
+                                       10.5, 25});
+  require_values(softplus(tensor({25.0}, kF64)), {25.0});
+  REQUIRE(test::error_of([&] { softplus(x, 0.0); }).find("beta must be positive") != std::string::npos);
+  // log1p keeps small arguments' digits, where log(1 + x) loses them
+  require_values(log1p(tensor({1e-10}, kF64)), {std::log1p(1e-10)});
+  require_values(log1p(tensor({1e-10f}, kF32)).to(kF64), {double(std::log1p(1e-10f))});
   require_values(gelu(tensor({1.0}, kF64)), {0.8413447460685429});
   // the f32 path agrees with f64
   test::require_close(gelu(x.to(kF32)), gelu(x), 1e-6, 1e-6);
@@ -244,7 +257,7 @@ TEST_CASE("relu passes NaN on: alone and after batch norm", "[elementwise][norm]
 
 TEST_CASE("gradcheck: unary ops", "[elementwise][gradcheck]") {
   Tensor x = rnd({3, 4}, 1);
-  for (auto f : std::vector<Tensor (*)(const Tensor&)>{exp, tanh, sigmoid, gelu, neg, square, abs, relu}) {
+  for (auto f : std::vector<Tensor (*)(const Tensor&)>{exp, tanh, sigmoid, gelu, silu, neg, square, abs, relu}) {
     require_gradcheck([f](const std::vector<Tensor>& in) { return f(in[0]); }, {x});
   }
   Tensor p = rnd({3, 4}, 2, false);
@@ -255,6 +268,13 @@ TEST_CASE("gradcheck: unary ops", "[elementwise][gradcheck]") {
   require_gradcheck([](const std::vector<Tensor>& in) { return pow(in[0], 2.5); }, {p});
   require_gradcheck([](const std::vector<Tensor>& in) { return 3.0 / in[0]; }, {p});
   require_gradcheck([](const std::vector<Tensor>& in) { return clamp(in[0], -0.5, 0.7); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return log1p(in[0]); }, {p});
+  require_gradcheck([](const std::vector<Tensor>& in) { return softplus(in[0]); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return softplus(in[0], 3.0); }, {x});
+  // past the threshold the gradient is 1 (the function is x there)
+  Tensor big = tensor({21.0, 30.0, -40.0}, kF64).requires_grad_();
+  softplus(big).sum().backward();
+  require_values(big.grad(), {1.0, 1.0, 1 / (1 + std::exp(40.0))});
   require_gradcheck([](const std::vector<Tensor>& in) { return 2.0 - in[0] * 3.0 + 1.0; }, {x});
 }
 
@@ -361,6 +381,8 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
         {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
         {"relu", [](const Tensor& t) { return relu(t); }},
         {"gelu", [](const Tensor& t) { return gelu(t); }},
+        {"silu", [](const Tensor& t) { return silu(t); }},
+        {"softplus", [](const Tensor& t) { return softplus(t); }},
         {"abs", [](const Tensor& t) { return abs(t); }},
         {"neg", [](const Tensor& t) { return neg(t); }},
         {"square", [](const Tensor& t) { return square(t); }},
@@ -373,6 +395,7 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
       same(f(xt), f(xt.to(kF32)).to(h), name);
     }
     same(log(pos), log(pos.to(kF32)).to(h), "log");
+    same(log1p(pos), log1p(pos.to(kF32)).to(h), "log1p");
     same(sqrt(pos), sqrt(pos.to(kF32)).to(h), "sqrt");
     same(rsqrt(pos), rsqrt(pos.to(kF32)).to(h), "rsqrt");
     same(pow(pos, 1.5), pow(pos.to(kF32), 1.5).to(h), "pow_scalar");
@@ -398,11 +421,16 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
     same(pow(pos, x), pow(pos.to(kF32), x.to(kF32)).to(h), "pow");
     // the fused backwards against the f64 gradient of the same values: tanh and sigmoid read
     // their 16-bit outputs, so 1 - t^2 carries t's rounding (up to 2^-7 near |t| = 1) times g
-    for (const char* name : {"relu", "tanh", "sigmoid", "gelu"}) {
+    for (const char* name : {"relu", "tanh", "sigmoid", "gelu", "silu", "softplus"}) {
       INFO(name);
       auto f = [&](const Tensor& t) {
         const std::string n = name;
-        return n == "relu" ? relu(t) : n == "tanh" ? tanh(t) : n == "sigmoid" ? sigmoid(t) : gelu(t);
+        return n == "relu"      ? relu(t)
+               : n == "tanh"    ? tanh(t)
+               : n == "sigmoid" ? sigmoid(t)
+               : n == "silu"    ? silu(t)
+               : n == "softplus" ? softplus(t)
+                                 : gelu(t);
       };
       Tensor g = rnd({37, 21}, 5, false).to(h);
       Tensor xf = (rnd({37, 21}, 1, false) * 4.0).to(h);  // finite values
@@ -411,8 +439,9 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
       (f(x64) * g.to(kF64)).sum().backward();
       REQUIRE(xb.grad().dtype() == h);
       test::require_close(xb.grad().to(kF64), x64.grad(), 2e-2, 4e-2);
-      // relu's and GELU's read x alone: bit for bit the f32 backward's, rounded once
-      if (std::string(name) == "relu" || std::string(name) == "gelu") {
+      // relu's, GELU's, SiLU's and softplus's read x alone: bit for bit the f32 backward's,
+      // rounded once
+      if (std::string(name) != "tanh" && std::string(name) != "sigmoid") {
         Tensor x32 = xf.to(kF32).requires_grad_(true);
         (f(x32) * g.to(kF32)).sum().backward();
         same(xb.grad(), x32.grad().to(h), name);

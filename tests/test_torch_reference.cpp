@@ -75,7 +75,7 @@ void check_groups(const std::string& name, Device d, Make make) {
 
 }  // namespace
 
-TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), convolution, attention", "[torch][cuda]") {
+TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), convolution, attention, activations, binary cross entropy", "[torch][cuda]") {
   for (Device d : test::devices()) {
     const Tensor t1 = get("ce_smooth_ignore.extra0", d), t2 = get("ce_nd_sum.extra0", d);
     check_case("ce_smooth_ignore", 1, d, [&](auto& x) {
@@ -108,6 +108,20 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
                [&](auto& x) { return avg_pool2d(x[0], ceil(pool({3, 3}, {2, 2}, {1, 1}))); });
     check_case("avg_pool_ceil_no_pad_count", 1, d, [&](auto& x) {
       return avg_pool2d(x[0], ceil(pool({4, 3}, {3, 2}, {1, 1}, {1, 1}, false)));
+    });
+    check_case("silu", 1, d, [](auto& x) { return silu(x[0]); });
+    check_case("softplus_beta", 1, d, [](auto& x) { return softplus(x[0], 2.0); });
+    check_case("log1p", 1, d, [](auto& x) { return log1p(x[0]); });
+    check_case("bce_logits", 2, d, [&](auto& x) {
+      BceWithLogitsOptions o;
+      o.weight = get("bce_logits.extra0", d);
+      o.pos_weight = get("bce_logits.extra1", d);
+      return binary_cross_entropy_with_logits(x[0], x[1], o);
+    });
+    check_case("bce_logits_none", 2, d, [](auto& x) {
+      BceWithLogitsOptions o;
+      o.reduction = Reduction::none;
+      return binary_cross_entropy_with_logits(x[0], x[1], o);
     });
     check_case("adaptive_down", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {4, 5}); });
     check_case("adaptive_up", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {13, 3}); });

@@ -3,8 +3,9 @@
 //
 // Inside an AutocastGuard(kF16) (or kBF16):
 //   - matmul, linear, conv2d cast f32 inputs to the 16-bit type (tensor cores on the GPU);
-//   - softmax, log_softmax, layer_norm, cross_entropy, mse_loss, sum, mean, var cast 16-bit
-//     inputs to f32 (accumulation and exp/log in f32);
+//   - softmax, log_softmax, layer_norm, cross_entropy, mse_loss,
+//     binary_cross_entropy_with_logits, sum, mean, var cast 16-bit inputs to f32
+//     (accumulation and exp/log in f32);
 //   - everything else runs in its inputs' dtype; mixed operands of binary ops promote to the
 //     wider type, so a 16-bit branch added to an f32 residual gives f32;
 //   - batch_norm and batch_norm_relu take 16-bit data with f32 weights and statistics (a

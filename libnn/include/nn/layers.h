@@ -129,6 +129,11 @@ class GELU : public Module {
   GELU() : Module("GELU") {}
   Tensor forward(const Tensor& x) override { return gelu(x); }
 };
+class SiLU : public Module {
+ public:
+  SiLU() : Module("SiLU") {}
+  Tensor forward(const Tensor& x) override { return silu(x); }
+};
 class Tanh : public Module {
  public:
   Tanh() : Module("Tanh") {}

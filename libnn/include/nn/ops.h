@@ -31,6 +31,10 @@ Tensor abs(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor relu(const Tensor& x);  // NaN stays NaN
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x)
+Tensor silu(const Tensor& x);  // x * sigmoid(x) (swish)
+// log(1 + exp(beta x)) / beta, as PyTorch's: x itself where beta x > 20 (its threshold).
+Tensor softplus(const Tensor& x, double beta = 1.0);
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate where x is small
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor clamp(const Tensor& x, double lo, double hi);
@@ -153,6 +157,17 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& opts = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// PyTorch's binary_cross_entropy_with_logits: for logits x and targets y in [0, 1] (same
+// shape), (1 - y) x + (1 + (pos_weight - 1) y) softplus(-x), times weight; weight
+// broadcasts to the loss's shape, pos_weight along its last dim (one per class of a
+// multi-label target). Under autocast in f32, as PyTorch's; differentiable in every tensor.
+struct BceWithLogitsOptions {
+  Tensor weight;
+  Tensor pos_weight;
+  Reduction reduction = Reduction::mean;
+};
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BceWithLogitsOptions& opts = {});
 
 // Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,8 @@ std::string unary_name(UnaryOp op, bool backward = false) {
   static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "square", "relu",
                                 "gelu", "tanh", "sigmoid", "add_scalar", "mul_scalar",
                                 "pow_scalar", "rsub_scalar", "rdiv_scalar", "clamp",
-                                "div_scalar"};
+                                "div_scalar", "log1p", "silu", "softplus"};
+  static_assert(std::size(names) == size_t(UnaryOp::softplus) + 1, "a name for every op");
   return std::string(backward ? "unary_backward." : "unary.") + names[int(op)];
 }
 std::string binary_name(BinaryOp op) {

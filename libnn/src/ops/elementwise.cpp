@@ -375,6 +375,19 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   });
   return y;
 }
+Tensor log1p(const Tensor& x) {
+  Tensor y = unary_float(UnaryOp::log1p, x, "log1p");
+  record("log1p", {x}, y, {x}, [xs = x.detach()](const Tensor& g, auto&) {
+    return std::vector<Tensor>{div(g, add(xs, 1.0))};
+  });
+  return y;
+}
+Tensor silu(const Tensor& x) { return activation(UnaryOp::silu, x, "silu"); }
+Tensor softplus(const Tensor& x, double beta) {
+  NN_CHECK(beta > 0 && std::isfinite(beta), "softplus: beta must be positive and finite, got ", beta);
+  if (beta == 1.0) return activation(UnaryOp::softplus, x, "softplus");
+  return activation(UnaryOp::softplus, mul(x, beta), "softplus") / beta;
+}
 Tensor relu(const Tensor& x) { return activation(UnaryOp::relu, x, "relu"); }
 Tensor gelu(const Tensor& x) { return activation(UnaryOp::gelu, x, "gelu"); }
 Tensor tanh(const Tensor& x) { return activation(UnaryOp::tanh, x, "tanh"); }

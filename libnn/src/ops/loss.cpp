@@ -1,4 +1,5 @@
-// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index) and MSE.
+// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index), MSE, and
+// binary cross entropy on logits.
 #include <nn/amp.h>
 
 #include "ops/common.h"
@@ -83,6 +84,70 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
     case Reduction::mean: return mean(se);
   }
   return se;
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
+                                        const BceWithLogitsOptions& o) {
+  const char* op = "binary_cross_entropy_with_logits";
+  const Tensor x = amp::autocast_f32(input_in), y = amp::autocast_f32(target_in);
+  check_pair(x, y, op);
+  check_floating(x, op);
+  NN_CHECK(x.shape() == y.shape(), op, ": input ", shape_str(x.shape()), " and target ",
+           shape_str(y.shape()), " differ in shape");
+  // weights: on the input's device, any floating dtype (taken in the input's)
+  auto weights = [&](const Tensor& w, const char* what) {
+    if (!w.defined()) return Tensor();
+    NN_CHECK(w.device() == x.device(), op, ": ", what, " on ", w.device().str(), ", input on ",
+             x.device().str());
+    check_floating(w, op);
+    return w.to(x.dtype());
+  };
+  const Tensor w = weights(o.weight, "weight"), pw = weights(o.pos_weight, "pos_weight");
+  NN_CHECK(!pw.defined() || (x.dim() >= 1 && pw.dim() >= 1 && pw.dim() <= x.dim() &&
+                             pw.shape().back() == x.shape().back()),
+           op, ": pos_weight of shape ", shape_str(pw.defined() ? pw.shape() : Shape{}),
+           " must run along the input's last dim (", shape_str(x.shape()), ")");
+  // loss = (1 - y) x + lw softplus(-x), lw = 1 + (pos_weight - 1) y, times weight. The
+  // gradients are written out rather than left to the composition: d/dx = lw sigmoid(x) -
+  // pos_weight y keeps a confident prediction's small gradient (1 - sigmoid(-x) cancels) and
+  // is exact at x = 0, where relu's and abs's kinks would be
+  const Tensor xd = x.detach(), yd = y.detach(), wd = w.defined() ? w.detach() : w,
+               pwd = pw.defined() ? pw.detach() : pw;
+  auto lw_of = [](const Tensor& pw_, const Tensor& y_) { return add(mul(add(pw_, -1.0), y_), 1.0); };
+  Tensor loss;
+  {
+    NoGradGuard ng;
+    Tensor sp = softplus(neg(xd));
+    loss = add(mul(rsub(yd, 1.0), xd), pwd.defined() ? mul(lw_of(pwd, yd), sp) : sp);
+    if (wd.defined()) loss = mul(loss, wd);
+  }
+  NN_CHECK(loss.shape() == x.shape(), op, ": weight of shape ",
+           shape_str(w.defined() ? w.shape() : Shape{}), " does not broadcast to the input's ",
+           shape_str(x.shape()));
+  record(op, {x, y, w, pw}, loss, {xd, yd, wd, pwd},
+         [xd, yd, wd, pwd, lw_of](const Tensor& g, auto& need) {
+    std::vector<Tensor> out(4);
+    const Tensor gw = wd.defined() ? mul(g, wd) : g;
+    if (need[0]) {
+      Tensor s = sigmoid(xd);
+      out[0] = mul(gw, pwd.defined() ? sub(mul(lw_of(pwd, yd), s), mul(pwd, yd)) : sub(s, yd));
+    }
+    Tensor sp = need[1] || need[2] || need[3] ? softplus(neg(xd)) : Tensor();
+    if (need[1])  // -x + (pos_weight - 1) softplus(-x)
+      out[1] = mul(gw, pwd.defined() ? add(neg(xd), mul(add(pwd, -1.0), sp)) : neg(xd));
+    if (need[2]) {
+      Tensor unweighted = add(mul(rsub(yd, 1.0), xd), pwd.defined() ? mul(lw_of(pwd, yd), sp) : sp);
+      out[2] = sum_to(mul(g, unweighted), wd.shape());
+    }
+    if (need[3]) out[3] = sum_to(mul(mul(gw, yd), sp), pwd.shape());
+    return out;
+  });
+  switch (o.reduction) {
+    case Reduction::none: return loss;
+    case Reduction::sum: return sum(loss);
+    case Reduction::mean: return mean(loss);
+  }
+  return loss;
 }
 
 }  // namespace nn

@@ -55,6 +55,9 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
     case UnaryOp::rdiv_scalar: return a / x;
     case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
     case UnaryOp::div_scalar: return x / a;
+    case UnaryOp::log1p: return std::log1p(x);
+    case UnaryOp::silu: return x / (T(1) + std::exp(-x));
+    case UnaryOp::softplus: return x > T(kernels::kSoftplusThreshold) ? x : std::log1p(std::exp(x));
   }
   return x;
 }
@@ -138,6 +141,7 @@ void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
     NN_UNARY_CASE(gelu) NN_UNARY_CASE(tanh) NN_UNARY_CASE(sigmoid) NN_UNARY_CASE(add_scalar)
     NN_UNARY_CASE(mul_scalar) NN_UNARY_CASE(pow_scalar) NN_UNARY_CASE(rsub_scalar)
     NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp) NN_UNARY_CASE(div_scalar)
+    NN_UNARY_CASE(log1p) NN_UNARY_CASE(silu) NN_UNARY_CASE(softplus)
   }
 #undef NN_UNARY_CASE
 }
@@ -260,6 +264,18 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
       return;
     case UnaryOp::sigmoid:
       map<T, T, T>(grad_x, [](T g, T s) { return C(g) * C(s) * (C(1) - C(s)); }, grad, y);
+      return;
+    case UnaryOp::silu:  // sigmoid(x) (1 + x (1 - sigmoid(x)))
+      map<T, T, T>(grad_x, [](T g, T v_) {
+        const C v = C(v_), s = C(1) / (C(1) + std::exp(-v));
+        return C(g) * s * (C(1) + v * (C(1) - s));
+      }, grad, x);
+      return;
+    case UnaryOp::softplus:  // sigmoid(x), 1 past the threshold
+      map<T, T, T>(grad_x, [](T g, T v_) {
+        const C v = C(v_);
+        return v > C(kernels::kSoftplusThreshold) ? C(g) : C(g) / (C(1) + std::exp(-v));
+      }, grad, x);
       return;
     default:
       NN_ERROR("unary_backward: no fused backward for this op");

@@ -58,7 +58,8 @@ void CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x
   activate();
   const Tensor& v = (op == UnaryOp::tanh || op == UnaryOp::sigmoid) ? y : x;
   NN_CHECK(op == UnaryOp::relu || op == UnaryOp::gelu || op == UnaryOp::tanh ||
-               op == UnaryOp::sigmoid, "unary_backward: no fused backward for this op");
+               op == UnaryOp::sigmoid || op == UnaryOp::silu || op == UnaryOp::softplus,
+           "unary_backward: no fused backward for this op");
   kernels::launch_unary_backward(op, x.dtype(), grad_x.data_ptr(), grad.data_ptr(), v.data_ptr(),
                                  geom<3>(grad_x, {&grad, &v}), grad_x.numel(),
                                  all_contiguous(grad_x, {&grad, &v}), stream_);
