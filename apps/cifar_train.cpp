@@ -166,7 +166,10 @@ int run(int argc, char** argv) {
     profile.end(meter);
     {
       apps::PrecisionAutocast ac(precision);
-      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device, &par);
+      const apps::Evaluation e = apps::evaluate(*model, val, device, &par, /*top5=*/true);
+      s.val_loss = e.loss;
+      s.val_accuracy = e.accuracy;
+      s.val_top5 = e.top5;
     }
     s.lr = opt.lr();
     s.loss_scale = scaler.options().enabled ? scaler.get_scale() : 0;

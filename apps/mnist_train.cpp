@@ -175,7 +175,9 @@ int run(int argc, char** argv) {
     profile.end(meter);
     {
       apps::PrecisionAutocast ac(precision);
-      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val_loader, std::nullopt, &par);
+      const apps::Evaluation e = apps::evaluate(*model, val_loader, std::nullopt, &par);
+      s.val_loss = e.loss;
+      s.val_accuracy = e.accuracy;
     }
     s.lr = optimizer->lr();
     s.loss_scale = scaler.options().enabled ? scaler.get_scale() : 0;

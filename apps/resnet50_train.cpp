@@ -177,7 +177,10 @@ int run(int argc, char** argv) {
       par.shard(vo, false);
       nn::data::DataLoader val(val_set, vo);
       apps::PrecisionAutocast ac(precision);
-      std::tie(s.val_loss, s.val_accuracy) = apps::evaluate(*model, val, device, &par);
+      const apps::Evaluation e = apps::evaluate(*model, val, device, &par, /*top5=*/true);
+      s.val_loss = e.loss;
+      s.val_accuracy = e.accuracy;
+      s.val_top5 = e.top5;
     } else {
       s.val_loss = std::nan("");
       s.val_accuracy = std::nan("");

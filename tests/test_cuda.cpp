@@ -180,6 +180,11 @@ std::vector<Case> cases() {
   unary("exp", exp); unary("tanh", tanh); unary("sigmoid", sigmoid); unary("relu", relu);
   unary("gelu", gelu); unary("neg", neg); unary("abs", abs); unary("square", square);
   unary("silu", silu);
+  v.push_back({"top_k_correct", {{33, 9}, {33, 9}}, [](auto& x) {
+                 Tensor t = argmax(x[1], 1);
+                 return std::vector<Tensor>{top_k_correct(x[0], t, 1).to(kF32),
+                                            top_k_correct(x[0], t, 5).to(kF32)};
+               }, 0, false});
   v.push_back({"softplus and log1p", {{3, 41}}, [](auto& x) {
                  Tensor wide = x[0] * 12.0;  // past the threshold (20) and beyond -20 too
                  return std::vector<Tensor>{softplus(wide), softplus(x[0], 2.5), log1p(abs(x[0]))};

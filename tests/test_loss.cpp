@@ -166,3 +166,30 @@ TEST_CASE("binary_cross_entropy_with_logits: definition, gradients, weights and 
   REQUIRE(test::error_of([&] { binary_cross_entropy_with_logits(x, y, bad); })
               .find("does not broadcast to the input's") != std::string::npos);
 }
+
+TEST_CASE("top_k_correct counts targets among the k largest logits", "[loss]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  // row 0: target 2 is the largest; row 1: target 0 is 3rd; row 2: target 1 ties the largest
+  // (a tie counts for it); row 3: target 3 at -inf, behind three; row 4: nothing compares
+  // above the target's NaN
+  Tensor logits = tensor({1, 2, 5, 0,    //
+                          3, 4, 5, 1,    //
+                          7, 7, 0, 0,    //
+                          -1, 0, 1, -inf,    //
+                          std::nan(""), 0, 1, 2},
+                         {5, 4}, kF64);
+  Tensor target = from_vector<int64_t>({2, 0, 1, 3, 0}, {5});
+  REQUIRE(top_k_correct(logits, target, 1).item<int64_t>() == 3);  // rows 0, 2, 4
+  REQUIRE(top_k_correct(logits, target, 2).item<int64_t>() == 3);
+  REQUIRE(top_k_correct(logits, target, 3).item<int64_t>() == 4);  // row 1
+  REQUIRE(top_k_correct(logits, target, 4).item<int64_t>() == 5);  // row 3: three above, -inf ties
+  REQUIRE(top_k_correct(logits.to(kF32), target.to(kI32), 3).item<int64_t>() == 4);
+  // top-1 agrees with argmax where there are no ties
+  Tensor r = rnd({64, 10}, 3, false), t = argmax(rnd({64, 10}, 4, false), 1);
+  REQUIRE(top_k_correct(r, t, 1).item<int64_t>() == sum(eq(argmax(r, 1), t)).item<int64_t>());
+  REQUIRE(top_k_correct(r, t, 10).item<int64_t>() == 64);
+  REQUIRE(test::error_of([&] { top_k_correct(logits, from_vector<int64_t>({2, 0, 1, 4, 0}, {5}), 2); })
+              .find("target classes must be in [0, 4), got 4") != std::string::npos);
+  REQUIRE(test::error_of([&] { top_k_correct(logits, target, 0); }).find("k must be at least 1") !=
+          std::string::npos);
+}

@@ -320,15 +320,19 @@ inline int guarded_main(const char* name, int argc, char** argv, int (*body)(int
   }
 }
 
-// Mean cross-entropy loss and accuracy of a classifier over a loader, in eval mode. Batches
-// are moved to `device` first when given (loaders that produce them on the CPU). With `par`,
-// each rank's loader holds its shard and the sums are added over the ranks.
-inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoader& loader,
-                                          std::optional<nn::Device> device = std::nullopt,
-                                          const Parallel* par = nullptr) {
+// Mean cross-entropy loss and accuracy of a classifier over a loader, in eval mode, and with
+// `top5` the top-5 accuracy (NaN with 5 classes or fewer, where every target is in the top
+// 5). Batches are moved to `device` first when given (loaders that produce them on the CPU).
+// With `par`, each rank's loader holds its shard and the sums are added over the ranks.
+struct Evaluation {
+  double loss = 0, accuracy = 0, top5 = std::nan("");
+};
+inline Evaluation evaluate(nn::Module& model, nn::data::DataLoader& loader,
+                           std::optional<nn::Device> device = std::nullopt,
+                           const Parallel* par = nullptr, bool top5 = false) {
   nn::NoGradGuard ng;
   model.eval();
-  nn::Tensor loss_sum, correct;
+  nn::Tensor loss_sum, correct, correct5;
   int64_t n = 0;
   for (auto& b : loader) {
     nn::Tensor x = device ? b.data.to(*device) : b.data;
@@ -340,13 +344,22 @@ inline std::pair<double, double> evaluate(nn::Module& model, nn::data::DataLoade
     nn::Tensor c = nn::sum(nn::eq(nn::argmax(logits, 1), y));
     loss_sum = loss_sum.defined() ? nn::add(loss_sum, l) : l;
     correct = correct.defined() ? nn::add(correct, c) : c;
+    if (top5 && logits.shape()[1] > 5) {
+      nn::Tensor c5 = nn::top_k_correct(logits, y, 5);
+      correct5 = correct5.defined() ? nn::add(correct5, c5) : c5;
+    }
     n += b.data.shape()[0];
   }
   model.train();
-  std::vector<double> v{n ? loss_sum.item() : 0.0, n ? correct.item() : 0.0, double(n)};
-  if (par) par->sum(v);
-  if (v[2] == 0) return {0.0, 0.0};
-  return {v[0] / v[2], v[1] / v[2]};
+  std::vector<double> v{n ? loss_sum.item() : 0.0, n ? correct.item() : 0.0, double(n),
+                        correct5.defined() ? correct5.item() : 0.0};
+  if (par) par->sum(v);  // (every rank's shard has the same classes: all or none have top-5)
+  Evaluation e;
+  if (v[2] == 0) return e;
+  e.loss = v[0] / v[2];
+  e.accuracy = v[1] / v[2];
+  if (correct5.defined()) e.top5 = v[3] / v[2];
+  return e;
 }
 
 }  // namespace apps

@@ -368,9 +368,12 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
       has_val ? nn::detail::cat("  val_loss ", std::round(s.val_loss * 1e4) / 1e4, "  val_accuracy ",
                                 std::round(s.val_accuracy * 1e4) / 100, "%")
               : std::string();
+  const bool has_top5 = has_val && !std::isnan(s.val_top5);
+  const std::string top5 =
+      has_top5 ? nn::detail::cat("  val_top5 ", std::round(s.val_top5 * 1e4) / 100, "%") : std::string();
   const std::string line = nn::detail::cat(
       "epoch ", s.epoch, "/", s.epochs, "  batch ", s.batches, "/", s.batches, "  train_loss ",
-      nn::detail::cat(std::round(s.train_loss * 1e4) / 1e4), val, "  ",
+      nn::detail::cat(std::round(s.train_loss * 1e4) / 1e4), val, top5, "  ",
       std::round(s.seconds * 10) / 10, "s  ", int64_t(s.samples_per_second),
       " samples/s  elapsed ", std::round(elapsed() * 10) / 10, "s");
   std::printf("%s\n", line.c_str());
@@ -379,17 +382,19 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
   // saved: the epoch's training is kept, its metrics line is what is lost
   std::exception_ptr metrics_error;
   try {
-    if (!metrics_.empty())
-      nn::train::append_line(metrics_, nn::train::JsonLine()
-                                           .add("epoch", s.epoch)
-                                           .add("train_loss", s.train_loss)
-                                           .add("val_loss", s.val_loss)
-                                           .add("val_accuracy", s.val_accuracy)
-                                           .add("seconds", s.seconds)
-                                           .add("samples_per_second", s.samples_per_second)
-                                           .add("lr", s.lr)
-                                           .add("elapsed", elapsed())
-                                           .str());
+    if (!metrics_.empty()) {
+      nn::train::JsonLine j;
+      j.add("epoch", s.epoch)
+          .add("train_loss", s.train_loss)
+          .add("val_loss", s.val_loss)
+          .add("val_accuracy", s.val_accuracy);
+      if (has_top5) j.add("val_top5_accuracy", s.val_top5);
+      j.add("seconds", s.seconds)
+          .add("samples_per_second", s.samples_per_second)
+          .add("lr", s.lr)
+          .add("elapsed", elapsed());
+      nn::train::append_line(metrics_, j.str());
+    }
   } catch (...) {
     metrics_error = std::current_exception();
   }
@@ -399,6 +404,7 @@ void Run::end_epoch(const EpochSummary& s, Position next) {
     if (has_val) {
       tb_->add_scalar("val/loss", s.val_loss, next.step);
       tb_->add_scalar("val/accuracy", s.val_accuracy, next.step);
+      if (has_top5) tb_->add_scalar("val/top5_accuracy", s.val_top5, next.step);
     }
     tb_->add_scalar("train/epoch_loss", s.train_loss, next.step);
     tb_->add_scalar("train/lr", s.lr, next.step);

@@ -8,6 +8,7 @@
 
 #include <cxxopts.hpp>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -42,7 +43,8 @@ struct Position {
 struct EpochSummary {
   int64_t epoch = 0, epochs = 0, batches = 0;
   double train_loss = 0, val_loss = 0, val_accuracy = 0, seconds = 0, samples_per_second = 0;
-  double lr = 0, loss_scale = 0;  // loss_scale 0: no loss scaling
+  double val_top5 = std::nan("");  // top-5 accuracy, where the app measures it
+  double lr = 0, loss_scale = 0;   // loss_scale 0: no loss scaling
 };
 
 // A SIGTERM/SIGINT/SIGHUP stop after the checkpoint was written; guarded_main turns it into exit

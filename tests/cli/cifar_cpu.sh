@@ -19,7 +19,10 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 2, rows
 assert all(math.isfinite(r["train_loss"]) and r["samples_per_second"] > 0 for r in rows), rows
 assert rows[-1]["val_accuracy"] > 0.6, rows  # 10 classes: chance is 0.1
-print("synthetic ok:", [(round(r["train_loss"], 3), r["val_accuracy"]) for r in rows])
+# top-5 accuracy: at least top-1's, at most 1, and above top-5's chance (0.5) once learned
+assert all(r["val_accuracy"] <= r["val_top5_accuracy"] <= 1 for r in rows), rows
+assert rows[-1]["val_top5_accuracy"] > 0.8, rows
+print("synthetic ok:", [(round(r["train_loss"], 3), r["val_accuracy"], r["val_top5_accuracy"]) for r in rows])
 PY
 
 # 600 images, batch 50: 12 steps an epoch; checkpoints every 5 steps, so step 5 is mid-epoch.
@@ -58,6 +61,7 @@ PY
 "$app" --data-dir "$out/c10" --depth 8 --batch-size 40 --epochs 1 --threads 2 --metrics "$out/c10.jsonl" \
   | tee "$out/c10.log"
 grep -q "on CIFAR-10, 10 classes, 200 train / 30 test images" "$out/c10.log"
+grep -q "val_top5 [0-9.]*%" "$out/c10.log"
 "$app" --data-dir "$out/c100" --depth 8 --batch-size 40 --epochs 1 --threads 2 --test-samples 50 \
   --metrics "$out/c100.jsonl" | tee "$out/c100.log"
 grep -q "on CIFAR-100, 100 classes, 200 train / 50 test images" "$out/c100.log"
@@ -65,7 +69,7 @@ python3 - "$out/c10.jsonl" "$out/c100.jsonl" <<'PY'
 import json, math, sys
 for f in sys.argv[1:]:
     (r,) = [json.loads(l) for l in open(f)]
-    assert math.isfinite(r["val_loss"]) and 0 <= r["val_accuracy"] <= 1, r
+    assert math.isfinite(r["val_loss"]) and 0 <= r["val_accuracy"] <= r["val_top5_accuracy"] <= 1, r
 print("CIFAR folders ok")
 PY
 

@@ -157,6 +157,12 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& opts = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// How many rows (N, C) of logits have their target class (N, i64/i32) among their k
+// largest: those with fewer than k logits above the target's (a tie counts for the target; a
+// NaN compares above nothing, and nothing above it). An i64 scalar on the logits' device;
+// not differentiable. k = 1 is top-1 accuracy's count but for ties, which argmax breaks by the
+// first index.
+Tensor top_k_correct(const Tensor& logits, const Tensor& target, int64_t k);
 // PyTorch's binary_cross_entropy_with_logits: for logits x and targets y in [0, 1] (same
 // shape), (1 - y) x + (1 + (pos_weight - 1) y) softplus(-x), times weight; weight
 // broadcasts to the loss's shape, pos_weight along its last dim (one per class of a

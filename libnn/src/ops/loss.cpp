@@ -86,6 +86,35 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   return se;
 }
 
+Tensor top_k_correct(const Tensor& logits, const Tensor& target, int64_t k) {
+  const char* op = "top_k_correct";
+  check_defined(logits, op, "logits");
+  check_defined(target, op, "target");
+  check_floating(logits, op);
+  NN_CHECK(logits.dim() == 2, op, ": logits must be (N, C), got ", shape_str(logits.shape()));
+  NN_CHECK(target.dtype() == kI64 || target.dtype() == kI32, op,
+           ": target must hold class indices (i64 or i32), got ", dtype_name(target.dtype()));
+  NN_CHECK(target.device() == logits.device(), op, ": target on ", target.device().str(),
+           ", logits on ", logits.device().str());
+  NN_CHECK(target.shape() == Shape{logits.shape()[0]}, op, ": target of shape ",
+           shape_str(target.shape()), " for logits of shape ", shape_str(logits.shape()));
+  NN_CHECK(k >= 1, op, ": k must be at least 1, got ", k);
+  const int64_t C = logits.shape()[1];
+  NoGradGuard ng;
+  Tensor t = target.to(kI64);
+  {  // (a class outside [0, C) would have no logit, and silently count as correct)
+    const int64_t lo = t.numel() ? amin(t).item<int64_t>() : 0, hi = t.numel() ? amax(t).item<int64_t>() : 0;
+    NN_CHECK(lo >= 0 && hi < C, op, ": target classes must be in [0, ", C, "), got ",
+             lo < 0 ? lo : hi);
+  }
+  Tensor classes = arange(C, TensorOptions(kI64).device(logits.device())).reshape({1, C});
+  Tensor is_target = eq(classes, t.reshape({-1, 1}));
+  // the target's logit: a select, not a product with a one-hot (-inf times 0 is NaN)
+  Tensor mine = sum(where(is_target.to(logits.dtype()), logits, zeros({}, logits.options())), {1}, true);
+  Tensor above = sum(gt(logits, mine).to(kI64), {1});
+  return sum(lt(above, full({}, double(k), above.options())));
+}
+
 Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
                                         const BceWithLogitsOptions& o) {
   const char* op = "binary_cross_entropy_with_logits";
