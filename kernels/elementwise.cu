@@ -124,6 +124,7 @@ struct UnaryF {
 template <typename T>
 struct UnaryBackwardF {
   UnaryOp op;
+  acc_t<T> a;  // the op's scalar (leaky_relu's slope, elu's alpha)
   __device__ T operator()(T g, T v) const {
     using C = acc_t<T>;
     C gc = load(g), x = load(v), r = C(0);
@@ -145,6 +146,8 @@ struct UnaryBackwardF {
       case UnaryOp::softplus:
         r = x > C(kSoftplusThreshold) ? gc : gc / (C(1) + m_exp(-x));
         break;
+      case UnaryOp::leaky_relu: r = x > C(0) ? gc : gc * a; break;
+      case UnaryOp::elu: r = x > C(0) ? gc : gc * a * m_exp(x); break;
       default: break;
     }
     return convert<T>(r);
@@ -244,9 +247,10 @@ void launch_unary(UnaryOp op, DType t, void* out, const void* x, double a, doubl
 }
 
 void launch_unary_backward(UnaryOp op, DType t, void* grad_x, const void* grad, const void* v,
-                           const Geom<3>& g, int64_t n, bool contiguous, cudaStream_t s) {
+                           double a, const Geom<3>& g, int64_t n, bool contiguous,
+                           cudaStream_t s) {
   dispatch_float(t, "unary_backward", [&]<typename T>() {
-    launch_map(static_cast<T*>(grad_x), n, contiguous, g, s, UnaryBackwardF<T>{op},
+    launch_map(static_cast<T*>(grad_x), n, contiguous, g, s, UnaryBackwardF<T>{op, acc_t<T>(a)},
                static_cast<const T*>(grad), static_cast<const T*>(v));
   });
 }

@@ -19,9 +19,11 @@ void launch_random(DType t, void* dst, int64_t n, bool normal, double a, double 
                    uint64_t seed, uint64_t offset, cudaStream_t s);
 void launch_unary(UnaryOp op, DType t, void* out, const void* x, double a, double b,
                   const Geom<2>& g, int64_t n, bool contiguous, cudaStream_t s);
-// grad_x = grad * op'(x) for relu, gelu (v = x) and tanh, sigmoid (v = y = op(x)).
+// grad_x = grad * op'(x) for relu, gelu, silu, softplus, leaky_relu, elu (v = x; a: the op's
+// scalar) and tanh, sigmoid (v = y = op(x)).
 void launch_unary_backward(UnaryOp op, DType t, void* grad_x, const void* grad, const void* v,
-                           const Geom<3>& g, int64_t n, bool contiguous, cudaStream_t s);
+                           double a, const Geom<3>& g, int64_t n, bool contiguous,
+                           cudaStream_t s);
 void launch_binary(BinaryOp op, DType t, void* out, const void* a, const void* b,
                    const Geom<3>& g, int64_t n, bool contiguous, cudaStream_t s);
 // cond is of dtype t or u8.

@@ -25,6 +25,8 @@ __device__ __forceinline__ int64_t m_pow(int64_t x, int64_t y) {
 }
 __device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
 __device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
 __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
 
@@ -61,6 +63,8 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C a, C b) {
     case UnaryOp::log1p: return m_log1p(x);
     case UnaryOp::silu: return x / (C(1) + m_exp(-x));
     case UnaryOp::softplus: return x > C(kSoftplusThreshold) ? x : m_log1p(m_exp(x));
+    case UnaryOp::leaky_relu: return x > C(0) ? x : x * a;
+    case UnaryOp::elu: return x > C(0) ? x : a * m_expm1(x);
   }
   return x;
 }

@@ -15,6 +15,8 @@ enum class UnaryOp {
   log1p,       // log(1 + x), accurate for small x
   silu,        // x * sigmoid(x)
   softplus,    // log(1 + exp(x)), x itself past kSoftplusThreshold (PyTorch's default)
+  leaky_relu,  // x > 0 ? x : a x
+  elu,         // x > 0 ? x : a (exp(x) - 1)
 };
 constexpr double kSoftplusThreshold = 20;
 enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };

@@ -180,6 +180,9 @@ std::vector<Case> cases() {
   unary("exp", exp); unary("tanh", tanh); unary("sigmoid", sigmoid); unary("relu", relu);
   unary("gelu", gelu); unary("neg", neg); unary("abs", abs); unary("square", square);
   unary("silu", silu);
+  v.push_back({"leaky_relu and elu", {{7, 23}}, [](auto& x) {
+                 return std::vector<Tensor>{leaky_relu(x[0], 0.2), elu(x[0], 1.5), leaky_relu(T(x[0]))};
+               }});
   v.push_back({"top_k_correct", {{33, 9}, {33, 9}}, [](auto& x) {
                  Tensor t = argmax(x[1], 1);
                  return std::vector<Tensor>{top_k_correct(x[0], t, 1).to(kF32),
@@ -707,6 +710,7 @@ std::vector<Case> cases() {
                    Tensor p = add(abs(x[0]), 0.5);
                    return std::vector<Tensor>{exp(x[0]), tanh(x[0]), sigmoid(x[0]), gelu(x[0]),
                                               silu(x[0]), softplus(x[0]), log1p(p),
+                                              leaky_relu(x[0], 0.2), elu(x[0]),
                                               log(p), sqrt(p), rsqrt(p), T(x[0]) * 3.0 + 1.0};
                  }, tol, true, h});
     v.push_back({n + " softmax and reductions", {{7, 13, 5}}, [](auto& x) {

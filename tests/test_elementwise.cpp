@@ -34,6 +34,9 @@ TEST_CASE("unary ops match the C library", "[elementwise]") {
   test::require_close(clamp(x, -1, 1), host_map(x, [](double v) { return std::clamp(v, -1.0, 1.0); }));
   test::require_close(log1p(pos), host_map(pos, [](double v) { return std::log1p(v); }));
   test::require_close(silu(x), host_map(x, [](double v) { return v / (1 + std::exp(-v)); }));
+  test::require_close(leaky_relu(x, 0.2), host_map(x, [](double v) { return v > 0 ? v : 0.2 * v; }));
+  test::require_close(elu(x, 1.5), host_map(x, [](double v) { return v > 0 ? v : 1.5 * std::expm1(v); }));
+  require_values(leaky_relu(tensor({-3.0, 2.0}, kF64)), {-0.03, 2.0});  // PyTorch's default slope
   test::require_close(softplus(x), host_map(x, [](double v) { return std::log1p(std::exp(v)); }));
   // softplus(x, beta) as PyTorch's: x itself past beta x = 20 (25 at beta 1: 25, not 25 + 1e-11)
   Tensor wide = tensor({-30, -1, 0.5, 9, 10.5, 25}, kF64);
@@ -271,6 +274,12 @@ TEST_CASE("gradcheck: unary ops", "[elementwise][gradcheck]") {
   require_gradcheck([](const std::vector<Tensor>& in) { return log1p(in[0]); }, {p});
   require_gradcheck([](const std::vector<Tensor>& in) { return softplus(in[0]); }, {x});
   require_gradcheck([](const std::vector<Tensor>& in) { return softplus(in[0], 3.0); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return leaky_relu(in[0], 0.3); }, {x});
+  require_gradcheck([](const std::vector<Tensor>& in) { return elu(in[0], 0.7); }, {x});
+  // at 0, as PyTorch: leaky_relu's gradient is the slope, elu's alpha
+  Tensor zero = zeros({1}, kF64).requires_grad_();
+  (leaky_relu(zero, 0.3) + elu(zero, 0.7)).sum().backward();
+  require_values(zero.grad(), {0.3 + 0.7});
   // past the threshold the gradient is 1 (the function is x there)
   Tensor big = tensor({21.0, 30.0, -40.0}, kF64).requires_grad_();
   softplus(big).sum().backward();
@@ -383,6 +392,8 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
         {"gelu", [](const Tensor& t) { return gelu(t); }},
         {"silu", [](const Tensor& t) { return silu(t); }},
         {"softplus", [](const Tensor& t) { return softplus(t); }},
+        {"leaky_relu", [](const Tensor& t) { return leaky_relu(t, 0.2); }},
+        {"elu", [](const Tensor& t) { return elu(t); }},
         {"abs", [](const Tensor& t) { return abs(t); }},
         {"neg", [](const Tensor& t) { return neg(t); }},
         {"square", [](const Tensor& t) { return square(t); }},
@@ -421,7 +432,7 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
     same(pow(pos, x), pow(pos.to(kF32), x.to(kF32)).to(h), "pow");
     // the fused backwards against the f64 gradient of the same values: tanh and sigmoid read
     // their 16-bit outputs, so 1 - t^2 carries t's rounding (up to 2^-7 near |t| = 1) times g
-    for (const char* name : {"relu", "tanh", "sigmoid", "gelu", "silu", "softplus"}) {
+    for (const char* name : {"relu", "tanh", "sigmoid", "gelu", "silu", "softplus", "leaky_relu", "elu"}) {
       INFO(name);
       auto f = [&](const Tensor& t) {
         const std::string n = name;
@@ -430,6 +441,8 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
                : n == "sigmoid" ? sigmoid(t)
                : n == "silu"    ? silu(t)
                : n == "softplus" ? softplus(t)
+               : n == "leaky_relu" ? leaky_relu(t, 0.2)
+               : n == "elu"     ? elu(t, 1.5)
                                  : gelu(t);
       };
       Tensor g = rnd({37, 21}, 5, false).to(h);

@@ -134,6 +134,18 @@ class SiLU : public Module {
   SiLU() : Module("SiLU") {}
   Tensor forward(const Tensor& x) override { return silu(x); }
 };
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : Module("LeakyReLU"), negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
+  double negative_slope;
+};
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : Module("ELU"), alpha(alpha) {}
+  Tensor forward(const Tensor& x) override { return elu(x, alpha); }
+  double alpha;
+};
 class Tanh : public Module {
  public:
   Tanh() : Module("Tanh") {}

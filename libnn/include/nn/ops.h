@@ -32,6 +32,8 @@ Tensor square(const Tensor& x);
 Tensor relu(const Tensor& x);  // NaN stays NaN
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x)
 Tensor silu(const Tensor& x);  // x * sigmoid(x) (swish)
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);  // x > 0 ? x : slope x
+Tensor elu(const Tensor& x, double alpha = 1.0);  // x > 0 ? x : alpha (exp(x) - 1)
 // log(1 + exp(beta x)) / beta, as PyTorch's: x itself where beta x > 20 (its threshold).
 Tensor softplus(const Tensor& x, double beta = 1.0);
 Tensor log1p(const Tensor& x);  // log(1 + x), accurate where x is small

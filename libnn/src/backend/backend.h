@@ -67,10 +67,10 @@ class Backend {
   virtual void fill_random(Tensor& dst, RandomKind kind, double a, double b, uint64_t seed,
                            uint64_t offset) = 0;    // dst contiguous
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) = 0;
-  // grad_x = grad * d op(x)/dx, for relu, gelu, tanh, sigmoid, silu, softplus (y = op(x) is
-  // passed for those that use it).
+  // grad_x = grad * d op(x)/dx, for relu, gelu, tanh, sigmoid, silu, softplus, leaky_relu and
+  // elu (y = op(x) is passed for those that use it, a is the op's scalar).
   virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
-                              Tensor& grad_x) = 0;
+                              double a, Tensor& grad_x) = 0;
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) = 0;
 

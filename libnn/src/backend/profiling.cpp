@@ -32,8 +32,8 @@ std::string unary_name(UnaryOp op, bool backward = false) {
   static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "square", "relu",
                                 "gelu", "tanh", "sigmoid", "add_scalar", "mul_scalar",
                                 "pow_scalar", "rsub_scalar", "rdiv_scalar", "clamp",
-                                "div_scalar", "log1p", "silu", "softplus"};
-  static_assert(std::size(names) == size_t(UnaryOp::softplus) + 1, "a name for every op");
+                                "div_scalar", "log1p", "silu", "softplus", "leaky_relu", "elu"};
+  static_assert(std::size(names) == size_t(UnaryOp::elu) + 1, "a name for every op");
   return std::string(backward ? "unary_backward." : "unary.") + names[int(op)];
 }
 std::string binary_name(BinaryOp op) {
@@ -114,9 +114,10 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, unary_name(op), "elementwise");
     inner_.unary(op, x, out, a, b);
   }
-  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, Tensor& grad_x) override {
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, double a,
+                      Tensor& grad_x) override {
     Timer t(*this, unary_name(op, true), "elementwise");
-    inner_.unary_backward(op, grad, x, y, grad_x);
+    inner_.unary_backward(op, grad, x, y, a, grad_x);
   }
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
     Timer t(*this, binary_name(op), "elementwise");

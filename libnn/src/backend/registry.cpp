@@ -105,7 +105,7 @@ void Backend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out, co
   // ReLU's backward reads its input's sign, which out's shares
   Tensor g = grad_z.defined() ? grad_z : empty(x.shape(), x.options(), format_of(x));
   Tensor gf = flat(g);
-  unary_backward(UnaryOp::relu, flat(grad), flat(out), flat(out), gf);
+  unary_backward(UnaryOp::relu, flat(grad), flat(out), flat(out), 0.0, gf);
   batch_norm_backward(g, x, weight, save_mean, save_invstd, training, grad_x, grad_weight,
                       grad_bias);
 }

@@ -109,15 +109,15 @@ Tensor unary_float(UnaryOp op, const Tensor& x, const char* name, double a = 0, 
   return unary_raw(op, x, a, b);
 }
 
-// Gradient of an activation with a fused backward primitive.
-Tensor activation(UnaryOp op, const Tensor& x, const char* name) {
-  Tensor y = unary_float(op, x, name);
-  record(name, {x}, y, {x, y}, [op, xs = x.detach(), ys = y.detach()](const Tensor& g, auto&) {
+// Gradient of an activation with a fused backward primitive; a is the op's scalar.
+Tensor activation(UnaryOp op, const Tensor& x, const char* name, double a = 0) {
+  Tensor y = unary_float(op, x, name, a);
+  record(name, {x}, y, {x, y}, [op, a, xs = x.detach(), ys = y.detach()](const Tensor& g, auto&) {
     const MemoryFormat f = format_of(xs);
     Tensor gx = empty(xs.shape(), xs.options(), f);
     Tensor gv = layout_view(gx, f);
     backend::of(g).unary_backward(op, layout_view(raw_expand(g, xs.shape()), f),
-                                  layout_view(xs, f), layout_view(ys, f), gv);
+                                  layout_view(xs, f), layout_view(ys, f), a, gv);
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -383,6 +383,14 @@ Tensor log1p(const Tensor& x) {
   return y;
 }
 Tensor silu(const Tensor& x) { return activation(UnaryOp::silu, x, "silu"); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  NN_CHECK(std::isfinite(negative_slope), "leaky_relu: negative_slope must be finite, got ", negative_slope);
+  return activation(UnaryOp::leaky_relu, x, "leaky_relu", negative_slope);
+}
+Tensor elu(const Tensor& x, double alpha) {
+  NN_CHECK(std::isfinite(alpha), "elu: alpha must be finite, got ", alpha);
+  return activation(UnaryOp::elu, x, "elu", alpha);
+}
 Tensor softplus(const Tensor& x, double beta) {
   NN_CHECK(beta > 0 && std::isfinite(beta), "softplus: beta must be positive and finite, got ", beta);
   if (beta == 1.0) return activation(UnaryOp::softplus, x, "softplus");

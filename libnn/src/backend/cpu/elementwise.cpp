@@ -58,6 +58,8 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
     case UnaryOp::log1p: return std::log1p(x);
     case UnaryOp::silu: return x / (T(1) + std::exp(-x));
     case UnaryOp::softplus: return x > T(kernels::kSoftplusThreshold) ? x : std::log1p(std::exp(x));
+    case UnaryOp::leaky_relu: return x > T(0) ? x : x * a;  // (NaN stays NaN)
+    case UnaryOp::elu: return x > T(0) ? x : a * std::expm1(x);
   }
   return x;
 }
@@ -141,7 +143,8 @@ void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
     NN_UNARY_CASE(gelu) NN_UNARY_CASE(tanh) NN_UNARY_CASE(sigmoid) NN_UNARY_CASE(add_scalar)
     NN_UNARY_CASE(mul_scalar) NN_UNARY_CASE(pow_scalar) NN_UNARY_CASE(rsub_scalar)
     NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp) NN_UNARY_CASE(div_scalar)
-    NN_UNARY_CASE(log1p) NN_UNARY_CASE(silu) NN_UNARY_CASE(softplus)
+    NN_UNARY_CASE(log1p) NN_UNARY_CASE(silu) NN_UNARY_CASE(softplus) NN_UNARY_CASE(leaky_relu)
+    NN_UNARY_CASE(elu)
   }
 #undef NN_UNARY_CASE
 }
@@ -244,7 +247,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, doubl
 namespace {
 // T, C as for unary_typed.
 template <typename T, typename C = T>
-void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, C a,
                           Tensor& grad_x) {
   switch (op) {
     case UnaryOp::relu:
@@ -271,6 +274,13 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
         return C(g) * s * (C(1) + v * (C(1) - s));
       }, grad, x);
       return;
+    case UnaryOp::leaky_relu:
+      map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a; }, grad, x);
+      return;
+    case UnaryOp::elu:  // a exp(x) at and below 0
+      map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a * std::exp(C(v)); },
+                   grad, x);
+      return;
     case UnaryOp::softplus:  // sigmoid(x), 1 past the threshold
       map<T, T, T>(grad_x, [](T g, T v_) {
         const C v = C(v_);
@@ -284,11 +294,11 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
 }  // namespace
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
-                                const Tensor& y, Tensor& grad_x) {
-  auto typed16 = [&]<typename T>() { unary_backward_typed<T, float>(op, grad, x, y, grad_x); };
+                                const Tensor& y, double a, Tensor& grad_x) {
+  auto typed16 = [&]<typename T>() { unary_backward_typed<T, float>(op, grad, x, y, float(a), grad_x); };
   if (dispatch16(x.dtype(), typed16)) return;
   dispatch_float(x.dtype(), "unary_backward", [&]<typename T>() {
-    unary_backward_typed<T>(op, grad, x, y, grad_x);
+    unary_backward_typed<T>(op, grad, x, y, T(a), grad_x);
   });
 }
 

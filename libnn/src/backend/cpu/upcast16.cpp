@@ -51,16 +51,17 @@ class Upcast16Backend final : public Backend {
     inner_.unary(op, x32, out32, a, b);
     down(out32, out);
   }
-  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, Tensor& grad_x) override {
-    if (!(is16(grad) || is16(x) || is16(y) || is16(grad_x))) return inner_.unary_backward(op, grad, x, y, grad_x);
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, double a,
+                      Tensor& grad_x) override {
+    if (!(is16(grad) || is16(x) || is16(y) || is16(grad_x))) return inner_.unary_backward(op, grad, x, y, a, grad_x);
     if (same16({&grad, &x, &y, &grad_x}) && CpuBackend::native16(op, x, grad_x) &&
         (op != UnaryOp::gelu || grad.is_contiguous()))
-      return inner_.unary_backward(op, grad, x, y, grad_x);
+      return inner_.unary_backward(op, grad, x, y, a, grad_x);
     Tensor grad32 = up(grad);
     Tensor x32 = up(x);
     Tensor y32 = up(y);
     Tensor grad_x32 = up(grad_x);
-    inner_.unary_backward(op, grad32, x32, y32, grad_x32);
+    inner_.unary_backward(op, grad32, x32, y32, a, grad_x32);
     down(grad_x32, grad_x);
   }
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {

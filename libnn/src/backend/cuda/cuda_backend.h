@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
                    uint64_t offset) override;
   void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) override;
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
-                      Tensor& grad_x) override;
+                      double a, Tensor& grad_x) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
 

@@ -54,13 +54,14 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double a, doub
 }
 
 void CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
-                                 Tensor& grad_x) {
+                                 double a, Tensor& grad_x) {
   activate();
   const Tensor& v = (op == UnaryOp::tanh || op == UnaryOp::sigmoid) ? y : x;
   NN_CHECK(op == UnaryOp::relu || op == UnaryOp::gelu || op == UnaryOp::tanh ||
-               op == UnaryOp::sigmoid || op == UnaryOp::silu || op == UnaryOp::softplus,
+               op == UnaryOp::sigmoid || op == UnaryOp::silu || op == UnaryOp::softplus ||
+               op == UnaryOp::leaky_relu || op == UnaryOp::elu,
            "unary_backward: no fused backward for this op");
-  kernels::launch_unary_backward(op, x.dtype(), grad_x.data_ptr(), grad.data_ptr(), v.data_ptr(),
+  kernels::launch_unary_backward(op, x.dtype(), grad_x.data_ptr(), grad.data_ptr(), v.data_ptr(), a,
                                  geom<3>(grad_x, {&grad, &v}), grad_x.numel(),
                                  all_contiguous(grad_x, {&grad, &v}), stream_);
 }
