@@ -180,6 +180,10 @@ std::vector<Case> cases() {
   unary("exp", exp); unary("tanh", tanh); unary("sigmoid", sigmoid); unary("relu", relu);
   unary("gelu", gelu); unary("neg", neg); unary("abs", abs); unary("square", square);
   unary("silu", silu);
+  v.push_back({"group norm", {{3, 8, 5, 4}, {8}, {8}}, [](auto& x) {
+                 return std::vector<Tensor>{group_norm(x[0], 4, x[1], x[2]),
+                                            group_norm(channels_last(x[0]), 2, x[1], x[2])};
+               }});
   v.push_back({"leaky_relu and elu", {{7, 23}}, [](auto& x) {
                  return std::vector<Tensor>{leaky_relu(x[0], 0.2), elu(x[0], 1.5), leaky_relu(T(x[0]))};
                }});

@@ -435,3 +435,26 @@ TEST_CASE("16-bit layer_norm gradients of rows far from zero", "[norm][cuda]") {
         CHECK(rel(rd.grad().cpu(), x64.grad()) < 6e-3);
       }
 }
+
+TEST_CASE("group_norm normalises groups of channels, in both formats", "[norm][layout]") {
+  Tensor x = rnd({3, 6, 4, 5}, 1, false) * 3.0 + 2.0;
+  Tensor w = rnd({6}, 2, false), b = rnd({6}, 3, false);
+  // the definition: each (sample, group) of 2 channels x 20 positions to mean 0, variance 1
+  Tensor g = x.reshape({3, 3, 40});
+  Tensor normed = (g - mean(g, {2}, true)) / sqrt(var(g, {2}, 0, true) + 1e-5);
+  Tensor want = normed.reshape({3, 6, 4, 5}) * w.reshape({1, 6, 1, 1}) + b.reshape({1, 6, 1, 1});
+  test::require_close(group_norm(x, 3, w, b), want, 1e-10, 1e-10);
+  test::require_close(group_norm(test::channels_last(x), 3, w, b), want, 1e-10, 1e-10);
+  // one group is layer norm over (C, H, W); C groups is instance norm
+  test::require_close(group_norm(x, 1), layer_norm(x, {6, 4, 5}), 1e-12, 1e-12);
+  GroupNorm m(GroupNormOptions(2, 6).eps(1e-3));
+  m.to(kF64);
+  test::require_close(m.forward(x), group_norm(x, 2, ones({6}, kF64), zeros({6}, kF64), 1e-3), 0, 0);
+  test::require_gradcheck([](const std::vector<Tensor>& in) { return group_norm(in[0], 2, in[1], in[2]); },
+                          {rnd({2, 4, 3}, 4), rnd({4}, 5), rnd({4}, 6)});
+  REQUIRE(test::error_of([&] { group_norm(x, 4); }).find("6 channels do not split into 4 groups") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] { group_norm(x, 3, ones({5}, kF64)); }).find("weight must have shape [6]") !=
+          std::string::npos);
+  REQUIRE(test::error_of([&] { GroupNorm(4, 6); }).find("do not split") != std::string::npos);
+}

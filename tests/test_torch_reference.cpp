@@ -112,6 +112,7 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
     check_case("silu", 1, d, [](auto& x) { return silu(x[0]); });
     check_case("softplus_beta", 1, d, [](auto& x) { return softplus(x[0], 2.0); });
     check_case("log1p", 1, d, [](auto& x) { return log1p(x[0]); });
+    check_case("group_norm", 3, d, [](auto& x) { return group_norm(x[0], 3, x[1], x[2]); });
     check_case("leaky_relu", 1, d, [](auto& x) { return leaky_relu(x[0], 0.2); });
     check_case("elu", 1, d, [](auto& x) { return elu(x[0], 1.5); });
     check_case("bce_logits", 2, d, [&](auto& x) {

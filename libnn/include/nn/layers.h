@@ -75,6 +75,25 @@ class BatchNorm2d : public Module {
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 };
 
+struct GroupNormOptions {
+  GroupNormOptions(int64_t num_groups, int64_t num_channels)
+      : num_groups_(num_groups), num_channels_(num_channels) {}
+  NN_ARG(int64_t, num_groups);
+  NN_ARG(int64_t, num_channels);
+  NN_ARG(double, eps) = 1e-5;
+  NN_ARG(bool, affine) = true;
+};
+// nn::group_norm with a weight (ones) and bias (zeros) per channel.
+class GroupNorm : public Module {
+ public:
+  explicit GroupNorm(const GroupNormOptions& o);
+  GroupNorm(int64_t num_groups, int64_t num_channels) : GroupNorm(GroupNormOptions(num_groups, num_channels)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  GroupNormOptions options;
+  Tensor weight, bias;
+};
+
 struct LayerNormOptions {
   explicit LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
   NN_ARG(Shape, normalized_shape);

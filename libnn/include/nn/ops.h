@@ -194,6 +194,11 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& residual, const Tensor& ru
 // Normalises over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+// x (N, C, ...) normalised over each of num_groups groups of C / num_groups channels (with all
+// their positions), then weight (C) and bias (C) per channel, as PyTorch's group_norm; in
+// f32 under autocast.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
 // layer_norm(add(residual, dropout(x, p, training, gen)), ...): a post-LN transformer's
 // residual step, the same values, draws and gradients, in one pass where the backend has
 // one (CUDA) instead of four (dropout, the promotion of a 16-bit x, the add, the norm).

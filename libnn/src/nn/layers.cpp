@@ -112,6 +112,22 @@ std::string BatchNorm2d::extra_repr() const {
                      options.affine() ? "true" : "false");
 }
 
+GroupNorm::GroupNorm(const GroupNormOptions& o) : Module("GroupNorm"), options(o) {
+  NN_CHECK(o.num_groups() >= 1 && o.num_channels() >= 1 && o.num_channels() % o.num_groups() == 0,
+           "GroupNorm: ", o.num_channels(), " channels do not split into ", o.num_groups(), " groups");
+  if (o.affine()) {
+    weight = register_parameter("weight", ones({o.num_channels()}));
+    bias = register_parameter("bias", zeros({o.num_channels()}));
+  }
+}
+Tensor GroupNorm::forward(const Tensor& x) {
+  return group_norm(x, options.num_groups(), weight, bias, options.eps());
+}
+std::string GroupNorm::extra_repr() const {
+  return detail::cat(options.num_groups(), ", ", options.num_channels(), ", eps=", options.eps(),
+                     ", affine=", options.affine() ? "true" : "false");
+}
+
 LayerNorm::LayerNorm(const LayerNormOptions& o) : Module("LayerNorm"), options(o) {
   if (o.elementwise_affine()) {
     weight = register_parameter("weight", ones(o.normalized_shape()));

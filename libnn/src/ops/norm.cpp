@@ -188,6 +188,27 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   return out;
 }
 
+Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "group_norm";
+  check_defined(x, op);
+  NN_CHECK(x.dim() >= 2, op, ": input must be (N, C, ...), got ", shape_str(x.shape()));
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  NN_CHECK(G >= 1 && C % G == 0, op, ": ", C, " channels do not split into ", G, " groups");
+  for (const Tensor* p : {&weight, &bias})
+    NN_CHECK(!p->defined() || p->shape() == Shape{C}, op, ": ", p == &weight ? "weight" : "bias",
+             " must have shape [", C, "], got ", shape_str(p->shape()));
+  // a group's channels and positions are one row of layer_norm's (its fused kernels, its
+  // f32 statistics); the per-channel affine after it
+  int64_t D = C / G;  // a group's values
+  for (int64_t d = 2; d < x.dim(); ++d) D *= x.shape()[size_t(d)];
+  Tensor y = layer_norm(x.reshape({N, G, D}), {D}, {}, {}, eps).reshape(x.shape());
+  Shape per_channel(size_t(x.dim()), 1);
+  per_channel[1] = C;
+  if (weight.defined()) y = mul(y, amp::autocast_f32(weight).reshape(per_channel));
+  if (bias.defined()) y = add(y, amp::autocast_f32(bias).reshape(per_channel));
+  return y;
+}
+
 Tensor dropout_add_layer_norm(const Tensor& x, const Tensor& residual,
                               const Shape& normalized_shape, const Tensor& weight_in,
                               const Tensor& bias_in, double p, bool training, double eps,
