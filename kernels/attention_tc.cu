@@ -454,10 +454,10 @@ bool simt_only() {
 // apply (dtype, head dims, alignment, the device, or LIBNN_CUDA_ATTENTION=simt).
 size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
                std::initializer_list<const void*> ptrs, std::initializer_list<AttnRows> rows) {
+  if (simt_only()) return 0;  // (first: any attention launch says another value)
   if (t != DType::f16 && t != DType::bf16) return 0;
   if (D <= 0 || E <= 0 || D % 16 || E % 16 || D > kAttentionMaxDim || E > kAttentionMaxDim)
     return 0;
-  if (simt_only()) return 0;
   for (const void* p : ptrs)
     if (!aligned_to(p, 16)) return 0;
   for (const AttnRows& r : rows)  // every row 16-byte aligned too (8 elements of 2 bytes)

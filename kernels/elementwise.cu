@@ -144,7 +144,7 @@ struct UnaryBackwardF {
         break;
       }
       case UnaryOp::softplus:
-        r = x > C(kSoftplusThreshold) ? gc : gc / (C(1) + m_exp(-x));
+        r = x * a > C(kSoftplusThreshold) ? gc : gc / (C(1) + m_exp(-x * a));
         break;
       case UnaryOp::leaky_relu: r = x > C(0) ? gc : gc * a; break;
       case UnaryOp::elu: r = x > C(0) ? gc : gc * a * m_exp(x); break;

@@ -62,7 +62,7 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C a, C b) {
     case UnaryOp::div_scalar: return x / a;
     case UnaryOp::log1p: return m_log1p(x);
     case UnaryOp::silu: return x / (C(1) + m_exp(-x));
-    case UnaryOp::softplus: return x > C(kSoftplusThreshold) ? x : m_log1p(m_exp(x));
+    case UnaryOp::softplus: return x * a > C(kSoftplusThreshold) ? x : m_log1p(m_exp(x * a)) / a;
     case UnaryOp::leaky_relu: return x > C(0) ? x : x * a;
     case UnaryOp::elu: return x > C(0) ? x : a * m_expm1(x);
   }

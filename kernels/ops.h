@@ -14,7 +14,7 @@ enum class UnaryOp {
   div_scalar,  // x / a (a true division, as PyTorch's, not x times 1 / a)
   log1p,       // log(1 + x), accurate for small x
   silu,        // x * sigmoid(x)
-  softplus,    // log(1 + exp(x)), x itself past kSoftplusThreshold (PyTorch's default)
+  softplus,    // log(1 + exp(a x)) / a, x itself where a x > kSoftplusThreshold (PyTorch's)
   leaky_relu,  // x > 0 ? x : a x
   elu,         // x > 0 ? x : a (exp(x) - 1)
 };

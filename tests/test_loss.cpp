@@ -160,35 +160,47 @@ TEST_CASE("binary_cross_entropy_with_logits: definition, gradients, weights and 
   BceWithLogitsOptions bad;
   bad.pos_weight = tensor({1.0, 2.0}, kF64);
   REQUIRE(test::error_of([&] { binary_cross_entropy_with_logits(x, y, bad); })
-              .find("must run along the input's last dim") != std::string::npos);
+              .find("pos_weight of shape [2] does not broadcast to the input's [2, 3]") != std::string::npos);
+  bad.pos_weight = ones({4, 3}, kF64);  // would broadcast the loss to (4, 3), past the input
+  REQUIRE(test::error_of([&] { binary_cross_entropy_with_logits(x, y, bad); })
+              .find("pos_weight of shape [4, 3] does not broadcast") != std::string::npos);
   bad = {};
   bad.weight = ones({4, 2, 3}, kF64);
   REQUIRE(test::error_of([&] { binary_cross_entropy_with_logits(x, y, bad); })
-              .find("does not broadcast to the input's") != std::string::npos);
+              .find("weight of shape [4, 2, 3] does not broadcast to the input's [2, 3]") != std::string::npos);
+  // a scalar pos_weight (or weight) broadcasts, as PyTorch's
+  BceWithLogitsOptions scalar, vec;
+  scalar.pos_weight = full({}, 2.5, kF64);
+  vec.pos_weight = full({3}, 2.5, kF64);
+  test::require_close(binary_cross_entropy_with_logits(x, y, scalar),
+                      binary_cross_entropy_with_logits(x, y, vec), 0, 0);
 }
 
 TEST_CASE("top_k_correct counts targets among the k largest logits", "[loss]") {
   const double inf = std::numeric_limits<double>::infinity();
   // row 0: target 2 is the largest; row 1: target 0 is 3rd; row 2: target 1 ties the largest
-  // (a tie counts for it); row 3: target 3 at -inf, behind three; row 4: nothing compares
-  // above the target's NaN
-  Tensor logits = tensor({1, 2, 5, 0,    //
-                          3, 4, 5, 1,    //
-                          7, 7, 0, 0,    //
-                          -1, 0, 1, -inf,    //
-                          std::nan(""), 0, 1, 2},
-                         {5, 4}, kF64);
-  Tensor target = from_vector<int64_t>({2, 0, 1, 3, 0}, {5});
-  REQUIRE(top_k_correct(logits, target, 1).item<int64_t>() == 3);  // rows 0, 2, 4
-  REQUIRE(top_k_correct(logits, target, 2).item<int64_t>() == 3);
+  // (a tie counts for it); row 3: target 3 at -inf, behind three; row 4: a NaN target is never
+  // correct (a diverged model scores 0); row 5: a NaN ranks above the target's 3, as
+  // torch.topk ranks NaN first
+  const double nan = std::nan("");
+  Tensor logits = tensor({1, 2, 5, 0,      //
+                          3, 4, 5, 1,      //
+                          7, 7, 0, 0,      //
+                          -1, 0, 1, -inf,  //
+                          nan, 0, 1, 2,    //
+                          nan, 3, 1, 2},
+                         {6, 4}, kF64);
+  Tensor target = from_vector<int64_t>({2, 0, 1, 3, 0, 1}, {6});
+  REQUIRE(top_k_correct(logits, target, 1).item<int64_t>() == 2);  // rows 0, 2
+  REQUIRE(top_k_correct(logits, target, 2).item<int64_t>() == 3);  // row 5
   REQUIRE(top_k_correct(logits, target, 3).item<int64_t>() == 4);  // row 1
-  REQUIRE(top_k_correct(logits, target, 4).item<int64_t>() == 5);  // row 3: three above, -inf ties
+  REQUIRE(top_k_correct(logits, target, 4).item<int64_t>() == 5);  // row 3; never row 4
   REQUIRE(top_k_correct(logits.to(kF32), target.to(kI32), 3).item<int64_t>() == 4);
   // top-1 agrees with argmax where there are no ties
   Tensor r = rnd({64, 10}, 3, false), t = argmax(rnd({64, 10}, 4, false), 1);
   REQUIRE(top_k_correct(r, t, 1).item<int64_t>() == sum(eq(argmax(r, 1), t)).item<int64_t>());
   REQUIRE(top_k_correct(r, t, 10).item<int64_t>() == 64);
-  REQUIRE(test::error_of([&] { top_k_correct(logits, from_vector<int64_t>({2, 0, 1, 4, 0}, {5}), 2); })
+  REQUIRE(test::error_of([&] { top_k_correct(logits, from_vector<int64_t>({2, 0, 1, 4, 0, 1}, {6}), 2); })
               .find("target classes must be in [0, 4), got 4") != std::string::npos);
   REQUIRE(test::error_of([&] { top_k_correct(logits, target, 0); }).find("k must be at least 1") !=
           std::string::npos);

@@ -445,8 +445,14 @@ TEST_CASE("group_norm normalises groups of channels, in both formats", "[norm][l
   Tensor want = normed.reshape({3, 6, 4, 5}) * w.reshape({1, 6, 1, 1}) + b.reshape({1, 6, 1, 1});
   test::require_close(group_norm(x, 3, w, b), want, 1e-10, 1e-10);
   test::require_close(group_norm(test::channels_last(x), 3, w, b), want, 1e-10, 1e-10);
-  // one group is layer norm over (C, H, W); C groups is instance norm
+  // one group is layer norm over (C, H, W)
   test::require_close(group_norm(x, 1), layer_norm(x, {6, 4, 5}), 1e-12, 1e-12);
+  // 16-bit data with f32 parameters stays 16-bit (f32 under autocast)
+  REQUIRE(group_norm(x.to(kBF16), 3, w.to(kF32), b.to(kF32)).dtype() == kBF16);
+  {
+    amp::AutocastGuard ac(kBF16);
+    REQUIRE(group_norm(x.to(kBF16), 3, w.to(kF32), b.to(kF32)).dtype() == kF32);
+  }
   GroupNorm m(GroupNormOptions(2, 6).eps(1e-3));
   m.to(kF64);
   test::require_close(m.forward(x), group_norm(x, 2, ones({6}, kF64), zeros({6}, kF64), 1e-3), 0, 0);

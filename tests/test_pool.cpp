@@ -90,6 +90,15 @@ TEST_CASE("max and average pooling match the definition", "[pool]") {
     c.ceil_mode = true;
     REQUIRE(max_pool2d(rnd({1, 1, 5, 5}, 3, false), c).shape() == Shape{1, 1, 3, 3});
     REQUIRE(MaxPool2d(Pool2dOptions(2).ceil_mode(true)).forward(x).shape() == Shape{2, 3, 4, 3});
+    // a row shorter than the window has one (partial) window with ceil_mode, as PyTorch's
+    Tensor thin = rnd({1, 2, 1, 3}, 4, false);
+    c = pp(2, 2);
+    c.ceil_mode = true;
+    REQUIRE(max_pool2d(thin, c).shape() == Shape{1, 2, 1, 2});
+    test::require_close(max_pool2d(thin, c), naive_pool(thin, c, Kind::max));
+    test::require_close(avg_pool2d(thin, c), naive_pool(thin, c, Kind::avg_pad), 1e-12, 1e-12);
+    c.ceil_mode = false;
+    REQUIRE(test::error_of([&] { max_pool2d(thin, c); }).find("smaller than") != std::string::npos);
     REQUIRE(AvgPool2d(Pool2dOptions(2).ceil_mode(true)).forward(x).shape() == Shape{2, 3, 4, 3});
   }
   REQUIRE(test::error_of([&] { max_pool2d(x, pp(2, 2, 3)); }).find("half the kernel") !=

@@ -161,14 +161,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // How many rows (N, C) of logits have their target class (N, i64/i32) among their k
 // largest: those with fewer than k logits above the target's (a tie counts for the target; a
-// NaN compares above nothing, and nothing above it). An i64 scalar on the logits' device;
-// not differentiable. k = 1 is top-1 accuracy's count but for ties, which argmax breaks by the
+// NaN logit counts as above it, as torch.topk ranks NaN first, and a NaN target's row is not
+// counted). An i64 scalar on the logits' device; not differentiable. k = 1 is top-1 accuracy's count but for ties, which argmax breaks by the
 // first index.
 Tensor top_k_correct(const Tensor& logits, const Tensor& target, int64_t k);
 // PyTorch's binary_cross_entropy_with_logits: for logits x and targets y in [0, 1] (same
-// shape), (1 - y) x + (1 + (pos_weight - 1) y) softplus(-x), times weight; weight
-// broadcasts to the loss's shape, pos_weight along its last dim (one per class of a
-// multi-label target). Under autocast in f32, as PyTorch's; differentiable in every tensor.
+// shape), (1 - y) x + (1 + (pos_weight - 1) y) softplus(-x), times weight; weight and
+// pos_weight broadcast to the input's shape (pos_weight usually one per class of a
+// multi-label target, along the last dim). Under autocast in f32, as PyTorch's; differentiable in every tensor.
 struct BceWithLogitsOptions {
   Tensor weight;
   Tensor pos_weight;
@@ -196,7 +196,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = {}, double eps = 1e-5);
 // x (N, C, ...) normalised over each of num_groups groups of C / num_groups channels (with all
 // their positions), then weight (C) and bias (C) per channel, as PyTorch's group_norm; in
-// f32 under autocast.
+// f32 under autocast, else in x's dtype.
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
 // layer_norm(add(residual, dropout(x, p, training, gen)), ...): a post-LN transformer's

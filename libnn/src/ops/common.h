@@ -37,12 +37,13 @@ inline void check_dim(const Tensor& t, int64_t d, const char* op, const char* wh
 // dil (k - 1) - 1) / stride) + 1, so 0 or less when the padded input is shorter than the
 // window (C++'s division truncates toward zero: an empty input would give 1). With `ceil`
 // (pooling's ceil_mode) the division rounds up, so a last window may hang past the padded
-// end, but none starts past the input (PyTorch's rule: such a last position is dropped).
+// end (even the only one, of an input shorter than the window), but none starts past the
+// input (PyTorch's rule: such a last position is dropped).
 inline int64_t window_positions(int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride,
                                 bool ceil = false) {
-  const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
-  if (span < 0) return 0;
-  int64_t o = (span + (ceil ? stride - 1 : 0)) / stride + 1;
+  const int64_t span = in + 2 * pad - dil * (k - 1) - 1, top = span + (ceil ? stride - 1 : 0);
+  if (top < 0) return 0;
+  int64_t o = top / stride + 1;
   if (ceil && (o - 1) * stride >= in + pad) --o;
   return o;
 }

@@ -393,8 +393,7 @@ Tensor elu(const Tensor& x, double alpha) {
 }
 Tensor softplus(const Tensor& x, double beta) {
   NN_CHECK(beta > 0 && std::isfinite(beta), "softplus: beta must be positive and finite, got ", beta);
-  if (beta == 1.0) return activation(UnaryOp::softplus, x, "softplus");
-  return activation(UnaryOp::softplus, mul(x, beta), "softplus") / beta;
+  return activation(UnaryOp::softplus, x, "softplus", beta);
 }
 Tensor relu(const Tensor& x) { return activation(UnaryOp::relu, x, "relu"); }
 Tensor gelu(const Tensor& x) { return activation(UnaryOp::gelu, x, "gelu"); }

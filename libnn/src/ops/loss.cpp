@@ -111,8 +111,11 @@ Tensor top_k_correct(const Tensor& logits, const Tensor& target, int64_t k) {
   Tensor is_target = eq(classes, t.reshape({-1, 1}));
   // the target's logit: a select, not a product with a one-hot (-inf times 0 is NaN)
   Tensor mine = sum(where(is_target.to(logits.dtype()), logits, zeros({}, logits.options())), {1}, true);
-  Tensor above = sum(gt(logits, mine).to(kI64), {1});
-  return sum(lt(above, full({}, double(k), above.options())));
+  // above the target: larger logits and NaNs (torch.topk ranks NaN above every number); a
+  // NaN target's row is never correct (a diverged model scores 0, not 100%)
+  Tensor above = sum(add(gt(logits, mine), ne(logits, logits)).to(kI64), {1});
+  Tensor hit = mul(lt(above, full({}, double(k), above.options())), eq(mine, mine).reshape({-1}).to(kI64));
+  return sum(hit);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
@@ -132,10 +135,18 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
     return w.to(x.dtype());
   };
   const Tensor w = weights(o.weight, "weight"), pw = weights(o.pos_weight, "pos_weight");
-  NN_CHECK(!pw.defined() || (x.dim() >= 1 && pw.dim() >= 1 && pw.dim() <= x.dim() &&
-                             pw.shape().back() == x.shape().back()),
-           op, ": pos_weight of shape ", shape_str(pw.defined() ? pw.shape() : Shape{}),
-           " must run along the input's last dim (", shape_str(x.shape()), ")");
+  // each broadcasts to the input's shape (pos_weight usually one per class, the last dim),
+  // never the input to theirs
+  for (const auto& [t, what] : {std::pair{&w, "weight"}, std::pair{&pw, "pos_weight"}}) {
+    if (!t->defined()) continue;
+    bool fits = t->dim() <= x.dim();
+    for (int64_t i = 1; fits && i <= t->dim(); ++i) {
+      const int64_t have = t->shape()[size_t(t->dim() - i)], want = x.shape()[size_t(x.dim() - i)];
+      fits = have == want || have == 1;
+    }
+    NN_CHECK(fits, op, ": ", what, " of shape ", shape_str(t->shape()),
+             " does not broadcast to the input's ", shape_str(x.shape()));
+  }
   // loss = (1 - y) x + lw softplus(-x), lw = 1 + (pos_weight - 1) y, times weight. The
   // gradients are written out rather than left to the composition: d/dx = lw sigmoid(x) -
   // pos_weight y keeps a confident prediction's small gradient (1 - sigmoid(-x) cancels) and
@@ -150,9 +161,6 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
     loss = add(mul(rsub(yd, 1.0), xd), pwd.defined() ? mul(lw_of(pwd, yd), sp) : sp);
     if (wd.defined()) loss = mul(loss, wd);
   }
-  NN_CHECK(loss.shape() == x.shape(), op, ": weight of shape ",
-           shape_str(w.defined() ? w.shape() : Shape{}), " does not broadcast to the input's ",
-           shape_str(x.shape()));
   record(op, {x, y, w, pw}, loss, {xd, yd, wd, pwd},
          [xd, yd, wd, pwd, lw_of](const Tensor& g, auto& need) {
     std::vector<Tensor> out(4);

@@ -204,8 +204,9 @@ Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor
   Tensor y = layer_norm(x.reshape({N, G, D}), {D}, {}, {}, eps).reshape(x.shape());
   Shape per_channel(size_t(x.dim()), 1);
   per_channel[1] = C;
-  if (weight.defined()) y = mul(y, amp::autocast_f32(weight).reshape(per_channel));
-  if (bias.defined()) y = add(y, amp::autocast_f32(bias).reshape(per_channel));
+  // (in y's dtype: 16-bit data with f32 parameters stays 16-bit outside autocast, f32 inside)
+  if (weight.defined()) y = mul(y, weight.to(y.dtype()).reshape(per_channel));
+  if (bias.defined()) y = add(y, bias.to(y.dtype()).reshape(per_channel));
   return y;
 }
 

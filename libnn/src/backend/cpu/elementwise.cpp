@@ -57,7 +57,8 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
     case UnaryOp::div_scalar: return x / a;
     case UnaryOp::log1p: return std::log1p(x);
     case UnaryOp::silu: return x / (T(1) + std::exp(-x));
-    case UnaryOp::softplus: return x > T(kernels::kSoftplusThreshold) ? x : std::log1p(std::exp(x));
+    case UnaryOp::softplus:
+      return x * a > T(kernels::kSoftplusThreshold) ? x : std::log1p(std::exp(x * a)) / a;
     case UnaryOp::leaky_relu: return x > T(0) ? x : x * a;  // (NaN stays NaN)
     case UnaryOp::elu: return x > T(0) ? x : a * std::expm1(x);
   }
@@ -281,9 +282,9 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
       map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a * std::exp(C(v)); },
                    grad, x);
       return;
-    case UnaryOp::softplus:  // sigmoid(x), 1 past the threshold
-      map<T, T, T>(grad_x, [](T g, T v_) {
-        const C v = C(v_);
+    case UnaryOp::softplus:  // sigmoid(a x), 1 past the threshold
+      map<T, T, T>(grad_x, [a](T g, T v_) {
+        const C v = C(v_) * a;
         return v > C(kernels::kSoftplusThreshold) ? C(g) : C(g) / (C(1) + std::exp(-v));
       }, grad, x);
       return;
