@@ -153,29 +153,29 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
   // is exact at x = 0, where relu's and abs's kinks would be
   const Tensor xd = x.detach(), yd = y.detach(), wd = w.defined() ? w.detach() : w,
                pwd = pw.defined() ? pw.detach() : pw;
-  auto lw_of = [](const Tensor& pw_, const Tensor& y_) { return add(mul(add(pw_, -1.0), y_), 1.0); };
-  Tensor loss;
+  // softplus(-x), lw and the unweighted loss, computed once: the backward reads them
+  Tensor sp, lw, unweighted, loss;
   {
     NoGradGuard ng;
-    Tensor sp = softplus(neg(xd));
-    loss = add(mul(rsub(yd, 1.0), xd), pwd.defined() ? mul(lw_of(pwd, yd), sp) : sp);
-    if (wd.defined()) loss = mul(loss, wd);
+    sp = softplus(neg(xd));
+    if (pwd.defined()) lw = add(mul(add(pwd, -1.0), yd), 1.0);
+    unweighted = add(mul(rsub(yd, 1.0), xd), lw.defined() ? mul(lw, sp) : sp);
+    loss = wd.defined() ? mul(unweighted, wd) : unweighted;
   }
+  // (the unweighted loss is kept for the weight's gradient alone: without a weight it is the
+  // output, which the closure must not hold)
   record(op, {x, y, w, pw}, loss, {xd, yd, wd, pwd},
-         [xd, yd, wd, pwd, lw_of](const Tensor& g, auto& need) {
+         [xd, yd, wd, pwd, sp, lw, unweighted = wd.defined() ? unweighted : Tensor()](
+             const Tensor& g, auto& need) {
     std::vector<Tensor> out(4);
     const Tensor gw = wd.defined() ? mul(g, wd) : g;
     if (need[0]) {
       Tensor s = sigmoid(xd);
-      out[0] = mul(gw, pwd.defined() ? sub(mul(lw_of(pwd, yd), s), mul(pwd, yd)) : sub(s, yd));
+      out[0] = mul(gw, pwd.defined() ? sub(mul(lw, s), mul(pwd, yd)) : sub(s, yd));
     }
-    Tensor sp = need[1] || need[2] || need[3] ? softplus(neg(xd)) : Tensor();
     if (need[1])  // -x + (pos_weight - 1) softplus(-x)
       out[1] = mul(gw, pwd.defined() ? add(neg(xd), mul(add(pwd, -1.0), sp)) : neg(xd));
-    if (need[2]) {
-      Tensor unweighted = add(mul(rsub(yd, 1.0), xd), pwd.defined() ? mul(lw_of(pwd, yd), sp) : sp);
-      out[2] = sum_to(mul(g, unweighted), wd.shape());
-    }
+    if (need[2]) out[2] = sum_to(mul(g, unweighted), wd.shape());
     if (need[3]) out[3] = sum_to(mul(mul(gw, yd), sp), pwd.shape());
     return out;
   });
