@@ -210,6 +210,24 @@ TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", 
   REQUIRE(test::error_of([] { amp::AutocastGuard ac(kF32); }).find("f16 or bf16") != std::string::npos);
 }
 
+TEST_CASE("autocast conv1d computes in 16 bits, also on a 16-bit input, with f32 weight gradients", "[amp]") {
+  Conv1d c(Conv1dOptions(4, 3, 3).padding(1));
+  const Tensor x = randn({2, 4, 9});
+  const Tensor want = c.forward(x);
+  for (bool lowered_input : {false, true}) {
+    INFO("16-bit input " << lowered_input);
+    c.zero_grad();
+    amp::AutocastGuard ac(kBF16);
+    // a bf16 input with the module's f32 weight: the dtype check sees the lowered weight
+    Tensor y = c.forward(lowered_input ? x.to(kBF16) : x);
+    REQUIRE(y.dtype() == kBF16);
+    test::require_close(y.to(kF32), want, 0.05, 0.05);
+    sum(y.to(kF32)).backward();
+    REQUIRE(c.weight.grad().dtype() == kF32);
+    REQUIRE(c.bias.grad().dtype() == kF32);
+  }
+}
+
 // Linear under autocast lowers its f32 input, weight and bias itself, so their gradients are
 // the GEMMs' f32 sums of the 16-bit operands, never rounded to 16 bits: within f32 rounding of
 // the f64 sums of the same 16-bit values (a gradient rounded to f16 would be off by up to

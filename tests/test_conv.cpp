@@ -283,3 +283,82 @@ TEST_CASE("conv2d rejects bad shapes", "[conv][errors]") {
                 .find("no rows or no columns") != std::string::npos);
   }
 }
+
+TEST_CASE("conv1d is the direct convolution along L, also of a transposed (N, L, C) input", "[conv][layout]") {
+  // (x, w, stride, padding, dilation, groups)
+  struct Case { Shape x, w; Conv1dParams p; };
+  const std::vector<Case> cases = {
+      {{2, 3, 9}, {4, 3, 3}, {}},
+      {{2, 4, 11}, {6, 2, 3}, {.stride = 2, .padding = 3, .dilation = 2, .groups = 2}},
+      {{1, 2, 2}, {3, 2, 5}, {.padding = 2}},  // taps that see only padding
+      {{3, 5, 7}, {2, 5, 1}, {}},              // pointwise
+  };
+  uint64_t seed = 100;
+  for (const auto& c : cases) {
+    INFO("x " << shape_str(c.x) << " w " << shape_str(c.w));
+    Tensor x = rnd(c.x, seed++, false), w = rnd(c.w, seed++, false), b = rnd({c.w[0]}, seed++, false);
+    Conv2dParams p2;
+    p2.stride = {1, c.p.stride};
+    p2.padding = {0, c.p.padding};
+    p2.dilation = {1, c.p.dilation};
+    p2.groups = c.p.groups;
+    const Tensor want = naive_conv(x.unsqueeze(2), w.unsqueeze(2), b, p2).squeeze(2);
+    test::require_close(conv1d(x, w, b, c.p), want, 1e-10, 1e-10);
+    test::require_close(conv1d(x.to(kF32), w.to(kF32), b.to(kF32), c.p), want, 1e-4, 1e-4);
+    // (N, L, C) seen as (N, C, L): no copy, the output laid out alike (channels innermost)
+    Tensor nlc = x.transpose(1, 2).contiguous().transpose(1, 2);
+    REQUIRE(!nlc.is_contiguous());
+    Tensor y = conv1d(nlc, w, b, c.p);
+    test::require_close(y, want, 1e-10, 1e-10);
+    if (c.w[0] > 1 && y.size(2) > 1) REQUIRE(y.strides()[1] == 1);
+  }
+}
+
+TEST_CASE("gradcheck: conv1d, of row-major and transposed inputs", "[conv][gradcheck]") {
+  auto fn = [](Conv1dParams p, bool transposed) {
+    return [p, transposed](const std::vector<Tensor>& in) {
+      return conv1d(transposed ? in[0].transpose(1, 2) : in[0], in[1], in[2], p);
+    };
+  };
+  require_gradcheck(fn({}, false), {rnd({2, 3, 6}, 1), rnd({2, 3, 3}, 2), rnd({2}, 3)});
+  require_gradcheck(fn({.stride = 2, .padding = 3, .dilation = 2, .groups = 2}, false),
+                    {rnd({2, 4, 9}, 4), rnd({4, 2, 3}, 5), rnd({4}, 6)});
+  require_gradcheck(fn({.padding = 1}, true), {rnd({2, 7, 3}, 7), rnd({4, 3, 3}, 8), rnd({4}, 9)});
+}
+
+TEST_CASE("conv1d's errors speak of the 1-d input", "[conv][errors]") {
+  const Tensor w = ones({4, 3, 3});
+  auto said = [](const std::string& e, const char* what) {
+    INFO(e);
+    return e.find("conv1d:") != std::string::npos && e.find(what) != std::string::npos &&
+           e.find("conv2d") == std::string::npos;
+  };
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 5, 5}), w); }), "3-d"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 5}), ones({4, 3, 3, 3})); }), "(O, C/groups, K)"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 2, 5}), w); }), "[1, 2, 5] has 2"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 2}), w); }), "smaller than the 3 kernel"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 0}), ones({4, 3, 1}), {}, {.padding = 1}); }), "has length 0"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 5}), ones({4, 3, 0})); }), "empty kernel"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 5}), w, {}, {.stride = 0}); }), "stride"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 5}), w, ones({3})); }), "bias"));
+  REQUIRE(said(test::error_of([&] { conv1d(ones({1, 3, 5}), ones({4, 1, 3}), {}, {.groups = 2}); }),
+               "groups=2"));
+}
+
+TEST_CASE("Conv1d: parameters, PyTorch's init bounds and repr (Conv2d's too)", "[conv][layers]") {
+  Conv1d c(Conv1dOptions(6, 4, 5).groups(2).padding(2));
+  REQUIRE(c.weight.shape() == Shape{4, 3, 5});
+  REQUIRE(c.bias.shape() == Shape{4});
+  const double bound = 1.0 / std::sqrt(3.0 * 5.0);  // fan_in = C/groups * K
+  REQUIRE(amax(abs(c.weight)).item<double>() <= bound);
+  REQUIRE(amax(abs(c.bias)).item<double>() <= bound);
+  REQUIRE(amax(abs(c.weight)).item<double>() > 0.5 * bound);
+  REQUIRE(c.forward(ones({2, 6, 7})).shape() == Shape{2, 4, 7});
+  REQUIRE(c.extra_repr() == "6, 4, kernel_size=(5,), stride=(1,), padding=(2,), groups=2");
+  REQUIRE(Conv1d(Conv1dOptions(2, 2, 3).dilation(2).bias(false)).extra_repr() ==
+          "2, 2, kernel_size=(3,), stride=(1,), dilation=(2,), bias=false");
+  REQUIRE(Conv2d(Conv2dOptions(3, 8, 3).stride({2, 2}).padding({1, 1}).bias(false)).extra_repr() ==
+          "3, 8, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), bias=false");
+  REQUIRE(test::error_of([] { Conv1d(Conv1dOptions(5, 4, 3).groups(2)); }).find("Conv1d: groups=2") !=
+          std::string::npos);
+}

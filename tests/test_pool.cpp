@@ -195,3 +195,67 @@ TEST_CASE("gradcheck: pooling", "[pool][gradcheck]") {
   require_gradcheck([](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {4, 3}); }, {x});
   require_gradcheck([](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {1, 1}); }, {x});
 }
+
+TEST_CASE("1-d pooling matches the definition along L, with gradients", "[pool]") {
+  Tensor x = rnd({2, 3, 10}, 7);
+  auto as_2d = [](const Pool1dParams& p) {
+    Pool2dParams q;
+    q.kernel = {1, p.kernel};
+    q.stride = {1, p.stride == 0 ? p.kernel : p.stride};
+    q.padding = {0, p.padding};
+    q.dilation = {1, p.dilation};
+    q.count_include_pad = p.count_include_pad;
+    q.ceil_mode = p.ceil_mode;
+    return q;
+  };
+  const std::vector<Pool1dParams> ps = {
+      {.kernel = 2}, {.kernel = 3, .stride = 2, .padding = 1},
+      {.kernel = 4, .stride = 3, .padding = 2, .count_include_pad = false, .ceil_mode = true}};
+  for (const Pool1dParams& p : ps) {
+    INFO("kernel " << p.kernel << " stride " << p.stride << " padding " << p.padding);
+    const Tensor x4 = x.detach().unsqueeze(2);
+    test::require_close(max_pool1d(x, p), naive_pool(x4, as_2d(p), Kind::max).squeeze(2), 0, 0);
+    test::require_close(avg_pool1d(x, p),
+                        naive_pool(x4, as_2d(p), p.count_include_pad ? Kind::avg_pad : Kind::avg_nopad)
+                            .squeeze(2),
+                        1e-12, 1e-12);
+    require_gradcheck([p](const std::vector<Tensor>& in) { return max_pool1d(in[0], p); }, {x});
+    require_gradcheck([p](const std::vector<Tensor>& in) { return avg_pool1d(in[0], p); }, {x});
+  }
+  Pool1dParams dil{.kernel = 3, .stride = 2, .padding = 1, .dilation = 2, .ceil_mode = true};
+  test::require_close(max_pool1d(x, dil), naive_pool(x.detach().unsqueeze(2), as_2d(dil), Kind::max).squeeze(2), 0, 0);
+  require_gradcheck([](const std::vector<Tensor>& in) { return adaptive_avg_pool1d(in[0], 4); }, {x});
+  // window [2, 5) of 2..? rows: adaptive windows of 10 into 4: [0,3) [2,5) [5,8) [7,10)
+  test::require_close(adaptive_avg_pool1d(x, 4).select(2, 1), mean(x.slice(2, 2, 5), {2}), 1e-12, 1e-12);
+  // a transposed (N, L, C) input: no copy, the same values
+  Tensor nlc = x.detach().transpose(1, 2).contiguous().transpose(1, 2);
+  test::require_close(max_pool1d(nlc, ps[1]), max_pool1d(x.detach(), ps[1]), 0, 0);
+  test::require_close(avg_pool1d(nlc, ps[2]), avg_pool1d(x.detach(), ps[2]), 1e-12, 1e-12);
+  // modules
+  REQUIRE(MaxPool1d(Pool1dOptions(3).stride(2)).forward(x).shape() == Shape{2, 3, 4});
+  REQUIRE(AvgPool1d(2).forward(x).shape() == Shape{2, 3, 5});
+  REQUIRE(AdaptiveAvgPool1d(1).forward(x).shape() == Shape{2, 3, 1});
+  REQUIRE(MaxPool1d(Pool1dOptions(3).stride(2)).extra_repr() == "kernel_size=3, stride=2");
+}
+
+TEST_CASE("1-d pooling's errors speak of the 1-d input", "[pool][errors]") {
+  auto said = [](const std::string& e, const char* op, const char* what) {
+    INFO(e);
+    return e.find(op) != std::string::npos && e.find(what) != std::string::npos &&
+           e.find("2d") == std::string::npos;
+  };
+  const Tensor x = ones({1, 2, 5});
+  REQUIRE(said(test::error_of([&] { max_pool1d(ones({1, 2, 5, 5}), {}); }), "max_pool1d:", "3-d"));
+  REQUIRE(said(test::error_of([&] { max_pool1d(ones({1, 2, 2}), {.kernel = 3}); }), "max_pool1d:",
+               "input [1, 2, 2] is smaller than the 3 window"));
+  REQUIRE(said(test::error_of([&] { avg_pool1d(x, {.kernel = 2, .dilation = 2}); }), "avg_pool1d:",
+               "no dilation"));
+  REQUIRE(said(test::error_of([&] { avg_pool1d(x, {.kernel = 2, .padding = 2}); }), "avg_pool1d:",
+               "half the kernel"));
+  REQUIRE(said(test::error_of([&] { max_pool1d(zeros({1, 2, 0}), {.kernel = 2, .stride = 2, .padding = 1}); }),
+               "max_pool1d:", "has no length"));
+  REQUIRE(said(test::error_of([&] { adaptive_avg_pool1d(x, 0); }), "adaptive_avg_pool1d:", "positive"));
+  REQUIRE(said(test::error_of([&] { adaptive_avg_pool1d(ones({1, 2, 0}), 2); }), "adaptive_avg_pool1d:",
+               "empty input"));
+  REQUIRE(said(test::error_of([&] { adaptive_avg_pool1d(ones({2, 5}), 2); }), "adaptive_avg_pool1d:", "3-d"));
+}

@@ -131,6 +131,17 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
     check_case("conv_groups_dilation", 3, d, [](auto& x) {
       return conv2d(x[0], x[1], x[2], test::conv_params({2, 1}, {1, 2}, {2, 1}, 2));
     });
+    check_case("conv1d_groups_dilation", 3, d, [](auto& x) {
+      return conv1d(x[0], x[1], x[2], {.stride = 2, .padding = 3, .dilation = 2, .groups = 2});
+    });
+    check_case("max_pool1d_ceil", 1, d, [](auto& x) {
+      return max_pool1d(x[0], {.kernel = 3, .stride = 2, .padding = 1, .dilation = 2, .ceil_mode = true});
+    });
+    check_case("avg_pool1d_no_pad_count", 1, d, [](auto& x) {
+      return avg_pool1d(x[0], {.kernel = 4, .stride = 3, .padding = 2, .count_include_pad = false,
+                               .ceil_mode = true});
+    });
+    check_case("adaptive_avg_pool1d", 1, d, [](auto& x) { return adaptive_avg_pool1d(x[0], 4); });
     const Tensor keep = get("sdpa_mask.extra0", d);
     check_case("sdpa_mask", 3, d,
                [&](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], keep); });

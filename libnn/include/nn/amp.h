@@ -2,7 +2,7 @@
 // scaling), in the style of torch.autocast and torch.cuda.amp.GradScaler.
 //
 // Inside an AutocastGuard(kF16) (or kBF16):
-//   - matmul, linear, conv2d cast f32 inputs to the 16-bit type (tensor cores on the GPU);
+//   - matmul, linear, conv2d, conv1d cast f32 inputs to the 16-bit type (tensor cores on the GPU);
 //   - softmax, log_softmax, layer_norm, group_norm, cross_entropy, mse_loss,
 //     binary_cross_entropy_with_logits, sum, mean, var cast 16-bit inputs to f32
 //     (accumulation and exp/log in f32);

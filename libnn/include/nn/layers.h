@@ -50,6 +50,29 @@ class Conv2d : public Module {
   Tensor weight, bias;  // (O, C/groups, KH, KW), (O) or undefined
 };
 
+struct Conv1dOptions {
+  Conv1dOptions(int64_t in, int64_t out, int64_t kernel)
+      : in_channels_(in), out_channels_(out), kernel_size_(kernel) {}
+  NN_ARG(int64_t, in_channels);
+  NN_ARG(int64_t, out_channels);
+  NN_ARG(int64_t, kernel_size);
+  NN_ARG(int64_t, stride) = 1;
+  NN_ARG(int64_t, padding) = 0;
+  NN_ARG(int64_t, dilation) = 1;
+  NN_ARG(int64_t, groups) = 1;
+  NN_ARG(bool, bias) = true;
+};
+// Over (N, C, L): see nn::conv1d.
+class Conv1d : public Module {
+ public:
+  explicit Conv1d(const Conv1dOptions& o);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  Conv1dOptions options;
+  Tensor weight, bias;  // (O, C/groups, K), (O) or undefined
+};
+
 struct BatchNormOptions {
   explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
   NN_ARG(int64_t, num_features);
@@ -213,6 +236,38 @@ class AdaptiveAvgPool2d : public Module {
   Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, output_size); }
   std::string extra_repr() const override;
   Size2 output_size;
+};
+struct Pool1dOptions {
+  explicit Pool1dOptions(int64_t kernel) : kernel_size_(kernel) {}
+  NN_ARG(int64_t, kernel_size);
+  NN_ARG(int64_t, stride) = 0;  // 0: same as the kernel
+  NN_ARG(int64_t, padding) = 0;
+  NN_ARG(int64_t, dilation) = 1;  // MaxPool1d only (AvgPool1d refuses another)
+  NN_ARG(bool, count_include_pad) = true;
+  NN_ARG(bool, ceil_mode) = false;
+};
+class MaxPool1d : public Module {
+ public:
+  explicit MaxPool1d(const Pool1dOptions& o) : Module("MaxPool1d"), options(o) {}
+  explicit MaxPool1d(int64_t k) : MaxPool1d(Pool1dOptions(k)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Pool1dOptions options;
+};
+class AvgPool1d : public Module {
+ public:
+  explicit AvgPool1d(const Pool1dOptions& o) : Module("AvgPool1d"), options(o) {}
+  explicit AvgPool1d(int64_t k) : AvgPool1d(Pool1dOptions(k)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Pool1dOptions options;
+};
+class AdaptiveAvgPool1d : public Module {
+ public:
+  explicit AdaptiveAvgPool1d(int64_t size) : Module("AdaptiveAvgPool1d"), output_size(size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool1d(x, output_size); }
+  std::string extra_repr() const override;
+  int64_t output_size;
 };
 class Flatten : public Module {
  public:

@@ -118,6 +118,27 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 
+// ---- 1-D convolution and pooling (N, C, L): the 2-D ops over a (N, C, 1, L) view ----------
+struct Conv1dParams {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+// x (N, C, L), weight (O, C/groups, K), bias (O) or undefined. An (N, L, C) tensor
+// transposed to (N, C, L) needs no copy: the view is channels-last, and the output is laid
+// out as the input (a (N, L, O) tensor seen as (N, O, L)).
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const Conv1dParams& p = {});
+struct Pool1dParams {
+  int64_t kernel = 2;
+  int64_t stride = 0;  // 0 = same as kernel
+  int64_t padding = 0;
+  int64_t dilation = 1;  // max pool only
+  bool count_include_pad = true;  // avg pool only
+  bool ceil_mode = false;         // as Pool2dParams::ceil_mode
+};
+Tensor max_pool1d(const Tensor& x, const Pool1dParams& p);
+Tensor avg_pool1d(const Tensor& x, const Pool1dParams& p);
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
+
 // Mean of the embeddings of each row's real tokens: weight (V, D), ids (N, L), keep (N, L)
 // (nonzero = a real token; undefined = all) -> (N, D). A row without tokens gives zeros.
 Tensor embedding_bag(const Tensor& weight, const Tensor& ids, const Tensor& keep = {});

@@ -8,6 +8,7 @@ namespace nn {
 
 namespace {
 std::string s2(const Size2& s) { return detail::cat("(", s[0], ", ", s[1], ")"); }
+std::string s1(int64_t s) { return detail::cat("(", s, ",)"); }  // as PyTorch prints a 1-tuple
 // PyTorch's default for Linear and Conv: kaiming_uniform(a = sqrt(5)) on the weight, which is
 // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
 void reset_affine(Tensor& w, Tensor& b) {
@@ -33,13 +34,36 @@ std::string Linear::extra_repr() const {
                      options.out_features(), ", bias=", options.bias() ? "true" : "false");
 }
 
-Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
+namespace {
+// What Conv1d and Conv2d share (O: their options). The weight's shape (O, C/groups, *kernel),
+// groups checked.
+template <class O>
+Shape conv_weight_shape(const char* layer, const O& o, std::initializer_list<int64_t> kernel) {
   NN_CHECK(o.groups() >= 1 && o.in_channels() % o.groups() == 0 &&
                o.out_channels() % o.groups() == 0,
-           "Conv2d: groups=", o.groups(), " must divide in_channels=", o.in_channels(),
+           layer, ": groups=", o.groups(), " must divide in_channels=", o.in_channels(),
            " and out_channels=", o.out_channels());
-  weight = register_parameter("weight", empty({o.out_channels(), o.in_channels() / o.groups(),
-                                               o.kernel_size()[0], o.kernel_size()[1]}));
+  Shape s{o.out_channels(), o.in_channels() / o.groups()};
+  s.insert(s.end(), kernel);
+  return s;
+}
+// PyTorch's repr, sizes printed by fmt; padding and dilation when not the defaults.
+template <class O, class F>
+std::string conv_repr(const O& o, F fmt) {
+  const O defaults(1, 1, 1);
+  std::string s = detail::cat(o.in_channels(), ", ", o.out_channels(), ", kernel_size=",
+                              fmt(o.kernel_size()), ", stride=", fmt(o.stride()));
+  if (o.padding() != defaults.padding()) s += ", padding=" + fmt(o.padding());
+  if (o.dilation() != defaults.dilation()) s += ", dilation=" + fmt(o.dilation());
+  if (o.groups() != 1) s += detail::cat(", groups=", o.groups());
+  if (!o.bias()) s += ", bias=false";
+  return s;
+}
+}  // namespace
+
+Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
+  weight = register_parameter(
+      "weight", empty(conv_weight_shape("Conv2d", o, {o.kernel_size()[0], o.kernel_size()[1]})));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
   reset_parameters();
 }
@@ -52,16 +76,20 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.groups = options.groups();
   return conv2d(x, weight, bias, p);
 }
-std::string Conv2d::extra_repr() const {
-  std::string s = detail::cat(options.in_channels(), ", ", options.out_channels(),
-                              ", kernel_size=", s2(options.kernel_size()),
-                              ", stride=", s2(options.stride()));
-  if (options.padding() != Size2{0, 0}) s += ", padding=" + s2(options.padding());
-  if (options.dilation() != Size2{1, 1}) s += ", dilation=" + s2(options.dilation());
-  if (options.groups() != 1) s += detail::cat(", groups=", options.groups());
-  if (!options.bias()) s += ", bias=false";
-  return s;
+std::string Conv2d::extra_repr() const { return conv_repr(options, s2); }
+
+Conv1d::Conv1d(const Conv1dOptions& o) : Module("Conv1d"), options(o) {
+  weight = register_parameter("weight", empty(conv_weight_shape("Conv1d", o, {o.kernel_size()})));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
+  reset_parameters();
 }
+void Conv1d::reset_parameters() { reset_affine(weight, bias); }
+Tensor Conv1d::forward(const Tensor& x) {
+  return conv1d(x, weight, bias,
+                {.stride = options.stride(), .padding = options.padding(),
+                 .dilation = options.dilation(), .groups = options.groups()});
+}
+std::string Conv1d::extra_repr() const { return conv_repr(options, s1); }
 
 BatchNorm2d::BatchNorm2d(const BatchNormOptions& o) : Module("BatchNorm2d"), options(o) {
   const int64_t c = o.num_features();
@@ -176,8 +204,10 @@ Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); 
 std::string Dropout::extra_repr() const { return detail::cat("p=", p); }
 
 namespace {
-Pool2dParams pool_params(const Pool2dOptions& o) {
-  Pool2dParams p;
+// Pool2dParams or Pool1dParams (P) from Pool2dOptions or Pool1dOptions.
+template <class P, class O>
+P pool_params(const O& o) {
+  P p;
   p.kernel = o.kernel_size();
   p.stride = o.stride();
   p.padding = o.padding();
@@ -187,16 +217,28 @@ Pool2dParams pool_params(const Pool2dOptions& o) {
   return p;
 }
 }  // namespace
-Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, pool_params(options)); }
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, pool_params<Pool2dParams>(options)); }
 std::string MaxPool2d::extra_repr() const {
   return "kernel_size=" + s2(options.kernel_size()) + ", stride=" +
          s2(options.stride() == Size2{0, 0} ? options.kernel_size() : options.stride()) +
          (options.ceil_mode() ? ", ceil_mode=True" : "");
 }
-Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, pool_params(options)); }
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, pool_params<Pool2dParams>(options)); }
 std::string AvgPool2d::extra_repr() const {
   return "kernel_size=" + s2(options.kernel_size()) + (options.ceil_mode() ? ", ceil_mode=True" : "");
 }
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + s2(output_size); }
+
+Tensor MaxPool1d::forward(const Tensor& x) { return max_pool1d(x, pool_params<Pool1dParams>(options)); }
+std::string MaxPool1d::extra_repr() const {
+  return detail::cat("kernel_size=", options.kernel_size(), ", stride=",
+                     options.stride() == 0 ? options.kernel_size() : options.stride(),
+                     options.ceil_mode() ? ", ceil_mode=True" : "");
+}
+Tensor AvgPool1d::forward(const Tensor& x) { return avg_pool1d(x, pool_params<Pool1dParams>(options)); }
+std::string AvgPool1d::extra_repr() const {
+  return "kernel_size=" + s1(options.kernel_size()) + (options.ceil_mode() ? ", ceil_mode=True" : "");
+}
+std::string AdaptiveAvgPool1d::extra_repr() const { return detail::cat("output_size=", output_size); }
 
 }  // namespace nn
