@@ -102,12 +102,12 @@ __global__ void adamw_kernel(TensorList<AdamWTensor> list, double beta1_, double
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = base + int64_t(k) * blockDim.x + threadIdx.x;
     if (i >= st.n) break;
-    const A gv = A(load(g[i]));
+    const A p0 = A(load(p[i])), gv = A(load(g[i])) + A(st.l2) * p0;
     const A mv = beta1 * A(load(m[i])) + (A(1) - beta1) * gv;
     const A vv = beta2 * A(load(v[i])) + (A(1) - beta2) * gv * gv;
     m[i] = convert<T>(mv);
     v[i] = convert<T>(vv);
-    const A pv = A(load(p[i])) * A(st.decay);
+    const A pv = p0 * A(st.decay);
     p[i] = convert<T>(pv - A(st.step_size) * mv / (m_sqrt(vv) * A(st.inv_sqrt_bc2) + eps));
   }
 }

@@ -23,7 +23,8 @@ struct AdamWTensor {
   void* exp_avg;
   void* exp_avg_sq;
   int64_t n;
-  double decay;         // 1 - lr * weight_decay
+  double decay;         // 1 - lr * weight_decay (decoupled, AdamW's)
+  double l2;            // coupled weight decay: the gradient is g + l2 * p (Adam's)
   double step_size;     // lr / (1 - beta1^t)
   double inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
 };

@@ -948,7 +948,7 @@ TEST_CASE("gradients flow back across devices", "[cuda]") {
 
 TEST_CASE("optimizer steps on CUDA match the CPU", "[cuda][optim]") {
   if (!have_gpu()) return;
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < 3; ++which) {
     std::vector<Tensor> results;
     for (Device d : {kCPU, kCUDA}) {
       Generator g(12);
@@ -957,7 +957,8 @@ TEST_CASE("optimizer steps on CUDA match the CPU", "[cuda][optim]") {
       std::unique_ptr<optim::Optimizer> opt;
       if (which == 0) opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p, q},
                                                          optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
-      else opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p, q}, optim::AdamWOptions(0.01));
+      else if (which == 1) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p, q}, optim::AdamWOptions(0.01));
+      else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p, q}, optim::AdamOptions(0.01).weight_decay(0.1));
       for (int step = 0; step < 3; ++step) {
         opt->zero_grad();
         (sum(p * p) + sum(q * 3.0)).backward();

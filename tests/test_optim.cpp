@@ -66,6 +66,14 @@ TEST_CASE("optimizers refuse settings that would corrupt the weights", "[optim]"
   CHECK(has(adamw(optim::AdamWOptions(1e-3).weight_decay(-0.01)), "weight decay"));
   CHECK(has(adamw(optim::AdamWOptions(1e-3).eps(inf)), "eps must be finite"));
   CHECK(has(adamw(optim::AdamWOptions(1e-3).beta1(1)), "betas must be in [0, 1)"));
+  // Adam's checks are AdamW's, in its own name
+  const std::string adam_error = test::error_of(
+      [] { optim::Adam({ones({1}).requires_grad_()}, optim::AdamOptions(1e-3).beta2(-0.1)); });
+  CHECK(has(adam_error, "Adam: betas must be in [0, 1)"));
+  CHECK(has(test::error_of([] {
+              optim::Adam({ones({1}).requires_grad_()}, optim::AdamOptions(1e-3).weight_decay(-1));
+            }),
+            "weight decay"));
   // A group's own decay is checked too.
   CHECK(has(test::error_of([] {
               optim::SGD({optim::ParamGroup{{ones({1}).requires_grad_()}, -1.0, std::nullopt}}, optim::SGDOptions(0.1));
@@ -83,24 +91,30 @@ TEST_CASE("optimizers refuse settings that would corrupt the weights", "[optim]"
   CHECK(adamw(optim::AdamWOptions(0).eps(0).weight_decay(0)).empty());
 }
 
-TEST_CASE("AdamW matches hand-computed updates", "[optim]") {
-  Tensor p = param_with_grad({1, -1}, {0.5, -2});
-  optim::AdamW opt({p}, optim::AdamWOptions(0.01).weight_decay(0.1));
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 0.01, wd = 0.1;
-  std::vector<double> pv{1, -1}, m{0, 0}, v{0, 0};
-  std::vector<std::vector<double>> grads{{0.5, -2}, {-1, 3}};
-  for (int t = 1; t <= 2; ++t) {
-    p.set_grad(tensor(grads[t - 1], {2}, kF64));
-    opt.step();
-    for (int i = 0; i < 2; ++i) {
-      double g = grads[t - 1][i];
-      pv[i] *= 1 - lr * wd;
-      m[i] = b1 * m[i] + (1 - b1) * g;
-      v[i] = b2 * v[i] + (1 - b2) * g * g;
-      double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
-      pv[i] -= lr * mh / (std::sqrt(vh) + eps);
+TEST_CASE("AdamW and Adam (L2) match hand-computed updates", "[optim]") {
+  for (bool decoupled : {true, false}) {
+    INFO("decoupled " << decoupled);
+    Tensor p = param_with_grad({1, -1}, {0.5, -2});
+    std::unique_ptr<optim::Optimizer> opt;
+    if (decoupled) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions(0.01).weight_decay(0.1));
+    else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions(0.01).weight_decay(0.1));
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 0.01, wd = 0.1;
+    std::vector<double> pv{1, -1}, m{0, 0}, v{0, 0};
+    std::vector<std::vector<double>> grads{{0.5, -2}, {-1, 3}};
+    for (int t = 1; t <= 2; ++t) {
+      p.set_grad(tensor(grads[t - 1], {2}, kF64));
+      opt->step();
+      for (int i = 0; i < 2; ++i) {
+        double g = grads[t - 1][i];
+        if (decoupled) pv[i] *= 1 - lr * wd;
+        else g += wd * pv[i];  // L2: through the moments
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
+        pv[i] -= lr * mh / (std::sqrt(vh) + eps);
+      }
+      require_values(p, pv, 1e-10);
     }
-    require_values(p, pv, 1e-10);
   }
 }
 
@@ -142,6 +156,10 @@ TEST_CASE("optimizer state of another optimizer, another model or with bad value
   REQUIRE(refused(adam2, adam4.state(), "saved with 4 parameter(s)"));
   REQUIRE(refused(adam4, adam2.state(), "saved with 2 parameter(s)"));
   REQUIRE(refused(adam2, sgd2.state(), "written by SGD, not AdamW"));
+  optim::Adam plain2(params(2), optim::AdamOptions(0.1));
+  plain2.step();
+  REQUIRE(refused(adam2, plain2.state(), "written by Adam, not AdamW"));
+  REQUIRE(refused(plain2, adam2.state(), "written by AdamW, not Adam"));
   // a file without the description (older) is still checked by its buffers' names
   NamedTensors old;
   for (auto& [n, t] : sgd2.state())
@@ -224,16 +242,19 @@ TEST_CASE("optimizers step 16-bit parameters, and parameters cast after their st
           "[optim]") {
   for (DType dt : {kF16, kBF16}) {
     INFO(dtype_name(dt));
-    for (int kind = 0; kind < 2; ++kind) {
+    for (int kind = 0; kind < 3; ++kind) {
       Tensor p16 = tensor({0.5, -1.25, 2}, {3}).to(dt).requires_grad_();
       Tensor p32 = p16.to(kF32).detach().requires_grad_();
       std::unique_ptr<optim::Optimizer> o16, o32;
       if (kind == 0) {
         o16 = std::make_unique<optim::SGD>(std::vector<Tensor>{p16}, optim::SGDOptions(0.1).momentum(0.9));
         o32 = std::make_unique<optim::SGD>(std::vector<Tensor>{p32}, optim::SGDOptions(0.1).momentum(0.9));
-      } else {
+      } else if (kind == 1) {
         o16 = std::make_unique<optim::AdamW>(std::vector<Tensor>{p16}, optim::AdamWOptions(0.1));
         o32 = std::make_unique<optim::AdamW>(std::vector<Tensor>{p32}, optim::AdamWOptions(0.1));
+      } else {  // L2 through the moments
+        o16 = std::make_unique<optim::Adam>(std::vector<Tensor>{p16}, optim::AdamOptions(0.1).weight_decay(0.5));
+        o32 = std::make_unique<optim::Adam>(std::vector<Tensor>{p32}, optim::AdamOptions(0.1).weight_decay(0.5));
       }
       for (int s = 0; s < 3; ++s) {
         p16.set_grad(tensor({1.0, -2.0, 0.25}, {3}).to(dt));

@@ -161,6 +161,14 @@ TEST_CASE("optimizer steps agree with torch.optim's", "[torch][optim][cuda]") {
     check_optimizer("adamw", d, [](Tensor& p) {
       return optim::AdamW({p}, optim::AdamWOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1));
     });
+    check_optimizer("adam_l2", d, [](Tensor& p) {
+      return optim::Adam({p}, optim::AdamOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1));
+    });
+    // Adam with decoupled weight decay is AdamW (torch's decoupled_weight_decay=True)
+    check_optimizer("adamw", d, [](Tensor& p) {
+      return optim::Adam({p}, optim::AdamOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1)
+                                  .decoupled_weight_decay(true));
+    });
     // torch's groups with lr 0.1 and 0.01 are lr_scale 0.1 and 0.01 of a rate of 1
     auto groups = [](std::vector<Tensor>& ps) {
       return std::vector<optim::ParamGroup>{{{ps[0]}, std::nullopt, 0.1}, {{ps[1]}, 0.0, 0.01}};
@@ -170,6 +178,9 @@ TEST_CASE("optimizer steps agree with torch.optim's", "[torch][optim][cuda]") {
     });
     check_groups("groups_adamw", d, [&](std::vector<Tensor>& ps) {
       return optim::AdamW(groups(ps), optim::AdamWOptions(1.0).weight_decay(0.1));
+    });
+    check_groups("groups_adam", d, [&](std::vector<Tensor>& ps) {
+      return optim::Adam(groups(ps), optim::AdamOptions(1.0).weight_decay(0.1));
     });
   }
 }

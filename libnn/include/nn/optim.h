@@ -1,4 +1,4 @@
-// Optimizers (SGD, AdamW) and learning-rate schedules, with PyTorch's update rules.
+// Optimizers (SGD, Adam, AdamW) and learning-rate schedules, with PyTorch's update rules.
 #pragma once
 #include <nn/module.h>
 #include <nn/tensor.h>
@@ -84,6 +84,52 @@ class SGD : public Optimizer {
   std::vector<std::vector<Tensor>> momentum_;  // per group, per parameter (lazy)
 };
 
+// What Adam and AdamW share: the moments, per-parameter step counts and their state, and
+// PyTorch's update with weight decay either coupled (L2: added to the gradient, so it passes
+// through the moments, torch.optim.Adam's) or decoupled (the parameter shrunk by lr * decay
+// before the step, torch.optim.AdamW's).
+class AdamBase : public Optimizer {
+ public:
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& state) override;
+
+ protected:
+  struct Hyper {
+    double beta1, beta2, eps, weight_decay;
+    bool decoupled;
+  };
+  // kind names the optimizer in errors and in its state (a state loads only into its kind).
+  AdamBase(std::vector<ParamGroup> groups, const char* kind, double lr, const Hyper& h);
+  // The options as they are now (they may be changed between steps, as lr may).
+  virtual Hyper hyper() const = 0;
+
+ private:
+  const char* kind_;
+  std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;
+  std::vector<std::vector<int64_t>> param_steps_;
+};
+
+struct AdamOptions {
+  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
+  NN_ARG(double, lr);
+  NN_ARG(double, beta1) = 0.9;
+  NN_ARG(double, beta2) = 0.999;
+  NN_ARG(double, eps) = 1e-8;
+  NN_ARG(double, weight_decay) = 0;  // L2, through the moments (decoupled: AdamW's)
+  NN_ARG(bool, decoupled_weight_decay) = false;
+};
+// torch.optim.Adam.
+class Adam : public AdamBase {
+ public:
+  Adam(std::vector<Tensor> params, const AdamOptions& o);
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& o);
+  AdamOptions options;
+
+ protected:
+  Hyper hyper() const override;
+};
+
 struct AdamWOptions {
   explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
   NN_ARG(double, lr);
@@ -92,19 +138,15 @@ struct AdamWOptions {
   NN_ARG(double, eps) = 1e-8;
   NN_ARG(double, weight_decay) = 1e-2;
 };
-
-class AdamW : public Optimizer {
+// torch.optim.AdamW.
+class AdamW : public AdamBase {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& o);
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o);
-  void step() override;
-  NamedTensors state() const override;
-  void load_state(const NamedTensors& state) override;
   AdamWOptions options;
 
- private:
-  std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;
-  std::vector<std::vector<int64_t>> param_steps_;
+ protected:
+  Hyper hyper() const override;
 };
 
 // ---- learning-rate schedules: call step() once per optimizer step (or per epoch) --------

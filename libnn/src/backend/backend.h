@@ -237,8 +237,8 @@ class Backend {
                                   Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) = 0;
 
   // ---- optim: fused multi-tensor update steps, in place ------------------------------------
-  // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD
-  // and AdamW define the step; per-slot learning rate and weight decay (parameter groups) and
+  // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD,
+  // Adam and AdamW define the step; per-slot learning rate and weight decay (parameter groups) and
   // step counts.
   struct SgdSlot {
     Tensor param, grad, momentum;  // momentum undefined when momentum == 0
@@ -247,9 +247,12 @@ class Backend {
   };
   virtual void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                         bool nesterov) = 0;
+  // Adam's and AdamW's: weight_decay is decoupled (the parameter times 1 - lr weight_decay
+  // before the step, AdamW's), l2 coupled (l2 p added to the gradient before the moments,
+  // Adam's).
   struct AdamWSlot {
     Tensor param, grad, exp_avg, exp_avg_sq;
-    double lr = 0, weight_decay = 0;
+    double lr = 0, weight_decay = 0, l2 = 0;
     int64_t step = 1;  // this parameter's step count, for bias correction
   };
   virtual void adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,

@@ -234,15 +234,13 @@ void SGD::load_state(const NamedTensors& s) {
   momentum_ = std::move(momentum);
 }
 
-// ---- AdamW -------------------------------------------------------------------------------------
-AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
-    : AdamW(one_group(std::move(params)), o) {}
-AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
-    : Optimizer(std::move(groups), o.lr()), options(o) {
-  NN_CHECK(o.beta1() >= 0 && o.beta1() < 1 && o.beta2() >= 0 && o.beta2() < 1,
-           "AdamW: betas must be in [0, 1), got ", o.beta1(), ", ", o.beta2());
-  NN_CHECK(o.eps() >= 0 && std::isfinite(o.eps()), "AdamW: eps must be finite and >= 0, got ", o.eps());
-  check_weight_decay(o.weight_decay());
+// ---- Adam, AdamW ---------------------------------------------------------------------------------
+AdamBase::AdamBase(std::vector<ParamGroup> groups, const char* kind, double lr, const Hyper& h)
+    : Optimizer(std::move(groups), lr), kind_(kind) {
+  NN_CHECK(h.beta1 >= 0 && h.beta1 < 1 && h.beta2 >= 0 && h.beta2 < 1, kind,
+           ": betas must be in [0, 1), got ", h.beta1, ", ", h.beta2);
+  NN_CHECK(h.eps >= 0 && std::isfinite(h.eps), kind, ": eps must be finite and >= 0, got ", h.eps);
+  check_weight_decay(h.weight_decay);
   for (auto& g : groups_) {
     exp_avg_.emplace_back(g.params.size());
     exp_avg_sq_.emplace_back(g.params.size());
@@ -250,11 +248,12 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
   }
 }
 
-void AdamW::step() {
+void AdamBase::step() {
   NoGradGuard ng;
+  const Hyper h = hyper();
   std::map<std::pair<std::string, DType>, std::vector<backend::Backend::AdamWSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const double lr = group_lr(gi), wd = groups_[gi].weight_decay.value_or(options.weight_decay());
+    const double lr = group_lr(gi), wd = groups_[gi].weight_decay.value_or(h.weight_decay);
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
       Tensor& p = groups_[gi].params[i];
       if (!p.grad().defined()) continue;
@@ -266,19 +265,20 @@ void AdamW::step() {
       follow(exp_avg_sq_[gi][i], p);
       int64_t t = ++param_steps_[gi][i];
       p.storage()->bump_version();  // the fused step below writes it in place
-      batches[{p.device().str(), p.dtype()}].push_back(
-          {p, grad_for(p), exp_avg_[gi][i], exp_avg_sq_[gi][i], lr, wd, t});
+      batches[{p.device().str(), p.dtype()}].push_back({p, grad_for(p), exp_avg_[gi][i],
+                                                        exp_avg_sq_[gi][i], lr,
+                                                        h.decoupled ? wd : 0.0,
+                                                        h.decoupled ? 0.0 : wd, t});
     }
   }
   for (auto& [key, slots] : batches)
-    backend::of(slots[0].param).adamw_step(slots, options.beta1(), options.beta2(),
-                                           options.eps());
+    backend::of(slots[0].param).adamw_step(slots, h.beta1, h.beta2, h.eps);
   ++steps_;
 }
 
-NamedTensors AdamW::state() const {
+NamedTensors AdamBase::state() const {
   NamedTensors s = scalar_entries();
-  describe(s, "AdamW", groups_);
+  describe(s, kind_, groups_);
   for (size_t g = 0; g < exp_avg_.size(); ++g)
     for (size_t i = 0; i < exp_avg_[g].size(); ++i) {
       if (!exp_avg_[g][i].defined()) continue;
@@ -289,9 +289,9 @@ NamedTensors AdamW::state() const {
   return s;
 }
 
-void AdamW::load_state(const NamedTensors& s) {
+void AdamBase::load_state(const NamedTensors& s) {
   // everything is read and checked before anything changes
-  check_state(s, "AdamW", groups_, {"exp_avg", "exp_avg_sq", "step"});
+  check_state(s, kind_, groups_, {"exp_avg", "exp_avg_sq", "step"});
   const Scalars scalars = read_scalars(s);
   auto exp_avg = exp_avg_, exp_avg_sq = exp_avg_sq_;
   auto param_steps = param_steps_;
@@ -308,6 +308,26 @@ void AdamW::load_state(const NamedTensors& s) {
   exp_avg_ = std::move(exp_avg);
   exp_avg_sq_ = std::move(exp_avg_sq);
   param_steps_ = std::move(param_steps);
+}
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& o) : Adam(one_group(std::move(params)), o) {}
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o)
+    : AdamBase(std::move(groups), "Adam", o.lr(),
+               {o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.decoupled_weight_decay()}),
+      options(o) {}
+AdamBase::Hyper Adam::hyper() const {
+  return {options.beta1(), options.beta2(), options.eps(), options.weight_decay(),
+          options.decoupled_weight_decay()};
+}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
+    : AdamW(one_group(std::move(params)), o) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
+    : AdamBase(std::move(groups), "AdamW", o.lr(),
+               {o.beta1(), o.beta2(), o.eps(), o.weight_decay(), true}),
+      options(o) {}
+AdamBase::Hyper AdamW::hyper() const {
+  return {options.beta1(), options.beta2(), options.eps(), options.weight_decay(), true};
 }
 
 // ---- schedules ----------------------------------------------------------------------------------

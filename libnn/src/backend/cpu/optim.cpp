@@ -1,4 +1,4 @@
-// CPU optim family: SGD and AdamW update steps, in place, as PyTorch defines them, and the
+// CPU optim family: SGD and Adam/AdamW update steps, in place, as PyTorch defines them, and the
 // list primitives for mixed precision's unscaling and gradient clipping.
 #include <algorithm>
 #include <atomic>
@@ -45,13 +45,14 @@ void CpuBackend::adamw_step(std::vector<AdamWSlot>& slots, double beta1, double 
       T* v = s.exp_avg_sq.data<T>();
       const double bc1 = 1 - std::pow(beta1, double(s.step));
       const double bc2 = 1 - std::pow(beta2, double(s.step));
-      const T decay = T(1 - s.lr * s.weight_decay), b1 = T(beta1), b2 = T(beta2);
+      const T decay = T(1 - s.lr * s.weight_decay), b1 = T(beta1), b2 = T(beta2), l2 = T(s.l2);
       const T step_size = T(s.lr / bc1), inv_sqrt_bc2 = T(1 / std::sqrt(bc2)), eps_ = T(eps);
       parallel_for(0, s.param.numel(), kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
         for (int64_t i = b; i < e; ++i) {
-          m[i] = b1 * m[i] + (T(1) - b1) * g[i];
-          v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
+          const T gi = g[i] + l2 * p[i];
+          m[i] = b1 * m[i] + (T(1) - b1) * gi;
+          v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
           p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps_);
         }
       });

@@ -142,8 +142,8 @@ void CudaBackend::adamw_step(std::vector<AdamWSlot>& slots, double beta1, double
   for (auto& s : slots) {
     const double bc1 = 1 - std::pow(beta1, double(s.step)), bc2 = 1 - std::pow(beta2, double(s.step));
     ts.push_back({s.param.data_ptr(), s.grad.data_ptr(), s.exp_avg.data_ptr(),
-                  s.exp_avg_sq.data_ptr(), s.param.numel(), 1 - s.lr * s.weight_decay, s.lr / bc1,
-                  1 / std::sqrt(bc2)});
+                  s.exp_avg_sq.data_ptr(), s.param.numel(), 1 - s.lr * s.weight_decay, s.l2,
+                  s.lr / bc1, 1 / std::sqrt(bc2)});
   }
   kernels::launch_adamw(slots[0].param.dtype(), ts.data(), int(ts.size()), beta1, beta2, eps,
                         stream_);
