@@ -18,6 +18,7 @@
 #include <nn/optim.h>
 #include <nn/profiler.h>
 #include <nn/random.h>
+#include <nn/rnn.h>
 #include <nn/signals.h>
 #include <nn/tensor.h>
 #include <nn/tensorboard.h>

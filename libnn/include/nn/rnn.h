@@ -1,0 +1,91 @@
+// Recurrent layers: LSTM and GRU with PyTorch's equations, gate order, parameter names
+// (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse) and initialisation, so
+// a PyTorch state dict loads as it is. Right-padded batches run with their lengths (what
+// PyTorch's pack_padded_sequence gives), without packing.
+#pragma once
+#include <nn/module.h>
+#include <nn/ops.h>
+
+namespace nn {
+
+struct RNNOptions {
+  RNNOptions(int64_t input_size, int64_t hidden_size)
+      : input_size_(input_size), hidden_size_(hidden_size) {}
+  NN_ARG(int64_t, input_size);
+  NN_ARG(int64_t, hidden_size);
+  NN_ARG(int64_t, num_layers) = 1;
+  NN_ARG(bool, bias) = true;
+  NN_ARG(bool, batch_first) = false;  // x and output (N, T, ...) instead of (T, N, ...)
+  NN_ARG(double, dropout) = 0.0;      // on each layer's output but the last, in training
+  NN_ARG(bool, bidirectional) = false;
+};
+using LSTMOptions = RNNOptions;
+using GRUOptions = RNNOptions;
+
+// The states of every layer and direction: (num_layers * directions, N, hidden_size), layer
+// l's forward direction at 2l (bidirectional) or l, as PyTorch's h_n and c_n. c is LSTM's
+// only.
+struct RNNState {
+  Tensor h, c;
+};
+struct RNNOutput {
+  Tensor output;  // (T, N, directions * hidden_size), or (N, T, ...) with batch_first
+  RNNState state;  // after each sequence's last step (its length's, with lengths)
+};
+
+// What LSTM and GRU share: options, parameters per layer and direction, the layer loop.
+class RNNBase : public Module {
+ public:
+  // x (T, N, input_size) or (N, T, input_size) with batch_first. state: the initial states
+  // (undefined tensors: zeros). lengths: each sequence's number of valid steps, i64 or i32
+  // (N) on the CPU (as PyTorch's pack_padded_sequence takes them), each in [0, T]: steps
+  // past a sequence's length leave its state as it was and give zeros in the output (PyTorch's
+  // pad_packed_sequence), and the reverse direction starts at the last valid step.
+  RNNOutput forward(const Tensor& x, const RNNState& state, const Tensor& lengths = {});
+  // The output alone, from zero states (for Sequential).
+  Tensor forward(const Tensor& x) override { return forward(x, RNNState{}).output; }
+  std::string extra_repr() const override;
+  // U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) for every weight and bias, as PyTorch's.
+  void reset_parameters();
+  RNNOptions options;
+  // Per layer and direction (index layer * directions + direction): (gates * H, in),
+  // (gates * H, H), (gates * H), (gates * H); biases undefined without bias.
+  struct Weights {
+    Tensor w_ih, w_hh, b_ih, b_hh;
+  };
+  std::vector<Weights> weights;
+
+ protected:
+  RNNBase(const char* type, const RNNOptions& o, int64_t gates, bool has_cell);
+  // One step of one direction: the input's projection xg (N, gates * H) at this step, the
+  // previous states; returns the new h (and c for LSTM in `c`).
+  virtual Tensor cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const = 0;
+
+ private:
+  int64_t gates_;
+  bool has_cell_;
+};
+
+// i, f, g, o = split(x W_ih^T + b_ih + h W_hh^T + b_hh); c' = sigmoid(f) c + sigmoid(i)
+// tanh(g); h' = sigmoid(o) tanh(c').
+class LSTM : public RNNBase {
+ public:
+  explicit LSTM(const LSTMOptions& o) : RNNBase("LSTM", o, 4, true) {}
+  using RNNBase::forward;
+
+ protected:
+  Tensor cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const override;
+};
+
+// r, z, n: r = sigmoid(x_r + h_r), z = sigmoid(x_z + h_z), n = tanh(x_n + r h_n) (h_n with
+// its bias b_hn, inside r's product, as PyTorch's), h' = (1 - z) n + z h.
+class GRU : public RNNBase {
+ public:
+  explicit GRU(const GRUOptions& o) : RNNBase("GRU", o, 3, false) {}
+  using RNNBase::forward;
+
+ protected:
+  Tensor cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const override;
+};
+
+}  // namespace nn
