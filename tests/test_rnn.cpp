@@ -116,7 +116,7 @@ TEST_CASE("RNN lengths: a sequence keeps its state past its length, outputs zero
   test::require_close(none.output.narrow(1, 1, 1), zeros({5, 1, 8}, kF64), 0, 0);
 }
 
-TEST_CASE("RNN dropout between layers only in training; the output alone for Sequential; repr", "[rnn]") {
+TEST_CASE("RNN dropout between layers only in training, the output alone for Sequential, repr", "[rnn]") {
   manual_seed(5);
   GRU m(GRUOptions(3, 4).num_layers(2).dropout(0.5));
   Tensor x = randn({6, 2, 3});

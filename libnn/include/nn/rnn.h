@@ -33,7 +33,9 @@ struct RNNOutput {
   RNNState state;  // after each sequence's last step (its length's, with lengths)
 };
 
-// What LSTM and GRU share: options, parameters per layer and direction, the layer loop.
+// What LSTM and GRU share: options, parameters per layer and direction, the layer loop. Each
+// layer and direction is one GEMM for every step's input projection, then the recurrence as
+// one op whose backward runs the steps back by hand.
 class RNNBase : public Module {
  public:
   // x (T, N, input_size) or (N, T, input_size) with batch_first. state: the initial states
@@ -56,36 +58,25 @@ class RNNBase : public Module {
   std::vector<Weights> weights;
 
  protected:
-  RNNBase(const char* type, const RNNOptions& o, int64_t gates, bool has_cell);
-  // One step of one direction: the input's projection xg (N, gates * H) at this step, the
-  // previous states; returns the new h (and c for LSTM in `c`).
-  virtual Tensor cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const = 0;
+  // gates: 4 for LSTM, 3 for GRU (which has no cell state).
+  RNNBase(const char* type, const RNNOptions& o, int64_t gates);
 
  private:
   int64_t gates_;
-  bool has_cell_;
 };
 
 // i, f, g, o = split(x W_ih^T + b_ih + h W_hh^T + b_hh); c' = sigmoid(f) c + sigmoid(i)
 // tanh(g); h' = sigmoid(o) tanh(c').
 class LSTM : public RNNBase {
  public:
-  explicit LSTM(const LSTMOptions& o) : RNNBase("LSTM", o, 4, true) {}
-  using RNNBase::forward;
-
- protected:
-  Tensor cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const override;
+  explicit LSTM(const LSTMOptions& o) : RNNBase("LSTM", o, 4) {}
 };
 
 // r, z, n: r = sigmoid(x_r + h_r), z = sigmoid(x_z + h_z), n = tanh(x_n + r h_n) (h_n with
 // its bias b_hn, inside r's product, as PyTorch's), h' = (1 - z) n + z h.
 class GRU : public RNNBase {
  public:
-  explicit GRU(const GRUOptions& o) : RNNBase("GRU", o, 3, false) {}
-  using RNNBase::forward;
-
- protected:
-  Tensor cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const override;
+  explicit GRU(const GRUOptions& o) : RNNBase("GRU", o, 3) {}
 };
 
 }  // namespace nn

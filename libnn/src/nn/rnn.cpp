@@ -1,10 +1,12 @@
-// LSTM and GRU as compositions of the differentiable ops: each layer's input projection for
-// every step is one GEMM, then a loop over the steps runs the recurrent GEMM and the gates.
+// LSTM and GRU layers: each layer's and direction's input projection for every step is one
+// GEMM, then ops::recurrent_sequence runs the recurrence (and, backward, runs it back).
 #include <nn/autograd.h>
 #include <nn/init.h>
 #include <nn/rnn.h>
 
 #include <cmath>
+
+#include "ops/rnn.h"
 
 namespace nn {
 
@@ -36,8 +38,8 @@ Tensor step_mask(const Tensor& lengths, int64_t T, int64_t N, const Tensor& x, c
 }
 }  // namespace
 
-RNNBase::RNNBase(const char* type, const RNNOptions& o, int64_t gates, bool has_cell)
-    : Module(type), options(o), gates_(gates), has_cell_(has_cell) {
+RNNBase::RNNBase(const char* type, const RNNOptions& o, int64_t gates)
+    : Module(type), options(o), gates_(gates) {
   NN_CHECK(o.input_size() > 0 && o.hidden_size() > 0 && o.num_layers() > 0, type,
            ": input_size, hidden_size and num_layers must be positive, got ", o.input_size(),
            ", ", o.hidden_size(), ", ", o.num_layers());
@@ -89,13 +91,18 @@ RNNOutput RNNBase::forward(const Tensor& x_in, const RNNState& state, const Tens
   NN_CHECK(T > 0, op, ": the input has no steps: ", shape_str(x_in.shape()));
   const Shape state_shape{L * D, N, H};
   for (const Tensor* s : {&state.h, &state.c})
-    if (s->defined())
+    if (s->defined()) {
       NN_CHECK(s->shape() == state_shape, op, ": initial state of shape ", shape_str(s->shape()),
                ", expected ", shape_str(state_shape), " (layers * directions, N, hidden_size)");
-  NN_CHECK(has_cell_ || !state.c.defined(), op, ": has no cell state (c)");
+      NN_CHECK(s->device() == x.device() && is_floating(s->dtype()), op, ": initial state (",
+               dtype_name(s->dtype()), " on ", s->device().str(), ") must be floating, on the "
+               "input's device ", x.device().str());
+    }
+  const bool lstm = gates_ == 4;
+  NN_CHECK(lstm || !state.c.defined(), op, ": has no cell state (c)");
   const Tensor mask = step_mask(lengths, T, N, x, op);
-  const Tensor zero = zeros({}, x.options());
 
+  const ops::RecurrentCell kind = lstm ? ops::RecurrentCell::lstm : ops::RecurrentCell::gru;
   Tensor layer_in = x;
   std::vector<Tensor> h_n, c_n;
   for (int64_t l = 0; l < L; ++l) {
@@ -104,28 +111,13 @@ RNNOutput RNNBase::forward(const Tensor& x_in, const RNNState& state, const Tens
       const int64_t k = l * D + d;
       const Weights& w = weights[size_t(k)];
       const Tensor xg = linear(layer_in, w.w_ih, w.b_ih);  // (T, N, gates * H), every step at once
-      Tensor h = state.h.defined() ? state.h.select(0, k) : zeros({N, H}, x.options());
-      Tensor c;
-      if (has_cell_) c = state.c.defined() ? state.c.select(0, k) : zeros({N, H}, x.options());
-      std::vector<Tensor> out(static_cast<size_t>(T));
-      for (int64_t s = 0; s < T; ++s) {
-        const int64_t t = d == 0 ? s : T - 1 - s;
-        Tensor c_next = c;
-        const Tensor h_next = cell(xg.select(0, t), h, c_next, w);
-        if (mask.defined()) {  // past its length a sequence keeps its state and outputs zeros
-          const Tensor m = mask.select(0, t);  // (N, 1)
-          h = where(m, h_next, h);
-          if (has_cell_) c = where(m, c_next, c);
-          out[size_t(t)] = where(m, h_next, zero);
-        } else {
-          h = h_next;
-          c = c_next;
-          out[size_t(t)] = h;
-        }
-      }
-      directions.push_back(stack(out, 0));  // (T, N, H)
-      h_n.push_back(h);
-      if (has_cell_) c_n.push_back(c);
+      const Tensor h0 = state.h.defined() ? state.h.select(0, k) : zeros({N, H}, x.options());
+      Tensor c0;
+      if (lstm) c0 = state.c.defined() ? state.c.select(0, k) : zeros({N, H}, x.options());
+      const Tensor y = ops::recurrent_sequence(kind, xg, h0, c0, w.w_hh, w.b_hh, mask, d == 1);
+      directions.push_back(y.narrow(0, 0, T));  // (T, N, H)
+      h_n.push_back(y.select(0, T));
+      if (lstm) c_n.push_back(y.select(0, T + 1));
     }
     layer_in = D == 1 ? directions[0] : concat(directions, 2);
     if (l + 1 < L && options.dropout() > 0 && is_training())
@@ -134,26 +126,8 @@ RNNOutput RNNBase::forward(const Tensor& x_in, const RNNState& state, const Tens
   RNNOutput r;
   r.output = options.batch_first() ? layer_in.transpose(0, 1) : layer_in;
   r.state.h = stack(h_n, 0);
-  if (has_cell_) r.state.c = stack(c_n, 0);
+  if (lstm) r.state.c = stack(c_n, 0);
   return r;
-}
-
-Tensor LSTM::cell(const Tensor& xg, const Tensor& h, Tensor& c, const Weights& w) const {
-  const int64_t H = options.hidden_size();
-  const Tensor g = add(xg, linear(h, w.w_hh, w.b_hh));  // (N, 4H): i, f, g, o
-  const Tensor i = sigmoid(g.narrow(1, 0, H)), f = sigmoid(g.narrow(1, H, H));
-  const Tensor cand = tanh(g.narrow(1, 2 * H, H)), o = sigmoid(g.narrow(1, 3 * H, H));
-  c = add(mul(f, c), mul(i, cand));
-  return mul(o, tanh(c));
-}
-
-Tensor GRU::cell(const Tensor& xg, const Tensor& h, Tensor&, const Weights& w) const {
-  const int64_t H = options.hidden_size();
-  const Tensor hg = linear(h, w.w_hh, w.b_hh);  // (N, 3H): r, z, n
-  const Tensor r = sigmoid(add(xg.narrow(1, 0, H), hg.narrow(1, 0, H)));
-  const Tensor z = sigmoid(add(xg.narrow(1, H, H), hg.narrow(1, H, H)));
-  const Tensor n = tanh(add(xg.narrow(1, 2 * H, H), mul(r, hg.narrow(1, 2 * H, H))));
-  return add(n, mul(z, sub(h, n)));  // (1 - z) n + z h
 }
 
 }  // namespace nn
