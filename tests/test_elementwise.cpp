@@ -54,22 +54,58 @@ TEST_CASE("unary ops match the C library", "[elementwise]") {
   test::require_close(sigmoid(x.to(kF32)), sigmoid(x), 1e-6, 1e-6);
 }
 
-TEST_CASE("f32 GELU and its gradient agree with f64, contiguous and strided", "[elementwise]") {
-  // The f32 path on contiguous data is vectorised (its own erf); strided data takes the
-  // general loop. Both within a few f32 ulps of the f64 values over [-10, 10].
+TEST_CASE("f32 GELU, tanh, sigmoid, SiLU and their gradients agree with f64, contiguous and strided", "[elementwise]") {
+  // The f32 path on contiguous data (and on rows of a column slice) is vectorised (Eigen's
+  // erf, exp, tanh); other strided data takes the general loop. Both within a few f32 ulps of
+  // the f64 values over [-10, 10].
   Tensor x = arange(-10.0, 10.0, 0.00390625, kF64).reshape({64, 80});
-  Tensor want = gelu(x);
-  test::require_close(gelu(x.to(kF32)), want, 1e-6, 1e-6);
-  test::require_close(gelu(x.to(kF32).t()), want.t(), 1e-6, 1e-6);
   Tensor g = rnd({64, 80}, 3, false);
-  auto grad_of = [&](const Tensor& in, const Tensor& gout) {
-    Tensor v = in.detach().requires_grad_();
-    (gelu(v) * gout).sum().backward();
-    return v.grad();
-  };
-  Tensor want_grad = grad_of(x, g);
-  test::require_close(grad_of(x.to(kF32), g.to(kF32)), want_grad, 1e-5, 1e-6);
-  test::require_close(grad_of(x.to(kF32).t(), g.to(kF32).t()), want_grad.t(), 1e-5, 1e-6);
+  using Fn = Tensor (*)(const Tensor&);
+  for (auto [name, f] : std::vector<std::pair<const char*, Fn>>{
+           {"gelu", [](const Tensor& t) { return gelu(t); }}, {"tanh", [](const Tensor& t) { return tanh(t); }},
+           {"sigmoid", [](const Tensor& t) { return sigmoid(t); }}, {"silu", [](const Tensor& t) { return silu(t); }}}) {
+    INFO(name);
+    Tensor want = f(x);
+    test::require_close(f(x.to(kF32)), want, 1e-6, 1e-6);
+    test::require_close(f(x.to(kF32).t()), want.t(), 1e-6, 1e-6);
+    test::require_close(f(x.to(kF32).narrow(1, 3, 50)), want.narrow(1, 3, 50), 1e-6, 1e-6);
+    auto grad_of = [&](const Tensor& in, const Tensor& gout) {
+      Tensor v = in.detach().requires_grad_();
+      (f(v) * gout).sum().backward();
+      return v.grad();
+    };
+    Tensor want_grad = grad_of(x, g);
+    test::require_close(grad_of(x.to(kF32), g.to(kF32)), want_grad, 1e-5, 1e-6);
+    test::require_close(grad_of(x.to(kF32).t(), g.to(kF32).t()), want_grad.t(), 1e-5, 1e-6);
+  }
+  // NaN and the infinities: NaN stays NaN, the limits hold
+  Tensor edge = tensor({NAN, INFINITY, -INFINITY, 0.0, 30.0, -30.0, 100.0, -100.0}, kF32);
+  for (Tensor y : {tanh(edge), sigmoid(edge)}) REQUIRE(std::isnan(y.to_vector<float>()[0]));
+  REQUIRE(tanh(edge).to_vector<float>()[1] == 1.0f);
+  REQUIRE(tanh(edge).to_vector<float>()[2] == -1.0f);
+  REQUIRE(sigmoid(edge).to_vector<float>()[1] == 1.0f);
+  REQUIRE(sigmoid(edge).to_vector<float>()[2] == 0.0f);
+  REQUIRE(tanh(edge).to_vector<float>()[3] == 0.0f);
+  REQUIRE(sigmoid(edge).to_vector<float>()[3] == 0.5f);
+  REQUIRE(silu(edge).to_vector<float>()[7] == -0.0f);
+}
+
+TEST_CASE("vectorised f32 unary values do not depend on position, threads or layout", "[elementwise][parallel]") {
+  // Eigen's scalar code (unaligned heads, tails) rounds exp differently from its packets: each
+  // value must be the same wherever it sits and however the threads split the tensor.
+  Tensor x = (rnd({40009}, 21, false) * 4.0).to(kF32);
+  for (auto f : std::vector<Tensor (*)(const Tensor&)>{tanh, sigmoid, gelu, silu}) {
+    const Tensor full = f(x);
+    test::require_same(f(x.narrow(0, 3, 30001).contiguous()), full.narrow(0, 3, 30001));
+    const int threads = nn::num_threads();
+    nn::set_num_threads(1);
+    const Tensor one = f(x);
+    nn::set_num_threads(threads);
+    test::require_same(one, full);
+    // rows of a column slice (the vectorised row path) as the same values made contiguous
+    Tensor m = x.narrow(0, 0, 40000).reshape({200, 200});
+    test::require_same(f(m.narrow(1, 7, 150)), f(m.narrow(1, 7, 150).contiguous()));
+  }
 }
 
 TEST_CASE("binary ops, scalars and comparisons", "[elementwise]") {
@@ -464,21 +500,24 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
   }
 }
 
-TEST_CASE("16-bit GELU over several threads' blocks equals f32 GELU rounded once", "[elementwise]") {
+TEST_CASE("16-bit GELU, tanh, sigmoid, SiLU over several threads' blocks equal f32's rounded once", "[elementwise]") {
   // Long enough for both threads and several of the widening blocks, with an odd length so
   // the second thread's run starts off a block boundary, and a view at an odd offset.
-  for (DType h : {kBF16, kF16}) {
-    INFO(dtype_name(h));
-    Tensor x = (rnd({100003}, 11, false) * 3.0).to(h);
-    Tensor g = rnd({100003}, 12, false).to(h);
-    test::require_same(gelu(x), gelu(x.to(kF32)).to(h));
-    Tensor xv = x.narrow(0, 1, 70001);
-    test::require_same(gelu(xv), gelu(xv.to(kF32)).to(h));
-    Tensor xb = x.detach().requires_grad_(true), x32 = x.to(kF32).requires_grad_(true);
-    (gelu(xb) * g).sum().backward();
-    (gelu(x32) * g.to(kF32)).sum().backward();
-    test::require_same(xb.grad(), x32.grad().to(h));
-  }
+  for (DType h : {kBF16, kF16})
+    for (int k = 0; k < 4; ++k) {
+      Tensor (*f)(const Tensor&) = std::vector<Tensor (*)(const Tensor&)>{gelu, tanh, sigmoid, silu}[size_t(k)];
+      INFO(dtype_name(h) << " op " << k);
+      Tensor x = (rnd({100003}, 11, false) * 3.0).to(h);
+      Tensor g = rnd({100003}, 12, false).to(h);
+      test::require_same(f(x), f(x.to(kF32)).to(h));
+      Tensor xv = x.narrow(0, 1, 70001);
+      test::require_same(f(xv), f(xv.to(kF32)).to(h));
+      if (k == 1 || k == 2) continue;  // (tanh's and sigmoid's gradients read the rounded outputs)
+      Tensor xb = x.detach().requires_grad_(true), x32 = x.to(kF32).requires_grad_(true);
+      (f(xb) * g).sum().backward();
+      (f(x32) * g.to(kF32)).sum().backward();
+      test::require_same(xb.grad(), x32.grad().to(h));
+    }
 }
 
 // A tensor divided by a scalar is divided, as in PyTorch, not multiplied by the reciprocal:

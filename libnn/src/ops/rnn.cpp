@@ -42,7 +42,9 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
            "recurrent_sequence: inconsistent shapes");
   auto order = [&](int64_t s) { return reverse ? T - 1 - s : s; };
   Tensor y = empty({T + (lstm ? 2 : 1), N, H}, h0.options());
-  auto steps = std::make_shared<std::vector<Step>>(size_t(T));
+  // what the backward reads, kept only when there will be one (inference keeps one step's)
+  const bool keep = any_requires_grad({&xg, &h0, &c0, &w_hh, &b_hh});
+  auto steps = std::make_shared<std::vector<Step>>(size_t(keep ? T : 1));
   {
     NoGradGuard ng;
     const Tensor zero = zeros({}, h0.options());
@@ -50,7 +52,7 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = order(s);
       const Tensor x = xg.select(0, t), hg = linear(h, w_hh, b_hh);  // (N, G * H)
-      Step& st = (*steps)[size_t(t)];
+      Step& st = (*steps)[keep ? size_t(t) : 0];
       st.h_prev = h;
       Tensor h_next, c_next;
       if (lstm) {

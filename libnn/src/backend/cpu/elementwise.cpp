@@ -65,66 +65,106 @@ inline T unary_value(UnaryOp op, T x, T a, T b) {
   return x;
 }
 
-// GELU (or with pg its gradient) of n contiguous f32 values, on Eigen's vectorised erf (a
-// rational approximation accurate to a few ulp; libm's erf is a scalar call per element) and
-// exp.
-void gelu_block(const float* px, const float* pg, float* po, int64_t n) {
-  using Arr = Eigen::Array<float, Eigen::Dynamic, 1>;
-  Eigen::Map<const Arr> v(px, n);
-  Eigen::Map<Arr> o(po, n);
-  // one expression each, so Eigen evaluates it in a single pass without temporaries
-  if (!pg) {
-    o = 0.5f * v * (1.f + (v * float(kInvSqrt2)).erf());
-  } else {
-    o = Eigen::Map<const Arr>(pg, n) *
-        (0.5f * (1.f + (v * float(kInvSqrt2)).erf()) +
-         float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp());
+// The ops whose f32 values come from Eigen's vectorised functions (a few ulp from the exact
+// value; libm's tanh, exp and erf are a scalar call per element, 10 to 50 times slower):
+// forward GELU, tanh, sigmoid and SiLU; with a gradient, GELU's and SiLU's (tanh's and
+// sigmoid's gradients read their outputs: plain arithmetic).
+bool eigen_op(UnaryOp op, bool backward) {
+  switch (op) {
+    case UnaryOp::gelu:
+    case UnaryOp::silu: return true;
+    case UnaryOp::tanh:
+    case UnaryOp::sigmoid: return !backward;
+    default: return false;
   }
 }
-template <typename T>
-void gelu_typed(const T* px, const T* pg, T* po, int64_t n) {
-  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
-    if constexpr (std::is_same_v<T, float>) {
-      gelu_block(px + b, pg ? pg + b : nullptr, po + b, e - b);
-    } else {
-      // Blocks start at multiples of kBlock and sit at the same place in the buffer as in a
-      // block-aligned tensor, so Eigen splits them into packets as it would the f32 tensor.
-      constexpr int64_t kBlock = 2048;
-      alignas(64) float xs[kBlock], gs[kBlock];
-      for (int64_t i0 = b; i0 < e;) {
-        const int64_t at = i0 % kBlock, i1 = std::min(e, i0 - at + kBlock), m = i1 - i0;
-#pragma omp simd
-        for (int64_t i = 0; i < m; ++i) xs[at + i] = float(px[i0 + i]);
-        if (pg)
-#pragma omp simd
-          for (int64_t i = 0; i < m; ++i) gs[at + i] = float(pg[i0 + i]);
-        gelu_block(xs + at, pg ? gs + at : nullptr, xs + at, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; ++i) put(po[i0 + i], xs[at + i]);
-        i0 = i1;
+// op (an eigen_op) of n f32 values (n a multiple of 16, the buffers 64-byte aligned, so
+// every value takes Eigen's packet path), or with pg its gradient times pg; po must not
+// overlap px or pg.
+void eigen_block(UnaryOp op, const float* px, const float* pg, float* po, int64_t n) {
+  using Arr = Eigen::Array<float, Eigen::Dynamic, 1>;
+  Eigen::Map<const Arr, Eigen::Aligned64> v(px, n);
+  Eigen::Map<Arr, Eigen::Aligned64> o(po, n);
+  // one expression each, so Eigen evaluates it in a single pass without temporaries
+  switch (op) {
+    case UnaryOp::gelu:
+      if (!pg) {
+        o = 0.5f * v * (1.f + (v * float(kInvSqrt2)).erf());
+      } else {
+        o = Eigen::Map<const Arr, Eigen::Aligned64>(pg, n) *
+            (0.5f * (1.f + (v * float(kInvSqrt2)).erf()) +
+             float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp());
       }
-    }
-  });
+      return;
+    case UnaryOp::tanh: o = v.tanh(); return;
+    // 1 / (1 + exp(-x)): Eigen's logistic() is thousands of ulp off in the negative tail
+    case UnaryOp::sigmoid: o = 1.f / (1.f + (-v).exp()); return;
+    case UnaryOp::silu:
+      if (!pg) {
+        o = v / (1.f + (-v).exp());
+      } else {  // sigmoid(x) (1 + x (1 - sigmoid(x))), the sigmoid in o first
+        o = 1.f / (1.f + (-v).exp());
+        o = Eigen::Map<const Arr, Eigen::Aligned64>(pg, n) * o * (1.f + v * (1.f - o));
+      }
+      return;
+    default: NN_ERROR("eigen_block: not a vectorised op");
+  }
 }
-// GELU and its gradient over contiguous tensors of one float type: f32 in place; f16 and bf16
-// widened a block at a time into a buffer, computed in f32 and rounded once (the values of
-// the widened path, one pass over memory). Returns false, doing nothing, for any other dtype
-// or layout.
-bool gelu_dense(const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
-  if (!x.is_contiguous() || !out.is_contiguous() || (grad && !grad->is_contiguous()) ||
-      out.dtype() != x.dtype() || (grad && grad->dtype() != x.dtype()))
+// op over n values (widened to f32, the result rounded to T once), a block at a time through
+// aligned buffers, the last block padded: every value is computed by the same packet code
+// whatever its position, so results do not depend on where a thread's range starts (Eigen's
+// scalar code for unaligned heads and tails rounds exp differently).
+template <typename T>
+void eigen_span(UnaryOp op, const T* px, const T* pg, T* po, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  alignas(64) float xs[kBlock], gs[kBlock], os[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0), padded = (m + 15) / 16 * 16;
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) xs[i] = float(px[i0 + i]);
+    for (int64_t i = m; i < padded; ++i) xs[i] = gs[i] = 0.f;
+    if (pg)
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) gs[i] = float(pg[i0 + i]);
+    eigen_block(op, xs, pg ? gs : nullptr, os, padded);
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) put(po[i0 + i], os[i]);
+  }
+}
+// An eigen_op (or with grad its gradient) over tensors of one float type (f16 and bf16
+// computed in f32 and rounded once, the values of the widened path) laid out as rows: out
+// and grad contiguous, x contiguous or a 2-d view of contiguous rows (a slice of columns, as
+// LSTM's cell gate in its four). Returns false, doing nothing, for any other op, dtype or
+// layout, or an output that shares memory with an input.
+bool eigen_dense(UnaryOp op, const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
+  const bool rows = !x.is_contiguous() && x.dim() == 2 && x.strides()[1] == 1;
+  if (!eigen_op(op, grad != nullptr) || !(x.is_contiguous() || rows) || !out.is_contiguous() ||
+      (grad && !grad->is_contiguous()) || out.dtype() != x.dtype() ||
+      (grad && grad->dtype() != x.dtype()) || out.storage() == x.storage() ||
+      (grad && out.storage() == grad->storage()))
     return false;
-  bool done = true;
   auto run = [&]<typename T>() {
-    gelu_typed<T>(x.data<T>(), grad ? grad->data<T>() : nullptr, out.data<T>(), x.numel());
+    const T* px = x.data<T>();
+    const T* pg = grad ? grad->data<T>() : nullptr;
+    T* po = out.data<T>();
+    if (!rows) {
+      parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+        eigen_span<T>(op, px + b, pg ? pg + b : nullptr, po + b, e - b);
+      });
+      return;
+    }
+    const int64_t R = x.shape()[0], C = x.shape()[1], ld = x.strides()[0];
+    parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        eigen_span<T>(op, px + r * ld, pg ? pg + r * C : nullptr, po + r * C, C);
+    });
   };
   switch (x.dtype()) {
-    case DType::f32: run.template operator()<float>(); break;
-    case DType::f16: run.template operator()<Half>(); break;
-    case DType::bf16: run.template operator()<BFloat16>(); break;
-    default: done = false;
+    case DType::f32: run.template operator()<float>(); return true;
+    case DType::f16: run.template operator()<Half>(); return true;
+    case DType::bf16: run.template operator()<BFloat16>(); return true;
+    default: return false;
   }
-  return done;
 }
 
 // T is the tensors' element type, C the type computed in: T itself, or float for f16 and
@@ -132,7 +172,7 @@ bool gelu_dense(const Tensor& x, Tensor& out, const Tensor* grad = nullptr) {
 // pass).
 template <typename T, typename C = T>
 void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
-  if (op == UnaryOp::gelu && gelu_dense(x, out)) return;
+  if (eigen_dense(op, x, out)) return;
   // One instantiation per op keeps the switch out of the inner loop.
 #define NN_UNARY_CASE(OP)                                                                   \
   case UnaryOp::OP:                                                                         \
@@ -255,7 +295,7 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
       map<T, T, T>(grad_x, [](T g, T v) { return C(v) <= C(0) ? C(0) : C(g); }, grad, x);
       return;
     case UnaryOp::gelu:
-      if (gelu_dense(x, grad_x, &grad)) return;
+      if (eigen_dense(op, x, grad_x, &grad)) return;
       map<T, T, T>(grad_x, [](T g, T v_) {
         const C v = C(v_);
         C cdf = C(0.5) * (C(1) + std::erf(v * C(kInvSqrt2)));
@@ -270,6 +310,7 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
       map<T, T, T>(grad_x, [](T g, T s) { return C(g) * C(s) * (C(1) - C(s)); }, grad, y);
       return;
     case UnaryOp::silu:  // sigmoid(x) (1 + x (1 - sigmoid(x)))
+      if (eigen_dense(op, x, grad_x, &grad)) return;
       map<T, T, T>(grad_x, [](T g, T v_) {
         const C v = C(v_), s = C(1) / (C(1) + std::exp(-v));
         return C(g) * s * (C(1) + v * (C(1) - s));
