@@ -1,4 +1,5 @@
 """Helpers the bench drivers share."""
+import datetime
 import json
 import os
 import platform
@@ -21,6 +22,21 @@ def add_torch_python(ap):
     """The --python flag of the drivers that run a PyTorch peer."""
     ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
                     help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+
+
+def peer_context(python, device, threads, machine=None):
+    """What a libnn-against-PyTorch driver prints and files about its run: (PyTorch's version,
+    the host (the GPU's name, or the CPU's and the thread count), today's date, the machine
+    kind for bench/report's price table: `machine` when given)."""
+    torch_version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True).stdout.strip()
+    gpu = ""
+    if device.startswith("cuda"):
+        gpu = subprocess.run([python, "-c", "import torch; print(torch.cuda.get_device_name())"],
+                             capture_output=True, text=True).stdout.strip()
+    host = gpu or f"{cpu_name()}, {threads} threads"
+    machine = machine or (("gpu-" + gpu.lower().replace(" ", "-")) if gpu else f"cpu-{threads}core")
+    return torch_version, host, datetime.date.today().isoformat(), machine
 
 
 def run_json_lines(cmd, env=None):

@@ -9,14 +9,12 @@ forward (inference) and forward + backward (training) times with the libnn/PyTor
 Every flag not listed below is passed to both programs (see `build/bin/rnn_bench --help`).
 Results are also written as JSON (--out, schema libnn-bench-1) for bench/report."""
 import argparse
-import datetime
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import add_torch_python, cpu_name, run_json_lines  # noqa: E402
+from benchutil import add_torch_python, peer_context, run_json_lines  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,15 +30,7 @@ def main():
     a, rest = ap.parse_known_args()
     shared = ["--device", a.device, "--threads", str(a.threads)] + rest
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True).stdout.strip()
-    gpu = ""
-    if a.device.startswith("cuda"):
-        gpu = subprocess.run([a.python, "-c", "import torch; print(torch.cuda.get_device_name())"],
-                             capture_output=True, text=True).stdout.strip()
-    host = gpu or f"{cpu_name()}, {a.threads} threads"
-    date = datetime.date.today().isoformat()
-    machine = a.machine or (("gpu-" + gpu.lower().replace(" ", "-")) if gpu else f"cpu-{a.threads}core")
+    torch_version, host, date, machine = peer_context(a.python, a.device, a.threads, a.machine)
 
     def write_out(ours, theirs):
         records = [{"benchmark": "rnn", "model": f"{r['cell']}-{r['layers']}x{r['hidden']}"

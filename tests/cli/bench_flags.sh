@@ -103,6 +103,13 @@ v="$bin/conv_bench"
 "$e" 2 "--batch-size must be positive, got -2" -- "$v" --batch-size -2
 "$e" 2 "--device: unknown device 'tpu'" -- "$v" --device tpu
 
+n="$bin/rnn_bench"
+"$e" 2 "--cells must be one of lstm, gru, got 'rnn'" -- "$n" --cells lstm,rnn
+"$e" 2 "--seq-len must be positive, got 0" -- "$n" --seq-len 0
+"$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$n" --precision fp8
+"$e" 0 '"cell": "gru", "phase": "train"' -- "$n" --cells gru --seq-len 3 --batch-size 2 --input-size 4 \
+  --hidden-size 5 --layers 2 --bidirectional --reps 1
+
 c="$bin/cpu_ceiling"
 "$e" 2 "-n must be 1 to 16384, got 0" -- "$c" -n 0
 # an OMP_NUM_THREADS OpenMP cannot create (it crashed in the first parallel region) is taken
