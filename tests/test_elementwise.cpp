@@ -61,10 +61,11 @@ TEST_CASE("f32 GELU, tanh, sigmoid, SiLU and their gradients agree with f64, con
   Tensor x = arange(-10.0, 10.0, 0.00390625, kF64).reshape({64, 80});
   Tensor g = rnd({64, 80}, 3, false);
   using Fn = Tensor (*)(const Tensor&);
-  for (auto [name, f] : std::vector<std::pair<const char*, Fn>>{
+  for (const auto& [name, fn] : std::vector<std::pair<const char*, Fn>>{
            {"gelu", [](const Tensor& t) { return gelu(t); }}, {"tanh", [](const Tensor& t) { return tanh(t); }},
            {"sigmoid", [](const Tensor& t) { return sigmoid(t); }}, {"silu", [](const Tensor& t) { return silu(t); }}}) {
     INFO(name);
+    const Fn f = fn;  // (a lambda cannot capture a structured binding before C++20's clang 16)
     Tensor want = f(x);
     test::require_close(f(x.to(kF32)), want, 1e-6, 1e-6);
     test::require_close(f(x.to(kF32).t()), want.t(), 1e-6, 1e-6);
