@@ -205,3 +205,34 @@ TEST_CASE("top_k_correct counts targets among the k largest logits", "[loss]") {
   REQUIRE(test::error_of([&] { top_k_correct(logits, target, 0); }).find("k must be at least 1") !=
           std::string::npos);
 }
+
+TEST_CASE("l1, smooth L1 and Huber losses: definitions, reductions, gradients and errors", "[loss]") {
+  Tensor x = tensor({-3.0, -0.7, -0.2, 0.0, 0.3, 1.0, 2.5, 4.0}, {2, 4}, kF64);
+  Tensor y = zeros({2, 4}, kF64);
+  require_values(l1_loss(x, y, Reduction::none).reshape({-1}), {3, 0.7, 0.2, 0, 0.3, 1, 2.5, 4});
+  // beta 1: 0.5 d^2 inside, |d| - 0.5 outside; the boundary (|d| = 1) takes the outer branch
+  require_values(smooth_l1_loss(x, y, Reduction::none).reshape({-1}),
+                 {2.5, 0.245, 0.02, 0, 0.045, 0.5, 2.0, 3.5});
+  require_values(huber_loss(x, y, Reduction::none, 2.0).reshape({-1}),
+                 {4.0, 0.245, 0.02, 0, 0.045, 0.5, 3.0, 6.0});
+  // Huber with delta is delta times smooth L1 with beta = delta; beta 0 is L1
+  test::require_close(huber_loss(x, y, Reduction::none, 0.7), mul(smooth_l1_loss(x, y, Reduction::none, 0.7), 0.7));
+  test::require_close(smooth_l1_loss(x, y, Reduction::sum, 0.0), l1_loss(x, y, Reduction::sum));
+  test::require_close(l1_loss(x, y), mul(l1_loss(x, y, Reduction::sum), 1.0 / 8));
+  for (auto loss : {0, 1, 2})
+    test::require_gradcheck([loss](const std::vector<Tensor>& in) {
+      return loss == 0 ? l1_loss(in[0], in[1]) : loss == 1 ? smooth_l1_loss(in[0], in[1], Reduction::sum, 0.8)
+                                                           : huber_loss(in[0], in[1], Reduction::none, 1.3);
+    }, {rnd({3, 4}, 31), rnd({3, 4}, 32)});
+  // 16-bit inputs under autocast: the loss in f32
+  {
+    amp::AutocastGuard ac(kBF16);
+    REQUIRE(huber_loss(x.to(kBF16), y.to(kBF16)).dtype() == kF32);
+  }
+  auto has = [](const std::string& e, const char* what) { INFO(e); return e.find(what) != std::string::npos; };
+  REQUIRE(has(test::error_of([&] { smooth_l1_loss(x, y, Reduction::mean, -1); }), "beta must be finite and >= 0"));
+  REQUIRE(has(test::error_of([&] { huber_loss(x, y, Reduction::mean, 0); }), "delta must be finite and > 0"));
+  REQUIRE(has(test::error_of([&] { l1_loss(x, zeros({4, 2}, kF64)); }), "l1_loss: input [2, 4] and target [4, 2] differ in shape"));
+  REQUIRE(has(test::error_of([&] { l1_loss(x, y.to(kF32)); }), "dtype mismatch"));
+  REQUIRE(has(test::error_of([&] { mse_loss(ones({2}, kI64), ones({2}, kI64)); }), "needs a floating tensor"));
+}

@@ -572,3 +572,46 @@ TEST_CASE("the out-of-memory error ends with what the device has left", "[tensor
             .find("tried to allocate 1 MiB (1048576 bytes); 0 MiB already in use by tensors (peak 0 MiB); "
                   "3 MiB left on the machine") != std::string::npos);
 }
+
+TEST_CASE("split and chunk give torch's pieces, views with gradients", "[tensor][shape]") {
+  Tensor x = arange(0.0, 14.0, 1.0, kF64).reshape({2, 7}).requires_grad_();
+  auto sizes = [](const std::vector<Tensor>& ps, int64_t d) {
+    std::vector<int64_t> s;
+    for (const Tensor& p : ps) s.push_back(p.shape()[d]);
+    return s;
+  };
+  REQUIRE(sizes(split(x, 3, 1), 1) == std::vector<int64_t>{3, 3, 1});
+  REQUIRE(sizes(split(x, 7, -1), 1) == std::vector<int64_t>{7});
+  REQUIRE(sizes(split(x, 10, 1), 1) == std::vector<int64_t>{7});
+  REQUIRE(sizes(chunk(x, 3, 1), 1) == std::vector<int64_t>{3, 3, 1});
+  REQUIRE(sizes(chunk(x, 4, 1), 1) == std::vector<int64_t>{2, 2, 2, 1});
+  REQUIRE(sizes(chunk(x, 6, 1), 1) == std::vector<int64_t>{2, 2, 2, 1});  // torch: fewer pieces
+  REQUIRE(sizes(chunk(x, 2, 0), 0) == std::vector<int64_t>{1, 1});
+  REQUIRE(sizes(split(zeros({0, 3}), 2, 0), 0) == std::vector<int64_t>{0});
+  require_values(split(x, 3, 1)[2].reshape({-1}), {6, 13});
+  // gradients flow back from each piece into its place
+  std::vector<Tensor> ps = chunk(x, 3, 1);
+  add(sum(ps[0]), add(mul(sum(ps[1]), 2.0), mul(sum(ps[2]), 3.0))).backward();
+  require_values(x.grad().reshape({-1}), {1, 1, 1, 2, 2, 2, 3, 1, 1, 1, 2, 2, 2, 3});
+  REQUIRE(test::error_of([&] { split(x, 0, 1); }).find("piece size must be positive") != std::string::npos);
+  REQUIRE(test::error_of([&] { chunk(x, 0, 1); }).find("number of chunks must be positive") != std::string::npos);
+  REQUIRE(test::error_of([&] { chunk(x, 2, 2); }).find("out of range") != std::string::npos);
+}
+
+TEST_CASE("pad: constant padding and crops, as torch's F.pad, with gradients", "[tensor][shape]") {
+  Tensor x = arange(1.0, 7.0, 1.0, kF64).reshape({2, 3});
+  // last dim: 1 before, crop 1 after; first dim: 2 after
+  require_values(pad(x, {1, -1, 0, 2}, -5).reshape({-1}),
+                 {-5, 1, 2, -5, 4, 5, -5, -5, -5, -5, -5, -5});
+  REQUIRE(pad(x, {1, -1, 0, 2}).shape() == Shape{4, 3});
+  test::require_close(pad(x, {}), x, 0, 0);
+  test::require_close(pad(x, {-1, -1}), x.narrow(1, 1, 1), 0, 0);
+  test::require_gradcheck([](const std::vector<Tensor>& in) { return pad(in[0], {2, -1, -1, 3}, 1.5); },
+                          {test::rnd({2, 4, 5}, 41)});
+  test::require_gradcheck([](const std::vector<Tensor>& in) { return pad(in[0].t(), {1, 1}); },
+                          {test::rnd({3, 2}, 42)});
+  auto has = [](const std::string& e, const char* what) { INFO(e); return e.find(what) != std::string::npos; };
+  REQUIRE(has(test::error_of([&] { pad(x, {1}); }), "two amounts per padded dim, at most 4"));
+  REQUIRE(has(test::error_of([&] { pad(x, {1, 1, 1, 1, 1, 1}); }), "at most 4 for a 2-d tensor, got 6"));
+  REQUIRE(has(test::error_of([&] { pad(x, {-2, -2}); }), "cropping 4 from dim 1 of size 3"));
+}

@@ -142,6 +142,11 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
                                .ceil_mode = true});
     });
     check_case("adaptive_avg_pool1d", 1, d, [](auto& x) { return adaptive_avg_pool1d(x[0], 4); });
+    check_case("l1_loss", 2, d, [](auto& x) { return l1_loss(x[0], x[1]); });
+    check_case("smooth_l1_none", 2, d,
+               [](auto& x) { return smooth_l1_loss(x[0], x[1], Reduction::none, 0.5); });
+    check_case("huber_sum", 2, d, [](auto& x) { return huber_loss(x[0], x[1], Reduction::sum, 2.0); });
+    check_case("pad_mixed", 1, d, [](auto& x) { return pad(x[0], {2, -1, -1, 3}, 1.5); });
     const Tensor keep = get("sdpa_mask.extra0", d);
     check_case("sdpa_mask", 3, d,
                [&](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], keep); });

@@ -82,6 +82,16 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 
 // ---- shape --------------------------------------------------------------------------------
 Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Views of x along dim, as torch.split / torch.chunk: split in pieces of `size` (the last
+// shorter when size does not divide the dim), chunk in `chunks` pieces of ceil(n / chunks)
+// (fewer pieces when the dim is short). Each piece's gradient is a tensor of x's shape:
+// meant for a few pieces (gates, heads), not one per step of a long sequence.
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// Constant padding as torch.nn.functional.pad(x, pads, value=value): pads = {before, after}
+// for the last dim, then for the one before it, and so on (at most two per dim); a negative
+// amount crops.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Rows of x (dim 0) picked by an i64/i32 index tensor; differentiable in x.
 Tensor index_select(const Tensor& x, const Tensor& index);
@@ -180,6 +190,15 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& opts = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// |input - target|, as PyTorch's l1_loss (its gradient 0 where they are equal).
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// PyTorch's smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input -
+// target; beta 0 is l1_loss).
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target,
+                      Reduction reduction = Reduction::mean, double beta = 1.0);
+// PyTorch's huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (delta > 0).
+Tensor huber_loss(const Tensor& input, const Tensor& target,
+                  Reduction reduction = Reduction::mean, double delta = 1.0);
 // How many rows (N, C) of logits have their target class (N, i64/i32) among their k
 // largest: those with fewer than k logits above the target's (a tie counts for the target; a
 // NaN logit counts as above it, as torch.topk ranks NaN first, and a NaN target's row is not

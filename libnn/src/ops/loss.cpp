@@ -1,6 +1,8 @@
-// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index), MSE, and
-// binary cross entropy on logits.
+// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index), MSE, L1,
+// smooth L1 and Huber, and binary cross entropy on logits.
 #include <nn/amp.h>
+
+#include <cmath>
 
 #include "ops/common.h"
 
@@ -72,18 +74,52 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossE
   return loss;
 }
 
-Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const Tensor input = amp::autocast_f32(input_in), target = amp::autocast_f32(target_in);
-  check_pair(input, target, "mse_loss");
-  NN_CHECK(input.shape() == target.shape(), "mse_loss: input ", shape_str(input.shape()),
-           " and target ", shape_str(target.shape()), " differ in shape");
-  Tensor se = square(sub(input, target));
+namespace {
+Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
-    case Reduction::none: return se;
-    case Reduction::sum: return sum(se);
-    case Reduction::mean: return mean(se);
+    case Reduction::none: return loss;
+    case Reduction::sum: return sum(loss);
+    case Reduction::mean: return mean(loss);
   }
-  return se;
+  return loss;
+}
+// input - target for the elementwise regression losses: same shape, dtype and device, in f32
+// under autocast.
+Tensor difference(const Tensor& input_in, const Tensor& target_in, const char* op) {
+  const Tensor input = amp::autocast_f32(input_in), target = amp::autocast_f32(target_in);
+  check_pair(input, target, op);
+  check_floating(input, op);
+  NN_CHECK(input.shape() == target.shape(), op, ": input ", shape_str(input.shape()),
+           " and target ", shape_str(target.shape()), " differ in shape");
+  return sub(input, target);
+}
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return reduce_loss(square(difference(input, target, "mse_loss")), reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return reduce_loss(abs(difference(input, target, "l1_loss")), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction,
+                      double beta) {
+  NN_CHECK(beta >= 0 && std::isfinite(beta), "smooth_l1_loss: beta must be finite and >= 0, got ", beta);
+  const Tensor d = difference(input, target, "smooth_l1_loss");
+  if (beta == 0) return reduce_loss(abs(d), reduction);
+  const Tensor ad = abs(d);
+  return reduce_loss(where(lt(ad, full({}, beta, ad.options())), mul(square(d), 0.5 / beta),
+                           add(ad, -0.5 * beta)),
+                     reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  NN_CHECK(delta > 0 && std::isfinite(delta), "huber_loss: delta must be finite and > 0, got ", delta);
+  const Tensor d = difference(input, target, "huber_loss"), ad = abs(d);
+  return reduce_loss(where(lt(ad, full({}, delta, ad.options())), mul(square(d), 0.5),
+                           mul(add(ad, -0.5 * delta), delta)),
+                     reduction);
 }
 
 Tensor top_k_correct(const Tensor& logits, const Tensor& target, int64_t k) {
@@ -179,12 +215,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
     if (need[3]) out[3] = sum_to(mul(mul(gw, yd), sp), pwd.shape());
     return out;
   });
-  switch (o.reduction) {
-    case Reduction::none: return loss;
-    case Reduction::sum: return sum(loss);
-    case Reduction::mean: return mean(loss);
-  }
-  return loss;
+  return reduce_loss(loss, o.reduction);
 }
 
 }  // namespace nn

@@ -319,4 +319,54 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   return out;
 }
 
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
+  check_defined(x, "split");
+  NN_CHECK(x.dim() > 0, "split: needs a tensor of at least one dim, got a 0-d tensor");
+  NN_CHECK(size > 0, "split: the piece size must be positive, got ", size);
+  const int64_t d = wrap_dim(dim, x.dim()), n = x.shape()[d];
+  std::vector<Tensor> pieces;
+  for (int64_t start = 0; start < n; start += size) pieces.push_back(x.narrow(d, start, std::min(size, n - start)));
+  if (pieces.empty()) pieces.push_back(x);  // an empty dim: one empty piece, as torch.split
+  return pieces;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  check_defined(x, "chunk");
+  NN_CHECK(x.dim() > 0, "chunk: needs a tensor of at least one dim, got a 0-d tensor");
+  NN_CHECK(chunks > 0, "chunk: the number of chunks must be positive, got ", chunks);
+  const int64_t n = x.shape()[wrap_dim(dim, x.dim())];
+  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+}
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
+  check_defined(x, "pad");
+  const int64_t nd = x.dim();
+  NN_CHECK(pads.size() % 2 == 0 && int64_t(pads.size()) <= 2 * nd, "pad: needs two amounts per "
+           "padded dim, at most ", 2 * nd, " for a ", nd, "-d tensor, got ", pads.size());
+  // crops first (negative amounts: differentiable narrows), then the padding around the rest
+  Tensor c = x;
+  Shape out_shape = x.shape(), lo(size_t(nd), 0);
+  for (size_t k = 0; k < pads.size(); k += 2) {
+    const int64_t d = nd - 1 - int64_t(k / 2), before = pads[k], after = pads[k + 1];
+    const int64_t cut = std::max<int64_t>(0, -before) + std::max<int64_t>(0, -after);
+    NN_CHECK(cut <= c.shape()[d], "pad: cropping ", cut, " from dim ", d, " of size ",
+             c.shape()[d], " leaves less than nothing (input ", shape_str(x.shape()), ")");
+    c = c.narrow(d, std::max<int64_t>(0, -before), c.shape()[d] - cut);
+    lo[size_t(d)] = std::max<int64_t>(0, before);
+    out_shape[size_t(d)] = c.shape()[d] + lo[size_t(d)] + std::max<int64_t>(0, after);
+  }
+  if (out_shape == c.shape()) return c;
+  Tensor out = full(out_shape, value, x.options());
+  int64_t off = 0;
+  for (int64_t d = 0; d < nd; ++d) off += lo[size_t(d)] * out.strides()[d];
+  Tensor inner = make_view(out, c.shape(), out.strides(), off);
+  if (c.numel() > 0) backend::of(out).copy(c, inner);
+  record("pad", {c}, out, [lo, cs = c.shape()](const Tensor& g, auto&) {
+    Tensor gi = g;
+    for (size_t d = 0; d < cs.size(); ++d) gi = gi.narrow(int64_t(d), lo[d], cs[d]);
+    return std::vector<Tensor>{gi};
+  });
+  return out;
+}
+
 }  // namespace nn
