@@ -96,7 +96,15 @@ void eigen_block(UnaryOp op, const float* px, const float* pg, float* po, int64_
              float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp());
       }
       return;
-    case UnaryOp::tanh: o = v.tanh(); return;
+    case UnaryOp::tanh: {
+      // Eigen's tanh is ±1 exactly from |x| = 7.9 (7.99 with FMA), where tanh's gradient
+      // 1 - y^2 is still 4e-7 (std::tanh reaches 1 at 9.01): past |x| = 4 it is
+      // 1 - 2 / (exp(2|x|) + 1), within an ulp there (no cancellation: the term is small)
+      const auto a = v.abs();
+      const auto tail = 1.f - 2.f / ((2.f * a).exp() + 1.f);
+      o = (a > 4.f).select((v > 0.f).select(tail, -tail), v.tanh());
+      return;
+    }
     // 1 / (1 + exp(-x)): Eigen's logistic() is thousands of ulp off in the negative tail
     case UnaryOp::sigmoid: o = 1.f / (1.f + (-v).exp()); return;
     case UnaryOp::silu:
