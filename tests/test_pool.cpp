@@ -230,6 +230,7 @@ TEST_CASE("1-d pooling matches the definition along L, with gradients", "[pool]"
   // a transposed (N, L, C) input: no copy, the same values
   Tensor nlc = x.detach().transpose(1, 2).contiguous().transpose(1, 2);
   test::require_close(max_pool1d(nlc, ps[1]), max_pool1d(x.detach(), ps[1]), 0, 0);
+  REQUIRE(max_pool1d(nlc, ps[1]).strides()[1] == 1);  // laid out as the input: channels innermost
   test::require_close(avg_pool1d(nlc, ps[2]), avg_pool1d(x.detach(), ps[2]), 1e-12, 1e-12);
   // modules
   REQUIRE(MaxPool1d(Pool1dOptions(3).stride(2)).forward(x).shape() == Shape{2, 3, 4});

@@ -194,3 +194,84 @@ TEST_CASE("an LSTM learns to carry its first input to the last step", "[rnn][tra
   INFO("accuracy " << acc);
   REQUIRE(acc > 0.9);
 }
+
+TEST_CASE("RNN padding holding NaN or inf changes no value and no gradient", "[rnn]") {
+  // PyTorch's packed sequences never read the padding; a NaN there made every gradient NaN
+  for (bool lstm : {true, false}) {
+    INFO((lstm ? "LSTM" : "GRU"));
+    manual_seed(8);
+    std::unique_ptr<RNNBase> m;
+    const auto o = RNNOptions(3, 4).num_layers(2).bidirectional(true);
+    if (lstm) m = std::make_unique<LSTM>(o);
+    else m = std::make_unique<GRU>(o);
+    m->to(kF64);
+    const Tensor lengths = from_vector<int64_t>({5, 2, 0}, {3});
+    Tensor clean = test::rnd({5, 3, 3}, 9, false);
+    // sequence 1's steps 2.. and all of sequence 2 are padding
+    Tensor pad_mask = zeros({5, 3, 1}, kF64);
+    {
+      NoGradGuard ng;
+      pad_mask.narrow(0, 2, 3).narrow(1, 1, 1).fill_(1.0);
+      pad_mask.narrow(1, 2, 1).fill_(1.0);
+    }
+    Tensor zeroed = where(pad_mask, zeros({}, kF64), clean);
+    Tensor dirty = where(pad_mask, full({5, 3, 3}, NAN, kF64), clean);
+    {
+      NoGradGuard ng;
+      dirty.select(0, 4).select(0, 2).fill_(INFINITY);
+    }
+    std::vector<std::vector<Tensor>> grads;
+    std::vector<Tensor> outs;
+    for (Tensor x : {zeroed, dirty}) {
+      m->zero_grad();
+      Tensor xi = x.detach().requires_grad_();
+      RNNOutput r = m->forward(xi, {}, lengths);
+      sum(r.output).backward();
+      outs.push_back(r.output.detach());
+      std::vector<Tensor> g{xi.grad()};
+      for (const Tensor& p : m->parameters()) g.push_back(p.grad().clone());
+      grads.push_back(g);
+    }
+    test::require_close(outs[1], outs[0], 0, 0);
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      INFO("gradient " << i);
+      REQUIRE(std::isfinite(sum(abs(grads[1][i])).item<double>()));
+      test::require_close(grads[1][i], grads[0][i], 0, 0);
+    }
+  }
+}
+
+TEST_CASE("RNN initial states are checked and guarded: dtype, device, changes in place", "[rnn][errors]") {
+  LSTM m(LSTMOptions(3, 4));
+  Tensor x = randn({5, 2, 3});
+  REQUIRE(test::error_of([&] { m.forward(x, {zeros({1, 2, 4}, kF64), Tensor()}); })
+              .find("LSTM: initial state (f64 on cpu) must have the input's dtype and device (f32 on cpu)") !=
+          std::string::npos);
+  // a state changed in place between forward and backward would give a wrong gradient: refused
+  Tensor h0 = randn({1, 2, 4}).requires_grad_();
+  RNNOutput r = m.forward(x, {h0, Tensor()});
+  {
+    NoGradGuard ng;
+    h0.add_(1.0);
+  }
+  REQUIRE(test::error_of([&] { sum(r.output).backward(); }).find("changed in place") != std::string::npos);
+}
+
+TEST_CASE("LSTM under autocast: 16-bit products, f32 states and gradients, close to f32", "[rnn][amp]") {
+  manual_seed(9);
+  LSTM m(LSTMOptions(3, 8).num_layers(2));
+  Tensor x = randn({6, 4, 3});
+  const RNNOutput want = m.forward(x, {});
+  RNNOutput got;
+  {
+    amp::AutocastGuard ac(kBF16);
+    got = m.forward(x, {}, from_vector<int64_t>({6, 3, 6, 1}, {4}));
+  }
+  REQUIRE(got.output.dtype() == kF32);  // the states' dtype, x's
+  test::require_close(got.output.narrow(1, 0, 1), want.output.narrow(1, 0, 1), 0.05, 0.05);
+  sum(got.output).backward();
+  for (const Tensor& p : m.parameters()) {
+    REQUIRE(p.grad().dtype() == kF32);
+    REQUIRE(std::isfinite(sum(abs(p.grad())).item<double>()));
+  }
+}

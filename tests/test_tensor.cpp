@@ -588,6 +588,7 @@ TEST_CASE("split and chunk give torch's pieces, views with gradients", "[tensor]
   REQUIRE(sizes(chunk(x, 6, 1), 1) == std::vector<int64_t>{2, 2, 2, 1});  // torch: fewer pieces
   REQUIRE(sizes(chunk(x, 2, 0), 0) == std::vector<int64_t>{1, 1});
   REQUIRE(sizes(split(zeros({0, 3}), 2, 0), 0) == std::vector<int64_t>{0});
+  REQUIRE(sizes(chunk(zeros({0, 3}), 3, 0), 0) == std::vector<int64_t>{0, 0, 0});  // torch's count
   require_values(split(x, 3, 1)[2].reshape({-1}), {6, 13});
   // gradients flow back from each piece into its place
   std::vector<Tensor> ps = chunk(x, 3, 1);
@@ -605,6 +606,12 @@ TEST_CASE("pad: constant padding and crops, as torch's F.pad, with gradients", "
                  {-5, 1, 2, -5, 4, 5, -5, -5, -5, -5, -5, -5});
   REQUIRE(pad(x, {1, -1, 0, 2}).shape() == Shape{4, 3});
   test::require_close(pad(x, {}), x, 0, 0);
+  // new memory whatever the amounts, as F.pad's: writing the result leaves x as it was
+  for (const std::vector<int64_t>& amounts : {std::vector<int64_t>{}, std::vector<int64_t>{0, 0}, std::vector<int64_t>{-1, 0}}) {
+    Tensor p = pad(x, amounts);
+    p.fill_(7.0);
+    require_values(x.reshape({-1}), {1, 2, 3, 4, 5, 6});
+  }
   test::require_close(pad(x, {-1, -1}), x.narrow(1, 1, 1), 0, 0);
   test::require_gradcheck([](const std::vector<Tensor>& in) { return pad(in[0], {2, -1, -1, 3}, 1.5); },
                           {test::rnd({2, 4, 5}, 41)});

@@ -3,7 +3,8 @@
 //
 // Inside an AutocastGuard(kF16) (or kBF16):
 //   - matmul, linear, conv2d, conv1d cast f32 inputs to the 16-bit type (tensor cores on the GPU);
-//   - softmax, log_softmax, layer_norm, group_norm, cross_entropy, mse_loss,
+//   - softmax, log_softmax, layer_norm, group_norm, cross_entropy, mse_loss, l1_loss,
+//     smooth_l1_loss, huber_loss,
 //     binary_cross_entropy_with_logits, sum, mean, var cast 16-bit inputs to f32
 //     (accumulation and exp/log in f32);
 //   - everything else runs in its inputs' dtype; mixed operands of binary ops promote to the

@@ -94,16 +94,20 @@ RNNOutput RNNBase::forward(const Tensor& x_in, const RNNState& state, const Tens
     if (s->defined()) {
       NN_CHECK(s->shape() == state_shape, op, ": initial state of shape ", shape_str(s->shape()),
                ", expected ", shape_str(state_shape), " (layers * directions, N, hidden_size)");
-      NN_CHECK(s->device() == x.device() && is_floating(s->dtype()), op, ": initial state (",
-               dtype_name(s->dtype()), " on ", s->device().str(), ") must be floating, on the "
-               "input's device ", x.device().str());
+      // (as PyTorch's: under autocast too, a state of another dtype than the input's would
+      // mix dtypes across the steps)
+      NN_CHECK(s->device() == x.device() && s->dtype() == x.dtype(), op, ": initial state (",
+               dtype_name(s->dtype()), " on ", s->device().str(), ") must have the input's "
+               "dtype and device (", dtype_name(x.dtype()), " on ", x.device().str(), ")");
     }
   const bool lstm = gates_ == 4;
   NN_CHECK(lstm || !state.c.defined(), op, ": has no cell state (c)");
   const Tensor mask = step_mask(lengths, T, N, x, op);
 
   const ops::RecurrentCell kind = lstm ? ops::RecurrentCell::lstm : ops::RecurrentCell::gru;
-  Tensor layer_in = x;
+  // Padding is computed through and its outputs masked, so its values must be finite: zeros
+  // in its place (a NaN there made every gradient NaN; where() passes no gradient to it).
+  Tensor layer_in = mask.defined() ? where(mask, x, zeros({}, x.options())) : x;
   std::vector<Tensor> h_n, c_n;
   for (int64_t l = 0; l < L; ++l) {
     std::vector<Tensor> directions;

@@ -4,6 +4,7 @@
 // gradient) and ends with one GEMM for W_hh's gradient over every step.
 #include "ops/rnn.h"
 
+#include <nn/amp.h>
 #include <nn/autograd.h>
 #include <nn/ops.h>
 
@@ -35,11 +36,16 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
                           const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh,
                           const Tensor& mask, bool reverse) {
   const bool lstm = cell == RecurrentCell::lstm;
+  NN_CHECK(xg.dim() == 3 && h0.dim() == 2, "recurrent_sequence: xg must be 3-d, h0 2-d");
   const int64_t T = xg.shape()[0], N = xg.shape()[1], H = h0.shape()[1];
   const Shape state{N, H}, weight{gates_of(cell) * H, H};
-  NN_CHECK(xg.dim() == 3 && xg.shape()[2] == gates_of(cell) * H && h0.shape() == state &&
+  NN_CHECK(xg.shape()[2] == gates_of(cell) * H && h0.shape() == state &&
                (!lstm || c0.shape() == state) && w_hh.shape() == weight,
            "recurrent_sequence: inconsistent shapes");
+  // under autocast, W_hh lowered once for every step's product (the backward's products take
+  // the weight as it is: their operands are the gradients' dtype, f32)
+  const Tensor w_run = amp::autocast_lower(w_hh.detach());
+  const Tensor b_run = b_hh.defined() ? amp::autocast_lower(b_hh.detach()) : Tensor();
   auto order = [&](int64_t s) { return reverse ? T - 1 - s : s; };
   Tensor y = empty({T + (lstm ? 2 : 1), N, H}, h0.options());
   // what the backward reads, kept only when there will be one (inference keeps one step's)
@@ -51,7 +57,7 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
     Tensor h = h0.detach(), c = lstm ? c0.detach() : Tensor();
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = order(s);
-      const Tensor x = xg.select(0, t), hg = linear(h, w_hh, b_hh);  // (N, G * H)
+      const Tensor x = xg.select(0, t), hg = linear(h, w_run, b_run);  // (N, G * H)
       Step& st = (*steps)[keep ? size_t(t) : 0];
       st.h_prev = h;
       Tensor h_next, c_next;
@@ -83,7 +89,8 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
     y.select(0, T).copy_(h);
     if (lstm) y.select(0, T + 1).copy_(c);
   }
-  record(lstm ? "lstm" : "gru", {xg, h0, c0, w_hh, b_hh}, y, {w_hh, b_hh},
+  // (the initial states are read as step 0's: a change in place is refused at backward)
+  record(lstm ? "lstm" : "gru", {xg, h0, c0, w_hh, b_hh}, y, {w_hh, h0, c0},
          [steps, lstm, T, N, H, reverse, mask, w = w_hh.detach(), has_bias = b_hh.defined()](const Tensor& gy, auto& need) {
     const int64_t G = lstm ? 4 : 3;
     const Tensor zero = zeros({}, gy.options());

@@ -334,8 +334,9 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   check_defined(x, "chunk");
   NN_CHECK(x.dim() > 0, "chunk: needs a tensor of at least one dim, got a 0-d tensor");
   NN_CHECK(chunks > 0, "chunk: the number of chunks must be positive, got ", chunks);
-  const int64_t n = x.shape()[wrap_dim(dim, x.dim())];
-  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+  const int64_t d = wrap_dim(dim, x.dim()), n = x.shape()[d];
+  if (n == 0) return std::vector<Tensor>(size_t(chunks), x);  // torch.chunk: `chunks` empty pieces
+  return split(x, (n + chunks - 1) / chunks, d);
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
@@ -355,7 +356,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
     lo[size_t(d)] = std::max<int64_t>(0, before);
     out_shape[size_t(d)] = c.shape()[d] + lo[size_t(d)] + std::max<int64_t>(0, after);
   }
-  if (out_shape == c.shape()) return c;
+  if (out_shape == c.shape()) return c.clone();  // new memory, as F.pad's, crops or not
   Tensor out = full(out_shape, value, x.options());
   int64_t off = 0;
   for (int64_t d = 0; d < nd; ++d) off += lo[size_t(d)] * out.strides()[d];
