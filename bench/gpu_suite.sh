@@ -18,7 +18,8 @@
 # ends before the next step starts), extras (BERT-base FP16 training's time per primitive,
 # attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
 # ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
-# layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch). `bench` is mnist
+# layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch, LSTM and GRU against
+# PyTorch's cuDNN ones). `bench` is mnist
 # kernels resnet curves text extras; `all` is every step.
 #
 # Each step has a time budget (seconds; GPU_SUITE_BUDGETS="resnet=300 text=150" overrides):
@@ -432,6 +433,13 @@ PY
   tsum resnet20.log "$py" bench/fp16_vs_torch.py --machine "$machine" --model resnet20 --batch-size 128 \
       --num-batches 100 --num-warmup-batches 10 --bench "$bdir/bin/fp16_vs_fp32" --python "$py" \
       --out "$OUT/fp16_vs_torch_resnet20.json"
+  log "LSTM and GRU (2 layers x 512, 256 steps, batch 64), FP32 and FP16: libnn vs torch.nn's (cuDNN)"
+  for prec in fp32 fp16; do
+    t "$py" bench/rnn_vs_torch.py --device cuda --machine "$machine" --python "$py" --bench "$bdir/bin/rnn_bench" \
+        --layers 2 --hidden-size 512 --batch-size 64 --precision $prec --out "$OUT/rnn_$prec.json" \
+        > "$OUT/rnn_$prec.log" 2>&1
+    grep -E '^\||^LSTM' "$OUT/rnn_$prec.log" | tee -a "$OUT/summary.md"
+  done
   end
 fi
 
