@@ -139,7 +139,10 @@ Tensor top_k_correct(const Tensor& logits, const Tensor& target, int64_t k) {
   NoGradGuard ng;
   Tensor t = target.to(kI64);
   {  // (a class outside [0, C) would have no logit, and silently count as correct)
-    const int64_t lo = t.numel() ? amin(t).item<int64_t>() : 0, hi = t.numel() ? amax(t).item<int64_t>() : 0;
+    // both bounds in one read back (one device sync on CUDA, where two made two)
+    const std::vector<int64_t> b = t.numel() ? stack({amin(t), amax(t)}).to_vector<int64_t>()
+                                             : std::vector<int64_t>{0, 0};
+    const int64_t lo = b[0], hi = b[1];
     NN_CHECK(lo >= 0 && hi < C, op, ": target classes must be in [0, ", C, "), got ",
              lo < 0 ? lo : hi);
   }
