@@ -99,6 +99,15 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
     Tensor dx = empty({T, N, G * H}, gy.options());
     Tensor dhg = lstm ? dx : empty({T, N, G * H}, gy.options());
     Tensor dh = gy.select(0, T), dc = lstm ? gy.select(0, T + 1) : Tensor();
+    // gates' gradients (N, width) written side by side into row t of `to`: no concatenated
+    // temporary
+    auto put = [](const Tensor& to, int64_t t, std::initializer_list<Tensor> gates) {
+      int64_t at = 0;
+      for (const Tensor& g : gates) {
+        to.select(0, t).narrow(1, at, g.shape()[1]).copy_(g);
+        at += g.shape()[1];
+      }
+    };
     for (int64_t s = T - 1; s >= 0; --s) {
       const int64_t t = reverse ? T - 1 - s : s;
       const Step& st = (*steps)[size_t(t)];
@@ -121,11 +130,10 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
                      o = st.acts.narrow(1, 3 * H, H);
         dc_next = add(dc_next, mul(mul(dh_next, o), dtanh(st.tanh_c)));
         const Tensor dsig = dsigmoid(st.acts);
-        dx.select(0, t).copy_(concat({mul(mul(dc_next, st.cand), dsig.narrow(1, 0, H)),
-                                      mul(mul(dc_next, st.c_prev), dsig.narrow(1, H, H)),
-                                      mul(mul(dc_next, i), dtanh(st.cand)),
-                                      mul(mul(dh_next, st.tanh_c), dsig.narrow(1, 3 * H, H))},
-                                     1));
+        put(dx, t, {mul(mul(dc_next, st.cand), dsig.narrow(1, 0, H)),
+                    mul(mul(dc_next, st.c_prev), dsig.narrow(1, H, H)),
+                    mul(mul(dc_next, i), dtanh(st.cand)),
+                    mul(mul(dh_next, st.tanh_c), dsig.narrow(1, 3 * H, H))});
         dc = mul(dc_next, f);
         if (dc_keep.defined()) dc = add(dc, dc_keep);
         dh_prev = matmul(dx.select(0, t), w);
@@ -134,8 +142,8 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0
         const Tensor dn = mul(mul(dh_next, rsub(z, 1.0)), dtanh(st.cand));  // through tanh
         const Tensor drz = mul(concat({mul(dn, st.hg_n), mul(dh_next, sub(st.h_prev, st.cand))}, 1),
                                dsigmoid(st.acts));
-        dx.select(0, t).copy_(concat({drz, dn}, 1));
-        dhg.select(0, t).copy_(concat({drz, mul(dn, r)}, 1));
+        put(dx, t, {drz, dn});
+        put(dhg, t, {drz, mul(dn, r)});
         dh_prev = add(matmul(dhg.select(0, t), w), mul(dh_next, z));
       }
       dh = dh_keep.defined() ? add(dh_prev, dh_keep) : dh_prev;

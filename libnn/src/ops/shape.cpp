@@ -319,11 +319,18 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   return out;
 }
 
+namespace {
+// The dim split and chunk cut, checked.
+int64_t piece_dim(const Tensor& x, int64_t dim, const char* op) {
+  check_defined(x, op);
+  NN_CHECK(x.dim() > 0, op, ": needs a tensor of at least one dim, got a 0-d tensor");
+  return wrap_dim(dim, x.dim());
+}
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
-  check_defined(x, "split");
-  NN_CHECK(x.dim() > 0, "split: needs a tensor of at least one dim, got a 0-d tensor");
+  const int64_t d = piece_dim(x, dim, "split"), n = x.shape()[d];
   NN_CHECK(size > 0, "split: the piece size must be positive, got ", size);
-  const int64_t d = wrap_dim(dim, x.dim()), n = x.shape()[d];
   std::vector<Tensor> pieces;
   for (int64_t start = 0; start < n; start += size) pieces.push_back(x.narrow(d, start, std::min(size, n - start)));
   if (pieces.empty()) pieces.push_back(x);  // an empty dim: one empty piece, as torch.split
@@ -331,10 +338,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  check_defined(x, "chunk");
-  NN_CHECK(x.dim() > 0, "chunk: needs a tensor of at least one dim, got a 0-d tensor");
+  const int64_t d = piece_dim(x, dim, "chunk"), n = x.shape()[d];
   NN_CHECK(chunks > 0, "chunk: the number of chunks must be positive, got ", chunks);
-  const int64_t d = wrap_dim(dim, x.dim()), n = x.shape()[d];
   if (n == 0) return std::vector<Tensor>(size_t(chunks), x);  // torch.chunk: `chunks` empty pieces
   return split(x, (n + chunks - 1) / chunks, d);
 }
