@@ -59,6 +59,27 @@ TEST_CASE("reductions over each dim match a naive loop", "[reduce]") {
   REQUIRE(var(x, {}, 0).item() == Approx(var(x.reshape({24}), {0}, 0).item()));
 }
 
+TEST_CASE("transposed and permuted views reduce as their contiguous copies", "[reduce]") {
+  // A transposed matrix (a linear layer's gradient read as (O, R) for the bias's sums) is
+  // reduced in its memory order without a copy; a permutation whose kept dims run against
+  // memory order takes the copying path. Both against the contiguous copy, large enough to
+  // share out over threads.
+  const Tensor m = rnd({700, 90}, 31, false).to(kF32);
+  const Tensor x3 = rnd({9, 40, 33}, 32, false).to(kF32);
+  for (const Tensor& v : {m.t(), x3.permute({2, 1, 0}), x3.permute({1, 0, 2}), x3.permute({0, 2, 1})}) {
+    const Tensor c = v.contiguous();
+    REQUIRE(!v.is_contiguous());
+    for (int64_t d = 0; d < v.dim(); ++d) {
+      INFO("view " << shape_str(v.shape()) << ", dim " << d);
+      test::require_close(sum(v, {d}), sum(c, {d}), 1e-6, 1e-6);
+      test::require_close(mean(v, {d}, true), mean(c, {d}, true), 1e-6, 1e-6);
+      require_values(amax(v, {d}), amax(c, {d}).to_vector<double>());
+      require_values(amin(v, {d}), amin(c, {d}).to_vector<double>());
+    }
+    test::require_close(sum(v, {0, v.dim() - 1}), sum(c, {0, v.dim() - 1}), 1e-6, 1e-6);
+  }
+}
+
 TEST_CASE("large reductions split across threads", "[reduce]") {
   Tensor x = ones({1000, 1000});
   REQUIRE(sum(x).item() == 1e6);

@@ -32,6 +32,36 @@ Tensor move_dims_last(CpuBackend& be, const Tensor& x, const Shape& dims) {
 }
 
 // f16 and bf16 are summed like f32 (in double) and compared as their f32 values.
+// x's dims in memory order (the largest stride first; size-1 dims dropped), with `red` made
+// to match, when that view is contiguous and keeps the kept dims in their order (which is
+// out's): a transposed or permuted tensor then reduces in place, where move_dims_last would
+// copy it across the cache lines (a linear layer's bias gradient, the sum over the rows of
+// a transposed (O, R) view, took 5x its product's time that way). False otherwise.
+bool memory_order(const Tensor& x, std::vector<bool>& red, Tensor& view) {
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.shape()[d] != 1) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return x.strides()[a] > x.strides()[b]; });
+  Shape shape, strides;
+  std::vector<bool> r;
+  int64_t last_kept = -1;
+  for (int64_t d : order) {
+    if (!red[d]) {
+      if (d < last_kept) return false;
+      last_kept = d;
+    }
+    shape.push_back(x.shape()[d]);
+    strides.push_back(x.strides()[d]);
+    r.push_back(red[d]);
+  }
+  Tensor v = make_view(x, shape, strides, x.offset());
+  if (!v.is_contiguous()) return false;
+  view = v;
+  red = r;
+  return true;
+}
+
 template <typename T>
 constexpr bool kFloating = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
                            std::is_same_v<T, BFloat16>;
@@ -175,26 +205,29 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, Tensor&
       for (int64_t i = 0; i < K; ++i) po[i] = v;
       return;
     }
-    // Without a copy when x is contiguous and its kept dims are adjacent: (A, K, B).
+    // Without a copy when x (or x in its memory order) is contiguous and its kept dims are
+    // adjacent: (A, K, B).
     std::vector<bool> red(x.dim(), false);
     for (int64_t d : dims) red[d] = true;
+    Tensor xm = x;
+    if (!x.is_contiguous()) memory_order(x, red, xm);  // (leaves both as they are if not)
     int64_t first_kept = -1, last_kept = -1;
-    for (int64_t d = 0; d < x.dim(); ++d)
-      if (!red[d] && x.shape()[d] != 1) {
+    for (int64_t d = 0; d < xm.dim(); ++d)
+      if (!red[d] && xm.shape()[d] != 1) {
         if (first_kept < 0) first_kept = d;
         last_kept = d;
       }
     bool adjacent = true;
     for (int64_t d = first_kept; d >= 0 && d <= last_kept; ++d)
-      if (red[d] && x.shape()[d] != 1) adjacent = false;
-    if (x.is_contiguous() && adjacent) {
+      if (red[d] && xm.shape()[d] != 1) adjacent = false;
+    if (xm.is_contiguous() && adjacent) {
       int64_t A = 1, B = 1;
-      for (int64_t d = 0; d < x.dim(); ++d) {
-        if (first_kept >= 0 && d > last_kept) B *= x.shape()[d];
-        else if (first_kept < 0 || d < first_kept) A *= x.shape()[d];
+      for (int64_t d = 0; d < xm.dim(); ++d) {
+        if (first_kept >= 0 && d > last_kept) B *= xm.shape()[d];
+        else if (first_kept < 0 || d < first_kept) A *= xm.shape()[d];
       }
       if (K == 1) { A = 1; B = total; }  // one output: a single contiguous run
-      reduce_akb<T>(op, static_cast<const T*>(x.data_ptr()), A, K, B, po);
+      reduce_akb<T>(op, static_cast<const T*>(xm.data_ptr()), A, K, B, po);
       return;
     }
     Tensor xc = move_dims_last(*this, x, dims);  // (K, B)
