@@ -89,6 +89,12 @@ TEST_CASE("f32 GELU, tanh, sigmoid, SiLU and their gradients agree with f64, con
   REQUIRE(tanh(edge).to_vector<float>()[3] == 0.0f);
   REQUIRE(sigmoid(edge).to_vector<float>()[3] == 0.5f);
   REQUIRE(silu(edge).to_vector<float>()[7] == -0.0f);
+  // tanh's tail past |x| = 4 (where Eigen's tanh is already 1 from 7.9) also beside a NaN
+  const std::vector<float> tail = tanh(tensor({NAN, 8.5, -8.5}, kF32)).to_vector<float>();
+  REQUIRE(std::isnan(tail[0]));
+  REQUIRE(tail[1] == float(std::tanh(8.5)));
+  REQUIRE(tail[1] < 1.0f);
+  REQUIRE(tail[2] == -tail[1]);
 }
 
 TEST_CASE("vectorised f32 unary values do not depend on position, threads or layout", "[elementwise][parallel]") {
