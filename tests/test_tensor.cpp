@@ -62,6 +62,48 @@ TEST_CASE("views share storage and writes show through", "[tensor][views]") {
   REQUIRE(base.narrow(1, 1, 2).shape() == Shape{2, 2, 4});
 }
 
+TEST_CASE("copies across memory orders (transposes, permutes) move every element", "[tensor][views]") {
+  // A copy whose source and destination run along different dims goes by tiles (edges,
+  // outer dims, dtype conversions, and a destination that is itself the transposed view):
+  // each element against index arithmetic on the source's values.
+  const Shape sh{5, 37, 66};
+  const Tensor x = arange(5 * 37 * 66, kF32).reshape(sh);
+  const std::vector<double> xv = x.to_vector<double>();
+  auto at = [&](int64_t i, int64_t j, int64_t k) { return xv[size_t((i * sh[1] + j) * sh[2] + k)]; };
+  for (const std::vector<int64_t>& perm : {std::vector<int64_t>{0, 2, 1}, {2, 0, 1}, {1, 2, 0}, {2, 1, 0}}) {
+    INFO("permute " << perm[0] << perm[1] << perm[2]);
+    const Tensor v = x.permute(perm);
+    for (DType dt : {kF32, kF64, kBF16}) {
+      const Tensor c = v.to(dt).contiguous();
+      REQUIRE(c.is_contiguous());
+      const std::vector<double> got = c.to_vector<double>();
+      int64_t n = 0, bad = 0;
+      int64_t idx[3];
+      for (idx[perm[0]] = 0; idx[perm[0]] < sh[perm[0]]; ++idx[perm[0]])
+        for (idx[perm[1]] = 0; idx[perm[1]] < sh[perm[1]]; ++idx[perm[1]])
+          for (idx[perm[2]] = 0; idx[perm[2]] < sh[perm[2]]; ++idx[perm[2]]) {
+            const double want = dt == kBF16 ? double(bf16_bits_to_float(float_to_bf16_bits(float(at(idx[0], idx[1], idx[2])))))
+                                            : at(idx[0], idx[1], idx[2]);
+            if (got[size_t(n++)] != want) ++bad;
+          }
+      REQUIRE(bad == 0);
+    }
+  }
+  // into a transposed destination: out^T = m, so out = m^T
+  const Tensor m = arange(70 * 45, kF32).reshape({70, 45});
+  Tensor out = zeros({45, 70});
+  {
+    NoGradGuard ng;
+    out.t().copy_(m);
+  }
+  const std::vector<double> mv = m.to_vector<double>(), ov = out.to_vector<double>();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < 70; ++i)
+    for (int64_t j = 0; j < 45; ++j)
+      if (ov[size_t(j * 70 + i)] != mv[size_t(i * 45 + j)]) ++bad;
+  REQUIRE(bad == 0);
+}
+
 TEST_CASE("expand broadcasts with stride 0", "[tensor][views]") {
   Tensor col = tensor({1, 2, 3}, kF64).reshape({3, 1});
   Tensor e = col.expand({3, 4});
