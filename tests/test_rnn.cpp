@@ -67,6 +67,52 @@ TEST_CASE("LSTM and GRU agree with PyTorch's, padded sequences and initial state
   }
 }
 
+TEST_CASE("LSTM and GRU in f32, f16 and bf16 agree with f64, padded and bidirectional, on each device", "[rnn][cuda]") {
+  // Each step's cell is one backend call (the CPU's on its vectorised activations, f16 and
+  // bf16 computed in f32): outputs, final states and every gradient against the same module
+  // and inputs in f64 (the parameters and inputs rounded to the dtype first).
+  for (Device d : test::devices())
+    for (bool lstm : {true, false})
+      for (DType dt : {kF32, kF16, kBF16}) {
+        INFO((lstm ? "LSTM" : "GRU") << " in " << dtype_name(dt) << " on " << d.str());
+        manual_seed(11);
+        const RNNOptions o = RNNOptions(5, 6).num_layers(2).bidirectional(true);
+        std::shared_ptr<RNNBase> m = lstm ? std::shared_ptr<RNNBase>(std::make_shared<LSTM>(o))
+                                          : std::shared_ptr<RNNBase>(std::make_shared<GRU>(o));
+        m->to(dt);  // the values every run shares
+        const Tensor x = randn({7, 3, 5}).to(dt), h0 = randn({4, 3, 6}).to(dt),
+                     c0 = randn({4, 3, 6}).to(dt), w_out = randn({7, 3, 12}), w_h = randn({4, 3, 6});
+        const Tensor lengths = from_vector<int64_t>({7, 4, 1}, {3});
+        struct Run {
+          std::vector<Tensor> values;  // output, h_n (c_n), then the gradients
+        };
+        auto run = [&](DType t) {
+          m->to(t);
+          m->to(d);
+          m->zero_grad();
+          Tensor xi = x.to(t).to(d).requires_grad_();
+          RNNState s{h0.to(t).to(d).requires_grad_(), lstm ? c0.to(t).to(d).requires_grad_() : Tensor()};
+          const RNNOutput r = m->forward(xi, s, lengths);
+          Tensor loss = add(sum(mul(r.output.to(kF64), w_out.to(kF64).to(d))),
+                            sum(mul(r.state.h.to(kF64), w_h.to(kF64).to(d))));
+          if (lstm) loss = add(loss, sum(r.state.c.to(kF64)));
+          loss.backward();
+          Run out;
+          for (const Tensor& v : {r.output, r.state.h, xi.grad(), s.h.grad()}) out.values.push_back(v.cpu().to(kF64));
+          if (lstm) for (const Tensor& v : {r.state.c, s.c.grad()}) out.values.push_back(v.cpu().to(kF64));
+          for (auto& [k, p] : m->named_parameters()) out.values.push_back(p.grad().cpu().to(kF64));
+          return out;
+        };
+        const Run want = run(kF64), got = run(dt);
+        const double tol = dt == kF32 ? 1e-5 : dt == kF16 ? 1e-2 : 4e-2;
+        for (size_t i = 0; i < want.values.size(); ++i) {
+          INFO("value " << i);
+          const double scale = amax(abs(want.values[i])).item<double>();
+          test::require_close(got.values[i], want.values[i], tol, tol * scale);
+        }
+      }
+}
+
 TEST_CASE("gradcheck: LSTM and GRU in the input and initial states, with a zero length", "[rnn][gradcheck]") {
   for (bool lstm : {true, false}) {
     INFO((lstm ? "LSTM" : "GRU"));

@@ -236,6 +236,32 @@ class Backend {
                                   const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                                   Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) = 0;
 
+  // ---- recurrence: one LSTM or GRU step past its product with W_hh (ops/rnn.cpp) ----------
+  // Every tensor of one floating dtype and contiguous, (N, G H) or (N, H) (G = 4 for LSTM's
+  // i, f, g, o, 3 for GRU's r, z, n); mask (N) of 0 and 1 or undefined (0: the row is past its
+  // sequence's length: it keeps its states and outputs 0). Forward: x the step's input
+  // projection, hg = h W_hh^T (without bias), b_hh (G H) or undefined, h and c the states
+  // before (c LSTM only); writes the activations (acts: sigmoid of each gate, tanh of LSTM's
+  // g and GRU's n), aux (LSTM: tanh(c'); GRU: h W_hn^T + b_hn), the output y and the states
+  // h_next, c_next. The cells' equations are kernels/rnn_cell.h's.
+  struct RecurrentStep {
+    bool lstm = true;
+    Tensor x, hg, b_hh, h, c, mask;
+    Tensor acts, aux, y, h_next, c_next;
+  };
+  virtual void recurrent_step_forward(const RecurrentStep& s) = 0;
+  // Backward through the same step: gy the output's gradient, dh and dc the gradients into
+  // h_next and c_next; acts, aux, h, c, mask as the forward had them. Writes dx (the gates'
+  // pre-activation gradients, the input projection's), dhg (GRU: those of h W_hh^T + b_hh;
+  // LSTM's are dx), dh_prev (h's gradient except through W_hh: the caller adds dhg W_hh) and
+  // dc_prev. dh_prev and dc_prev may be dh and dc.
+  struct RecurrentStepGrad {
+    bool lstm = true;
+    Tensor gy, dh, dc, acts, aux, h, c, mask;
+    Tensor dx, dhg, dh_prev, dc_prev;
+  };
+  virtual void recurrent_step_backward(const RecurrentStepGrad& s) = 0;
+
   // ---- optim: fused multi-tensor update steps, in place ------------------------------------
   // One call updates every slot (all contiguous, one dtype, this device), as PyTorch's SGD,
   // Adam and AdamW define the step; per-slot learning rate and weight decay (parameter groups) and

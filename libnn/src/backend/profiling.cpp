@@ -274,6 +274,14 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "attention_backward", "attention");
     inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q, grad_k, grad_v);
   }
+  void recurrent_step_forward(const RecurrentStep& s) override {
+    Timer t(*this, "recurrent_step_forward", "recurrence");
+    inner_.recurrent_step_forward(s);
+  }
+  void recurrent_step_backward(const RecurrentStepGrad& s) override {
+    Timer t(*this, "recurrent_step_backward", "recurrence");
+    inner_.recurrent_step_backward(s);
+  }
   void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                 bool nesterov) override {
     Timer t(*this, "sgd_step", "optim");

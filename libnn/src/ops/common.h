@@ -54,6 +54,13 @@ inline std::pair<uint64_t, uint64_t> draw_stream(Generator* gen, uint64_t n) {
   const uint64_t offset = g.advance(n);
   return {g.seed(), offset};
 }
+// A 2-D operand seen as (1, R, C) for the backend's batched GEMM, without a copy (a 3-d one
+// as it is).
+inline Tensor lift3(const Tensor& t) {
+  if (t.dim() == 3) return t;
+  return make_view(t, {1, t.shape()[0], t.shape()[1]}, {0, t.strides()[0], t.strides()[1]},
+                   t.offset());
+}
 // A broadcast view of t with stride 0 on expanded dims; no autograd.
 Tensor raw_expand(const Tensor& t, const Shape& shape);
 // t itself when contiguous, else a contiguous copy; no autograd.

@@ -16,12 +16,6 @@ Tensor gemm3(const Tensor& a, const Tensor& b) {
   return out;
 }
 Tensor swap_last(const Tensor& t) { return t.transpose(-1, -2); }
-// A 2-D operand seen as (1, R, C), without a copy.
-Tensor lift3(const Tensor& t) {
-  if (t.dim() == 3) return t;
-  return make_view(t, {1, t.shape()[0], t.shape()[1]}, {0, t.strides()[0], t.strides()[1]},
-                   t.offset());
-}
 
 // Differentiable (B, M, K) @ (B, K, N); a 2-D operand is shared by every batch entry.
 Tensor bmm(const Tensor& a, const Tensor& b) {

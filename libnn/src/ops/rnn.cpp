@@ -1,5 +1,7 @@
 // LSTM and GRU recurrences with their backward written out (back-propagation through time):
-// the forward keeps each step's gate activations, the backward walks the steps in reverse,
+// each step is its product with W_hh and one backend call for the rest of the cell
+// (Backend::recurrent_step_forward); the forward keeps each step's gate activations and
+// states, the backward walks the steps in reverse (one backend call and one GEMM a step),
 // writes the gates' gradients into one (T, N, G * H) tensor (the input projections'
 // gradient) and ends with one GEMM for W_hh's gradient over every step.
 #include "ops/rnn.h"
@@ -15,149 +17,113 @@
 namespace nn::ops {
 
 namespace {
-// What the backward reads of one step.
-struct Step {
-  Tensor h_prev;  // (N, H) the state before the step
-  Tensor acts;    // LSTM: sigmoid of all four gates (i, f, o used); GRU: sigmoid of r, z
-  Tensor cand;    // LSTM: tanh(g); GRU: n
-  Tensor c_prev;  // LSTM: the cell before the step
-  Tensor tanh_c;  // LSTM: tanh of the new cell
-  Tensor hg_n;    // GRU: h W_hn^T + b_hn, which r multiplies
-};
-
 int64_t gates_of(RecurrentCell cell) { return cell == RecurrentCell::lstm ? 4 : 3; }
-
-// 1 - t^2 and s (1 - s): the derivatives of tanh and sigmoid from their values.
-Tensor dtanh(const Tensor& t) { return rsub(square(t), 1.0); }
-Tensor dsigmoid(const Tensor& s) { return mul(s, rsub(s, 1.0)); }
 }  // namespace
 
-Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg, const Tensor& h0,
+Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor& h0,
                           const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh,
                           const Tensor& mask, bool reverse) {
   const bool lstm = cell == RecurrentCell::lstm;
-  NN_CHECK(xg.dim() == 3 && h0.dim() == 2, "recurrent_sequence: xg must be 3-d, h0 2-d");
-  const int64_t T = xg.shape()[0], N = xg.shape()[1], H = h0.shape()[1];
-  const Shape state{N, H}, weight{gates_of(cell) * H, H};
-  NN_CHECK(xg.shape()[2] == gates_of(cell) * H && h0.shape() == state &&
-               (!lstm || c0.shape() == state) && w_hh.shape() == weight,
+  NN_CHECK(xg_in.dim() == 3 && h0.dim() == 2, "recurrent_sequence: xg must be 3-d, h0 2-d");
+  const int64_t T = xg_in.shape()[0], N = xg_in.shape()[1], H = h0.shape()[1];
+  const int64_t G = gates_of(cell), GH = G * H;
+  const Shape state{N, H}, weight{GH, H};
+  NN_CHECK(xg_in.shape()[2] == GH && h0.shape() == state && (!lstm || c0.shape() == state) &&
+               w_hh.shape() == weight,
            "recurrent_sequence: inconsistent shapes");
+  // The steps compute in the states' dtype (under autocast the input projections come in 16
+  // bits: one cast for the whole sequence, with its gradient), on contiguous rows.
+  const DType dt = h0.dtype();
+  const Tensor xg = (xg_in.dtype() == dt ? xg_in : xg_in.to(dt)).contiguous();
+  NN_CHECK(!mask.defined() || (mask.dtype() == dt && mask.numel() == T * N),
+           "recurrent_sequence: the mask must be (T, N, 1) of the states' dtype");
   // under autocast, W_hh lowered once for every step's product (the backward's products take
-  // the weight as it is: their operands are the gradients' dtype, f32)
+  // the weight as it is: their operands are the gradients' dtype)
   const Tensor w_run = amp::autocast_lower(w_hh.detach());
-  const Tensor b_run = b_hh.defined() ? amp::autocast_lower(b_hh.detach()) : Tensor();
-  auto order = [&](int64_t s) { return reverse ? T - 1 - s : s; };
-  Tensor y = empty({T + (lstm ? 2 : 1), N, H}, h0.options());
-  // what the backward reads, kept only when there will be one (inference keeps one step's)
+  const Tensor b_run = b_hh.defined() ? b_hh.detach().to(dt) : Tensor();
+  const Tensor steps_mask = mask.defined() ? mask.detach().reshape({T, N}) : Tensor();
+  auto order = [T, reverse](int64_t s) { return reverse ? T - 1 - s : s; };
+  // The states by step: slot `before(t)` holds the states step t starts from, `after(t)`
+  // those it ends with (steps run down from T - 1 in reverse, so there slot T is h0).
+  auto before = [reverse](int64_t t) { return reverse ? t + 1 : t; };
+  auto after = [reverse](int64_t t) { return reverse ? t : t + 1; };
+  const int64_t first = reverse ? T : 0, last = reverse ? 0 : T;
+  // what the backward reads is kept only when there will be one (inference keeps one step's)
   const bool keep = any_requires_grad({&xg, &h0, &c0, &w_hh, &b_hh});
-  auto steps = std::make_shared<std::vector<Step>>(size_t(keep ? T : 1));
+  const TensorOptions opt = h0.options();
+  Tensor y = empty({T + (lstm ? 2 : 1), N, H}, opt);
+  Tensor hs = empty({T + 1, N, H}, opt), cs = lstm ? empty({T + 1, N, H}, opt) : Tensor();
+  Tensor acts = empty({keep ? T : 1, N, GH}, opt), aux = empty({keep ? T : 1, N, H}, opt);
+  backend::Backend& be = backend::of(h0);
   {
     NoGradGuard ng;
-    const Tensor zero = zeros({}, h0.options());
-    Tensor h = h0.detach(), c = lstm ? c0.detach() : Tensor();
+    hs.select(0, first).copy_(h0.detach());
+    if (lstm) cs.select(0, first).copy_(c0.detach());
     for (int64_t s = 0; s < T; ++s) {
-      const int64_t t = order(s);
-      const Tensor x = xg.select(0, t), hg = linear(h, w_run, b_run);  // (N, G * H)
-      Step& st = (*steps)[keep ? size_t(t) : 0];
-      st.h_prev = h;
-      Tensor h_next, c_next;
+      const int64_t t = order(s), k = keep ? t : 0;
+      backend::Backend::RecurrentStep st;
+      st.lstm = lstm;
+      st.h = hs.select(0, before(t));
+      st.hg = linear(st.h, w_run);  // (N, G H), in autocast's dtype under autocast
+      if (st.hg.dtype() != dt) st.hg = st.hg.to(dt);
+      st.x = xg.select(0, t);
+      st.b_hh = b_run;
       if (lstm) {
-        const Tensor g = add(x, hg);
-        st.acts = sigmoid(g);
-        st.cand = tanh(g.narrow(1, 2 * H, H));
-        st.c_prev = c;
-        c_next = add(mul(st.acts.narrow(1, H, H), c), mul(st.acts.narrow(1, 0, H), st.cand));
-        st.tanh_c = tanh(c_next);
-        h_next = mul(st.acts.narrow(1, 3 * H, H), st.tanh_c);
-      } else {
-        st.acts = sigmoid(add(x.narrow(1, 0, 2 * H), hg.narrow(1, 0, 2 * H)));
-        st.hg_n = hg.narrow(1, 2 * H, H);
-        st.cand = tanh(add(x.narrow(1, 2 * H, H), mul(st.acts.narrow(1, 0, H), st.hg_n)));
-        h_next = add(st.cand, mul(st.acts.narrow(1, H, H), sub(h, st.cand)));  // (1 - z) n + z h
+        st.c = cs.select(0, before(t));
+        st.c_next = cs.select(0, after(t));
       }
-      if (mask.defined()) {  // past its length a sequence keeps its state and outputs zeros
-        const Tensor m = mask.select(0, t);
-        y.select(0, t).copy_(where(m, h_next, zero));
-        h = where(m, h_next, h);
-        if (lstm) c = where(m, c_next, c);
-      } else {
-        y.select(0, t).copy_(h_next);
-        h = h_next;
-        c = c_next;
-      }
+      if (mask.defined()) st.mask = steps_mask.select(0, t);
+      st.acts = acts.select(0, k);
+      st.aux = aux.select(0, k);
+      st.y = y.select(0, t);
+      st.h_next = hs.select(0, after(t));
+      be.recurrent_step_forward(st);
     }
-    y.select(0, T).copy_(h);
-    if (lstm) y.select(0, T + 1).copy_(c);
+    y.select(0, T).copy_(hs.select(0, last));
+    if (lstm) y.select(0, T + 1).copy_(cs.select(0, last));
   }
   // (the initial states are read as step 0's: a change in place is refused at backward)
   record(lstm ? "lstm" : "gru", {xg, h0, c0, w_hh, b_hh}, y, {w_hh, h0, c0},
-         [steps, lstm, T, N, H, reverse, mask, w = w_hh.detach(), has_bias = b_hh.defined()](const Tensor& gy, auto& need) {
-    const int64_t G = lstm ? 4 : 3;
-    const Tensor zero = zeros({}, gy.options());
-    // the gates' gradients: of the input projections (dx) and of h W_hh^T + b_hh (dhg);
-    // the same tensor for LSTM, whose gates add the two
-    Tensor dx = empty({T, N, G * H}, gy.options());
-    Tensor dhg = lstm ? dx : empty({T, N, G * H}, gy.options());
-    Tensor dh = gy.select(0, T), dc = lstm ? gy.select(0, T + 1) : Tensor();
-    // gates' gradients (N, width) written side by side into row t of `to`: no concatenated
-    // temporary
-    auto put = [](const Tensor& to, int64_t t, std::initializer_list<Tensor> gates) {
-      int64_t at = 0;
-      for (const Tensor& g : gates) {
-        to.select(0, t).narrow(1, at, g.shape()[1]).copy_(g);
-        at += g.shape()[1];
-      }
-    };
+         [=, w = w_hh.detach(), has_bias = b_hh.defined()](const Tensor& gy_in, auto& need) {
+    const Tensor gy = gy_in.contiguous();
+    backend::Backend& bg = backend::of(gy);
+    const TensorOptions go = gy.options();
+    // the gates' gradients: of the input projections (dx) and of h W_hh^T + b_hh (dhg); the
+    // same tensor for LSTM, whose gates add the two
+    Tensor dx = empty({T, N, GH}, go);
+    Tensor dhg = lstm ? dx : empty({T, N, GH}, go);
+    // the gradients into the states after each step, updated in place step by step
+    Tensor dh = gy.select(0, T).clone(), dc = lstm ? gy.select(0, T + 1).clone() : Tensor();
+    const Tensor wg = w.dtype() == gy.dtype() ? w : w.to(gy.dtype());
+    Tensor dh3 = lift3(dh);
     for (int64_t s = T - 1; s >= 0; --s) {
-      const int64_t t = reverse ? T - 1 - s : s;
-      const Step& st = (*steps)[size_t(t)];
-      Tensor dh_next = add(dh, gy.select(0, t));  // into the step's new h: carried and output
-      Tensor dh_keep, dc_keep, dc_next;           // past the length: straight to the state before
-      if (mask.defined()) {
-        const Tensor m = mask.select(0, t);
-        dh_keep = where(m, zero, dh);
-        dh_next = where(m, dh_next, zero);
-        if (lstm) {
-          dc_keep = where(m, zero, dc);
-          dc_next = where(m, dc, zero);
-        }
-      } else if (lstm) {
-        dc_next = dc;
-      }
-      Tensor dh_prev;
+      const int64_t t = order(s);
+      backend::Backend::RecurrentStepGrad st;
+      st.lstm = lstm;
+      st.gy = gy.select(0, t);
+      st.dh = st.dh_prev = dh;
+      st.acts = acts.select(0, t);
+      st.aux = aux.select(0, t);
+      st.h = hs.select(0, before(t));
       if (lstm) {
-        const Tensor i = st.acts.narrow(1, 0, H), f = st.acts.narrow(1, H, H),
-                     o = st.acts.narrow(1, 3 * H, H);
-        dc_next = add(dc_next, mul(mul(dh_next, o), dtanh(st.tanh_c)));
-        const Tensor dsig = dsigmoid(st.acts);
-        put(dx, t, {mul(mul(dc_next, st.cand), dsig.narrow(1, 0, H)),
-                    mul(mul(dc_next, st.c_prev), dsig.narrow(1, H, H)),
-                    mul(mul(dc_next, i), dtanh(st.cand)),
-                    mul(mul(dh_next, st.tanh_c), dsig.narrow(1, 3 * H, H))});
-        dc = mul(dc_next, f);
-        if (dc_keep.defined()) dc = add(dc, dc_keep);
-        dh_prev = matmul(dx.select(0, t), w);
-      } else {
-        const Tensor r = st.acts.narrow(1, 0, H), z = st.acts.narrow(1, H, H);
-        const Tensor dn = mul(mul(dh_next, rsub(z, 1.0)), dtanh(st.cand));  // through tanh
-        const Tensor drz = mul(concat({mul(dn, st.hg_n), mul(dh_next, sub(st.h_prev, st.cand))}, 1),
-                               dsigmoid(st.acts));
-        put(dx, t, {drz, dn});
-        put(dhg, t, {drz, mul(dn, r)});
-        dh_prev = add(matmul(dhg.select(0, t), w), mul(dh_next, z));
+        st.dc = st.dc_prev = dc;
+        st.c = cs.select(0, before(t));
       }
-      dh = dh_keep.defined() ? add(dh_prev, dh_keep) : dh_prev;
+      if (mask.defined()) st.mask = steps_mask.select(0, t);
+      st.dx = dx.select(0, t);
+      if (!lstm) st.dhg = dhg.select(0, t);
+      bg.recurrent_step_backward(st);
+      bg.gemm(lift3(dhg.select(0, t)), lift3(wg), dh3, 1.0, 1.0);  // dh += dhg_t W_hh
     }
     std::vector<Tensor> g(5);
     g[0] = dx;
     if (need[1]) g[1] = dh;
     if (need[2]) g[2] = dc;
-    if (need[3]) {  // sum over steps of dhg_t^T h_prev_t: one GEMM over (T N) rows
-      std::vector<Tensor> hp;
-      for (const Step& st : *steps) hp.push_back(st.h_prev);
-      g[3] = matmul(dhg.reshape({T * N, G * H}).t(), stack(hp, 0).reshape({T * N, H}));
+    if (need[3]) {  // sum over steps of dhg_t^T h_t (the states each step started from): one GEMM
+      const Tensor hp = hs.narrow(0, before(0), T).reshape({T * N, H});
+      g[3] = matmul(dhg.reshape({T * N, GH}).t(), hp).to(w.dtype());
     }
-    if (need[4] && has_bias) g[4] = sum(dhg, {0, 1});
+    if (need[4] && has_bias) g[4] = sum(dhg, {0, 1}).to(w.dtype());
     return g;
   });
   return y;

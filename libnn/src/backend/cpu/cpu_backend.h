@@ -43,6 +43,10 @@ class CpuBackend final : public Backend {
   // passes those calls through and widens the rest. GELU is native on dense operands only
   // (its vectorised erf runs on widened blocks); native16 says whether a map call is.
   static bool native16(UnaryOp op, const Tensor& x, const Tensor& out);
+  // y = tanh(x) or sigmoid(x) for n values (y not overlapping x), the values of unary():
+  // vectorised for f32. For fused kernels (the recurrence's steps).
+  static void activate(UnaryOp op, const float* x, float* y, int64_t n);
+  static void activate(UnaryOp op, const double* x, double* y, int64_t n);
   // ... and softmax over a dim whose elements are adjacent (the last dim, say).
   static bool native16_softmax(const Tensor& x, int64_t dim);
 
@@ -120,6 +124,9 @@ class CpuBackend final : public Backend {
                           const Tensor& v, const Tensor& key_mask, const Tensor& out,
                           const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                           Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override;
+
+  void recurrent_step_forward(const RecurrentStep& s) override;
+  void recurrent_step_backward(const RecurrentStepGrad& s) override;
 
   void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                 bool nesterov) override;

@@ -288,6 +288,15 @@ void CpuBackend::fill_random(Tensor& dst, RandomKind kind, double a, double b, u
   dispatch_float(dst.dtype(), "fill_random", typed);
 }
 
+void CpuBackend::activate(UnaryOp op, const float* x, float* y, int64_t n) {
+  NN_CHECK(op == UnaryOp::tanh || op == UnaryOp::sigmoid, "activate: tanh or sigmoid only");
+  eigen_span<float>(op, x, nullptr, y, n);
+}
+void CpuBackend::activate(UnaryOp op, const double* x, double* y, int64_t n) {
+  NN_CHECK(op == UnaryOp::tanh || op == UnaryOp::sigmoid, "activate: tanh or sigmoid only");
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<double>(op, x[i], 0.0, 0.0);
+}
+
 bool CpuBackend::native16(UnaryOp op, const Tensor& x, const Tensor& out) {
   return op != UnaryOp::gelu || (x.is_contiguous() && out.is_contiguous());
 }

@@ -421,6 +421,9 @@ class Upcast16Backend final : public Backend {
     down(gk32, grad_k);
     down(gv32, grad_v);
   }
+  // The recurrence's steps compute 16-bit tensors natively (in f32, each result rounded once).
+  void recurrent_step_forward(const RecurrentStep& s) override { inner_.recurrent_step_forward(s); }
+  void recurrent_step_backward(const RecurrentStepGrad& s) override { inner_.recurrent_step_backward(s); }
   // Optimizer steps keep their parameters' dtype (f32 master weights in mixed precision). A
   // batch of 16-bit parameters (a model cast with .to(kF16)) steps in f32 on widened copies of
   // parameter, gradient and state, each rounded back once.

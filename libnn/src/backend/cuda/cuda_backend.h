@@ -164,6 +164,9 @@ class CudaBackend final : public Backend {
                           const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                           Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override;
 
+  void recurrent_step_forward(const RecurrentStep& s) override;
+  void recurrent_step_backward(const RecurrentStepGrad& s) override;
+
   void sgd_step(std::vector<SgdSlot>& slots, double momentum, double dampening,
                 bool nesterov) override;
   void adamw_step(std::vector<AdamWSlot>& slots, double beta1, double beta2,

@@ -1,10 +1,11 @@
-// CUDA softmax, loss, dropout, embedding and optim families: wrappers over kernels/.
+// CUDA softmax, loss, dropout, embedding, recurrence and optim families: wrappers over kernels/.
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "kernels/dropout.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/optim.cuh"
+#include "kernels/rnn.cuh"
 #include "kernels/softmax.cuh"
 
 namespace nn::backend {
@@ -119,6 +120,31 @@ void CudaBackend::embedding_bag_backward(const Tensor& grad, const Tensor& index
                                          grad_table.shape()[1], grad_table.shape()[0],
                                          acc.data_ptr(), flag(kBadIndex), stream_);
   write_back(*this, acc, grad_table);
+}
+
+// ---- recurrence: one kernel a step past its product with W_hh ------------------------------
+namespace {
+const void* in_ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+void* out_ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+}  // namespace
+
+void CudaBackend::recurrent_step_forward(const RecurrentStep& s) {
+  activate();
+  const kernels::RecurrentStepPtrs p{in_ptr(s.x),     in_ptr(s.hg),     in_ptr(s.b_hh),
+                                     in_ptr(s.h),     in_ptr(s.c),      in_ptr(s.mask),
+                                     out_ptr(s.acts), out_ptr(s.aux),   out_ptr(s.y),
+                                     out_ptr(s.h_next), out_ptr(s.c_next)};
+  kernels::launch_recurrent_forward(s.h.dtype(), s.lstm, p, s.h.shape()[0], s.h.shape()[1],
+                                    stream_);
+}
+void CudaBackend::recurrent_step_backward(const RecurrentStepGrad& s) {
+  activate();
+  const kernels::RecurrentGradPtrs p{in_ptr(s.gy),     in_ptr(s.dh),      in_ptr(s.dc),
+                                     in_ptr(s.acts),   in_ptr(s.aux),     in_ptr(s.h),
+                                     in_ptr(s.c),      in_ptr(s.mask),    out_ptr(s.dx),
+                                     out_ptr(s.dhg),   out_ptr(s.dh_prev), out_ptr(s.dc_prev)};
+  kernels::launch_recurrent_backward(s.dh.dtype(), s.lstm, p, s.dh.shape()[0], s.dh.shape()[1],
+                                     stream_);
 }
 
 // ---- optim: one multi-tensor launch per call ------------------------------------------------
