@@ -105,9 +105,10 @@ TEST_CASE("gradcheck: matmul and linear", "[matmul][gradcheck]") {
 // T = BFloat16 checks gemm_bf16 (bf16 operands, f32 result) against the double product of
 // the same bf16 values.
 namespace {
+// With `prepacked` (float only), B goes through pack_b_once and gemm_prepacked.
 template <typename T>
 void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, double alpha,
-                double beta, uint32_t seed) {
+                double beta, uint32_t seed, bool prepacked = false) {
   constexpr bool bf16 = std::is_same_v<T, nn::BFloat16>;
   using CT = std::conditional_t<bf16, float, T>;  // the result's type
   // layout 0: row-major, 1: column-major (a transpose read in place), 2: both strides > 1
@@ -137,6 +138,12 @@ void check_gemm(int64_t M, int64_t N, int64_t K, int a_layout, int b_layout, dou
       return nn::cpu::MatRef<uint16_t>{reinterpret_cast<const uint16_t*>(X.p), X.rs, X.cs};
     };
     nn::cpu::gemm_bf16(M, N, K, float(alpha), bits(A), bits(B), float(beta), c.data(), ldc);
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (prepacked)
+      nn::cpu::gemm_prepacked(M, N, K, T(alpha), A, *nn::cpu::pack_b_once(K, N, B), T(beta),
+                              c.data(), ldc);
+    else
+      nn::cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), c.data(), ldc);
   } else {
     nn::cpu::gemm<T>(M, N, K, T(alpha), A, B, T(beta), c.data(), ldc);
   }
@@ -208,6 +215,7 @@ TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[m
           for (int layouts = 0; layouts < 4; ++layouts) {
             const double beta = layouts == 0 ? 0.0 : layouts == 1 ? 1.0 : -0.75;
             check_gemm<float>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++);
+            check_gemm<float>(M, N, K, layouts & 1, layouts >> 1, 0.5, beta, seed++, true);
             if (kernel == F32Kernel::eigen && M * N * K < 20000)
               check_gemm<double>(M, N, K, layouts >> 1, layouts & 1, 1.5, beta, seed++);
           }
@@ -216,9 +224,45 @@ TEST_CASE("CPU GEMM matches a naive product on every tile shape and layout", "[m
     check_gemm<double>(23, 37, 29, 2, 0, 1.0, 0.0, seed++);
     // threaded: a grid of blocks over rows and columns, more columns than one packed block
     // (3072), more rows than one packed block (144), K over one slice (256)
-    check_gemm<float>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++);
-    check_gemm<float>(2, 3100, 300, 1, 0, 1.0, 1.0, seed++);
-    check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++);
+    for (bool prepacked : {false, true}) {
+      check_gemm<float>(300, 3100, 20, 0, 1, 1.0, 0.0, seed++, prepacked);
+      check_gemm<float>(2, 3100, 300, 1, 0, 1.0, 1.0, seed++, prepacked);
+      check_gemm<float>(400, 48, 600, 0, 0, -1.0, 0.25, seed++, prepacked);
+      check_gemm<float>(32, 1000, 520, 0, 1, 1.0, 0.0, seed++, prepacked);  // a recurrence's step
+    }
+  }
+}
+
+TEST_CASE("CPU GEMM with B packed once: another kernel, shape or a change of B after packing", "[matmul]") {
+  // Panels packed for one kernel are not read by another (the product packs B as usual); a
+  // packed operand of another shape is refused; the packed copy keeps B's values as packed.
+  using nn::cpu::F32Kernel;
+  const test::CpuKernelGuard restore;
+  const int64_t M = 9, N = 40, K = 300;
+  std::vector<float> a(size_t(M * K)), b(size_t(K * N)), c(size_t(M * N)), want(size_t(M * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 7) - 3.f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) - 2.f;  // small integers: exact sums
+  const auto A = nn::cpu::row_major<float>(a.data(), K), B = nn::cpu::row_major<float>(b.data(), N);
+  nn::cpu::gemm<float>(M, N, K, 1.f, A, B, 0.f, want.data(), N);
+  for (F32Kernel packed_for : {F32Kernel::eigen, F32Kernel::avx2, F32Kernel::avx512})
+    for (F32Kernel run_on : {F32Kernel::eigen, F32Kernel::avx2, F32Kernel::avx512}) {
+      if (!nn::cpu::f32_kernel_supported(packed_for) || !nn::cpu::f32_kernel_supported(run_on)) continue;
+      INFO("packed for " << int(packed_for) << ", run on " << int(run_on));
+      nn::cpu::set_f32_kernel(packed_for);
+      const auto pb = nn::cpu::pack_b_once(K, N, B);
+      nn::cpu::set_f32_kernel(run_on);
+      std::fill(c.begin(), c.end(), -1.f);
+      nn::cpu::gemm_prepacked(M, N, K, 1.f, A, *pb, 0.f, c.data(), N);
+      REQUIRE(c == want);
+    }
+  nn::cpu::set_f32_kernel(restore.f32);
+  const auto pb = nn::cpu::pack_b_once(K, N, B);
+  REQUIRE_THROWS_AS(nn::cpu::gemm_prepacked(M, N - 1, K, 1.f, A, *pb, 0.f, c.data(), N),
+                    std::invalid_argument);
+  if (nn::cpu::f32_kernel() != F32Kernel::eigen) {
+    std::fill(b.begin(), b.end(), 0.f);  // after packing: the panels keep the values packed
+    nn::cpu::gemm_prepacked(M, N, K, 1.f, A, *pb, 0.f, c.data(), N);
+    REQUIRE(c == want);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <nn/tensor.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention_layout.h"
@@ -93,6 +94,22 @@ class Backend {
   // from one read of the output gradient; out as gemm's. The default runs gemm and a reduction; CUDA computes the sums in
   // cuBLASLt's bias-gradient epilogue.
   virtual void gemm_bias_grad(const Tensor& a, const Tensor& b, Tensor& out, Tensor& grad_bias);
+  // A right operand packed once for many products with it (a recurrence's W_hh, multiplied
+  // every step): pack_operand(b) is this backend's packed form of b (1, K, N) with its values
+  // now, or null where it has none (the default); gemm_packed is gemm with b read from that
+  // form (null: gemm itself). b must stay alive and unchanged while its packed form is used.
+  struct PackedOperand {
+    virtual ~PackedOperand() = default;
+  };
+  virtual std::shared_ptr<const PackedOperand> pack_operand(const Tensor& b) {
+    (void)b;
+    return nullptr;
+  }
+  virtual void gemm_packed(const Tensor& a, const Tensor& b, const PackedOperand* packed,
+                           Tensor& out, double alpha, double beta) {
+    (void)packed;
+    gemm(a, b, out, alpha, beta);
+  }
 
   // ---- conv, pool, batch norm: layouts ------------------------------------------------------
   // 4-d (N, C, H, W) arguments are all row-major, or, on a backend that is

@@ -274,6 +274,15 @@ class ProfilingBackend final : public Backend {
     Timer t(*this, "attention_backward", "attention");
     inner_.attention_backward(grad_out, q, k, v, key_mask, out, lse, scale, drop, grad_q, grad_k, grad_v);
   }
+  std::shared_ptr<const PackedOperand> pack_operand(const Tensor& b) override {
+    Timer t(*this, "pack_operand", "matmul");
+    return inner_.pack_operand(b);
+  }
+  void gemm_packed(const Tensor& a, const Tensor& b, const PackedOperand* packed, Tensor& out,
+                   double alpha, double beta) override {
+    Timer t(*this, "gemm_packed", "matmul");
+    inner_.gemm_packed(a, b, packed, out, alpha, beta);
+  }
   void recurrent_step_forward(const RecurrentStep& s) override {
     Timer t(*this, "recurrent_step_forward", "recurrence");
     inner_.recurrent_step_forward(s);

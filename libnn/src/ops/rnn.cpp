@@ -55,6 +55,12 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
   Tensor hs = empty({T + 1, N, H}, opt), cs = lstm ? empty({T + 1, N, H}, opt) : Tensor();
   Tensor acts = empty({keep ? T : 1, N, GH}, opt), aux = empty({keep ? T : 1, N, H}, opt);
   backend::Backend& be = backend::of(h0);
+  // Without autocast's lowering, each step's product is the backend's GEMM with W_hh^T packed
+  // once for the whole sequence (where the backend packs operands: the CPU's f32 kernel);
+  // under autocast, linear() with its 16-bit operands.
+  const bool direct = w_run.dtype() == dt;
+  const Tensor w_t = lift3(w_run.t());  // (1, H, G H), read in place
+  const auto w_packed = direct ? be.pack_operand(w_t) : nullptr;
   {
     NoGradGuard ng;
     hs.select(0, first).copy_(h0.detach());
@@ -64,8 +70,13 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
       backend::Backend::RecurrentStep st;
       st.lstm = lstm;
       st.h = hs.select(0, before(t));
-      st.hg = linear(st.h, w_run);  // (N, G H), in autocast's dtype under autocast
-      if (st.hg.dtype() != dt) st.hg = st.hg.to(dt);
+      if (direct) {
+        st.hg = empty({N, GH}, opt);
+        Tensor hg3 = lift3(st.hg);
+        be.gemm_packed(lift3(st.h), w_t, w_packed.get(), hg3, 1.0, 0.0);
+      } else {
+        st.hg = linear(st.h, w_run).to(dt);  // (N, G H)
+      }
       st.x = xg.select(0, t);
       st.b_hh = b_run;
       if (lstm) {
@@ -94,7 +105,8 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
     Tensor dhg = lstm ? dx : empty({T, N, GH}, go);
     // the gradients into the states after each step, updated in place step by step
     Tensor dh = gy.select(0, T).clone(), dc = lstm ? gy.select(0, T + 1).clone() : Tensor();
-    const Tensor wg = w.dtype() == gy.dtype() ? w : w.to(gy.dtype());
+    const Tensor wg = lift3(w.dtype() == gy.dtype() ? w : w.to(gy.dtype()));
+    const auto wg_packed = bg.pack_operand(wg);
     Tensor dh3 = lift3(dh);
     for (int64_t s = T - 1; s >= 0; --s) {
       const int64_t t = order(s);
@@ -113,7 +125,7 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
       st.dx = dx.select(0, t);
       if (!lstm) st.dhg = dhg.select(0, t);
       bg.recurrent_step_backward(st);
-      bg.gemm(lift3(dhg.select(0, t)), lift3(wg), dh3, 1.0, 1.0);  // dh += dhg_t W_hh
+      bg.gemm_packed(lift3(dhg.select(0, t)), wg, wg_packed.get(), dh3, 1.0, 1.0);  // dh += dhg_t W_hh
     }
     std::vector<Tensor> g(5);
     g[0] = dx;

@@ -125,6 +125,9 @@ class CpuBackend final : public Backend {
                           const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                           Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) override;
 
+  std::shared_ptr<const PackedOperand> pack_operand(const Tensor& b) override;
+  void gemm_packed(const Tensor& a, const Tensor& b, const PackedOperand* packed, Tensor& out,
+                   double alpha, double beta) override;
   void recurrent_step_forward(const RecurrentStep& s) override;
   void recurrent_step_backward(const RecurrentStepGrad& s) override;
 

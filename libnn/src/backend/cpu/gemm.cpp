@@ -144,12 +144,17 @@ LIBNN_AVX2 void edge_kernel(int64_t kc, const P* Ap, const P* Bp, float* c, int6
 // right before its tiles run and read back from L1, instead of the whole kc x nc slice being
 // packed first and read back from L2 or beyond (the stage-1 convolution of the CIFAR
 // ResNet-20, 16 x 1024 x 144, went from 40 to 32 us a product).
+// With `pre` (f32 tiles only), B's panels come packed already (pack_b_once's layout: the
+// panel of columns [q NR, q NR + NR) at pre + q K NR, row by row over all of K), this block's
+// first column being column `col0` of that B.
 template <class Tile>
 LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
                              MatRef<typename Tile::In> A, MatRef<typename Tile::In> B, float beta,
-                             float* C, int64_t ldc) {
+                             float* C, int64_t ldc, const typename Tile::Packed* pre = nullptr,
+                             int64_t col0 = 0) {
   constexpr int64_t MR = Tile::MR, NR = Tile::NR, KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
   using P = typename Tile::Packed;
+  auto prepacked = [&](int64_t j, int64_t pc) { return pre + ((col0 + j) / NR * K + pc) * NR; };
   const FlushDenormals ftz;
   static thread_local Scratch<P> a_scratch, b_scratch;
   // packed elements per panel row: a KC slice takes units(kc) rows of MR (or NR) elements
@@ -180,19 +185,25 @@ LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
           Tile::pack_a(A, i, std::min(MR, M - i), pc, kc, apack + i * ku);
         for (int64_t j = 0; j < nc; j += NR) {
           const int64_t w = std::min(NR, nc - j);
+          if (pre) {
+            tiles(0, M, w, kc, prepacked(jc + j, pc), beta_k, C + jc + j);
+            continue;
+          }
           Tile::pack_b(B, pc, kc, jc + j, w, bpack);
           tiles(0, M, w, kc, bpack, beta_k, C + jc + j);
         }
         continue;
       }
-      for (int64_t j = 0; j < nc; j += NR)
-        Tile::pack_b(B, pc, kc, jc + j, std::min(NR, nc - j), bpack + j * ku);
+      if (!pre)
+        for (int64_t j = 0; j < nc; j += NR)
+          Tile::pack_b(B, pc, kc, jc + j, std::min(NR, nc - j), bpack + j * ku);
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         for (int64_t i = 0; i < mc; i += MR)
           Tile::pack_a(A, ic + i, std::min(MR, mc - i), pc, kc, apack + i * ku);
         for (int64_t j = 0; j < nc; j += NR)
-          tiles(ic, mc, std::min(NR, nc - j), kc, bpack + j * ku, beta_k, C + jc + j);
+          tiles(ic, mc, std::min(NR, nc - j), kc, pre ? prepacked(jc + j, pc) : bpack + j * ku,
+                beta_k, C + jc + j);
       }
     }
   }
@@ -204,7 +215,8 @@ LIBNN_AVX2 void sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
 // blocks read the least of A and B.
 template <class Tile>
 void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<typename Tile::In> A,
-                  MatRef<typename Tile::In> B, float beta, float* C, int64_t ldc, int nt) {
+                  MatRef<typename Tile::In> B, float beta, float* C, int64_t ldc, int nt,
+                  const typename Tile::Packed* pre = nullptr) {
   constexpr int64_t MR = Tile::MR, NR = Tile::NR;
   int best_tm = 1;
   double best_cost = -1;
@@ -219,7 +231,7 @@ void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<typename 
   }
   const int tm = best_tm, tn = nt / tm;
   const int64_t rows = ceil_to((M + tm - 1) / tm, MR), cols = ceil_to((N + tn - 1) / tn, NR);
-  if (tm * tn == 1) return sgemm_serial<Tile>(M, N, K, alpha, A, B, beta, C, ldc);
+  if (tm * tn == 1) return sgemm_serial<Tile>(M, N, K, alpha, A, B, beta, C, ldc, pre);
   FirstError error;  // an exception must not leave an OpenMP region
 #pragma omp parallel num_threads(tm * tn)
   {
@@ -232,7 +244,7 @@ void packed_sgemm(int64_t M, int64_t N, int64_t K, float alpha, MatRef<typename 
       if (m > 0 && n > 0)
         error.run([&] {
           sgemm_serial<Tile>(m, n, K, alpha, {A.p + r0 * A.rs, A.rs, A.cs},
-                             {B.p + c0 * B.cs, B.rs, B.cs}, beta, C + r0 * ldc + c0, ldc);
+                             {B.p + c0 * B.cs, B.rs, B.cs}, beta, C + r0 * ldc + c0, ldc, pre, c0);
         });
     }
   }
@@ -299,27 +311,92 @@ void set_f32_kernel(F32Kernel k) {
   chosen_kernel().store(k, std::memory_order_relaxed);
 }
 
+namespace {
+// The packed f32 kernel that runs an M x N product now (the chosen kernel, a tile no wider
+// than N), or eigen: matrix-vector shapes (one row, or fewer columns than a tile) stay with
+// Eigen, whose products for them read each operand once instead of padding tiles; fewer
+// columns than the AVX-512 tile run the AVX2 one.
+F32Kernel f32_tile_for(int64_t M, int64_t N) {
+#ifdef LIBNN_PACKED_SGEMM
+  const F32Kernel k = f32_kernel();
+  if (M < 2 || N < Avx2Tile::NR || k == F32Kernel::eigen) return F32Kernel::eigen;
+  return k == F32Kernel::avx512 && N >= Avx512Tile::NR ? F32Kernel::avx512 : F32Kernel::avx2;
+#else
+  (void)M, (void)N;
+  return F32Kernel::eigen;
+#endif
+}
+int threads_for(int64_t M, int64_t N, int64_t K) {
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  return omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
+}
+}  // namespace
+
 template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta, T* C,
           int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_c(M, N, beta, C, ldc);
 #ifdef LIBNN_PACKED_SGEMM
-  // Matrix-vector shapes (one row, or fewer columns than a tile) stay with Eigen, whose
-  // products for them read each operand once instead of padding tiles. Fewer columns than
-  // the AVX-512 tile run the AVX2 one.
   if constexpr (std::is_same_v<T, float>) {
-    const F32Kernel k = f32_kernel();
-    if (M >= 2 && N >= Avx2Tile::NR && k != F32Kernel::eigen) {
-      const double flops = 2.0 * double(M) * double(N) * double(K);
-      const int nt = omp_in_parallel() || flops < kParallelFlops ? 1 : omp_get_max_threads();
-      if (k == F32Kernel::avx512 && N >= Avx512Tile::NR)
-        return packed_sgemm<Avx512Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
-      return packed_sgemm<Avx2Tile>(M, N, K, alpha, A, B, beta, C, ldc, nt);
+    switch (f32_tile_for(M, N)) {
+      case F32Kernel::avx512:
+        return packed_sgemm<Avx512Tile>(M, N, K, alpha, A, B, beta, C, ldc, threads_for(M, N, K));
+      case F32Kernel::avx2:
+        return packed_sgemm<Avx2Tile>(M, N, K, alpha, A, B, beta, C, ldc, threads_for(M, N, K));
+      case F32Kernel::eigen: break;
     }
   }
 #endif
   eigen_gemm(M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+struct PackedB {
+  int64_t K = 0, N = 0;
+  MatRef<float> B{nullptr, 0, 0};  // as given (products the packed kernel does not run read it)
+  F32Kernel kernel = F32Kernel::eigen;  // whose panels `panels` holds
+  std::unique_ptr<float[], void (*)(void*)> panels{nullptr, std::free};
+};
+
+std::shared_ptr<const PackedB> pack_b_once(int64_t K, int64_t N, MatRef<float> B) {
+  auto p = std::make_shared<PackedB>();
+  p->K = K, p->N = N, p->B = B;
+#ifdef LIBNN_PACKED_SGEMM
+  // (the tile a product of two or more rows would run)
+  p->kernel = K > 0 ? f32_tile_for(2, N) : F32Kernel::eigen;
+  auto pack = [&]<class Tile>() {
+    constexpr int64_t NR = Tile::NR;
+    const int64_t panels = (N + NR - 1) / NR;
+    p->panels.reset(static_cast<float*>(
+        std::aligned_alloc(64, size_t((panels * K * NR * int64_t(sizeof(float)) + 63) / 64 * 64))));
+    if (!p->panels) throw std::bad_alloc();
+    float* dst = p->panels.get();
+    // (panels spread over the threads: a large weight is packed at memory speed)
+#pragma omp parallel for schedule(static) if (panels * K * NR > (1 << 16) && !omp_in_parallel())
+    for (int64_t q = 0; q < panels; ++q)
+      Tile::pack_b(B, 0, K, q * NR, std::min(NR, N - q * NR), dst + q * K * NR);
+  };
+  if (p->kernel == F32Kernel::avx512) pack.template operator()<Avx512Tile>();
+  else if (p->kernel == F32Kernel::avx2) pack.template operator()<Avx2Tile>();
+#endif
+  return p;
+}
+
+void gemm_prepacked(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
+                    const PackedB& B, float beta, float* C, int64_t ldc) {
+  if (B.K != K || B.N != N)
+    throw std::invalid_argument("gemm_prepacked: the packed operand is of another shape");
+#ifdef LIBNN_PACKED_SGEMM
+  // (the panels serve while the kernel they were packed for is the one this product takes)
+  if (M > 0 && K > 0 && B.panels && f32_tile_for(M, N) == B.kernel) {
+    if (B.kernel == F32Kernel::avx512)
+      return packed_sgemm<Avx512Tile>(M, N, K, alpha, A, B.B, beta, C, ldc, threads_for(M, N, K),
+                                      B.panels.get());
+    return packed_sgemm<Avx2Tile>(M, N, K, alpha, A, B.B, beta, C, ldc, threads_for(M, N, K),
+                                  B.panels.get());
+  }
+#endif
+  gemm<float>(M, N, K, alpha, A, B.B, beta, C, ldc);
 }
 
 namespace {

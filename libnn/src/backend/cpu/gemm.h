@@ -4,6 +4,7 @@
 // everything else runs Eigen's product.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 
 namespace nn::cpu {
@@ -27,6 +28,16 @@ MatRef<T> row_major(const T* p, int64_t ld) { return {p, ld, 1}; }
 template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, T alpha, MatRef<T> A, MatRef<T> B, T beta, T* C,
           int64_t ldc);
+
+// B (K x N, f32) packed once into the f32 kernel's panels, for many products with it (a
+// recurrence's weight, multiplied every step): gemm_prepacked(..., *pack_b_once(K, N, B), ...)
+// is gemm<float>(..., B, ...) without packing B each time. The packed copy is B's values when
+// packed (a change to B after it is not seen); B itself must outlive it (products the packed
+// kernel does not run, matrix-vector shapes, read it).
+struct PackedB;
+std::shared_ptr<const PackedB> pack_b_once(int64_t K, int64_t N, MatRef<float> B);
+void gemm_prepacked(int64_t M, int64_t N, int64_t K, float alpha, MatRef<float> A,
+                    const PackedB& B, float beta, float* C, int64_t ldc);
 
 // Which kernel runs f32 products (other than matrix-vector shapes): Eigen's, or our packed
 // product with the AVX2/FMA or the AVX-512 micro-kernel. The default is the widest this CPU

@@ -64,6 +64,33 @@ void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha, 
 }
 }  // namespace
 
+namespace {
+struct CpuPackedOperand final : Backend::PackedOperand {
+  std::shared_ptr<const PackedB> b;
+};
+}  // namespace
+
+// f32 operands of one product (batch 1) only: the recurrence's weights.
+std::shared_ptr<const Backend::PackedOperand> CpuBackend::pack_operand(const Tensor& b) {
+  Operand ob;
+  if (b.dtype() != DType::f32 || b.dim() != 3 || b.shape()[0] != 1 || !describe(b, ob))
+    return nullptr;
+  auto p = std::make_shared<CpuPackedOperand>();
+  p->b = pack_b_once(b.shape()[1], b.shape()[2], ref(b.data<float>(), ob));
+  return p;
+}
+
+void CpuBackend::gemm_packed(const Tensor& a, const Tensor& b, const PackedOperand* packed,
+                             Tensor& out, double alpha, double beta) {
+  const auto* p = dynamic_cast<const CpuPackedOperand*>(packed);
+  Operand oa;
+  if (!p || a.dtype() != DType::f32 || out.dtype() != DType::f32 || a.shape()[0] != 1 ||
+      out.shape()[0] != 1 || !describe(a, oa))
+    return gemm(a, b, out, alpha, beta);
+  gemm_prepacked(out.shape()[1], out.shape()[2], a.shape()[2], float(alpha), ref(a.data<float>(), oa),
+                 *p->b, float(beta), out.data<float>(), out.shape()[2]);
+}
+
 void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& out, double alpha,
                       double beta) {
   dispatch_product(a, b, out, "matmul",

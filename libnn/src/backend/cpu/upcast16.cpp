@@ -421,6 +421,15 @@ class Upcast16Backend final : public Backend {
     down(gk32, grad_k);
     down(gv32, grad_v);
   }
+  // Packed operands are the CPU's f32 ones (16-bit products go through gemm()).
+  std::shared_ptr<const PackedOperand> pack_operand(const Tensor& b) override {
+    return is16(b) ? nullptr : inner_.pack_operand(b);
+  }
+  void gemm_packed(const Tensor& a, const Tensor& b, const PackedOperand* packed, Tensor& out,
+                   double alpha, double beta) override {
+    if (is16(a) || is16(b) || is16(out) || !packed) return gemm(a, b, out, alpha, beta);
+    inner_.gemm_packed(a, b, packed, out, alpha, beta);
+  }
   // The recurrence's steps compute 16-bit tensors natively (in f32, each result rounded once).
   void recurrent_step_forward(const RecurrentStep& s) override { inner_.recurrent_step_forward(s); }
   void recurrent_step_backward(const RecurrentStepGrad& s) override { inner_.recurrent_step_backward(s); }
