@@ -1138,6 +1138,11 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
     l.item();
   });
   REQUIRE(e.find("target out of range") != std::string::npos);
+  e = test::error_of([&] {  // nll_loss's target index past its rows
+    Tensor l = nll_loss(zeros({2, 3}, kCUDA), from_vector<int64_t>({0, 3}, {2}).to(kCUDA));
+    l.item();
+  });
+  REQUIRE(e.find("index out of range") != std::string::npos);
   // With the profiler on, its wait after each call is where the fault surfaces: still an
   // error the caller can catch, not the end of the process.
   nn::profiler::enable(true);

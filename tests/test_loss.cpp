@@ -29,6 +29,53 @@ TEST_CASE("cross_entropy equals a hand-computed value", "[loss]") {
   require_values(cross_entropy(logits, t2), {l0}, 1e-10);
 }
 
+TEST_CASE("nll_loss is cross_entropy's second half, and its errors", "[loss]") {
+  // nll_loss(log_softmax(x)) equals cross_entropy(x) in value and gradient (PyTorch's own
+  // numbers in test_torch_reference.cpp), over extra dims and with an ignored class too
+  const Tensor logits = rnd({3, 4, 5}, 4, false);
+  const Tensor target = from_vector<int64_t>({0, 1, 3, 3, 2, -100, 0, 1, 2, 3, 3, 0, 1, 2, 0}, {3, 5});
+  auto grads = [&](bool nll) {
+    Tensor x = logits.detach().requires_grad_();
+    Tensor l = nll ? nll_loss(log_softmax(x, 1), target) : cross_entropy(x, target);
+    l.backward();
+    return std::pair{l, x.grad()};
+  };
+  const auto [l_nll, g_nll] = grads(true);
+  const auto [l_ce, g_ce] = grads(false);
+  test::require_close(l_nll, l_ce, 1e-12, 1e-12);
+  test::require_close(g_nll, g_ce, 1e-12, 1e-12);
+  // i32 targets, and an all-ignored batch: mean 0 / 0 (NaN, as PyTorch's)
+  test::require_close(nll_loss(log_softmax(logits, 1), target.to(kI32)), l_ce, 1e-12, 1e-12);
+  REQUIRE(std::isnan(nll_loss(zeros({2, 3}), full({2}, -100.0, kI64)).item<double>()));
+  // errors: a target out of range (not the ignored one), shapes, weights
+  REQUIRE(test::error_of([&] { nll_loss(zeros({2, 3}), from_vector<int64_t>({0, 3}, {2})); })
+              .find("target 3 at position 1 is outside [0, 3)") != std::string::npos);
+  REQUIRE(test::error_of([&] { nll_loss(zeros({2, 3}), from_vector<int64_t>({-1, 0}, {2})); })
+              .find("target -1 at position 0") != std::string::npos);
+  REQUIRE(test::error_of([&] { nll_loss(zeros({2, 3}), from_vector<int64_t>({0}, {1})); })
+              .find("target of shape") != std::string::npos);
+  REQUIRE(test::error_of([&] { nll_loss(zeros({2, 3}), from_vector<int64_t>({0, 1}, {2}), {.weight = ones({2})}); })
+              .find("weight of shape [2] for 3 classes") != std::string::npos);
+  REQUIRE(test::error_of([&] { nll_loss(zeros({2, 3}), ones({2})); }).find("class indices") != std::string::npos);
+}
+
+TEST_CASE("normalize and cosine_similarity: zero rows, 16-bit, errors", "[loss]") {
+  // a zero row stays zero with a finite gradient (the norm's blocked below eps)
+  Tensor x = tensor({0.0, 0.0, 3.0, 4.0}, kF64).reshape({2, 2}).requires_grad_();
+  Tensor y = normalize(x);
+  require_values(y, {0, 0, 0.6, 0.8}, 1e-15);
+  sum(y).backward();
+  for (double g : x.grad().to_vector<double>()) REQUIRE(std::isfinite(g));
+  // bf16 computes in f32 and rounds once: as the f32 result rounded
+  const Tensor r = rnd({4, 9}, 5, false).to(kF32);
+  REQUIRE(normalize(r.to(kBF16), 2.0, -1).dtype() == kBF16);
+  test::require_same(normalize(r.to(kBF16), 2.0, -1), normalize(r.to(kBF16).to(kF32), 2.0, -1).to(kBF16));
+  test::require_close(cosine_similarity(r, r, 1), ones({4}), 1e-6, 1e-6);
+  test::require_close(cosine_similarity(r, neg(r), 0), full({9}, -1.0), 1e-6, 1e-6);
+  REQUIRE(test::error_of([&] { normalize(r, 0.5); }).find("p >= 1") != std::string::npos);
+  REQUIRE(test::error_of([&] { cosine_similarity(r, ones({3})); }).find("broadcast") != std::string::npos);
+}
+
 TEST_CASE("cross_entropy over extra dims and its errors", "[loss]") {
   Tensor logits = rnd({2, 3, 4}, 1, false);  // (N, C, d)
   Tensor target = from_vector<int64_t>({0, 1, 2, 1, 2, 2, 0, 0}, {2, 4});

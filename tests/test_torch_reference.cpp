@@ -147,6 +147,23 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
                [](auto& x) { return smooth_l1_loss(x[0], x[1], Reduction::none, 0.5); });
     check_case("huber_sum", 2, d, [](auto& x) { return huber_loss(x[0], x[1], Reduction::sum, 2.0); });
     check_case("pad_mixed", 1, d, [](auto& x) { return pad(x[0], {2, -1, -1, 3}, 1.5); });
+    const Tensor nll_t = get("nll_weight_ignore.extra0", d), nll_w = get("nll_weight_ignore.extra1", d);
+    check_case("nll_weight_ignore", 1, d, [&](auto& x) {
+      NllLossOptions o;
+      o.weight = nll_w;
+      o.ignore_index = 2;
+      return nll_loss(x[0], nll_t, o);
+    });
+    const Tensor nll_t2 = get("nll_nd_sum.extra0", d), nll_t3 = get("nll_none.extra0", d);
+    check_case("nll_nd_sum", 1, d, [&](auto& x) {
+      NllLossOptions o;
+      o.reduction = Reduction::sum;
+      return nll_loss(x[0], nll_t2, o);
+    });
+    check_case("nll_none", 1, d, [&](auto& x) { return nll_loss(x[0], nll_t3, {.reduction = Reduction::none}); });
+    check_case("normalize_rows", 1, d, [](auto& x) { return normalize(x[0]); });
+    check_case("normalize_p1_dim0", 1, d, [](auto& x) { return normalize(x[0], 1.0, 0, 1e-6); });
+    check_case("cosine_similarity", 2, d, [](auto& x) { return cosine_similarity(x[0], x[1], -1); });
     const Tensor keep = get("sdpa_mask.extra0", d);
     check_case("sdpa_mask", 3, d,
                [&](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], keep); });

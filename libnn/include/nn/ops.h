@@ -96,6 +96,15 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Rows of x (dim 0) picked by an i64/i32 index tensor; differentiable in x.
 Tensor index_select(const Tensor& x, const Tensor& index);
 
+// ---- norms along a dim (PyTorch's F.normalize and F.cosine_similarity) ----------------------
+// x / max(||x||_p, eps) along dim (p >= 1), the norm's gradient blocked where it is below eps
+// (a zero row's gradient is the incoming one over eps, as PyTorch's). In f32 for 16-bit x (and
+// under autocast), the result in x's dtype.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// sum(x1 x2) / (max(||x1||, eps) max(||x2||, eps)) along dim, x1 and x2 broadcast (PyTorch's
+// F.cosine_similarity); the result has dim removed.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+
 // ---- linear algebra -------------------------------------------------------------------------
 // 1-D and 2-D as usual; >2-D is batched with broadcasting batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -189,6 +198,18 @@ struct CrossEntropyOptions {
 // logits (N, C) or (N, C, d...), target i64 of class indices (N) or (N, d...)
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& opts = {});
+// PyTorch's nll_loss: input (N, C) or (N, C, d...) of log-probabilities (log_softmax's
+// output), target i64/i32 class indices (N) or (N, d...): -weight[t] input[t] per element (0
+// where the target is ignore_index); the mean divides by the counted elements' weights. weight
+// (C, the input's dtype and device) is optional and not differentiated. A target outside [0, C)
+// other than ignore_index is an error (on CUDA reported at the next synchronisation, as an
+// index out of range). cross_entropy(logits, ...) is log_softmax and nll_loss in one op.
+struct NllLossOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+};
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NllLossOptions& opts = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // |input - target|, as PyTorch's l1_loss (its gradient 0 where they are equal).
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);

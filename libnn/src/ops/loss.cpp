@@ -1,4 +1,4 @@
-// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index), MSE, L1,
+// Losses: cross entropy (fused with log_softmax, label smoothing, ignore_index), nll_loss, MSE, L1,
 // smooth L1 and Huber, and binary cross entropy on logits.
 #include <nn/amp.h>
 
@@ -31,33 +31,42 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, double smo
 }
 }  // namespace
 
+namespace {
+// The checks cross_entropy and nll_loss share: scores (N, C) or (N, C, d...) of a floating
+// dtype (in f32 under autocast), class-index targets (N) or (N, d...) on the same device.
+// Returns the scores as (M, C) rows (a permuted view for extra dims).
+Tensor class_rows(const Tensor& scores, const Tensor& target, const char* op, const char* what) {
+  check_defined(target, op, "target");
+  check_floating(scores, op);
+  NN_CHECK(target.dtype() == kI64 || target.dtype() == kI32, op, ": target must hold "
+           "class indices (i64 or i32), got ", dtype_name(target.dtype()));
+  NN_CHECK(target.device() == scores.device(), op, ": target on ", target.device().str(), ", ",
+           what, " on ", scores.device().str());
+  NN_CHECK(scores.dim() >= 2, op, ": ", what, " must be (N, C) or (N, C, d...), got ",
+           shape_str(scores.shape()));
+  Shape expect = scores.shape();
+  expect.erase(expect.begin() + 1);
+  NN_CHECK(target.shape() == expect, op, ": target of shape ", shape_str(target.shape()), " for ",
+           what, " of shape ", shape_str(scores.shape()), " (expected ", shape_str(expect), ")");
+  const int64_t C = scores.shape()[1];
+  NN_CHECK(C > 0, op, ": ", what, " of shape ", shape_str(scores.shape()), " have no classes");
+  Tensor rows = scores;
+  if (scores.dim() > 2) {  // (N, C, d...) -> (N*d..., C)
+    Shape perm{0};
+    for (int64_t i = 2; i < scores.dim(); ++i) perm.push_back(i);
+    perm.push_back(1);
+    rows = scores.permute(perm);
+  }
+  return rows.reshape({-1, C});
+}
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossEntropyOptions& o) {
   check_defined(logits_in, "cross_entropy", "logits");
   const Tensor logits = amp::autocast_f32(logits_in);
-  check_defined(target, "cross_entropy", "target");
-  check_floating(logits, "cross_entropy");
-  NN_CHECK(target.dtype() == kI64 || target.dtype() == kI32, "cross_entropy: target must hold "
-           "class indices (i64 or i32), got ", dtype_name(target.dtype()));
-  NN_CHECK(target.device() == logits.device(), "cross_entropy: target on ",
-           target.device().str(), ", logits on ", logits.device().str());
-  NN_CHECK(logits.dim() >= 2, "cross_entropy: logits must be (N, C) or (N, C, d...), got ",
-           shape_str(logits.shape()));
   NN_CHECK(o.label_smoothing >= 0 && o.label_smoothing <= 1,
            "cross_entropy: label_smoothing must be in [0, 1], got ", o.label_smoothing);
-  Shape expect = logits.shape();
-  expect.erase(expect.begin() + 1);
-  NN_CHECK(target.shape() == expect, "cross_entropy: target of shape ", shape_str(target.shape()),
-           " for logits of shape ", shape_str(logits.shape()), " (expected ", shape_str(expect), ")");
-  const int64_t C = logits.shape()[1];
-  NN_CHECK(C > 0, "cross_entropy: logits of shape ", shape_str(logits.shape()), " have no classes");
-  Tensor rows = logits;
-  if (logits.dim() > 2) {  // (N, C, d...) -> (N*d..., C)
-    Shape perm{0};
-    for (int64_t i = 2; i < logits.dim(); ++i) perm.push_back(i);
-    perm.push_back(1);
-    rows = logits.permute(perm);
-  }
-  rows = rows.reshape({-1, C});
+  const Tensor rows = class_rows(logits, target, "cross_entropy", "logits");
   Tensor flat_t = target.reshape({-1});
   Tensor loss = cross_entropy_rows(rows, flat_t, o.label_smoothing, o.ignore_index);
   switch (o.reduction) {
@@ -69,6 +78,49 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossE
       const DType acc = acc_dtype(logits.dtype());
       Tensor counted = ne(flat_t, full({}, double(o.ignore_index), flat_t.options()));
       return div(sum(loss.to(acc)), sum(counted.to(acc))).to(logits.dtype());
+    }
+  }
+  return loss;
+}
+
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, const NllLossOptions& o) {
+  check_defined(input_in, "nll_loss");
+  const Tensor input = amp::autocast_f32(input_in);
+  const Tensor rows = class_rows(input, target, "nll_loss", "input");
+  const int64_t M = rows.shape()[0], C = rows.shape()[1];
+  if (o.weight.defined()) {
+    check_pair(input, o.weight, "nll_loss");
+    NN_CHECK(o.weight.shape() == Shape{C}, "nll_loss: weight of shape ", shape_str(o.weight.shape()),
+             " for ", C, " classes");
+  }
+  const Tensor t = target.reshape({M}).to(kI64);
+  if (t.device() == kCPU) {  // (on CUDA, index_select's device-side check below reports it)
+    const Tensor th = t.contiguous();
+    for (int64_t i = 0; i < M; ++i) {
+      const int64_t v = th.data<int64_t>()[i];
+      NN_CHECK((v >= 0 && v < C) || v == o.ignore_index, "nll_loss: target ", v, " at position ",
+               i, " is outside [0, ", C, ") and not ignore_index (", o.ignore_index, ")");
+    }
+  }
+  // Each row's target element in the flattened rows: an ignored row reads its first class
+  // (masked out below), a target out of range an index past the end (an error).
+  const TensorOptions io = t.options();
+  const Tensor counted = ne(t, full({}, double(o.ignore_index), io));
+  const Tensor in_range = mul(ge(t, zeros({}, io)), lt(t, full({}, double(C), io)));
+  const Tensor row0 = mul(arange(M, io), full({}, double(C), io));
+  const Tensor at = where(in_range, add(row0, t), where(counted, full({}, -1.0, io), row0));
+  const Tensor picked = index_select(rows.reshape({M * C, 1}), at).reshape({M});
+  // the counted elements' weights: 0 for ignored ones
+  Tensor w = counted.to(input.dtype());
+  if (o.weight.defined())
+    w = mul(w, index_select(o.weight.detach().reshape({C, 1}), where(in_range, t, zeros({}, io))).reshape({M}));
+  const Tensor loss = neg(mul(picked, w));
+  switch (o.reduction) {
+    case Reduction::none: return loss.reshape(target.shape());
+    case Reduction::sum: return sum(loss);
+    case Reduction::mean: {  // (in f32 at least, as cross_entropy's)
+      const DType acc = acc_dtype(input.dtype());
+      return div(sum(loss.to(acc)), sum(w.to(acc))).to(input.dtype());
     }
   }
   return loss;

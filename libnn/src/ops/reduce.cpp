@@ -1,5 +1,6 @@
 // Reductions over chosen dims, and their gradients.
 #include <algorithm>
+#include <cmath>
 
 #include <nn/amp.h>
 
@@ -152,6 +153,49 @@ Tensor Tensor::amax(const Shape& dims, bool keepdim) const { return nn::amax(*th
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return nn::argmax(*this, dim, keepdim); }
 Tensor Tensor::var(const Shape& dims, int64_t correction, bool keepdim) const {
   return nn::var(*this, dims, correction, keepdim);
+}
+
+namespace {
+// max(||x||_p, eps)^-1 along dim (kept), as rsqrt-like power of the summed |x|^p clamped at
+// eps^p: maximum() passes no gradient to the clamp, so a norm below eps (a zero row) blocks
+// the norm's gradient instead of dividing by zero. x in its sums' dtype already.
+Tensor inverse_norm(const Tensor& x, double p, int64_t dim, double eps) {
+  const Tensor powered = p == 2.0 ? square(x) : p == 1.0 ? abs(x) : pow(abs(x), p);
+  const Tensor s = sum(powered, {dim}, true);
+  return pow(maximum(s, full({}, std::pow(eps, p), s.options())), -1.0 / p);
+}
+// x in f32 for 16-bit x (and under autocast), else as it is; the dim wrapped.
+Tensor norm_operand(const Tensor& x_in, int64_t& dim, const char* op) {
+  const Tensor x = amp::autocast_f32(x_in);
+  check_defined(x, op);
+  check_floating(x, op);
+  NN_CHECK(x.dim() >= 1, op, ": needs at least one dim");
+  dim = wrap_dim(dim, x.dim());
+  return x.to(acc_dtype(x.dtype()));
+}
+}  // namespace
+
+Tensor normalize(const Tensor& x_in, double p, int64_t dim, double eps) {
+  NN_CHECK(std::isfinite(p) && p >= 1, "normalize: p must be a finite p >= 1, got ", p);
+  NN_CHECK(eps >= 0, "normalize: eps must be >= 0, got ", eps);
+  const Tensor x = norm_operand(x_in, dim, "normalize");
+  return mul(x, inverse_norm(x, p, dim, eps)).to(amp::autocast_f32(x_in).dtype());
+}
+
+Tensor cosine_similarity(const Tensor& x1_in, const Tensor& x2_in, int64_t dim, double eps) {
+  NN_CHECK(eps >= 0, "cosine_similarity: eps must be >= 0, got ", eps);
+  check_pair(amp::autocast_f32(x1_in), amp::autocast_f32(x2_in), "cosine_similarity");
+  const int64_t nd = std::max(x1_in.dim(), x2_in.dim());
+  NN_CHECK(nd >= 1, "cosine_similarity: needs at least one dim");
+  dim = wrap_dim(dim, nd);
+  // both broadcast to one shape first, so that dim names the same dim of each
+  const Shape shape = broadcast_shapes(x1_in.shape(), x2_in.shape());
+  int64_t d1 = dim, d2 = dim;
+  const Tensor x1 = norm_operand(x1_in.expand(shape), d1, "cosine_similarity"),
+               x2 = norm_operand(x2_in.expand(shape), d2, "cosine_similarity");
+  const Tensor cos = sum(mul(mul(x1, inverse_norm(x1, 2.0, dim, eps)),
+                             mul(x2, inverse_norm(x2, 2.0, dim, eps))), {dim});
+  return cos.to(amp::autocast_f32(x1_in).dtype());
 }
 
 }  // namespace nn
