@@ -178,6 +178,7 @@ int body(int argc, char** argv) {
       {"mul_scalar", 2 * es * n, [&] { out = nn::mul(x, 2.0); }},
       {"relu", 2 * es * n, [&] { out = nn::relu(x); }},
       {"gelu", 2 * es * n, [&] { out = nn::gelu(x); }},
+      {"transpose", 2 * es * n, [&] { out = x2.t().contiguous(); }},  // (1024, n / 1024) copy
       {"sum_all", es * n, [&] { out = nn::sum(x); }},
       {"sum_rows", es * n, [&] { out = nn::sum(x2, {1}); }},
       {"sum_columns", es * n, [&] { out = nn::sum(x2, {0}); }},

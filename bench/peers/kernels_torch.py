@@ -114,6 +114,7 @@ def main():
         ("mul_scalar", 2 * es * n, lambda: x * 2.0),
         ("relu", 2 * es * n, lambda: torch.relu(x)),
         ("gelu", 2 * es * n, lambda: torch.nn.functional.gelu(x)),
+        ("transpose", 2 * es * n, lambda: x2.t().contiguous()),
         ("sum_all", es * n, lambda: x.sum()),
         ("sum_rows", es * n, lambda: x2.sum(1)),
         ("sum_columns", es * n, lambda: x2.sum(0)),

@@ -52,7 +52,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 ops = {(r["dtype"], r["op"]) for r in rows}
 assert all(r["impl"] == "libnn" and r["gb_per_s"] >= 0 for r in rows), rows
-want = {"copy", "add", "gelu", "sum_all", "sum_columns", "softmax_rows", "layer_norm_rows",
+want = {"copy", "add", "gelu", "transpose", "sum_all", "sum_columns", "softmax_rows", "layer_norm_rows",
         "batch_norm_nhwc", "batch_norm_add_relu_nhwc", "batch_norm_add_relu_nhwc_composed"}
 assert {op for d, op in ops if d == "f32"} >= want | {"adamw_step"}, ops  # f32 master weights
 assert {op for d, op in ops if d == "f16"} >= want, ops
