@@ -1,7 +1,7 @@
-// LSTM and GRU speed: a stack of recurrent layers over a batch of sequences, forward alone
+// LSTM, GRU and RNN speed: a stack of recurrent layers over a batch of sequences, forward alone
 // (inference) and forward + backward (a training step without the optimizer), best of --reps
 // after a warm-up. One JSON line per cell and phase; bench/peers/rnn_torch.py prints the same
-// for torch.nn.LSTM / GRU, and bench/rnn_vs_torch.py runs both and prints the ratio.
+// for torch.nn.LSTM / GRU / RNN, and bench/rnn_vs_torch.py runs both and prints the ratio.
 #include <nn/nn.h>
 
 #include <cxxopts.hpp>
@@ -20,7 +20,7 @@ namespace {
 int body(int argc, char** argv) {
   cxxopts::Options opts("rnn_bench",
                         "LSTM and GRU forward and forward + backward times, one JSON line each");
-  opts.add_options()("cells", "comma-separated: lstm, gru", cxxopts::value<std::string>()->default_value("lstm,gru"))(
+  opts.add_options()("cells", "comma-separated: lstm, gru, rnn (tanh)", cxxopts::value<std::string>()->default_value("lstm,gru"))(
       "seq-len", "steps per sequence", cxxopts::value<int64_t>()->default_value("256"))(
       "batch-size", "sequences", cxxopts::value<int64_t>()->default_value("32"))(
       "input-size", "features per step", cxxopts::value<int64_t>()->default_value("128"))(
@@ -44,7 +44,7 @@ int body(int argc, char** argv) {
   const bool bidir = a.count("bidirectional") > 0;
   const std::string precision = a["precision"].as<std::string>();
   apps::check_choice("precision", precision, {"fp32", "fp16", "bf16"});
-  const std::vector<std::string> cells = apps::check_choices("cells", a["cells"].as<std::string>(), {"lstm", "gru"});
+  const std::vector<std::string> cells = apps::check_choices("cells", a["cells"].as<std::string>(), {"lstm", "gru", "rnn"});
   apps::set_threads(a);
   const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
   for (const std::string& cell : cells) {
@@ -52,7 +52,8 @@ int body(int argc, char** argv) {
     const auto o = nn::RNNOptions(I, H).num_layers(L).bidirectional(bidir);
     std::unique_ptr<nn::RNNBase> m;
     if (cell == "lstm") m = std::make_unique<nn::LSTM>(o);
-    else m = std::make_unique<nn::GRU>(o);
+    else if (cell == "gru") m = std::make_unique<nn::GRU>(o);
+    else m = std::make_unique<nn::RNN>(o);
     m->to(dev);
     nn::Generator g(2);
     const nn::Tensor x = nn::randn({T, N, I}, nn::kF32, &g).to(dev).requires_grad_();

@@ -1,4 +1,4 @@
-// The recurrence's steps: one thread per element (n, j) of the (N, H) states, reading its
+// The recurrence's steps (LSTM, GRU, RNN): one thread per element (n, j) of the (N, H) states, reading its
 // gates j, H + j, ... of row n; the cells' arithmetic is kernels/rnn_cell.h's (the CPU
 // backend's too), the activations the elementwise ops' (kernels/math.cuh).
 #include "kernels/rnn.cuh"
@@ -15,10 +15,10 @@ __device__ __forceinline__ A sigmoid_of(A v) { return unary_value<A>(UnaryOp::si
 template <typename A>
 __device__ __forceinline__ A tanh_of(A v) { return unary_value<A>(UnaryOp::tanh, v, A(0), A(0)); }
 
-template <typename T, bool Lstm>
+template <typename T, RecurrentCell Cell>
 __global__ void recurrent_forward_kernel(RecurrentStepPtrs p, int64_t N, int64_t H) {
   using A = acc_t<T>;
-  constexpr int64_t G = Lstm ? 4 : 3;
+  constexpr int64_t G = gates_of(Cell);
   const T *x = static_cast<const T*>(p.x), *hg = static_cast<const T*>(p.hg),
           *b = static_cast<const T*>(p.b), *h = static_cast<const T*>(p.h),
           *c = static_cast<const T*>(p.c), *mask = static_cast<const T*>(p.mask);
@@ -32,7 +32,7 @@ __global__ void recurrent_forward_kernel(RecurrentStepPtrs p, int64_t N, int64_t
     const bool keep = !mask || A(load(mask[n])) != A(0);
     const A hp = load(h[e]);
     A hv;
-    if constexpr (Lstm) {
+    if constexpr (Cell == RecurrentCell::lstm) {
       const A i = sigmoid_of(pre(0)), f = sigmoid_of(pre(1)), g = tanh_of(pre(2)),
               o = sigmoid_of(pre(3)), cp = load(c[e]);
       const A cn = lstm_cell(i, f, g, cp), tc = tanh_of(cn);
@@ -43,7 +43,7 @@ __global__ void recurrent_forward_kernel(RecurrentStepPtrs p, int64_t N, int64_t
       acts[row + 3 * H + j] = convert<T>(o);
       aux[e] = convert<T>(tc);
       c_next[e] = convert<T>(keep ? cn : cp);
-    } else {
+    } else if constexpr (Cell == RecurrentCell::gru) {
       const A r = sigmoid_of(pre(0)), z = sigmoid_of(pre(1));
       const A h_n = A(load(hg[row + 2 * H + j])) + bias(2);
       const A nv = tanh_of(gru_candidate_input(A(load(x[row + 2 * H + j])), r, h_n));
@@ -52,16 +52,19 @@ __global__ void recurrent_forward_kernel(RecurrentStepPtrs p, int64_t N, int64_t
       acts[row + H + j] = convert<T>(z);
       acts[row + 2 * H + j] = convert<T>(nv);
       aux[e] = convert<T>(h_n);
+    } else {  // RNN: the new state is the activation itself
+      hv = Cell == RecurrentCell::rnn_tanh ? tanh_of(pre(0)) : rnn_relu(pre(0));
+      acts[row + j] = convert<T>(hv);
     }
     y[e] = convert<T>(keep ? hv : A(0));
     h_next[e] = convert<T>(keep ? hv : hp);
   }
 }
 
-template <typename T, bool Lstm>
+template <typename T, RecurrentCell Cell>
 __global__ void recurrent_backward_kernel(RecurrentGradPtrs p, int64_t N, int64_t H) {
   using A = acc_t<T>;
-  constexpr int64_t G = Lstm ? 4 : 3;
+  constexpr int64_t G = gates_of(Cell);
   const T *gy = static_cast<const T*>(p.gy), *dh = static_cast<const T*>(p.dh),
           *dc = static_cast<const T*>(p.dc), *acts = static_cast<const T*>(p.acts),
           *aux = static_cast<const T*>(p.aux), *h = static_cast<const T*>(p.h),
@@ -74,7 +77,7 @@ __global__ void recurrent_backward_kernel(RecurrentGradPtrs p, int64_t N, int64_
     auto act = [&](int64_t k) { return A(load(acts[row + k * H + j])); };
     const bool keep = !mask || A(load(mask[n])) != A(0);
     const A dh_in = load(dh[e]);
-    if constexpr (Lstm) {
+    if constexpr (Cell == RecurrentCell::lstm) {
       const A dc_in = load(dc[e]);
       if (!keep) {  // past the length: no gate gradients; the carried ones pass through
         for (int64_t k = 0; k < 4; ++k) dx[row + k * H + j] = convert<T>(A(0));
@@ -90,7 +93,7 @@ __global__ void recurrent_backward_kernel(RecurrentGradPtrs p, int64_t N, int64_
       dx[row + 3 * H + j] = convert<T>(g.d_o);
       dh_prev[e] = convert<T>(A(0));
       dc_prev[e] = convert<T>(g.dc_prev);
-    } else {
+    } else if constexpr (Cell == RecurrentCell::gru) {
       if (!keep) {
         for (int64_t k = 0; k < 3; ++k) {
           dx[row + k * H + j] = convert<T>(A(0));
@@ -108,27 +111,37 @@ __global__ void recurrent_backward_kernel(RecurrentGradPtrs p, int64_t N, int64_
       dhg[row + H + j] = convert<T>(g.dz);
       dhg[row + 2 * H + j] = convert<T>(g.dhn);
       dh_prev[e] = convert<T>(g.dh_prev);
+    } else {  // RNN: a's gradient from h'; nothing reaches h but through W_hh
+      const A da = rnn_backward(dh_in + A(load(gy[e])), act(0), Cell == RecurrentCell::rnn_relu);
+      dx[row + j] = convert<T>(keep ? da : A(0));
+      dh_prev[e] = convert<T>(keep ? A(0) : dh_in);
     }
   }
 }
 
 }  // namespace
 
-void launch_recurrent_forward(DType t, bool lstm, const RecurrentStepPtrs& p, int64_t N,
+void launch_recurrent_forward(DType t, RecurrentCell cell, const RecurrentStepPtrs& p, int64_t N,
                               int64_t H, cudaStream_t s) {
   if (N * H == 0) return;
   dispatch_float(t, "recurrent_step_forward", [&]<typename T>() {
-    auto kernel = lstm ? recurrent_forward_kernel<T, true> : recurrent_forward_kernel<T, false>;
+    auto kernel = cell == RecurrentCell::lstm       ? recurrent_forward_kernel<T, RecurrentCell::lstm>
+                  : cell == RecurrentCell::gru      ? recurrent_forward_kernel<T, RecurrentCell::gru>
+                  : cell == RecurrentCell::rnn_tanh ? recurrent_forward_kernel<T, RecurrentCell::rnn_tanh>
+                                                    : recurrent_forward_kernel<T, RecurrentCell::rnn_relu>;
     kernel<<<grid_for(N * H), kThreads, 0, s>>>(p, N, H);
     NN_CUDA_CHECK_LAUNCH();
   });
 }
 
-void launch_recurrent_backward(DType t, bool lstm, const RecurrentGradPtrs& p, int64_t N,
+void launch_recurrent_backward(DType t, RecurrentCell cell, const RecurrentGradPtrs& p, int64_t N,
                                int64_t H, cudaStream_t s) {
   if (N * H == 0) return;
   dispatch_float(t, "recurrent_step_backward", [&]<typename T>() {
-    auto kernel = lstm ? recurrent_backward_kernel<T, true> : recurrent_backward_kernel<T, false>;
+    auto kernel = cell == RecurrentCell::lstm       ? recurrent_backward_kernel<T, RecurrentCell::lstm>
+                  : cell == RecurrentCell::gru      ? recurrent_backward_kernel<T, RecurrentCell::gru>
+                  : cell == RecurrentCell::rnn_tanh ? recurrent_backward_kernel<T, RecurrentCell::rnn_tanh>
+                                                    : recurrent_backward_kernel<T, RecurrentCell::rnn_relu>;
     kernel<<<grid_for(N * H), kThreads, 0, s>>>(p, N, H);
     NN_CUDA_CHECK_LAUNCH();
   });

@@ -1,11 +1,32 @@
-// The LSTM and GRU cells' arithmetic around their activations, per element j of a batch row,
+// The recurrent cells' arithmetic around their activations, per element j of a batch row,
 // shared by the CPU backend's step (backend/cpu/rnn.cpp) and the CUDA kernel (kernels/rnn.cu)
 // so both compute the same thing; the activations (sigmoid, tanh) are each backend's own.
-// PyTorch's equations and gate order: LSTM i, f, g, o; GRU r, z, n.
+// PyTorch's equations and gate order: LSTM i, f, g, o; GRU r, z, n; the plain RNN's one.
 #pragma once
+#include <cstdint>
+
 #include "kernels/hd.h"
 
 namespace nn::kernels {
+
+// The cell of a recurrence: torch.nn.LSTM's, GRU's, or RNN's with tanh or ReLU.
+enum class RecurrentCell { lstm, gru, rnn_tanh, rnn_relu };
+// Its gates: the width of the input projections and of h W_hh^T, in units of the state size.
+NN_HD constexpr int64_t gates_of(RecurrentCell cell) {
+  return cell == RecurrentCell::lstm ? 4 : cell == RecurrentCell::gru ? 3 : 1;
+}
+
+// The plain RNN: h' = relu(a) (or tanh(a)) of a = x + h W_hh^T + the biases; NaN stays NaN.
+template <typename C>
+NN_HD C rnn_relu(C a) {
+  return a <= C(0) ? C(0) : a;
+}
+// The step back: dh the gradient into h', h' itself; the gradient of a (the input
+// projection's and h W_hh^T's).
+template <typename C>
+NN_HD C rnn_backward(C dh, C h_next, bool relu) {
+  return relu ? (h_next > C(0) ? dh : C(0)) : dh * (C(1) - h_next * h_next);
+}
 
 // LSTM: c' = f c + i g (then h' = o tanh(c')).
 template <typename C>

@@ -54,7 +54,7 @@ void check_torch_case(const std::string& name, RNNBase& m, Device d, bool length
 }
 }  // namespace
 
-TEST_CASE("LSTM and GRU agree with PyTorch's, padded sequences and initial states too", "[rnn][torch][cuda]") {
+TEST_CASE("LSTM, GRU and RNN agree with PyTorch's, padded sequences and initial states too", "[rnn][torch][cuda]") {
   for (Device d : test::devices()) {
     LSTM bi2(LSTMOptions(4, 3).num_layers(2).bidirectional(true));
     check_torch_case("lstm_bi2", bi2, d, true, true);
@@ -64,21 +64,30 @@ TEST_CASE("LSTM and GRU agree with PyTorch's, padded sequences and initial state
     check_torch_case("gru_nobias", nobias, d, false, true);
     LSTM plain(LSTMOptions(3, 5));
     check_torch_case("lstm_plain", plain, d, false, false);
+    RNN rnn_bi2(RNNOptions(4, 3).num_layers(2).bidirectional(true));
+    check_torch_case("rnn_tanh_bi2", rnn_bi2, d, true, true);
+    RNN relu(RNNOptions(3, 5).nonlinearity("relu").bias(false).batch_first(true));
+    check_torch_case("rnn_relu_bf", relu, d, false, false);
   }
 }
 
-TEST_CASE("LSTM and GRU in f32, f16 and bf16 agree with f64, padded and bidirectional, on each device", "[rnn][cuda]") {
+TEST_CASE("LSTM, GRU and RNN in f32, f16 and bf16 agree with f64, padded and bidirectional, on each device", "[rnn][cuda]") {
   // Each step's cell is one backend call (the CPU's on its vectorised activations, f16 and
   // bf16 computed in f32): outputs, final states and every gradient against the same module
   // and inputs in f64 (the parameters and inputs rounded to the dtype first).
   for (Device d : test::devices())
-    for (bool lstm : {true, false})
+    for (const char* kind : {"LSTM", "GRU", "RNN", "RNN relu"})
       for (DType dt : {kF32, kF16, kBF16}) {
-        INFO((lstm ? "LSTM" : "GRU") << " in " << dtype_name(dt) << " on " << d.str());
+        INFO(kind << " in " << dtype_name(dt) << " on " << d.str());
         manual_seed(11);
-        const RNNOptions o = RNNOptions(5, 6).num_layers(2).bidirectional(true);
-        std::shared_ptr<RNNBase> m = lstm ? std::shared_ptr<RNNBase>(std::make_shared<LSTM>(o))
-                                          : std::shared_ptr<RNNBase>(std::make_shared<GRU>(o));
+        const std::string k = kind;
+        const bool lstm = k == "LSTM";
+        const RNNOptions o = RNNOptions(5, 6).num_layers(2).bidirectional(true).nonlinearity(
+            k == "RNN relu" ? "relu" : "tanh");
+        std::shared_ptr<RNNBase> m;
+        if (lstm) m = std::make_shared<LSTM>(o);
+        else if (k == "GRU") m = std::make_shared<GRU>(o);
+        else m = std::make_shared<RNN>(o);
         m->to(dt);  // the values every run shares
         const Tensor x = randn({7, 3, 5}).to(dt), h0 = randn({4, 3, 6}).to(dt),
                      c0 = randn({4, 3, 6}).to(dt), w_out = randn({7, 3, 12}), w_h = randn({4, 3, 6});
@@ -113,14 +122,16 @@ TEST_CASE("LSTM and GRU in f32, f16 and bf16 agree with f64, padded and bidirect
       }
 }
 
-TEST_CASE("gradcheck: LSTM and GRU in the input and initial states, with a zero length", "[rnn][gradcheck]") {
-  for (bool lstm : {true, false}) {
-    INFO((lstm ? "LSTM" : "GRU"));
+TEST_CASE("gradcheck: LSTM, GRU and RNN in the input and initial states, with a zero length", "[rnn][gradcheck]") {
+  for (int kind = 0; kind < 3; ++kind) {
+    const bool lstm = kind == 0;
+    INFO((lstm ? "LSTM" : kind == 1 ? "GRU" : "RNN"));
     manual_seed(3);
     std::unique_ptr<RNNBase> m;
     const auto o = RNNOptions(2, 3).num_layers(2).bidirectional(true);
     if (lstm) m = std::make_unique<LSTM>(o);
-    else m = std::make_unique<GRU>(o);
+    else if (kind == 1) m = std::make_unique<GRU>(o);
+    else m = std::make_unique<RNN>(o);
     m->to(kF64);
     const Tensor lengths = from_vector<int64_t>({4, 0, 2}, {3});
     std::vector<Tensor> in{test::rnd({4, 3, 2}, 1), test::rnd({4, 3, 3}, 2)};
@@ -178,6 +189,8 @@ TEST_CASE("RNN dropout between layers only in training, the output alone for Seq
   REQUIRE(m.extra_repr() == "3, 4, num_layers=2, dropout=0.5");
   REQUIRE(LSTM(LSTMOptions(2, 5).batch_first(true).bidirectional(true).bias(false)).extra_repr() ==
           "2, 5, bias=False, batch_first=True, bidirectional=True");
+  REQUIRE(RNN(RNNOptions(2, 5).nonlinearity("relu")).extra_repr() == "2, 5, nonlinearity=relu");
+  REQUIRE(RNN(RNNOptions(2, 5)).weights[0].w_hh.shape() == Shape{5, 5});  // one gate
   // PyTorch's names and shapes, and its init bound 1/sqrt(hidden_size)
   LSTM l(LSTMOptions(2, 5).num_layers(2).bidirectional(true));
   std::vector<std::string> names;
@@ -211,6 +224,12 @@ TEST_CASE("RNN errors say what was expected", "[rnn][errors]") {
   REQUIRE(has(test::error_of([&] { m.forward(ones({5, 2, 3}), {}, ones({2})); }), "integers"));
   REQUIRE(has(test::error_of([] { LSTM(LSTMOptions(3, 0)); }), "must be positive"));
   REQUIRE(has(test::error_of([] { GRU(GRUOptions(3, 2).dropout(1.5)); }), "dropout must be in [0, 1]"));
+  REQUIRE(has(test::error_of([] { RNN(RNNOptions(3, 2).nonlinearity("sigmoid")); }),
+              "RNN: nonlinearity must be \"tanh\" or \"relu\", got \"sigmoid\""));
+  REQUIRE(has(test::error_of([] { LSTM(LSTMOptions(3, 2).nonlinearity("relu")); }),
+              "RNN's alone takes \"relu\""));
+  REQUIRE(has(test::error_of([] { RNN(RNNOptions(3, 2)).forward(ones({5, 2, 3}), {Tensor(), ones({1, 2, 2})}); }),
+              "RNN: has no cell state"));
 }
 
 TEST_CASE("an LSTM learns to carry its first input to the last step", "[rnn][train]") {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch.nn.LSTM / GRU with build/bin/rnn_bench's flags and JSON lines (impl "pytorch"): forward
+"""torch.nn.LSTM / GRU / RNN with build/bin/rnn_bench's flags and JSON lines (impl "pytorch"): forward
 alone under no_grad, and forward + backward of the output's sum, best of --reps after a
 warm-up. Plain modules, as users write them: cuDNN's fused RNN on CUDA, ATen's on the CPU."""
 import argparse
@@ -31,7 +31,7 @@ def main():
     T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
     for cell in a.cells.split(","):
         torch.manual_seed(1)
-        m = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell](
+        m = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn": torch.nn.RNN}[cell](
             I, H, num_layers=a.layers, bidirectional=a.bidirectional).to(dev)
         x = torch.randn(T, N, I, device=dev, requires_grad=True)
 

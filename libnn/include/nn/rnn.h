@@ -1,10 +1,12 @@
-// Recurrent layers: LSTM and GRU with PyTorch's equations, gate order, parameter names
+// Recurrent layers: LSTM, GRU and the plain RNN with PyTorch's equations, gate order, parameter names
 // (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse) and initialisation, so
 // a PyTorch state dict loads as it is. Right-padded batches run with their lengths (what
 // PyTorch's pack_padded_sequence gives), without packing.
 #pragma once
 #include <nn/module.h>
 #include <nn/ops.h>
+
+#include <string>
 
 namespace nn {
 
@@ -18,6 +20,7 @@ struct RNNOptions {
   NN_ARG(bool, batch_first) = false;  // x and output (N, T, ...) instead of (T, N, ...)
   NN_ARG(double, dropout) = 0.0;      // on each layer's output but the last, in training
   NN_ARG(bool, bidirectional) = false;
+  NN_ARG(std::string, nonlinearity) = "tanh";  // RNN's: "tanh" or "relu" (LSTM, GRU: "tanh")
 };
 using LSTMOptions = RNNOptions;
 using GRUOptions = RNNOptions;
@@ -33,7 +36,7 @@ struct RNNOutput {
   RNNState state;  // after each sequence's last step (its length's, with lengths)
 };
 
-// What LSTM and GRU share: options, parameters per layer and direction, the layer loop. Each
+// What LSTM, GRU and RNN share: options, parameters per layer and direction, the layer loop. Each
 // layer and direction is one GEMM for every step's input projection, then the recurrence as
 // one op whose backward runs the steps back by hand.
 class RNNBase : public Module {
@@ -58,7 +61,7 @@ class RNNBase : public Module {
   std::vector<Weights> weights;
 
  protected:
-  // gates: 4 for LSTM, 3 for GRU (which has no cell state).
+  // gates: 4 for LSTM, 3 for GRU, 1 for RNN (only LSTM has a cell state).
   RNNBase(const char* type, const RNNOptions& o, int64_t gates);
 
  private:
@@ -77,6 +80,13 @@ class LSTM : public RNNBase {
 class GRU : public RNNBase {
  public:
   explicit GRU(const GRUOptions& o) : RNNBase("GRU", o, 3) {}
+};
+
+// torch.nn.RNN: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh), or ReLU with
+// options.nonlinearity("relu").
+class RNN : public RNNBase {
+ public:
+  explicit RNN(const RNNOptions& o) : RNNBase("RNN", o, 1) {}
 };
 
 }  // namespace nn

@@ -13,6 +13,7 @@
 #include "kernels/attention_layout.h"
 #include "kernels/ops.h"
 #include "kernels/philox.h"
+#include "kernels/rnn_cell.h"
 
 namespace nn::backend {
 
@@ -253,16 +254,17 @@ class Backend {
                                   const Tensor& lse, double scale, const rng::DropoutDraw& drop,
                                   Tensor& grad_q, Tensor& grad_k, Tensor& grad_v) = 0;
 
-  // ---- recurrence: one LSTM or GRU step past its product with W_hh (ops/rnn.cpp) ----------
-  // Every tensor of one floating dtype and contiguous, (N, G H) or (N, H) (G = 4 for LSTM's
-  // i, f, g, o, 3 for GRU's r, z, n); mask (N) of 0 and 1 or undefined (0: the row is past its
-  // sequence's length: it keeps its states and outputs 0). Forward: x the step's input
-  // projection, hg = h W_hh^T (without bias), b_hh (G H) or undefined, h and c the states
-  // before (c LSTM only); writes the activations (acts: sigmoid of each gate, tanh of LSTM's
-  // g and GRU's n), aux (LSTM: tanh(c'); GRU: h W_hn^T + b_hn), the output y and the states
-  // h_next, c_next. The cells' equations are kernels/rnn_cell.h's.
+  // ---- recurrence: one LSTM, GRU or RNN step past its product with W_hh (ops/rnn.cpp) ----
+  // Every tensor of one floating dtype and contiguous, (N, G H) or (N, H) (G =
+  // kernels::gates_of(cell): 4 for LSTM's i, f, g, o, 3 for GRU's r, z, n, 1 for RNN's);
+  // mask (N) of 0 and 1 or undefined (0: the row is past its sequence's length: it keeps its
+  // states and outputs 0). Forward: x the step's input projection, hg = h W_hh^T (without
+  // bias), b_hh (G H) or undefined, h and c the states before (c LSTM only); writes the
+  // activations (acts: sigmoid of each gate, tanh of LSTM's g and GRU's n; RNN: its new
+  // state before masking), aux (LSTM: tanh(c'); GRU: h W_hn^T + b_hn; RNN: none), the output
+  // y and the states h_next, c_next. The cells' equations are kernels/rnn_cell.h's.
   struct RecurrentStep {
-    bool lstm = true;
+    kernels::RecurrentCell cell = kernels::RecurrentCell::lstm;
     Tensor x, hg, b_hh, h, c, mask;
     Tensor acts, aux, y, h_next, c_next;
   };
@@ -270,10 +272,10 @@ class Backend {
   // Backward through the same step: gy the output's gradient, dh and dc the gradients into
   // h_next and c_next; acts, aux, h, c, mask as the forward had them. Writes dx (the gates'
   // pre-activation gradients, the input projection's), dhg (GRU: those of h W_hh^T + b_hh;
-  // LSTM's are dx), dh_prev (h's gradient except through W_hh: the caller adds dhg W_hh) and
-  // dc_prev. dh_prev and dc_prev may be dh and dc.
+  // LSTM's and RNN's are dx), dh_prev (h's gradient except through W_hh: the caller adds
+  // dhg W_hh) and dc_prev (LSTM). dh_prev and dc_prev may be dh and dc.
   struct RecurrentStepGrad {
-    bool lstm = true;
+    kernels::RecurrentCell cell = kernels::RecurrentCell::lstm;
     Tensor gy, dh, dc, acts, aux, h, c, mask;
     Tensor dx, dhg, dh_prev, dc_prev;
   };

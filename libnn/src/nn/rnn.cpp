@@ -1,4 +1,4 @@
-// LSTM and GRU layers: each layer's and direction's input projection for every step is one
+// LSTM, GRU and RNN layers: each layer's and direction's input projection for every step is one
 // GEMM, then ops::recurrent_sequence runs the recurrence (and, backward, runs it back).
 #include <nn/autograd.h>
 #include <nn/init.h>
@@ -45,6 +45,9 @@ RNNBase::RNNBase(const char* type, const RNNOptions& o, int64_t gates)
            ", ", o.hidden_size(), ", ", o.num_layers());
   NN_CHECK(o.dropout() >= 0 && o.dropout() <= 1, type, ": dropout must be in [0, 1], got ",
            o.dropout());
+  NN_CHECK(o.nonlinearity() == "tanh" || (gates == 1 && o.nonlinearity() == "relu"), type,
+           ": nonlinearity must be ", gates == 1 ? "\"tanh\" or \"relu\"" : "\"tanh\" (RNN's alone takes \"relu\")",
+           ", got \"", o.nonlinearity(), "\"");
   const int64_t H = o.hidden_size(), D = o.bidirectional() ? 2 : 1;
   for (int64_t l = 0; l < o.num_layers(); ++l)
     for (int64_t d = 0; d < D; ++d) {
@@ -74,6 +77,7 @@ std::string RNNBase::extra_repr() const {
   if (options.batch_first()) s += ", batch_first=True";
   if (options.dropout() != 0) s += detail::cat(", dropout=", options.dropout());
   if (options.bidirectional()) s += ", bidirectional=True";
+  if (options.nonlinearity() != "tanh") s += ", nonlinearity=" + options.nonlinearity();
   return s;
 }
 
@@ -104,7 +108,10 @@ RNNOutput RNNBase::forward(const Tensor& x_in, const RNNState& state, const Tens
   NN_CHECK(lstm || !state.c.defined(), op, ": has no cell state (c)");
   const Tensor mask = step_mask(lengths, T, N, x, op);
 
-  const ops::RecurrentCell kind = lstm ? ops::RecurrentCell::lstm : ops::RecurrentCell::gru;
+  const ops::RecurrentCell kind = lstm            ? ops::RecurrentCell::lstm
+                                  : gates_ == 3   ? ops::RecurrentCell::gru
+                                  : options.nonlinearity() == "relu" ? ops::RecurrentCell::rnn_relu
+                                                                     : ops::RecurrentCell::rnn_tanh;
   // Padding is computed through and its outputs masked, so its values must be finite: zeros
   // in its place (a NaN there made every gradient NaN; where() passes no gradient to it).
   Tensor layer_in = mask.defined() ? where(mask, x, zeros({}, x.options())) : x;

@@ -1,4 +1,4 @@
-// LSTM and GRU recurrences with their backward written out (back-propagation through time):
+// LSTM, GRU and RNN recurrences with their backward written out (back-propagation through time):
 // each step is its product with W_hh and one backend call for the rest of the cell
 // (Backend::recurrent_step_forward); the forward keeps each step's gate activations and
 // states, the backward walks the steps in reverse (one backend call and one GEMM a step),
@@ -16,17 +16,13 @@
 
 namespace nn::ops {
 
-namespace {
-int64_t gates_of(RecurrentCell cell) { return cell == RecurrentCell::lstm ? 4 : 3; }
-}  // namespace
-
 Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor& h0,
                           const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh,
                           const Tensor& mask, bool reverse) {
-  const bool lstm = cell == RecurrentCell::lstm;
+  const bool lstm = cell == RecurrentCell::lstm, gru = cell == RecurrentCell::gru;
   NN_CHECK(xg_in.dim() == 3 && h0.dim() == 2, "recurrent_sequence: xg must be 3-d, h0 2-d");
   const int64_t T = xg_in.shape()[0], N = xg_in.shape()[1], H = h0.shape()[1];
-  const int64_t G = gates_of(cell), GH = G * H;
+  const int64_t G = kernels::gates_of(cell), GH = G * H;
   const Shape state{N, H}, weight{GH, H};
   NN_CHECK(xg_in.shape()[2] == GH && h0.shape() == state && (!lstm || c0.shape() == state) &&
                w_hh.shape() == weight,
@@ -53,7 +49,8 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
   const TensorOptions opt = h0.options();
   Tensor y = empty({T + (lstm ? 2 : 1), N, H}, opt);
   Tensor hs = empty({T + 1, N, H}, opt), cs = lstm ? empty({T + 1, N, H}, opt) : Tensor();
-  Tensor acts = empty({keep ? T : 1, N, GH}, opt), aux = empty({keep ? T : 1, N, H}, opt);
+  Tensor acts = empty({keep ? T : 1, N, GH}, opt);
+  Tensor aux = lstm || gru ? empty({keep ? T : 1, N, H}, opt) : Tensor();  // (RNN has none)
   backend::Backend& be = backend::of(h0);
   // Without autocast's lowering, each step's product is the backend's GEMM with W_hh^T packed
   // once for the whole sequence (where the backend packs operands: the CPU's f32 kernel);
@@ -68,7 +65,7 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = order(s), k = keep ? t : 0;
       backend::Backend::RecurrentStep st;
-      st.lstm = lstm;
+      st.cell = cell;
       st.h = hs.select(0, before(t));
       if (direct) {
         st.hg = empty({N, GH}, opt);
@@ -85,7 +82,7 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
       }
       if (mask.defined()) st.mask = steps_mask.select(0, t);
       st.acts = acts.select(0, k);
-      st.aux = aux.select(0, k);
+      if (aux.defined()) st.aux = aux.select(0, k);
       st.y = y.select(0, t);
       st.h_next = hs.select(0, after(t));
       be.recurrent_step_forward(st);
@@ -94,15 +91,15 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
     if (lstm) y.select(0, T + 1).copy_(cs.select(0, last));
   }
   // (the initial states are read as step 0's: a change in place is refused at backward)
-  record(lstm ? "lstm" : "gru", {xg, h0, c0, w_hh, b_hh}, y, {w_hh, h0, c0},
+  record(lstm ? "lstm" : gru ? "gru" : "rnn", {xg, h0, c0, w_hh, b_hh}, y, {w_hh, h0, c0},
          [=, w = w_hh.detach(), has_bias = b_hh.defined()](const Tensor& gy_in, auto& need) {
     const Tensor gy = gy_in.contiguous();
     backend::Backend& bg = backend::of(gy);
     const TensorOptions go = gy.options();
     // the gates' gradients: of the input projections (dx) and of h W_hh^T + b_hh (dhg); the
-    // same tensor for LSTM, whose gates add the two
+    // same tensor but for GRU (the others' gates add the two)
     Tensor dx = empty({T, N, GH}, go);
-    Tensor dhg = lstm ? dx : empty({T, N, GH}, go);
+    Tensor dhg = gru ? empty({T, N, GH}, go) : dx;
     // the gradients into the states after each step, updated in place step by step
     Tensor dh = gy.select(0, T).clone(), dc = lstm ? gy.select(0, T + 1).clone() : Tensor();
     const Tensor wg = lift3(w.dtype() == gy.dtype() ? w : w.to(gy.dtype()));
@@ -111,11 +108,11 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
     for (int64_t s = T - 1; s >= 0; --s) {
       const int64_t t = order(s);
       backend::Backend::RecurrentStepGrad st;
-      st.lstm = lstm;
+      st.cell = cell;
       st.gy = gy.select(0, t);
       st.dh = st.dh_prev = dh;
       st.acts = acts.select(0, t);
-      st.aux = aux.select(0, t);
+      if (aux.defined()) st.aux = aux.select(0, t);
       st.h = hs.select(0, before(t));
       if (lstm) {
         st.dc = st.dc_prev = dc;
@@ -123,7 +120,7 @@ Tensor recurrent_sequence(RecurrentCell cell, const Tensor& xg_in, const Tensor&
       }
       if (mask.defined()) st.mask = steps_mask.select(0, t);
       st.dx = dx.select(0, t);
-      if (!lstm) st.dhg = dhg.select(0, t);
+      if (gru) st.dhg = dhg.select(0, t);
       bg.recurrent_step_backward(st);
       bg.gemm_packed(lift3(dhg.select(0, t)), wg, wg_packed.get(), dh3, 1.0, 1.0);  // dh += dhg_t W_hh
     }

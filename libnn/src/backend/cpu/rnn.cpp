@@ -1,4 +1,4 @@
-// CPU recurrence steps (Backend::recurrent_step_forward / _backward): one pass over each
+// CPU recurrence steps (Backend::recurrent_step_forward / _backward), LSTM, GRU and RNN: one pass over each
 // batch row, its gate activations through the vectorised sigmoid and tanh of the elementwise
 // ops (CpuBackend::activate) in per-thread buffers, the rest through the cells' shared
 // arithmetic (kernels/rnn_cell.h). f16 and bf16 compute in f32, each result rounded once.
@@ -18,12 +18,13 @@ namespace {
 template <typename T>
 using Compute = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// An optional tensor's data (null when undefined), to read or to write.
 template <typename T>
 const T* rows_of(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 template <typename T>
-T* rows_of(Tensor& t) {
+T* out_rows(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
@@ -43,18 +44,19 @@ void for_rows(int64_t N, int64_t width, F&& f) {
 template <typename T>
 void step_forward(const Backend::RecurrentStep& s) {
   using C = Compute<T>;
-  const int64_t N = s.h.shape()[0], H = s.h.shape()[1], G = s.lstm ? 4 : 3, GH = G * H;
+  const bool lstm = s.cell == RecurrentCell::lstm, gru = s.cell == RecurrentCell::gru;
+  const int64_t N = s.h.shape()[0], H = s.h.shape()[1], GH = gates_of(s.cell) * H;
   const T *x = rows_of<T>(s.x), *hg = rows_of<T>(s.hg), *b = rows_of<T>(s.b_hh),
           *h = rows_of<T>(s.h), *c = rows_of<T>(s.c), *mask = rows_of<T>(s.mask);
-  T *acts = s.acts.data<T>(), *aux = s.aux.data<T>(), *y = s.y.data<T>(),
-    *h_next = s.h_next.data<T>(), *c_next = s.lstm ? s.c_next.data<T>() : nullptr;
+  T *acts = s.acts.data<T>(), *aux = out_rows<T>(s.aux), *y = s.y.data<T>(),
+    *h_next = s.h_next.data<T>(), *c_next = lstm ? s.c_next.data<T>() : nullptr;
   auto bias = [b](int64_t j) { return b ? C(b[j]) : C(0); };
   for_rows<C>(N, GH, [&](int64_t n, C* buf) {
     C *pre = buf, *act = buf + GH, *cell = buf + 2 * GH, *tc = buf + 3 * GH;
     const T *xr = x + n * GH, *hr = hg + n * GH, *hp = h + n * H;
-    T *ar = acts + n * GH, *xa = aux + n * H, *yr = y + n * H, *hn = h_next + n * H;
+    T *ar = acts + n * GH, *xa = aux ? aux + n * H : nullptr, *yr = y + n * H, *hn = h_next + n * H;
     const bool keep = !mask || C(mask[n]) != C(0);
-    if (s.lstm) {
+    if (lstm) {
       const T* cp = c + n * H;
       for (int64_t j = 0; j < GH; ++j) pre[j] = C(xr[j]) + C(hr[j]) + bias(j);
       CpuBackend::activate(UnaryOp::sigmoid, pre, act, 2 * H);
@@ -71,7 +73,7 @@ void step_forward(const Backend::RecurrentStep& s) {
         put(cn[j], keep ? cell[j] : C(cp[j]));
         put(xa[j], tc[j]);
       }
-    } else {
+    } else if (gru) {
       for (int64_t j = 0; j < 2 * H; ++j) pre[j] = C(xr[j]) + C(hr[j]) + bias(j);
       CpuBackend::activate(UnaryOp::sigmoid, pre, act, 2 * H);
       C* h_n = cell;  // h W_hn^T + b_hn
@@ -86,6 +88,14 @@ void step_forward(const Backend::RecurrentStep& s) {
         put(hn[j], keep ? hv : C(hp[j]));
         put(xa[j], h_n[j]);
       }
+    } else {  // RNN: the new state is the activation itself
+      for (int64_t j = 0; j < H; ++j) pre[j] = C(xr[j]) + C(hr[j]) + bias(j);
+      if (s.cell == RecurrentCell::rnn_tanh) CpuBackend::activate(UnaryOp::tanh, pre, act, H);
+      else for (int64_t j = 0; j < H; ++j) act[j] = rnn_relu(pre[j]);
+      for (int64_t j = 0; j < H; ++j) {
+        put(yr[j], keep ? act[j] : C(0));
+        put(hn[j], keep ? act[j] : C(hp[j]));
+      }
     }
     for (int64_t j = 0; j < GH; ++j) put(ar[j], act[j]);
   });
@@ -94,18 +104,20 @@ void step_forward(const Backend::RecurrentStep& s) {
 template <typename T>
 void step_backward(const Backend::RecurrentStepGrad& s) {
   using C = Compute<T>;
-  const int64_t N = s.dh.shape()[0], H = s.dh.shape()[1], G = s.lstm ? 4 : 3, GH = G * H;
+  const bool lstm = s.cell == RecurrentCell::lstm, gru = s.cell == RecurrentCell::gru;
+  const int64_t N = s.dh.shape()[0], H = s.dh.shape()[1], GH = gates_of(s.cell) * H;
   const T *gy = rows_of<T>(s.gy), *dh = rows_of<T>(s.dh), *dc = rows_of<T>(s.dc),
           *acts = rows_of<T>(s.acts), *aux = rows_of<T>(s.aux), *h = rows_of<T>(s.h),
           *c = rows_of<T>(s.c), *mask = rows_of<T>(s.mask);
   T *dx = s.dx.data<T>(), *dh_prev = s.dh_prev.data<T>();
-  T *dhg = s.lstm ? nullptr : s.dhg.data<T>(), *dc_prev = s.lstm ? s.dc_prev.data<T>() : nullptr;
+  T *dhg = gru ? s.dhg.data<T>() : nullptr, *dc_prev = lstm ? s.dc_prev.data<T>() : nullptr;
   parallel_for(0, N, row_grain(GH), [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
-      const T *a = acts + n * GH, *xa = aux + n * H, *gyr = gy + n * H, *dhr = dh + n * H;
+      const T *a = acts + n * GH, *xa = aux ? aux + n * H : nullptr, *gyr = gy + n * H,
+              *dhr = dh + n * H;
       T *dxr = dx + n * GH, *dhp = dh_prev + n * H;
       const bool keep = !mask || C(mask[n]) != C(0);
-      if (s.lstm) {
+      if (lstm) {
         const T *cp = c + n * H, *dcr = dc + n * H;
         T* dcp = dc_prev + n * H;
         for (int64_t j = 0; j < H; ++j) {
@@ -126,7 +138,7 @@ void step_backward(const Backend::RecurrentStepGrad& s) {
           put(dhp[j], C(0));
           put(dcp[j], g.dc_prev);
         }
-      } else {
+      } else if (gru) {
         const T* hp = h + n * H;
         T* dgr = dhg + n * GH;
         for (int64_t j = 0; j < H; ++j) {
@@ -145,6 +157,13 @@ void step_backward(const Backend::RecurrentStepGrad& s) {
           put(dgr[H + j], g.dz);
           put(dgr[2 * H + j], g.dhn);
           put(dhp[j], g.dh_prev);
+        }
+      } else {  // RNN: a's gradient from h'; nothing reaches h but through W_hh
+        const bool relu = s.cell == RecurrentCell::rnn_relu;
+        for (int64_t j = 0; j < H; ++j) {
+          const C dh_in = C(dhr[j]);
+          put(dxr[j], keep ? rnn_backward(dh_in + C(gyr[j]), C(a[j]), relu) : C(0));
+          put(dhp[j], keep ? C(0) : dh_in);
         }
       }
     }

@@ -134,7 +134,7 @@ void CudaBackend::recurrent_step_forward(const RecurrentStep& s) {
                                      in_ptr(s.h),     in_ptr(s.c),      in_ptr(s.mask),
                                      out_ptr(s.acts), out_ptr(s.aux),   out_ptr(s.y),
                                      out_ptr(s.h_next), out_ptr(s.c_next)};
-  kernels::launch_recurrent_forward(s.h.dtype(), s.lstm, p, s.h.shape()[0], s.h.shape()[1],
+  kernels::launch_recurrent_forward(s.h.dtype(), s.cell, p, s.h.shape()[0], s.h.shape()[1],
                                     stream_);
 }
 void CudaBackend::recurrent_step_backward(const RecurrentStepGrad& s) {
@@ -143,7 +143,7 @@ void CudaBackend::recurrent_step_backward(const RecurrentStepGrad& s) {
                                      in_ptr(s.acts),   in_ptr(s.aux),     in_ptr(s.h),
                                      in_ptr(s.c),      in_ptr(s.mask),    out_ptr(s.dx),
                                      out_ptr(s.dhg),   out_ptr(s.dh_prev), out_ptr(s.dc_prev)};
-  kernels::launch_recurrent_backward(s.dh.dtype(), s.lstm, p, s.dh.shape()[0], s.dh.shape()[1],
+  kernels::launch_recurrent_backward(s.dh.dtype(), s.cell, p, s.dh.shape()[0], s.dh.shape()[1],
                                      stream_);
 }
 
