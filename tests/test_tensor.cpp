@@ -664,3 +664,27 @@ TEST_CASE("pad: constant padding and crops, as torch's F.pad, with gradients", "
   REQUIRE(has(test::error_of([&] { pad(x, {1, 1, 1, 1, 1, 1}); }), "at most 4 for a 2-d tensor, got 6"));
   REQUIRE(has(test::error_of([&] { pad(x, {-2, -2}); }), "cropping 4 from dim 1 of size 3"));
 }
+
+TEST_CASE("pad: reflect, replicate and circular, as torch's F.pad modes", "[tensor][shape]") {
+  // (PyTorch's values and gradients are in test_torch_reference.cpp)
+  const Tensor x = arange(1.0, 5.0, 1.0, kF64).reshape({1, 4});
+  require_values(pad(x, {2, 3}, PadMode::reflect), {3, 2, 1, 2, 3, 4, 3, 2, 1});
+  require_values(pad(x, {2, 3}, PadMode::replicate), {1, 1, 1, 2, 3, 4, 4, 4, 4});
+  require_values(pad(x, {2, 4}, PadMode::circular), {3, 4, 1, 2, 3, 4, 1, 2, 3, 4});
+  require_values(pad(x, {1, 0, 1, 1}, PadMode::replicate).reshape({-1}),
+                 {1, 1, 2, 3, 4, 1, 1, 2, 3, 4, 1, 1, 2, 3, 4});
+  // the first dim too (any dim), a view's values, new memory with nothing padded
+  require_values(pad(x.t(), {0, 0, 1, 1}, PadMode::reflect).reshape({-1}), {2, 1, 2, 3, 4, 3});
+  Tensor same = pad(x, {0, 0}, PadMode::reflect);
+  same.fill_(0.0);
+  require_values(x, {1, 2, 3, 4});
+  REQUIRE(pad(x, {1, 1}, PadMode::constant, 9.0).to_vector<double>()[0] == 9.0);
+  test::require_gradcheck([](const std::vector<Tensor>& in) { return pad(in[0], {2, 1, 0, 1}, PadMode::reflect); },
+                          {test::rnd({2, 3, 4}, 43)});
+  auto has = [](const std::string& e, const char* what) { INFO(e); return e.find(what) != std::string::npos; };
+  REQUIRE(has(test::error_of([&] { pad(x, {4, 0}, PadMode::reflect); }), "needs each less than the size of dim 1 (4)"));
+  REQUIRE(has(test::error_of([&] { pad(x, {0, 5}, PadMode::circular); }), "at most the size of dim 1 (4)"));
+  REQUIRE(has(test::error_of([&] { pad(x, {-1, 0}, PadMode::replicate); }), "amounts >= 0"));
+  REQUIRE(has(test::error_of([&] { pad(zeros({2, 0}), {1, 1}, PadMode::replicate); }), "empty dim 1"));
+  REQUIRE(has(test::error_of([&] { pad(x, {1}, PadMode::reflect); }), "two amounts per padded dim"));
+}

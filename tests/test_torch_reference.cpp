@@ -147,6 +147,9 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
                [](auto& x) { return smooth_l1_loss(x[0], x[1], Reduction::none, 0.5); });
     check_case("huber_sum", 2, d, [](auto& x) { return huber_loss(x[0], x[1], Reduction::sum, 2.0); });
     check_case("pad_mixed", 1, d, [](auto& x) { return pad(x[0], {2, -1, -1, 3}, 1.5); });
+    check_case("pad_reflect", 1, d, [](auto& x) { return pad(x[0], {2, 1, 1, 2}, PadMode::reflect); });
+    check_case("pad_replicate", 1, d, [](auto& x) { return pad(x[0], {3, 0, 2, 1}, PadMode::replicate); });
+    check_case("pad_circular", 1, d, [](auto& x) { return pad(x[0], {2, 4}, PadMode::circular); });
     const Tensor nll_t = get("nll_weight_ignore.extra0", d), nll_w = get("nll_weight_ignore.extra1", d);
     check_case("nll_weight_ignore", 1, d, [&](auto& x) {
       NllLossOptions o;

@@ -92,6 +92,12 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 // for the last dim, then for the one before it, and so on (at most two per dim); a negative
 // amount crops.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
+// F.pad's other modes, amounts >= 0 in the same order: reflect (mirrored about the edge
+// element, each amount less than its dim's size), replicate (the edge element repeated;
+// a non-empty dim), circular (wrapped around, each amount at most the dim's size); any
+// dims, where PyTorch takes the last one to three. Differentiable; a new tensor.
+enum class PadMode { constant, reflect, replicate, circular };
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value = 0.0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Rows of x (dim 0) picked by an i64/i32 index tensor; differentiable in x.
 Tensor index_select(const Tensor& x, const Tensor& index);

@@ -344,11 +344,18 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   return split(x, (n + chunks - 1) / chunks, d);
 }
 
-Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
+namespace {
+void check_pads(const Tensor& x, const std::vector<int64_t>& pads) {
   check_defined(x, "pad");
   const int64_t nd = x.dim();
   NN_CHECK(pads.size() % 2 == 0 && int64_t(pads.size()) <= 2 * nd, "pad: needs two amounts per "
            "padded dim, at most ", 2 * nd, " for a ", nd, "-d tensor, got ", pads.size());
+}
+}  // namespace
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
+  check_pads(x, pads);
+  const int64_t nd = x.dim();
   // crops first (negative amounts: differentiable narrows), then the padding around the rest
   Tensor c = x;
   Shape out_shape = x.shape(), lo(size_t(nd), 0);
@@ -373,6 +380,44 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
     return std::vector<Tensor>{gi};
   });
   return out;
+}
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
+  if (mode == PadMode::constant) return pad(x, pads, value);
+  check_pads(x, pads);
+  const char* name = mode == PadMode::reflect ? "reflect" : mode == PadMode::replicate ? "replicate" : "circular";
+  // one dim at a time: the source position of every output position along it, then a gather
+  // of those slices (index_select over the dim brought first), whose gradient sums back
+  Tensor out = x;
+  for (size_t k = 0; k < pads.size(); k += 2) {
+    const int64_t d = x.dim() - 1 - int64_t(k / 2), before = pads[k], after = pads[k + 1];
+    const int64_t n = x.shape()[d];
+    NN_CHECK(before >= 0 && after >= 0, "pad: ", name, " padding takes amounts >= 0 (crops are the "
+             "constant mode's), got ", before, " and ", after, " for dim ", d);
+    if (before == 0 && after == 0) continue;
+    switch (mode) {
+      case PadMode::reflect:
+        NN_CHECK(before < n && after < n, "pad: reflect padding of ", before, " and ", after,
+                 " needs each less than the size of dim ", d, " (", n, ")");
+        break;
+      case PadMode::replicate:
+        NN_CHECK(n > 0, "pad: replicate padding of the empty dim ", d);
+        break;
+      default:
+        NN_CHECK(before <= n && after <= n, "pad: circular padding of ", before, " and ", after,
+                 " needs each at most the size of dim ", d, " (", n, ")");
+    }
+    std::vector<int64_t> src(size_t(n + before + after));
+    for (int64_t i = 0; i < int64_t(src.size()); ++i) {
+      const int64_t p = i - before;  // the position in x, before folding it in
+      src[size_t(i)] = mode == PadMode::reflect     ? (p < 0 ? -p : p >= n ? 2 * (n - 1) - p : p)
+                       : mode == PadMode::replicate ? std::clamp<int64_t>(p, 0, n - 1)
+                                                    : ((p % n) + n) % n;
+    }
+    const Tensor index = from_vector<int64_t>(src, {int64_t(src.size())}).to(x.device());
+    out = index_select(out.transpose(0, d), index).transpose(0, d);
+  }
+  return out.is_same(x) ? x.clone() : out.contiguous();
 }
 
 }  // namespace nn
