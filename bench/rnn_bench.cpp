@@ -19,7 +19,7 @@ namespace {
 
 int body(int argc, char** argv) {
   cxxopts::Options opts("rnn_bench",
-                        "LSTM and GRU forward and forward + backward times, one JSON line each");
+                        "LSTM, GRU and RNN forward and forward + backward times, one JSON line each");
   opts.add_options()("cells", "comma-separated: lstm, gru, rnn (tanh)", cxxopts::value<std::string>()->default_value("lstm,gru"))(
       "seq-len", "steps per sequence", cxxopts::value<int64_t>()->default_value("256"))(
       "batch-size", "sequences", cxxopts::value<int64_t>()->default_value("32"))(

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""LSTM and GRU, libnn against PyTorch in one call: runs build/bin/rnn_bench and
+"""LSTM, GRU and RNN, libnn against PyTorch in one call: runs build/bin/rnn_bench and
 bench/peers/rnn_torch.py with the same flags on the same device and prints one table of
 forward (inference) and forward + backward (training) times with the libnn/PyTorch ratio.
 
@@ -48,7 +48,7 @@ def main():
         write_out(ours, [])
     theirs = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "rnn_torch.py")] + shared, env)
     peer = {(r["cell"], r["phase"]): r for r in theirs}
-    print(f"\nLSTM / GRU on {host}, PyTorch {torch_version}, {date}")
+    print(f"\nLSTM / GRU / RNN on {host}, PyTorch {torch_version}, {date}")
     print("\n| cell | layers x hidden | phase | precision | T x batch | libnn ms | PyTorch ms | libnn / PyTorch speed |")
     print("|---|---|---|---|---|---:|---:|---:|")
     for r in ours:

@@ -47,6 +47,21 @@ TEST_CASE("nll_loss is cross_entropy's second half, and its errors", "[loss]") {
   // i32 targets, and an all-ignored batch: mean 0 / 0 (NaN, as PyTorch's)
   test::require_close(nll_loss(log_softmax(logits, 1), target.to(kI32)), l_ce, 1e-12, 1e-12);
   REQUIRE(std::isnan(nll_loss(zeros({2, 3}), full({2}, -100.0, kI64)).item<double>()));
+  // ignored elements are never read: -inf there (a masked log-probability) gives no NaN, with
+  // ignore_index outside the classes or one of them
+  Tensor lp = log_softmax(rnd({3, 4}, 6, false), 1);
+  {
+    NoGradGuard ng;
+    lp.select(0, 1).fill_(-INFINITY);
+  }
+  const Tensor kept = index_select(lp, from_vector<int64_t>({0, 2}, {2}));  // rows 0 and 2
+  const Tensor want = nll_loss(kept, from_vector<int64_t>({2, 1}, {2}));
+  test::require_close(nll_loss(lp, from_vector<int64_t>({2, -100, 1}, {3})), want, 1e-12, 1e-12);
+  NllLossOptions in_classes;
+  in_classes.ignore_index = 3;
+  test::require_close(nll_loss(lp, from_vector<int64_t>({2, 3, 1}, {3}), in_classes), want, 1e-12, 1e-12);
+  in_classes.reduction = Reduction::none;
+  require_values(nll_loss(lp, from_vector<int64_t>({2, 3, 1}, {3}), in_classes).slice(0, 1, 2), {0.0});
   // errors: a target out of range (not the ignored one), shapes, weights
   REQUIRE(test::error_of([&] { nll_loss(zeros({2, 3}), from_vector<int64_t>({0, 3}, {2})); })
               .find("target 3 at position 1 is outside [0, 3)") != std::string::npos);
@@ -72,6 +87,12 @@ TEST_CASE("normalize and cosine_similarity: zero rows, 16-bit, errors", "[loss]"
   test::require_same(normalize(r.to(kBF16), 2.0, -1), normalize(r.to(kBF16).to(kF32), 2.0, -1).to(kBF16));
   test::require_close(cosine_similarity(r, r, 1), ones({4}), 1e-6, 1e-6);
   test::require_close(cosine_similarity(r, neg(r), 0), full({9}, -1.0), 1e-6, 1e-6);
+  // a zero row where eps^p underflows (1e-48 in f32), and a tiny eps for cosine: no 0 / 0
+  for (const Tensor& z : {normalize(zeros({2, 3}), 4.0), cosine_similarity(zeros({2, 3}), r.narrow(1, 0, 3).narrow(0, 0, 2), 1, 1e-30)})
+    for (double v : z.to_vector<double>()) REQUIRE(v == 0.0);
+  Tensor zr = zeros({2, 3}).requires_grad_();
+  sum(normalize(zr, 4.0)).backward();
+  for (double g : zr.grad().to_vector<double>()) REQUIRE(std::isfinite(g));
   REQUIRE(test::error_of([&] { normalize(r, 0.5); }).find("p >= 1") != std::string::npos);
   REQUIRE(test::error_of([&] { cosine_similarity(r, ones({3})); }).find("broadcast") != std::string::npos);
 }

@@ -1,6 +1,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -263,6 +264,16 @@ TEST_CASE("CPU GEMM with B packed once: another kernel, shape or a change of B a
     std::fill(b.begin(), b.end(), 0.f);  // after packing: the panels keep the values packed
     nn::cpu::gemm_prepacked(M, N, K, 1.f, A, *pb, 0.f, c.data(), N);
     REQUIRE(c == want);
+  }
+  // through the backend: the packed form serves the operand it was made from; another of the
+  // same shape is multiplied as it is
+  nn::backend::Backend& be = nn::backend::get(nn::kCPU);
+  const Tensor a3 = randn({1, 9, 40}), b1 = randn({1, 40, 70}), b2 = randn({1, 40, 70});
+  const auto packed = be.pack_operand(b1);
+  for (const Tensor& bx : {b1, b2, b1.transpose(1, 2).contiguous().transpose(1, 2)}) {
+    Tensor out = empty({1, 9, 70});
+    be.gemm_packed(a3, bx, packed.get(), out, 1.0, 0.0);
+    test::require_close(out, matmul(a3, bx), 1e-5, 1e-5);
   }
 }
 

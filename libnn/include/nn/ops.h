@@ -104,11 +104,12 @@ Tensor index_select(const Tensor& x, const Tensor& index);
 
 // ---- norms along a dim (PyTorch's F.normalize and F.cosine_similarity) ----------------------
 // x / max(||x||_p, eps) along dim (p >= 1), the norm's gradient blocked where it is below eps
-// (a zero row's gradient is the incoming one over eps, as PyTorch's). In f32 for 16-bit x (and
-// under autocast), the result in x's dtype.
+// (a zero row's gradient is the incoming one over eps, as PyTorch's). Computed in f32 for
+// 16-bit x, the result in x's dtype (f32 under autocast, as PyTorch's).
 Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
-// sum(x1 x2) / (max(||x1||, eps) max(||x2||, eps)) along dim, x1 and x2 broadcast (PyTorch's
-// F.cosine_similarity); the result has dim removed.
+// sum(x1 x2) / (max(||x1||, eps) max(||x2||, eps)) along dim, x1 and x2 of one dtype and
+// broadcast (PyTorch's F.cosine_similarity; a norm below eps blocks its gradient, where
+// PyTorch's still passes it); the result has dim removed.
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
 
 // ---- linear algebra -------------------------------------------------------------------------
@@ -207,9 +208,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 // PyTorch's nll_loss: input (N, C) or (N, C, d...) of log-probabilities (log_softmax's
 // output), target i64/i32 class indices (N) or (N, d...): -weight[t] input[t] per element (0
 // where the target is ignore_index); the mean divides by the counted elements' weights. weight
-// (C, the input's dtype and device) is optional and not differentiated. A target outside [0, C)
+// (C, floating, on the input's device) is optional and not differentiated. A target outside [0, C)
 // other than ignore_index is an error (on CUDA reported at the next synchronisation, as an
-// index out of range). cross_entropy(logits, ...) is log_softmax and nll_loss in one op.
+// index out of range). Ignored elements are never read (an inf there gives no NaN). cross_entropy(logits, ...) is log_softmax and nll_loss in one op.
 struct NllLossOptions {
   Tensor weight;
   int64_t ignore_index = -100;

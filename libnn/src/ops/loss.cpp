@@ -88,9 +88,13 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const NllLossOptio
   const Tensor input = amp::autocast_f32(input_in);
   const Tensor rows = class_rows(input, target, "nll_loss", "input");
   const int64_t M = rows.shape()[0], C = rows.shape()[1];
-  if (o.weight.defined()) {
-    check_pair(input, o.weight, "nll_loss");
-    NN_CHECK(o.weight.shape() == Shape{C}, "nll_loss: weight of shape ", shape_str(o.weight.shape()),
+  // (in the input's dtype: f32 under autocast, as the input)
+  const Tensor weight = !o.weight.defined()              ? Tensor()
+                       : is_floating(o.weight.dtype()) ? o.weight.detach().to(input.dtype())
+                                                       : o.weight.detach();
+  if (weight.defined()) {
+    check_pair(input, weight, "nll_loss");
+    NN_CHECK(weight.shape() == Shape{C}, "nll_loss: weight of shape ", shape_str(weight.shape()),
              " for ", C, " classes");
   }
   const Tensor t = target.reshape({M}).to(kI64);
@@ -103,17 +107,19 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const NllLossOptio
     }
   }
   // Each row's target element in the flattened rows: an ignored row reads its first class
-  // (masked out below), a target out of range an index past the end (an error).
+  // (replaced by 0 below, so that an inf or NaN there stays out), a target out of range the
+  // index -1 (an error).
   const TensorOptions io = t.options();
   const Tensor counted = ne(t, full({}, double(o.ignore_index), io));
   const Tensor in_range = mul(ge(t, zeros({}, io)), lt(t, full({}, double(C), io)));
   const Tensor row0 = mul(arange(M, io), full({}, double(C), io));
   const Tensor at = where(in_range, add(row0, t), where(counted, full({}, -1.0, io), row0));
-  const Tensor picked = index_select(rows.reshape({M * C, 1}), at).reshape({M});
+  const Tensor picked = where(counted, index_select(rows.reshape({M * C, 1}), at).reshape({M}),
+                              zeros({}, input.options()));
   // the counted elements' weights: 0 for ignored ones
   Tensor w = counted.to(input.dtype());
-  if (o.weight.defined())
-    w = mul(w, index_select(o.weight.detach().reshape({C, 1}), where(in_range, t, zeros({}, io))).reshape({M}));
+  if (weight.defined())
+    w = mul(w, index_select(weight.reshape({C, 1}), where(in_range, t, zeros({}, io))).reshape({M}));
   const Tensor loss = neg(mul(picked, w));
   switch (o.reduction) {
     case Reduction::none: return loss.reshape(target.shape());

@@ -1,6 +1,7 @@
 // Reductions over chosen dims, and their gradients.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <nn/amp.h>
 
@@ -156,13 +157,17 @@ Tensor Tensor::var(const Shape& dims, int64_t correction, bool keepdim) const {
 }
 
 namespace {
-// max(||x||_p, eps)^-1 along dim (kept), as rsqrt-like power of the summed |x|^p clamped at
-// eps^p: maximum() passes no gradient to the clamp, so a norm below eps (a zero row) blocks
-// the norm's gradient instead of dividing by zero. x in its sums' dtype already.
+// 1 / max(||x||_p, eps) along dim (kept). maximum() passes no gradient to its constant: a
+// norm below eps blocks the norm's gradient, and the sum of |x|^p is first held at the
+// dtype's smallest normal, so a zero row's root is neither 0 (an infinite gradient) nor, for
+// an eps whose p-th power underflows, a division by zero. x in its sums' dtype already.
 Tensor inverse_norm(const Tensor& x, double p, int64_t dim, double eps) {
   const Tensor powered = p == 2.0 ? square(x) : p == 1.0 ? abs(x) : pow(abs(x), p);
   const Tensor s = sum(powered, {dim}, true);
-  return pow(maximum(s, full({}, std::pow(eps, p), s.options())), -1.0 / p);
+  const double tiny = x.dtype() == kF64 ? std::numeric_limits<double>::min()
+                                        : double(std::numeric_limits<float>::min());
+  const Tensor norm = pow(maximum(s, full({}, tiny, s.options())), 1.0 / p);
+  return rdiv(maximum(norm, full({}, eps, s.options())), 1.0);
 }
 // x in f32 for 16-bit x (and under autocast), else as it is; the dim wrapped.
 Tensor norm_operand(const Tensor& x_in, int64_t& dim, const char* op) {

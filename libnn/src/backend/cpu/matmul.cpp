@@ -67,6 +67,8 @@ void batched(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha, 
 namespace {
 struct CpuPackedOperand final : Backend::PackedOperand {
   std::shared_ptr<const PackedB> b;
+  const void* data = nullptr;  // which b it packed (another operand is multiplied as it is)
+  Shape shape, strides;
 };
 }  // namespace
 
@@ -77,6 +79,9 @@ std::shared_ptr<const Backend::PackedOperand> CpuBackend::pack_operand(const Ten
     return nullptr;
   auto p = std::make_shared<CpuPackedOperand>();
   p->b = pack_b_once(b.shape()[1], b.shape()[2], ref(b.data<float>(), ob));
+  p->data = b.data_ptr();
+  p->shape = b.shape();
+  p->strides = b.strides();
   return p;
 }
 
@@ -84,7 +89,8 @@ void CpuBackend::gemm_packed(const Tensor& a, const Tensor& b, const PackedOpera
                              Tensor& out, double alpha, double beta) {
   const auto* p = dynamic_cast<const CpuPackedOperand*>(packed);
   Operand oa;
-  if (!p || a.dtype() != DType::f32 || out.dtype() != DType::f32 || a.shape()[0] != 1 ||
+  if (!p || p->data != b.data_ptr() || p->shape != b.shape() || p->strides != b.strides() ||
+      a.dtype() != DType::f32 || out.dtype() != DType::f32 || a.shape()[0] != 1 ||
       out.shape()[0] != 1 || !describe(a, oa))
     return gemm(a, b, out, alpha, beta);
   gemm_prepacked(out.shape()[1], out.shape()[2], a.shape()[2], float(alpha), ref(a.data<float>(), oa),

@@ -31,7 +31,6 @@ Tensor move_dims_last(CpuBackend& be, const Tensor& x, const Shape& dims) {
   return c;
 }
 
-// f16 and bf16 are summed like f32 (in double) and compared as their f32 values.
 // x's dims in memory order (the largest stride first; size-1 dims dropped), with `red` made
 // to match, when that view is contiguous and keeps the kept dims in their order (which is
 // out's): a transposed or permuted tensor then reduces in place, where move_dims_last would
@@ -62,6 +61,7 @@ bool memory_order(const Tensor& x, std::vector<bool>& red, Tensor& view) {
   return true;
 }
 
+// f16 and bf16 are summed like f32 (in double) and compared as their f32 values.
 template <typename T>
 constexpr bool kFloating = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
                            std::is_same_v<T, BFloat16>;
