@@ -104,11 +104,13 @@ v="$bin/conv_bench"
 "$e" 2 "--device: unknown device 'tpu'" -- "$v" --device tpu
 
 n="$bin/rnn_bench"
-"$e" 2 "--cells must be one of lstm, gru, got 'rnn'" -- "$n" --cells lstm,rnn
+"$e" 2 "--cells must be one of lstm, gru, rnn, got 'elman'" -- "$n" --cells lstm,elman
 "$e" 2 "--seq-len must be positive, got 0" -- "$n" --seq-len 0
 "$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$n" --precision fp8
 "$e" 0 '"cell": "gru", "phase": "train"' -- "$n" --cells gru --seq-len 3 --batch-size 2 --input-size 4 \
   --hidden-size 5 --layers 2 --bidirectional --reps 1
+"$e" 0 '"cell": "rnn", "phase": "train"' -- "$n" --cells rnn --seq-len 3 --batch-size 2 --input-size 4 \
+  --hidden-size 5 --reps 1
 
 c="$bin/cpu_ceiling"
 "$e" 2 "-n must be 1 to 16384, got 0" -- "$c" -n 0
