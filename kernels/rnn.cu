@@ -121,16 +121,27 @@ __global__ void recurrent_backward_kernel(RecurrentGradPtrs p, int64_t N, int64_
 
 }  // namespace
 
+namespace {
+// f.template operator()<C>() with C the compile-time value of `cell` (a kernel per cell kind).
+template <typename F>
+void dispatch_cell(RecurrentCell cell, F&& f) {
+  switch (cell) {
+    case RecurrentCell::lstm: f.template operator()<RecurrentCell::lstm>(); return;
+    case RecurrentCell::gru: f.template operator()<RecurrentCell::gru>(); return;
+    case RecurrentCell::rnn_tanh: f.template operator()<RecurrentCell::rnn_tanh>(); return;
+    case RecurrentCell::rnn_relu: f.template operator()<RecurrentCell::rnn_relu>(); return;
+  }
+}
+}  // namespace
+
 void launch_recurrent_forward(DType t, RecurrentCell cell, const RecurrentStepPtrs& p, int64_t N,
                               int64_t H, cudaStream_t s) {
   if (N * H == 0) return;
   dispatch_float(t, "recurrent_step_forward", [&]<typename T>() {
-    auto kernel = cell == RecurrentCell::lstm       ? recurrent_forward_kernel<T, RecurrentCell::lstm>
-                  : cell == RecurrentCell::gru      ? recurrent_forward_kernel<T, RecurrentCell::gru>
-                  : cell == RecurrentCell::rnn_tanh ? recurrent_forward_kernel<T, RecurrentCell::rnn_tanh>
-                                                    : recurrent_forward_kernel<T, RecurrentCell::rnn_relu>;
-    kernel<<<grid_for(N * H), kThreads, 0, s>>>(p, N, H);
-    NN_CUDA_CHECK_LAUNCH();
+    dispatch_cell(cell, [&]<RecurrentCell C>() {
+      recurrent_forward_kernel<T, C><<<grid_for(N * H), kThreads, 0, s>>>(p, N, H);
+      NN_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
@@ -138,12 +149,10 @@ void launch_recurrent_backward(DType t, RecurrentCell cell, const RecurrentGradP
                                int64_t H, cudaStream_t s) {
   if (N * H == 0) return;
   dispatch_float(t, "recurrent_step_backward", [&]<typename T>() {
-    auto kernel = cell == RecurrentCell::lstm       ? recurrent_backward_kernel<T, RecurrentCell::lstm>
-                  : cell == RecurrentCell::gru      ? recurrent_backward_kernel<T, RecurrentCell::gru>
-                  : cell == RecurrentCell::rnn_tanh ? recurrent_backward_kernel<T, RecurrentCell::rnn_tanh>
-                                                    : recurrent_backward_kernel<T, RecurrentCell::rnn_relu>;
-    kernel<<<grid_for(N * H), kThreads, 0, s>>>(p, N, H);
-    NN_CUDA_CHECK_LAUNCH();
+    dispatch_cell(cell, [&]<RecurrentCell C>() {
+      recurrent_backward_kernel<T, C><<<grid_for(N * H), kThreads, 0, s>>>(p, N, H);
+      NN_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

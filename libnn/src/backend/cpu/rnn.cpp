@@ -18,13 +18,9 @@ namespace {
 template <typename T>
 using Compute = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// An optional tensor's data (null when undefined), to read or to write.
+// An optional tensor's data (null when undefined).
 template <typename T>
-const T* rows_of(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <typename T>
-T* out_rows(const Tensor& t) {
+T* rows_of(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
@@ -48,7 +44,7 @@ void step_forward(const Backend::RecurrentStep& s) {
   const int64_t N = s.h.shape()[0], H = s.h.shape()[1], GH = gates_of(s.cell) * H;
   const T *x = rows_of<T>(s.x), *hg = rows_of<T>(s.hg), *b = rows_of<T>(s.b_hh),
           *h = rows_of<T>(s.h), *c = rows_of<T>(s.c), *mask = rows_of<T>(s.mask);
-  T *acts = s.acts.data<T>(), *aux = out_rows<T>(s.aux), *y = s.y.data<T>(),
+  T *acts = s.acts.data<T>(), *aux = rows_of<T>(s.aux), *y = s.y.data<T>(),
     *h_next = s.h_next.data<T>(), *c_next = lstm ? s.c_next.data<T>() : nullptr;
   auto bias = [b](int64_t j) { return b ? C(b[j]) : C(0); };
   for_rows<C>(N, GH, [&](int64_t n, C* buf) {
