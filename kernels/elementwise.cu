@@ -76,6 +76,60 @@ __global__ void map_rows(TO* out, int64_t rows, Geom<N> g, F f, const TI*... in)
   }
 }
 
+// One input whose unit stride runs along another dim (d) than out's innermost, or the other
+// way round (a transpose, a permute into another memory order): map_rows would read or write
+// one of the two a 32-byte sector per element. Instead kTile x kTile tiles of dim d (a) and
+// the innermost (b) pass through shared memory, read with the lanes along the input's unit dim
+// and written with them along the output's, both coalesced (the padded row keeps either
+// direction free of bank conflicts). A block per tile, grid-stride over the tiles.
+constexpr int kTile = 32, kTileRows = 8;
+template <typename TO, typename TI, typename F>
+__global__ void map_tiled(TO* out, const TI* in, Geom<2> g, int d, int64_t tiles_a,
+                          int64_t tiles_b, int64_t units, F f) {
+  __shared__ __align__(16) unsigned char raw[sizeof(TO) * kTile * (kTile + 1)];
+  auto tile = reinterpret_cast<TO(*)[kTile + 1]>(raw);
+  const int nd = g.ndim;
+  const int64_t A = g.shape[d], B = g.shape[nd - 1];
+  const bool in_along_b = g.stride[1][nd - 1] == 1;  // else the input runs along a, out along b
+  const int x = threadIdx.x;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t t = u % (tiles_a * tiles_b);
+    const int64_t a0 = (t / tiles_b) * kTile, b0 = (t % tiles_b) * kTile;
+    int64_t rest = u / (tiles_a * tiles_b), oo = 0, oi = 0;  // every dim but d and the innermost
+    for (int k = nd - 2; k >= 0; --k) {
+      if (k == d) continue;
+      const int64_t idx = rest % g.shape[k];
+      rest /= g.shape[k];
+      oo += idx * g.stride[0][k];
+      oi += idx * g.stride[1][k];
+    }
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      const int la = in_along_b ? j : x, lb = in_along_b ? x : j;
+      if (a0 + la < A && b0 + lb < B)
+        tile[la][lb] = f(in[oi + (a0 + la) * g.stride[1][d] + (b0 + lb) * g.stride[1][nd - 1]]);
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      const int la = in_along_b ? x : j, lb = in_along_b ? j : x;
+      if (a0 + la < A && b0 + lb < B)
+        out[oo + (a0 + la) * g.stride[0][d] + (b0 + lb) * g.stride[0][nd - 1]] = tile[la][lb];
+    }
+    __syncthreads();  // the tile is read whole before the next one is loaded
+  }
+}
+
+// The dim map_tiled pairs with the innermost, or -1 where tiles do not apply (both operands
+// run along the same dim, or either extent is under 8).
+inline int tiled_dim(const Geom<2>& g) {
+  const int nd = g.ndim;
+  if (nd < 2 || g.shape[nd - 1] < 8) return -1;
+  const bool out_unit = g.stride[0][nd - 1] == 1, in_unit = g.stride[1][nd - 1] == 1;
+  if (out_unit == in_unit) return -1;
+  for (int d = 0; d < nd - 1; ++d)
+    if (g.shape[d] >= 8 && g.stride[out_unit ? 1 : 0][d] == 1) return d;
+  return -1;
+}
+
 template <typename TO, int N, typename F, typename... TI>
 void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStream_t s, F f,
                 const TI*... in) {
@@ -88,8 +142,23 @@ void launch_map(TO* out, int64_t n, bool contiguous, const Geom<N>& g, cudaStrea
     } else {
       map_contiguous<1><<<grid_for(n), kThreads, 0, s>>>(out, n, f, in...);
     }
-  } else if (g.ndim >= 1 && g.shape[g.ndim - 1] >= 32 &&
-             (n / g.shape[g.ndim - 1] >= 1024 || g.shape[g.ndim - 1] <= 256)) {
+    return;
+  }
+  if constexpr (sizeof...(TI) == 1) {
+    if (const int d = tiled_dim(g); d >= 0) {
+      int64_t outer = 1;
+      for (int k = 0; k < g.ndim - 1; ++k)
+        if (k != d) outer *= g.shape[k];
+      const int64_t ta = ceil_div(g.shape[d], kTile), tb = ceil_div(g.shape[g.ndim - 1], kTile);
+      const int64_t units = outer * ta * tb;
+      map_tiled<<<grid_for(units, 1, 1), dim3(kTile, kTileRows), 0, s>>>(out, in..., g, d, ta, tb,
+                                                                        units, f);
+      NN_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  if (g.ndim >= 1 && g.shape[g.ndim - 1] >= 32 &&
+      (n / g.shape[g.ndim - 1] >= 1024 || g.shape[g.ndim - 1] <= 256)) {
     // a warp per row only when there are rows enough to fill the GPU (or rows short enough
     // that few warps finish them quickly): a broadcast scalar merges into one long row
     const int64_t rows = n / g.shape[g.ndim - 1];

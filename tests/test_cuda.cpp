@@ -910,6 +910,36 @@ TEST_CASE("CUDA elementwise ops and copies take a view of many unmergeable dims"
   test::require_close(y.contiguous().cpu(), h.contiguous(), 0, 0);
 }
 
+TEST_CASE("transposed and permuted copies on CUDA (shared-memory tiles) equal the CPU's", "[cuda]") {
+  if (!have_gpu()) return;
+  Generator g(6);
+  // extents off the 32-wide tiles, batches of tiles, both directions (input or output
+  // running along the other dim), conversions on the way, integers
+  Tensor a = randn({70, 45}, kF32, &g), b = randn({3, 40, 50}, kF32, &g);
+  Tensor c = randn({2, 16, 9, 11}, kF32, &g), big = randn({257, 1031}, kF32, &g);
+  Tensor ad = a.to(kCUDA), bd = b.to(kCUDA), cd = c.to(kCUDA), bigd = big.to(kCUDA);
+  test::require_close(ad.t().contiguous().cpu(), a.t().contiguous(), 0, 0);
+  test::require_close(bigd.t().contiguous().cpu(), big.t().contiguous(), 0, 0);
+  test::require_close(bd.permute({2, 0, 1}).contiguous().cpu(), b.permute({2, 0, 1}).contiguous(), 0, 0);
+  test::require_close(bd.permute({1, 2, 0}).contiguous().cpu(), b.permute({1, 2, 0}).contiguous(), 0, 0);
+  test::require_close(channels_last(cd).cpu(), channels_last(c), 0, 0);
+  test::require_close(channels_last(cd).contiguous().cpu(), c, 0, 0);
+  for (DType t : {kF16, kBF16, kF64, kI64}) {
+    INFO(dtype_name(t));
+    test::require_close(ad.t().to(t).cpu().to(kF64), a.t().to(t).to(kF64), 0, 0);
+    test::require_close(ad.to(t).t().contiguous().cpu().to(kF64), a.to(t).t().contiguous().to(kF64), 0, 0);
+  }
+  // into a transposed destination: the input contiguous, the output along the other dim
+  Tensor dst = zeros({45, 70}).to(kCUDA).t();
+  {
+    NoGradGuard ng;
+    dst.copy_(ad);
+  }
+  test::require_close(dst.cpu(), a, 0, 0);
+  // a unary op reading a transposed view
+  test::require_close(exp(bigd.t()).cpu(), exp(big.t()), 1e-6, 1e-6);
+}
+
 TEST_CASE("casts between dtypes on CUDA match the CPU", "[cuda]") {
   if (!have_gpu()) return;
   Generator g(4);
