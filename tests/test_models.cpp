@@ -269,3 +269,20 @@ TEST_CASE("BERT drops attention probabilities in training only, as configured", 
   REQUIRE(test::error_of([&] { models::BertClassifier(models::BertConfig(c).attention_dropout(1.5)); })
               .find("attention dropout must be in [0, 1]") != std::string::npos);
 }
+
+// Without a mask, the MLP's bag leaves [PAD] out of the mean and gives its row no gradient
+// (EmbeddingBag's padding_idx): equal to the call with the padding mask.
+TEST_CASE("TextMLP without a mask leaves padding tokens out", "[models][text]") {
+  manual_seed(3);
+  models::TextMLP m(models::TextMLPOptions(10, 2).embed_dim(4).hidden(8).pad_id(0));
+  m.eval();
+  Tensor ids = from_vector<int64_t>({3, 4, 0, 0, 5, 6, 7, 0}, {2, 4});
+  Tensor y = from_vector<int64_t>({0, 1}, {2});
+  cross_entropy(m.forward(ids, {}), y).backward();
+  Tensor g = m.embed->weight.grad().clone();
+  REQUIRE(sum(abs(g.select(0, 0))).item() == 0);
+  m.zero_grad();
+  Tensor keep = ne(ids, zeros({}, kI64)).to(kU8);
+  cross_entropy(m.forward(ids, keep), y).backward();
+  test::require_close(g, m.embed->weight.grad(), 0, 0);
+}

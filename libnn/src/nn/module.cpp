@@ -117,21 +117,17 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
     copies.emplace_back(it->second, &src);
     seen.insert(name);
   }
-  // batch norm's counter, which checkpoints from before PyTorch 0.4.1 lack, starts at 0 (as
-  // PyTorch loads them); anything else missing is an error when strict
-  std::vector<Tensor*> counters;
+  // batch norm's counter, which checkpoints from before PyTorch 0.4.1 lack, keeps its value
+  // (as PyTorch 2 loads them: zeroing it would let a momentum=None layer's next batch replace
+  // the running statistics); anything else missing is an error when strict
   for (auto& [name, t] : mine) {
     if (seen.count(name)) continue;
-    if (name == "num_batches_tracked" || name.ends_with(".num_batches_tracked")) {
-      counters.push_back(&t);
-      continue;
-    }
+    if (name == "num_batches_tracked" || name.ends_with(".num_batches_tracked")) continue;
     NN_CHECK(!strict, "load_state_dict: '", name, "' is missing from the checkpoint");
     result.missing.push_back(name);
   }
   NoGradGuard ng;
   for (auto& [dst, src] : copies) dst->copy_(dst->dim() == 0 ? src->reshape({}) : *src);
-  for (Tensor* c : counters) c->fill_(0.0);
   return result;
 }
 

@@ -21,7 +21,9 @@ TextMLP::TextMLP(const TextMLPOptions& o) : Module("TextMLP"), options(o) {
 }
 
 Tensor TextMLP::forward(const Tensor& ids, const Tensor& keep) {
-  return mlp->forward(embedding_bag(embed->weight, ids, keep));
+  // without a mask, [PAD] tokens are left out of the mean and get no gradient (as
+  // EmbeddingBag's padding_idx has it)
+  return mlp->forward(embedding_bag(embed->weight, ids, keep.defined() ? keep : ne(ids, full({}, double(options.pad_id()), ids.options()))));
 }
 
 }  // namespace nn::models
