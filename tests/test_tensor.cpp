@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <algorithm>
+#include <tuple>
+
 using namespace nn;
 using test::require_values;
 
@@ -350,6 +353,73 @@ TEST_CASE("seeded random init is reproducible", "[tensor][random]") {
   Tensor k = randint(3, 7, {10000}, kI64, &g);
   REQUIRE(amin(k).item() == 3);
   REQUIRE(amax(k).item() == 6);
+}
+
+// randint: every value of a wide range reachable (the draws had 24 random bits: below 2^30 only
+// multiples of 64), ranges wider than INT64_MAX, even counts per value, and a range the dtype
+// cannot hold refused (it had wrapped: 250..300 as u8 gave 40, 15, ...).
+TEST_CASE("randint covers its range evenly and refuses one its dtype cannot hold", "[tensor][random]") {
+  Generator g(5);
+  auto wide = randint(0, int64_t(1) << 30, {4096}, kI64, &g).to_vector<int64_t>();
+  int64_t odd = 0;
+  for (int64_t v : wide) {
+    REQUIRE((v >= 0 && v < (int64_t(1) << 30)));
+    odd += v % 2;
+  }
+  CHECK((odd > 1800 && odd < 2300));
+  const int64_t lo = -(int64_t(1) << 62), hi = int64_t(1) << 62;
+  for (int64_t v : randint(lo, hi, {1000}, kI64, &g).to_vector<int64_t>()) REQUIRE((v >= lo && v < hi));
+  auto full_range = randint(INT64_MIN, INT64_MAX, {1000}, kI64, &g).to_vector<int64_t>();
+  REQUIRE(std::count_if(full_range.begin(), full_range.end(), [](int64_t v) { return v < 0; }) > 400);
+  REQUIRE(std::count(full_range.begin(), full_range.end(), INT64_MAX) == 0);
+  Tensor k = randint(0, 10, {100000}, kI64, &g);
+  for (int64_t c = 0; c < 10; ++c) {
+    INFO("value " << c);
+    const double n = sum(eq(k, full({}, double(c), kI64))).item();
+    REQUIRE(std::abs(n - 10000) < 400);  // about 4 standard deviations
+  }
+  auto u8 = randint(250, 256, {600}, kU8, &g).to(kI64).to_vector<int64_t>();
+  REQUIRE(*std::min_element(u8.begin(), u8.end()) == 250);
+  REQUIRE(*std::max_element(u8.begin(), u8.end()) == 255);
+  for (auto [l, h, t] : {std::tuple{int64_t(250), int64_t(300), kU8}, std::tuple{int64_t(-1), int64_t(3), kU8},
+                         std::tuple{int64_t(0), int64_t(5000000000), kI32}, std::tuple{int64_t(0), int64_t(70000), kF16}}) {
+    INFO(l << ", " << h);
+    const int64_t l_ = l, h_ = h;  // (clang before 16 lets no lambda capture a structured binding)
+    const DType t_ = t;
+    REQUIRE(test::error_of([&] { randint(l_, h_, {4}, t_); }).find("does not fit") != std::string::npos);
+  }
+  Generator a(9), b(9);
+  REQUIRE(randint(-5, 5, {33}, kI32, &a).to_vector<int32_t>() == randint(-5, 5, {33}, kI32, &b).to_vector<int32_t>());
+  REQUIRE(test::error_of([] { randint(3, 3, {1}); }).find("empty range") != std::string::npos);
+}
+
+// Edge rules as PyTorch has them: a dim named twice is an error; t() of a 0-d or 1-d tensor
+// is itself and of more than 2 dims an error (it had swapped dims 0 and 1); a 0-d tensor
+// squeezes, softmaxes and argmaxes along dim 0 or -1; narrow counts a negative start from
+// the end.
+TEST_CASE("dims named twice, t() beyond 2 dims, 0-d softmax and argmax, negative narrow", "[tensor]") {
+  REQUIRE(test::error_of([] { sum(ones({2, 3}), {1, -1}); }).find("appears more than once") != std::string::npos);
+  REQUIRE(test::error_of([] { zeros({2, 3, 4}).t(); }).find("at most 2 dims") != std::string::npos);
+  Tensor v = arange(3);
+  REQUIRE(v.t().is_same(v));
+  REQUIRE(zeros({2, 3}).t().shape() == Shape{3, 2});
+  Tensor s = full({}, 3.0);
+  REQUIRE(s.squeeze(0).dim() == 0);
+  REQUIRE(s.squeeze(-1).item() == 3);
+  REQUIRE(test::error_of([&] { s.squeeze(1); }).find("out of range") != std::string::npos);
+  Tensor x = full({}, 2.5).requires_grad_(true);
+  Tensor p = softmax(x, 0), lp = log_softmax(x, -1);
+  REQUIRE(p.dim() == 0);
+  REQUIRE(p.item() == 1);
+  REQUIRE(lp.item() == 0);
+  (p + lp).backward();
+  REQUIRE(x.grad().item() == 0);
+  REQUIRE(argmax(s, 0).dim() == 0);
+  REQUIRE(argmax(s, -1).item() == 0);
+  REQUIRE(test::error_of([&] { argmax(s, 1); }).find("out of range") != std::string::npos);
+  Tensor r = arange(5, kF32);
+  REQUIRE(r.narrow(0, -2, 2).to_vector<float>() == std::vector<float>{3, 4});
+  REQUIRE(test::error_of([&] { r.narrow(0, -6, 1); }).find("outside dim") != std::string::npos);
 }
 
 TEST_CASE("printing", "[tensor]") {

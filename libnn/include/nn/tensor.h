@@ -132,7 +132,7 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;   // a view when possible, else a copy
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor t() const { return transpose(0, 1); }
+  Tensor t() const;  // transpose(0, 1) of a 2-d tensor; a 0-d or 1-d tensor itself
   Tensor permute(const Shape& dims) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;

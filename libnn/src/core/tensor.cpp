@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/util.h"
+#include "kernels/philox.h"
 
 namespace nn {
 
@@ -245,12 +246,35 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
 }
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   NN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
-  // uniform doubles floored into [low, high), computed on the CPU then moved
-  Tensor u = random_tensor(shape, TensorOptions(kF64), gen, backend::RandomKind::uniform, 0, 1);
-  double* p = u.data<double>();
-  for (int64_t i = 0; i < u.numel(); ++i)
-    p[i] = std::min(double(high - 1), std::floor(double(low) + p[i] * double(high - low)));
-  return u.to(opts.dtype_).to(opts.device_);
+  // both ends values of the dtype (as PyTorch checks): a draw is never wrapped into another
+  const DType dt = opts.dtype_;
+  auto fits = [dt](int64_t v) {
+    switch (dt) {
+      case kU8: return v >= 0 && v <= 255;
+      case kI32: return v >= INT32_MIN && v <= INT32_MAX;
+      case kF16: return std::abs(double(v)) <= 65504;
+      default: return true;
+    }
+  };
+  NN_CHECK(fits(low) && fits(high - 1), "randint: the range [", low, ", ", high,
+           ") does not fit a ", dtype_name(dt), " tensor");
+  // element i: a 64-bit word (lanes 2(i % 2) and 2(i % 2) + 1 of counter block offset + i / 2)
+  // scaled into [0, high - low) by a 128-bit product (every value reachable, bias below
+  // (high - low) / 2^64), computed on the CPU then moved
+  Tensor r = empty(shape, TensorOptions(kI64));
+  Generator& g = gen ? *gen : default_generator();
+  const int64_t n = r.numel();
+  const uint64_t offset = g.advance(2 * uint64_t(n)), span = uint64_t(high) - uint64_t(low);
+  int64_t* p = r.data<int64_t>();
+  for (int64_t i = 0; i < n; i += 2) {
+    const rng::U32x4 w = rng::philox(g.seed(), offset + uint64_t(i / 2));
+    for (int k = 0; k < 2 && i + k < n; ++k) {
+      const uint64_t word = uint64_t(w.v[2 * k]) << 32 | w.v[2 * k + 1];
+      const auto v = uint64_t((unsigned __int128)word * span >> 64);
+      p[i + k] = int64_t(uint64_t(low) + v);  // (in unsigned arithmetic: no overflow)
+    }
+  }
+  return r.to(dt).to(opts.device_);
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType dtype, Device device) {

@@ -20,7 +20,8 @@ Shape normalize_dims(const Shape& dims, int64_t ndim) {
   }
   for (int64_t x : dims) d.push_back(wrap_dim(x, std::max<int64_t>(ndim, 1)));
   std::sort(d.begin(), d.end());
-  d.erase(std::unique(d.begin(), d.end()), d.end());
+  for (size_t i = 1; i < d.size(); ++i)  // (as PyTorch: sum over {1, -1} of a 2-d tensor is an error)
+    NN_CHECK(d[i] != d[i - 1], "dim ", d[i], " appears more than once in the list of dims");
   if (ndim == 0) d.clear();  // a 0-d tensor reduces over nothing
   return d;
 }
@@ -123,7 +124,10 @@ Tensor var(const Tensor& x_in, const Shape& dims_in, int64_t correction, bool ke
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   check_defined(x, "argmax");
-  NN_CHECK(x.dim() > 0, "argmax: needs at least one dim");
+  if (x.dim() == 0) {  // one element along dim 0 or -1: index 0
+    wrap_dim(dim, 1);
+    return zeros({}, TensorOptions(kI64).device(x.device()));
+  }
   int64_t d = wrap_dim(dim, x.dim());
   Tensor out = empty(keep_shape(x.shape(), {d}), TensorOptions(kI64).device(x.device()));
   backend::of(x).argmax(x, d, out);

@@ -143,8 +143,14 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   return out;
 }
 
+Tensor Tensor::t() const {
+  NN_CHECK(dim() <= 2, "t: expects a tensor of at most 2 dims, got ", dim(), " (transpose(d0, d1) names the dims)");
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
 Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
   int64_t d = wrap_dim(dim_, dim());
+  if (start < 0 && start >= -shape()[d]) start += shape()[d];  // counted from the end
   NN_CHECK(start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: [", start, ", ",
            start + length, ") is outside dim ", d, " of size ", shape()[d]);
   return slice(d, start, start + length);
@@ -167,8 +173,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t dim_) const {
-  int64_t d = wrap_dim(dim_, dim());
-  if (shape()[d] != 1) return *this;
+  int64_t d = wrap_dim(dim_, std::max<int64_t>(dim(), 1));  // a 0-d tensor: itself
+  if (dim() == 0 || shape()[d] != 1) return *this;
   Shape s = shape(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);

@@ -10,7 +10,10 @@ namespace {
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
   check_defined(x, name);
   check_floating(x, name);
-  NN_CHECK(x.dim() >= 1, name, ": needs at least one dim");
+  if (x.dim() == 0) {  // a 0-d tensor as one element along dim 0 or -1 (1, or 0 for log)
+    wrap_dim(dim, 1);
+    return softmax_impl(x.reshape({1}), 0, log, name).reshape({});
+  }
   int64_t d = wrap_dim(dim, x.dim());
   Tensor out = empty(x.shape(), x.options());
   if (x.numel() > 0) backend::of(x).softmax_forward(raw_contiguous(x), d, log, out);
