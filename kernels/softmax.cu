@@ -127,7 +127,9 @@ __global__ void cross_entropy_backward_kernel(const T* g, const T* x, const int6
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / C, c = i % C, t = target[r];
     if (t == ignore) { gx[i] = convert<T>(A(0)); continue; }
-    A p = m_exp(A(load(x[i])) - lse[r]);
+    // p = 0 at a -inf logit, as on the CPU (a row all -inf has a NaN log-sum-exp)
+    const A v = A(load(x[i]));
+    const A p = v == A(-INFINITY) ? A(0) : m_exp(v - lse[r]);
     A d = p - A(smoothing) / A(C) - (c == t ? A(1) - A(smoothing) : A(0));
     gx[i] = convert<T>(A(load(g[r])) * d);
   }

@@ -940,6 +940,29 @@ TEST_CASE("transposed and permuted copies on CUDA (shared-memory tiles) equal th
   test::require_close(exp(bigd.t()).cpu(), exp(big.t()), 1e-6, 1e-6);
 }
 
+// A row whose logits are all -inf: its loss is NaN on both devices, and its gradient takes
+// p = 0 at every -inf logit on both (CUDA had NaN there), with and without smoothing.
+TEST_CASE("cross entropy of a row of -inf logits has the CPU's gradient on CUDA", "[cuda]") {
+  if (!have_gpu()) return;
+  const float inf = INFINITY;
+  Tensor x = from_vector<float>({-inf, 1, 2, 3, -inf, -inf, -inf, -inf, 1, 2, inf, 0, 5, 5, 5, 5}, {4, 4});
+  Tensor t = from_vector<int64_t>({1, 2, 3, 0}, {4});
+  for (double smoothing : {0.0, 0.2}) {
+    INFO("smoothing " << smoothing);
+    CrossEntropyOptions o;
+    o.label_smoothing = smoothing;
+    o.reduction = Reduction::none;
+    std::vector<Tensor> grads;
+    for (Device d : {Device(kCPU), Device(kCUDA)}) {
+      Tensor xd = x.to(d).detach().requires_grad_(true);
+      sum(cross_entropy(xd, t.to(d), o)).backward();
+      grads.push_back(xd.grad().cpu());
+    }
+    REQUIRE(std::isfinite(grads[0].select(0, 1).sum().item()));
+    test::require_close(grads[1], grads[0], 1e-6, 1e-6);
+  }
+}
+
 TEST_CASE("casts between dtypes on CUDA match the CPU", "[cuda]") {
   if (!have_gpu()) return;
   Generator g(4);
