@@ -132,6 +132,23 @@ TEST_CASE("IDX reader rejects broken files with clear messages", "[data][idx][er
   REQUIRE((e.find("truncated") != std::string::npos || e.find("corrupt") != std::string::npos));
 }
 
+// IDX stores dims in 32 bits: a larger one is refused (it had wrapped: 2^32 + 5 read back as
+// 5). A file is written beside its path and renamed: a rewrite replaces it whole, a failed one
+// (here: the path is a folder) leaves no temporary behind.
+TEST_CASE("write_idx refuses a dim past 32 bits and replaces files whole", "[data][mnist]") {
+  test::TempDir d;
+  REQUIRE(test::error_of([&] { data::write_idx(d.file("big"), zeros({(int64_t(1) << 32) + 5, 0}, kU8)); })
+              .find("32 bits") != std::string::npos);
+  const std::string p = d.file("x.gz");
+  data::write_idx(p, arange(5000, kF32));
+  data::write_idx(p, arange(3, kF32));
+  REQUIRE(data::read_idx(p).to_vector<float>() == std::vector<float>{0, 1, 2});
+  fs::create_directory(d.file("folder"));
+  REQUIRE(test::error_of([&] { data::write_idx(d.file("folder"), arange(3, kF32)); }).find("failed") !=
+          std::string::npos);
+  REQUIRE(d.names() == std::vector<std::string>{"folder", "x.gz"});
+}
+
 TEST_CASE("load_mnist checks that images and labels agree", "[data][mnist]") {
   TempDir d;
   data::write_idx(d.file("train-images-idx3-ubyte.gz"), ones({5, 28, 28}, kU8));

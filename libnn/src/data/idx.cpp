@@ -4,9 +4,14 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "io/atomic_save.h"
 
 namespace nn::data {
 
@@ -149,18 +154,31 @@ void write_idx(const std::string& path, const Tensor& t_in) {
   }
   NN_CHECK(t.dim() >= 1 && t.dim() <= 8, "write_idx: IDX holds 1 to 8 dims, got ", t.dim());
   std::vector<uint8_t> out{0, 0, code, uint8_t(t.dim())};
-  for (int64_t d : t.shape())
+  for (int64_t d : t.shape()) {
+    NN_CHECK(uint64_t(d) <= UINT32_MAX, "write_idx: a dim of ", d,
+             " (IDX stores each dim in 32 bits: at most 4294967295)");
     for (int k = 3; k >= 0; --k) out.push_back(uint8_t(uint64_t(d) >> (8 * k)));
+  }
   const size_t w = element_size(t.dtype());
   const auto* p = static_cast<const uint8_t*>(t.data_ptr());
   for (int64_t i = 0; i < t.numel(); ++i)
     for (size_t k = 0; k < w; ++k) out.push_back(p[i * w + (w - 1 - k)]);  // to big-endian
+  // beside the file, then renamed over it: a failed write leaves the old file as it was
+  const std::string tmp = io::atomic_save::tmp_path(path);
   bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  gzFile f = gzopen(path.c_str(), gz ? "wb" : "wbT");
-  NN_CHECK(f, "write_idx: cannot create '", path, "': ", std::strerror(errno));
-  int n = gzwrite(f, out.data(), unsigned(out.size()));
-  int rc = gzclose(f);
-  NN_CHECK(n == int(out.size()) && rc == Z_OK, "write_idx: writing '", path, "' failed");
+  gzFile f = gzopen(tmp.c_str(), gz ? "wb" : "wbT");
+  NN_CHECK(f, "write_idx: cannot create '", tmp, "': ", std::strerror(errno));
+  bool ok = true;
+  for (size_t at = 0; ok && at < out.size();) {  // gzwrite takes an unsigned count: 1 GiB at a time
+    const unsigned n = unsigned(std::min<size_t>(out.size() - at, size_t(1) << 30));
+    ok = gzwrite(f, out.data() + at, n) == int(n);
+    at += n;
+  }
+  ok = gzclose(f) == Z_OK && ok;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+  const int err = errno;
+  std::remove(tmp.c_str());
+  NN_ERROR("write_idx: writing '", path, "' failed", ok ? std::string(": ") + std::strerror(err) : "");
 }
 
 }  // namespace nn::data
