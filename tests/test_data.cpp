@@ -284,6 +284,22 @@ TEST_CASE("DataLoader reports errors from the dataset", "[data][loader][errors]"
     }
     REQUIRE(errors == 1);
     REQUIRE(firsts == std::vector<double>{0, -1, 8});
+    // the epoch's first batch failing (begin() throws, there is no iterator to step past it):
+    // the next begin() goes on in that epoch after it (it had started the next epoch)
+    struct FirstBad : data::Dataset {
+      int64_t size() const override { return 12; }
+      data::Batch get_batch(const std::vector<int64_t>& idx) const override {
+        if (idx[0] == 0) NN_ERROR("sample 0 is unreadable");
+        return {full({int64_t(idx.size())}, double(idx[0])), zeros({int64_t(idx.size())}, kI64)};
+      }
+    };
+    data::DataLoader first_bad(std::make_shared<FirstBad>(), o);
+    REQUIRE(test::error_of([&] { first_bad.begin(); }).find("sample 0 is unreadable") != std::string::npos);
+    REQUIRE(first_bad.epoch() == 0);
+    std::vector<double> rest;
+    for (auto& b : first_bad) rest.push_back(b.data.to_vector<float>()[0]);
+    REQUIRE(rest == std::vector<double>{4, 8});
+    REQUIRE(first_bad.epoch() == 1);
   }
   REQUIRE(test::error_of([] { data::TensorDataset(zeros({3, 2}), zeros({4})); }).find("same number of rows") !=
           std::string::npos);

@@ -169,7 +169,9 @@ struct DataLoaderOptions {
 
 // Iterating yields the batches of one epoch; each new iteration starts the next epoch. A
 // batch whose samples fail to load throws from begin() or ++ (with or without prefetch);
-// the iteration can go on past it, as PyTorch's does, to the next batch.
+// the iteration can go on past it, as PyTorch's does, to the next batch: after ++ threw,
+// with the next ++; after begin() threw (the epoch's first batch), with the next begin(),
+// which goes on in the same epoch from the batch after it.
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts);

@@ -106,7 +106,14 @@ DataLoader::Iterator DataLoader::begin() {
     });
   }
   Iterator it(this, first);
-  if (first < total) it.current_ = next_batch(first);
+  if (first < total) {
+    try {
+      it.current_ = next_batch(first);
+    } catch (...) {  // (no iterator to step past it) the next begin() goes on after it
+      if (first + 1 < total) set_epoch(order_epoch_, first + 1);
+      throw;
+    }
+  }
   return it;
 }
 
