@@ -119,6 +119,43 @@ TEST_CASE("BERT basic tokenizer splits apostrophes and strips accents", "[text][
           Strings{"елка", "αλφας", "\u110B\u1167\u11BC\u1112\u116A"});
 }
 
+// A capital sigma lower-cases as str.lower has it in BERT's own Python tokenizer (Unicode's
+// Final_Sigma: a cased letter before it, none after, case-ignorable characters such as
+// periods, apostrophes, marks and modifier letters skipped; characters BERT's cleaning drops
+// skipped too). Expected tokens from that tokenizer's Python code (transformers 5.24's copy,
+// BasicTokenizer(do_lower_case=True)); "9Σ" and "ΑΣ.Α" had given ς.
+TEST_CASE("BERT basic tokenizer lower-cases a capital sigma as Python's str.lower", "[text][tokenize]") {
+  using text::basic_tokenize;
+  const std::vector<std::pair<std::string, Strings>> cases{
+      {"9\u03A3", {"9\u03C3"}},
+      {"\uAC0C\u03A3", {"\u1100\u1161\u11B3\u03C3"}},
+      {"\u0391\u03A3.\u0391", {"\u03B1\u03C3", ".", "\u03B1"}},
+      {"\u0391\u03A3'\u0391", {"\u03B1\u03C3", "'", "\u03B1"}},
+      {"\u0391\u03A3", {"\u03B1\u03C2"}},
+      {"\u03A3\u0391", {"\u03C3\u03B1"}},
+      {"\u03A3", {"\u03C3"}},
+      {"a\u03A3", {"a\u03C2"}},
+      {"\u02B0\u03A3", {"\u02B0\u03C3"}},
+      {"\u0391\u03A3.", {"\u03B1\u03C2", "."}},
+      {"\u0391.\u03A3", {"\u03B1", ".", "\u03C2"}},
+      {"\u0391 \u03A3", {"\u03B1", "\u03C3"}},
+      {"\u038C\u03A3\u039F\u03A3 \u03A3\u039F\u03A6\u039F\u03A3", {"\u03BF\u03C3\u03BF\u03C2", "\u03C3\u03BF\u03C6\u03BF\u03C2"}},
+      {"\u0391\u03A3\u0301\u0391", {"\u03B1\u03C3\u03B1"}},
+      {"\u0391\u03A3\u0301", {"\u03B1\u03C2"}},
+      {"\u0391\u03A3\u200B\u0391", {"\u03B1\u03C3\u03B1"}},
+      {"\u0391\u03A39", {"\u03B1\u03C29"}},
+      {"\u0391\u03A3\x01\u0391", {"\u03B1\u03C3\u03B1"}},
+      {"\u0391\u03A3\u6211", {"\u03B1\u03C2", "\u6211"}},
+  };
+  for (const auto& [text, tokens] : cases) {
+    INFO(text);
+    REQUIRE(basic_tokenize(text) == tokens);
+  }
+  // the word tokenizer lower-cases the same way
+  REQUIRE(text::tokenize_words("9\u03A3 \u0391\u03A3.\u0391 \u0391\u03A3") ==
+          Strings{"9\u03C3", "\u03B1\u03C3", ".", "\u03B1", "\u03B1\u03C2"});
+}
+
 TEST_CASE("tokens of any bytes are valid UTF-8, so their vocabulary saves and loads",
           "[text][tokenize][vocab]") {
   // Random bytes, biased towards UTF-8 lead and continuation bytes to make broken sequences.

@@ -78,8 +78,9 @@ std::vector<std::vector<std::string>> tokenize_words(const std::vector<TextExamp
 // Apostrophes split ("don", "'", "t"). Every script, from tables generated from the Unicode
 // data (libnn/src/data/make_unicode_tables.py, Unicode 14); a test checks it against Hugging
 // Face's tokenizer (tests/fixtures/make_wordpiece_cases.py). One difference from that
-// tokenizer: a capital sigma ending a word becomes ς, as in BERT's own Python code (Hugging
-// Face's gives σ).
+// tokenizer: a capital sigma becomes ς where Python's str.lower makes it final (a cased
+// letter before it and none after, apostrophes, periods, marks and the like skipped), as in
+// BERT's own Python code (Hugging Face's gives σ).
 std::vector<std::string> basic_tokenize(const std::string& text);
 
 // ---- vocabulary ---------------------------------------------------------------------------

@@ -10,7 +10,10 @@
   as U+2260 NOT EQUAL TO folds to '=');
 - kBertFold: each code point that lower-casing, NFD and dropping Mn change (Hangul syllables
   apart: text_tokenize.cpp decomposes them by Unicode's algorithm), with what it becomes
-  (at most 3 code points).
+  (at most 3 code points);
+- kSigmaContext: the code points str.lower looks at to choose a capital sigma's lower case
+  (Unicode's Final_Sigma: a cased letter before it and none after, case-ignorable ones
+  skipped): ignorable, and cased (those not ignorable), found by asking str.lower itself.
 
     python3 libnn/src/data/make_unicode_tables.py
 """
@@ -45,6 +48,30 @@ def cls(c):
 def fold(c):
     s = unicodedata.normalize("NFD", chr(c).lower())
     return "".join(x for x in s if unicodedata.category(x) != "Mn")
+
+
+def sigma_class(c):
+    ch = chr(c)
+    cased = (ch + "\u03a3").lower()[-1] == "\u03c2"  # a final sigma after ch: ch is cased, not ignorable
+    cased_or_ignorable = ("\u0391" + ch + "\u03a3").lower()[-1] == "\u03c2"
+    if cased:
+        return "cased"
+    return "ignorable" if cased_or_ignorable else None
+
+
+def merged(classify):
+    ranges = []  # (lo, hi, class)
+    for c in range(0x110000):
+        if 0xD800 <= c <= 0xDFFF:
+            continue
+        k = classify(c)
+        if k is None:
+            continue
+        if ranges and ranges[-1][2] == k and ranges[-1][1] == c - 1:
+            ranges[-1] = (ranges[-1][0], c, k)
+        else:
+            ranges.append((c, c, k))
+    return ranges
 
 
 def main():
@@ -86,7 +113,13 @@ def main():
                 line = "   "
             line += item
         o.write(line + "\n};\n")
-    print(f"wrote {OUT}: {len(ranges)} ranges, {len(folds)} folds")
+        sigma = merged(sigma_class)
+        o.write(f"// {len(sigma)} ranges\n")
+        o.write("constexpr SigmaRange kSigmaContext[] = {\n")
+        for lo, hi, k in sigma:
+            o.write(f"    {{0x{lo:X}, 0x{hi:X}, SigmaClass::{k}}},\n")
+        o.write("};\n")
+    print(f"wrote {OUT}: {len(ranges)} ranges, {len(folds)} folds, {len(sigma)} sigma ranges")
 
 
 if __name__ == "__main__":

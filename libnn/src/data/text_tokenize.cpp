@@ -184,6 +184,11 @@ struct BertFold {
   uint32_t to[3];
   uint8_t n;
 };
+enum class SigmaClass : uint8_t { ignorable, cased };
+struct SigmaRange {
+  uint32_t lo, hi;
+  SigmaClass cls;
+};
 #include "unicode_bert.inc"
 
 // The class kBertClasses gives c, or null (a space, a letter, a symbol, ...).
@@ -215,6 +220,20 @@ void append_bert_folded(std::string& out, uint32_t c) {
     return;
   }
   for (int k = 0; k < it->n; ++k) append_utf8(out, it->to[k]);
+}
+
+// What a character is to a capital sigma's lower case (kSigmaContext): skipped (case-ignorable,
+// as apostrophes, periods and marks are), cased, or neither.
+enum class SigmaSide { skip, cased, other };
+SigmaSide sigma_side(uint32_t c) {
+  if (c < 0x80) {  // (the table's ASCII entries, without a search)
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return SigmaSide::cased;
+    return c == '\'' || c == '.' || c == ':' || c == '^' || c == '`' ? SigmaSide::skip : SigmaSide::other;
+  }
+  const auto* it = std::upper_bound(std::begin(kSigmaContext), std::end(kSigmaContext), c,
+                                    [](uint32_t v, const SigmaRange& r) { return v < r.lo; });
+  if (it == std::begin(kSigmaContext) || c > (--it)->hi) return SigmaSide::other;
+  return it->cls == SigmaClass::cased ? SigmaSide::cased : SigmaSide::skip;
 }
 
 enum class Kind { space, drop, extend, punct, own, apostrophe, word };
@@ -261,11 +280,17 @@ std::vector<std::string> scan(const std::string& text, Rules rules) {
   bool attached = false;    // the previous character belongs to out.back()
   bool open_flag = false;   // out.back() is a lone regional indicator (half a flag)
   bool joined = false;      // the previous character was a zero-width joiner in out.back()
+  bool cased_before = false;  // for a capital sigma: see final_sigma
   const std::string_view s = text;
+  // What a character is to a sigma: dropped ones (BERT's cleaning removes them before it
+  // lower-cases) are skipped too.
+  auto side = [&](int32_t c, Kind k) { return k == Kind::drop ? SigmaSide::skip : sigma_side(uint32_t(c)); };
   for (size_t i = 0; i < s.size();) {
     const size_t start = i;
     const int32_t cp = decode_utf8(s, i);
     Kind k = classify(cp, rules);
+    const bool sigma_after_cased = cased_before;
+    if (const SigmaSide sd = side(cp, k); sd != SigmaSide::skip) cased_before = sd == SigmaSide::cased;
     if (k == Kind::apostrophe) {
       // Inside a word only between two word characters: "don't", but "'quoted'" and "dogs'".
       size_t j = i;
@@ -309,11 +334,16 @@ std::vector<std::string> scan(const std::string& text, Rules rules) {
         break;
       case Kind::word:
       case Kind::apostrophe: {
+        // Σ lower-cases to ς where str.lower makes it final (Unicode's Final_Sigma): a cased
+        // letter before it and none after, case-ignorable characters skipped either side
         bool final_sigma = false;
-        if (cp == 0x3A3 && in_word) {  // Σ ending a word lower-cases to ς (as str.lower does)
-          size_t j = i;
-          const int32_t next = j < s.size() ? decode_utf8(s, j) : -1;
-          final_sigma = classify(next, rules) != Kind::word || (next >= '0' && next <= '9');
+        if (cp == 0x3A3 && sigma_after_cased) {
+          SigmaSide next = SigmaSide::other;
+          for (size_t j = i; j < s.size();) {
+            const int32_t c = decode_utf8(s, j);
+            if ((next = side(c, classify(c, rules))) != SigmaSide::skip) break;
+          }
+          final_sigma = next != SigmaSide::cased;
         }
         if (!in_word) out.emplace_back();
         if (final_sigma) append_utf8(out.back(), 0x3C2);
