@@ -59,11 +59,9 @@ def sigma_class(c):
     return "ignorable" if cased_or_ignorable else None
 
 
-def merged(classify):
+def merged(classify):  # runs of code points of one class
     ranges = []  # (lo, hi, class)
     for c in range(0x110000):
-        if 0xD800 <= c <= 0xDFFF:
-            continue
         k = classify(c)
         if k is None:
             continue
@@ -75,18 +73,7 @@ def merged(classify):
 
 
 def main():
-    ranges = []  # (lo, hi, class)
-    for c in range(0x110000):
-        if 0xD800 <= c <= 0xDFFF:
-            k = "drop"
-        else:
-            k = cls(c)
-        if k is None:
-            continue
-        if ranges and ranges[-1][2] == k and ranges[-1][1] == c - 1:
-            ranges[-1] = (ranges[-1][0], c, k)
-        else:
-            ranges.append((c, c, k))
+    ranges = merged(lambda c: "drop" if 0xD800 <= c <= 0xDFFF else cls(c))
     folds = []
     for c in range(0x80, 0x110000):
         if 0xD800 <= c <= 0xDFFF or 0xAC00 <= c <= 0xD7A3 or cls(c) in ("drop", "mark"):
