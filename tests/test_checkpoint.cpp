@@ -4,11 +4,14 @@
 #include <nn/io.h>
 #include <nn/train.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "test_util.h"
 
@@ -225,6 +228,38 @@ TEST_CASE("A save removes the temporaries a killed save of the same file left", 
   train::write_file(d.file("metrics.jsonl"), "{}\n");
   REQUIRE(d.names() == std::vector<std::string>{"metrics.jsonl", "model.st", "model.st.tmp-1",
                                                 "model.st.x.tmp-" + dead, "other.st.tmp-" + dead});
+}
+
+// A save through a symbolic link replaces the file it names and keeps the link (renaming over
+// the link had replaced it with a file, the target left as it was); a pipe is written where it
+// is (it had been replaced by a regular file, as a device such as /dev/full was).
+TEST_CASE("saves through a symbolic link and into a pipe keep them", "[io]") {
+  namespace fs = std::filesystem;
+  TempDir d;
+  fs::create_directory(d.file("models"));
+  fs::create_symlink("models/v1.st", d.file("latest.st"));
+  io::save_safetensors(d.file("latest.st"), {{"w", full({2}, 3.0)}});
+  REQUIRE(fs::is_symlink(d.file("latest.st")));
+  REQUIRE(io::load_safetensors(d.file("models/v1.st")).tensors[0].second.to_vector<float>() ==
+          std::vector<float>{3, 3});
+  fs::create_symlink("models/metrics.jsonl", d.file("metrics.jsonl"));
+  train::write_file(d.file("metrics.jsonl"), "{}\n");
+  REQUIRE(fs::is_symlink(d.file("metrics.jsonl")));
+  std::ifstream m(d.file("models/metrics.jsonl"));
+  REQUIRE(std::string(std::istreambuf_iterator<char>(m), {}) == "{}\n");
+  const std::string fifo = d.file("pipe");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream f(fifo, std::ios::binary);
+    got.assign(std::istreambuf_iterator<char>(f), {});
+  });
+  io::save_safetensors(fifo, {{"w", full({2}, 4.0)}});
+  reader.join();
+  REQUIRE(fs::is_fifo(fifo));
+  std::ofstream(d.file("copy.st"), std::ios::binary) << got;
+  REQUIRE(io::load_safetensors(d.file("copy.st")).tensors[0].second.to_vector<float>() ==
+          std::vector<float>{4, 4});
 }
 
 TEST_CASE("generator state in checkpoint meta", "[io][checkpoint]") {

@@ -241,6 +241,9 @@ inline std::string check_output_file(const cxxopts::ParseResult& a, const char* 
            "): it is a folder");
   std::error_code ec;
   const bool existed = fs::exists(path, ec);
+  // a named pipe is not opened to try it: that would wait for a reader, and then end the
+  // reader's input when closed (the run's real writes would find nobody there)
+  if (existed && (fs::is_fifo(path, ec) || fs::is_socket(path, ec))) return path;
   errno = 0;
   const bool ok = std::ofstream(path, std::ios::app).good();
   const int err = errno;

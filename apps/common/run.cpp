@@ -201,16 +201,18 @@ Position Run::load() {
                 (long long)s.batch_size, (long long)pos.epoch, (long long)b, (long long)pos.batch);
     pos.loss_sum = pos.loss_sum * double(b) / double(pos.batch);
     pos.batch = b;
+    pos.seen = b * s.batch_size;  // this process's samples in those batches
+  } else if (was != par_.size()) {
+    // this process's share of the samples done (rank 0's count was saved)
+    pos.seen = pos.seen * was / par_.size();
   }
-  // this process's share of the samples done (rank 0's count was saved), also when only
-  // the number of processes changed
-  if (was != par_.size()) pos.seen = pos.seen * was / par_.size();
   // An epoch shorter than the checkpoint's (fewer --train-samples): its end
   if (s.batches_per_epoch > 0 && pos.batch > s.batches_per_epoch) {
     std::printf("%s: the checkpoint stopped at batch %lld of epoch %lld; this run's epochs have "
                 "%lld batches: it goes on from the epoch's end\n", app_.c_str(), (long long)pos.batch,
                 (long long)pos.epoch, (long long)s.batches_per_epoch);
     pos.loss_sum = pos.loss_sum * double(s.batches_per_epoch) / double(pos.batch);
+    pos.seen = pos.seen * s.batches_per_epoch / pos.batch;
     pos.batch = s.batches_per_epoch;
   }
   // The schedule was built from this run's batches per epoch: its position is where this

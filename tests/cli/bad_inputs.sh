@@ -65,8 +65,12 @@ case $case in
     "$app" "${small[@]}" --batch-size 64 --data-dir "$data" --checkpoint-dir "$work/ck" \
       --checkpoint-every 2 --keep-last 100 > /dev/null 2>&1 || exit 1
     ls "$work/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f  # keep step 2: batch 2 of 8
-    mkdir "$work/c2"; cp "$work/ck"/ckpt-*.safetensors "$work/c2/"
+    mkdir "$work/c2" "$work/c3"; cp "$work/ck"/ckpt-*.safetensors "$work/c2/"; cp "$work/ck"/ckpt-*.safetensors "$work/c3/"
     expect 0 "at batch size 64, this run has 1 at 32: epoch [0-9]+ continues at batch 4 instead of 2" -- "$app" "${small[@]}" --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/ck" --resume
+    # at 96 it continues at batch 1 (96 of the 128 samples done): the epoch's samples per
+    # second count its 512 samples (the 128 had been kept: 544)
+    expect 0 "continues at batch 1 instead of 2" -- "$app" "${small[@]}" --batch-size 96 --data-dir "$data" --checkpoint-dir "$work/c3" --resume --metrics "$work/m0.jsonl"
+    python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); n=r['samples_per_second']*r['seconds']; sys.exit(0 if abs(n-512)<1 else f'{n:.1f} samples counted in an epoch of 512')" "$work/m0.jsonl" || exit 1
     # a checkpoint of that resumed run (step 3: 2 steps of 64, 1 of 32; at batch 5 of 16),
     # resumed at 32 again: its schedule stands at step 5, as a run of 32 from the start
     "$app" "${small[@]}" --epochs 2 --batch-size 32 --data-dir "$data" --checkpoint-dir "$work/c2" \

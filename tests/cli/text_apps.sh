@@ -36,7 +36,16 @@ learn_mlp)
          --seed 1 --metrics "$out/m.jsonl" --notify-cmd "cat >> '$out/notes.txt'"
   check_metrics "$out/m.jsonl" 4 0.7
   # every epoch's summary reached the notify command, the last one included
-  for e in 1 2 3 4; do grep -q "epoch $e/4" "$out/notes.txt" || { echo "no notification for epoch $e"; cat "$out/notes.txt"; exit 1; }; done ;;
+  for e in 1 2 3 4; do grep -q "epoch $e/4" "$out/notes.txt" || { echo "no notification for epoch $e"; cat "$out/notes.txt"; exit 1; }; done
+  # --metrics into a named pipe: not opened first to try it (that waited for a reader, then
+  # ended the reader's input, and the run hung in its next open); the line reaches the reader
+  mkfifo "$out/pipe"
+  cat "$out/pipe" > "$out/piped.jsonl" &
+  reader=$!
+  timeout 120 "$mlp" --data synthetic --synthetic-classes 4 --synthetic-size 100 --batch-size 32 \
+          --epochs 1 --metrics "$out/pipe" > /dev/null
+  wait $reader
+  grep -q '"epoch": 1' "$out/piped.jsonl" ;;
 learn_transformer)
   "$tr" --data synthetic --synthetic-classes 4 --synthetic-size 500 --batch-size 32 --epochs 4 \
         --layers 1 --hidden 64 --heads 2 --ffn 128 --max-len 96 --seed 1 --metrics "$out/m.jsonl"

@@ -1,6 +1,7 @@
 #include "io/atomic_save.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,24 @@ constexpr const char kTag[] = ".tmp-";
 
 std::string tmp_path(const std::string& path) {
   return path + kTag + std::to_string(::getpid());
+}
+
+std::string save_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = path;
+  // link by link (a dangling link's target is created), as the kernel follows them
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p.string();
+}
+
+bool is_special_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
 }
 
 std::optional<std::string> stale_tmp_base(const std::string& name) {

@@ -10,6 +10,14 @@ namespace nn::io::atomic_save {
 // "<path>.tmp-<this process's pid>".
 std::string tmp_path(const std::string& path);
 
+// The file a save to `path` writes: path itself, or, for a symbolic link, the file it points
+// to (renaming over the link would replace the link and leave its target as it was).
+std::string save_target(const std::string& path);
+
+// Whether `path` exists and is not a regular file (a device such as /dev/stdout, a pipe): a
+// save writes such a file where it is, since renaming a new file over it would replace it.
+bool is_special_file(const std::string& path);
+
 // For a file name "<base>.tmp-<pid>" whose process is gone: <base>. nullopt for other names,
 // and for a live process's temporary (it may still be writing it) or this process's own.
 std::optional<std::string> stale_tmp_base(const std::string& name);

@@ -258,26 +258,39 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   NN_CHECK(header.size() <= kMaxHeader, where, "header of ", header.size(),
            " bytes exceeds the format's limit of ", kMaxHeader);
 
-  TmpGuard tmp{atomic_save::tmp_path(path)};
+  auto write_to = [&](std::FILE* fp, const std::string& name) {
+    auto put = [&](const void* data, size_t n) {
+      NN_CHECK(n == 0 || std::fwrite(data, 1, n, fp) == n, where, "cannot write '", name, "': ",
+               errno_text());
+    };
+    uint64_t n = header.size();
+    put(&n, 8);
+    put(header.data(), header.size());
+    for (auto& t : host) put(t.data_ptr(), t.nbytes());
+    NN_CHECK(std::fflush(fp) == 0, where, "cannot write '", name, "': ", errno_text());
+  };
+  // beside the file, then renamed over it (through a symbolic link, over the file it names);
+  // a device or a pipe (/dev/stdout) is written where it is
+  const std::string target = atomic_save::save_target(path);
+  if (atomic_save::is_special_file(target)) {
+    File f(std::fopen(target.c_str(), "wb"));
+    NN_CHECK(f, where, "cannot open '", target, "' for writing: ", errno_text());
+    write_to(f.get(), target);
+    NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close '", target, "': ", errno_text());
+    return;
+  }
+  TmpGuard tmp{atomic_save::tmp_path(target)};
   File f(std::fopen(tmp.path.c_str(), "wb"));
   NN_CHECK(f, where, "cannot create '", tmp.path, "': ", errno_text());
-  auto put = [&](const void* data, size_t n) {
-    NN_CHECK(n == 0 || std::fwrite(data, 1, n, f.get()) == n, where, "cannot write '", tmp.path,
-             "': ", errno_text());
-  };
-  uint64_t n = header.size();
-  put(&n, 8);
-  put(header.data(), header.size());
-  for (auto& t : host) put(t.data_ptr(), t.nbytes());
-  NN_CHECK(std::fflush(f.get()) == 0, where, "cannot write '", tmp.path, "': ", errno_text());
+  write_to(f.get(), tmp.path);
   NN_CHECK(::fsync(fileno(f.get())) == 0, where, "cannot sync '", tmp.path, "': ", errno_text());
   NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close '", tmp.path, "': ",
            errno_text());
-  NN_CHECK(std::rename(tmp.path.c_str(), path.c_str()) == 0, where, "cannot rename '", tmp.path,
-           "' over it: ", errno_text());
+  NN_CHECK(std::rename(tmp.path.c_str(), target.c_str()) == 0, where, "cannot rename '", tmp.path,
+           "' over '", target, "': ", errno_text());
   tmp.armed = false;
-  sync_parent_dir(path, where);
-  atomic_save::remove_stale_tmps(path);
+  sync_parent_dir(target, where);
+  atomic_save::remove_stale_tmps(target);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -104,9 +104,10 @@ void append_line(const std::string& path, const std::string& line) {
   NN_CHECK(err == 0, "writing to '", path, "' failed: ", std::strerror(err));
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+void write_file(const std::string& path_given, const std::string& text) {
+  // through a symbolic link, the file it names is replaced (not the link)
+  const std::string path = io::atomic_save::save_target(path_given);
+  if (io::atomic_save::is_special_file(path)) {
     // /dev/stdout, a pipe: written where it is (a file renamed over it would replace it)
     std::ofstream f(path, std::ios::binary);
     NN_CHECK(f.good(), "cannot open '", path, "' for writing: ", std::strerror(errno));
