@@ -106,6 +106,7 @@ int run(int argc, char** argv) {
     io.max_pixels = max_pixels;
     auto folder = std::make_shared<nn::data::ImageFolder>(train_dir, io);
     classes = int64_t(folder->classes().size());
+    NN_CHECK(classes >= 2, "'", train_dir, "' has ", classes, " class folder: a classifier needs two classes");
     train_set = folder;
     if (fs::is_directory(fs::path(data) / "val")) {
       io.train = false;

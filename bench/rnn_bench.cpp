@@ -39,7 +39,7 @@ int body(int argc, char** argv) {
   const int64_t N = apps::check_positive("batch-size", a["batch-size"].as<int64_t>());
   const int64_t I = apps::check_positive("input-size", a["input-size"].as<int64_t>());
   const int64_t H = apps::check_positive("hidden-size", a["hidden-size"].as<int64_t>());
-  const int64_t L = apps::check_positive("layers", a["layers"].as<int64_t>());
+  const int64_t L = apps::check_count("layers", a["layers"].as<int64_t>(), apps::kMaxLayers);
   const int64_t reps = apps::check_positive("reps", a["reps"].as<int64_t>());
   const bool bidir = a.count("bidirectional") > 0;
   const std::string precision = a["precision"].as<std::string>();

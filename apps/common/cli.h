@@ -291,7 +291,13 @@ inline std::string check_output_dir(const cxxopts::ParseResult& a, const char* f
 inline nn::Device parse_device(const std::string& spec) {
   try {
     const char* local = std::getenv("LOCAL_RANK");
-    if (spec == "cuda" && local && *local) return nn::Device(spec + ":" + local);
+    if (spec == "cuda" && local && *local) {
+      const std::string rank = local;
+      if (rank.find_first_not_of("0123456789") != std::string::npos || rank.size() > 9)
+        throw UsageError("--device cuda: LOCAL_RANK='" + rank + "' (a launcher's process index, "
+                         "which picks the GPU) is not a number");
+      return nn::Device(spec + ":" + rank);
+    }
     return nn::Device(spec);
   } catch (const nn::Error& e) {
     throw UsageError(std::string("--device: ") + e.what());

@@ -22,6 +22,10 @@ f="$bin/fp16_vs_fp32"
 "$e" 2 "--precisions has an empty item: 'fp32,,bf16'" -- "$f" --device cpu --precisions fp32,,bf16
 "$e" 2 "--layout must be one of auto, nhwc, nchw, got 'nwhc'" -- "$f" --device cpu --layout nwhc
 "$e" 2 "--device: unknown device 'tpu'" -- "$f" --device tpu
+# a launcher's LOCAL_RANK picks the GPU of a bare --device cuda: one that is not a number is
+# named (the message had been "unknown device 'cuda:abc'")
+"$e" 2 "LOCAL_RANK='abc' \(a launcher's process index, which picks the GPU\) is not a number" -- \
+  env LOCAL_RANK=abc "$f" --device cuda
 # result files are checked before the runs (a ResNet-50 step on the CPU takes seconds)
 "$e" 1 "cannot open '/nonexistent/r.json' for writing \(--json\)" -- "$f" --device cpu --json /nonexistent/r.json
 "$e" 1 "cannot open '$out' for writing \(--loss-curve\): it is a folder" -- "$f" --device cpu --loss-curve "$out"
@@ -106,6 +110,7 @@ v="$bin/conv_bench"
 n="$bin/rnn_bench"
 "$e" 2 "--cells must be one of lstm, gru, rnn, got 'elman'" -- "$n" --cells lstm,elman
 "$e" 2 "--seq-len must be positive, got 0" -- "$n" --seq-len 0
+"$e" 2 "--layers must be at most 10000" -- "$n" --layers 100000000000
 "$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$n" --precision fp8
 "$e" 0 '"cell": "gru", "phase": "train"' -- "$n" --cells gru --seq-len 3 --batch-size 2 --input-size 4 \
   --hidden-size 5 --layers 2 --bidirectional --reps 1

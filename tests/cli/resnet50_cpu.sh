@@ -75,6 +75,10 @@ test -s "$out/r.st"
 mkdir -p "$out/noclass/train"
 "$e" 1 "error: .*(no class|empty)" -- "$app" "${small[@]}" --data "$out/noclass"
 "$e" 2 "--num-classes applies to --data synthetic only" -- "$app" "${small[@]}" --data "$out/img" --num-classes 2
+# a folder of one class is refused as --num-classes 1 is (it trained, to a loss of -0)
+mkdir -p "$out/oneclass/train"
+cp -r "$out/img/train/bright" "$out/oneclass/train/"
+"$e" 1 "has 1 class folder: a classifier needs two classes" -- "$app" "${small[@]}" --data "$out/oneclass"
 # validation classes other than the training ones
 cp -r "$out/img" "$out/img2"
 mv "$out/img2/val/$(ls "$out/img2/val" | head -1)" "$out/img2/val/aaa_other"
