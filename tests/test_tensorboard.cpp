@@ -172,6 +172,12 @@ TEST_CASE("TensorBoardWriter writes framed scalar events, flushed as they come",
   w2.add_scalar("train/loss", 9, 1);
   REQUIRE(read_events(w.path()).size() == 6);
   REQUIRE(read_events(w2.path()).size() == 2);
+  // a tag that is not UTF-8 (Latin-1 "café") is refused and nothing is written: TensorBoard
+  // stops reading a file at such a tag, so every later scalar was lost
+  REQUIRE(test::error_of([&] { w2.add_scalar("acc/caf\xe9", 0.5, 2); }).find("is not valid UTF-8") !=
+          std::string::npos);
+  w2.add_scalar("caf\u00e9", 0.5, 2);
+  REQUIRE(read_events(w2.path()).size() == 3);
 }
 
 TEST_CASE("TensorBoardWriter reports a log directory it cannot create", "[train][tensorboard][errors]") {

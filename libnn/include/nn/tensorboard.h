@@ -18,7 +18,8 @@ class TensorBoardWriter {
   // that name included: it is never overwritten).
   explicit TensorBoardWriter(const std::string& logdir);
   // Appends one scalar and flushes, so a live TensorBoard sees it at once. Throws nn::Error
-  // when the write fails (disk full).
+  // when the write fails (disk full) or the tag is not valid UTF-8 (TensorBoard would stop
+  // reading the file there; nothing is written).
   void add_scalar(const std::string& tag, double value, int64_t step);
   void flush();
   const std::string& path() const { return path_; }

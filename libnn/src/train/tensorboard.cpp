@@ -17,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/json.h"
+
 namespace nn::train {
 
 static_assert(std::endian::native == std::endian::little, "fixed-width fields are written as is");
@@ -113,6 +115,10 @@ TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
 }
 
 void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step) {
+  // TensorBoard's readers stop at an event whose tag is not UTF-8, and every later one in the
+  // file is lost with it
+  NN_CHECK(io::json::is_valid_utf8(tag), "TensorBoard: the tag ", io::json::quote(tag),
+           " is not valid UTF-8");
   std::string v;
   put_bytes(v, 1, tag);
   put_key(v, 2, 5);
