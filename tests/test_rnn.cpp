@@ -188,7 +188,7 @@ TEST_CASE("RNN dropout between layers only in training, the output alone for Seq
   REQUIRE(m.forward(x).shape() == Shape{6, 2, 4});
   REQUIRE(m.extra_repr() == "3, 4, num_layers=2, dropout=0.5");
   REQUIRE(LSTM(LSTMOptions(2, 5).batch_first(true).bidirectional(true).bias(false)).extra_repr() ==
-          "2, 5, bias=False, batch_first=True, bidirectional=True");
+          "2, 5, bias=false, batch_first=true, bidirectional=true");
   REQUIRE(RNN(RNNOptions(2, 5).nonlinearity("relu")).extra_repr() == "2, 5, nonlinearity=relu");
   REQUIRE(RNN(RNNOptions(2, 5)).weights[0].w_hh.shape() == Shape{5, 5});  // one gate
   // PyTorch's names and shapes, and its init bound 1/sqrt(hidden_size)

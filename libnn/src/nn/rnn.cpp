@@ -73,10 +73,10 @@ void RNNBase::reset_parameters() {
 std::string RNNBase::extra_repr() const {
   std::string s = detail::cat(options.input_size(), ", ", options.hidden_size());
   if (options.num_layers() != 1) s += detail::cat(", num_layers=", options.num_layers());
-  if (!options.bias()) s += ", bias=False";
-  if (options.batch_first()) s += ", batch_first=True";
+  if (!options.bias()) s += ", bias=false";
+  if (options.batch_first()) s += ", batch_first=true";
   if (options.dropout() != 0) s += detail::cat(", dropout=", options.dropout());
-  if (options.bidirectional()) s += ", bidirectional=True";
+  if (options.bidirectional()) s += ", bidirectional=true";
   if (options.nonlinearity() != "tanh") s += ", nonlinearity=" + options.nonlinearity();
   return s;
 }
