@@ -25,6 +25,8 @@ declare -A md5=(
   [cifar-100-binary.tar.gz]=03b5dce01913d631647c71ecec9e9cb8
 )
 mkdir -p "$dest"
+command -v curl > /dev/null || command -v wget > /dev/null ||
+  { echo "fetch_cifar.sh: needs curl or wget (apt-get install curl)" >&2; exit 1; }
 for f in "${sets[@]}"; do
   if [[ ! -f "$dest/$f" ]]; then
     echo "fetching $f"
