@@ -25,11 +25,11 @@ declare -A md5=(
   [cifar-100-binary.tar.gz]=03b5dce01913d631647c71ecec9e9cb8
 )
 mkdir -p "$dest"
-command -v curl > /dev/null || command -v wget > /dev/null ||
-  { echo "fetch_cifar.sh: needs curl or wget (apt-get install curl)" >&2; exit 1; }
 for f in "${sets[@]}"; do
   if [[ ! -f "$dest/$f" ]]; then
     echo "fetching $f"
+    command -v curl > /dev/null || command -v wget > /dev/null ||
+      { echo "fetch_cifar.sh: needs curl or wget to download (apt-get install curl)" >&2; exit 1; }
     if command -v curl > /dev/null; then curl -fSL -o "$dest/$f.part" "$mirror/$f"
     else wget -q -O "$dest/$f.part" "$mirror/$f"; fi
     mv "$dest/$f.part" "$dest/$f"

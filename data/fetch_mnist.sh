@@ -11,8 +11,6 @@ esac
 dest=${1:-"$(dirname "$0")/mnist"}
 mirror=${MNIST_MIRROR:-https://ossci-datasets.s3.amazonaws.com/mnist}
 mkdir -p "$dest"
-command -v curl > /dev/null || command -v wget > /dev/null ||
-  { echo "fetch_mnist.sh: needs curl or wget (apt-get install curl)" >&2; exit 1; }
 declare -A md5=(
   [train-images-idx3-ubyte.gz]=f68b3c2dcbeaaa9fbdd348bbdeb94873
   [train-labels-idx1-ubyte.gz]=d53e105ee54ea40749a09fcbcd1e9432
@@ -22,6 +20,8 @@ declare -A md5=(
 for f in "${!md5[@]}"; do
   if [[ ! -f "$dest/$f" ]]; then
     echo "fetching $f"
+    command -v curl > /dev/null || command -v wget > /dev/null ||
+      { echo "fetch_mnist.sh: needs curl or wget to download (apt-get install curl)" >&2; exit 1; }
     if command -v curl > /dev/null; then curl -fsSL -o "$dest/$f.part" "$mirror/$f"
     else wget -q -O "$dest/$f.part" "$mirror/$f"; fi
     mv "$dest/$f.part" "$dest/$f"
