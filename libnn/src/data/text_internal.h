@@ -6,14 +6,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace nn::text::detail {
 
-// The code point starting at s[i], advancing i past it. An invalid sequence (bad lead or
-// continuation byte, overlong form, surrogate, beyond U+10FFFF, cut short) gives -1 and
-// advances one byte, so decoding always makes progress.
-int32_t decode_utf8(std::string_view s, size_t& i);
-// The byte offset of the first invalid sequence, or npos when s is valid UTF-8.
-size_t find_invalid_utf8(std::string_view s);
+using utf8::decode_utf8;  // (core/utf8.h)
+using utf8::find_invalid_utf8;
 void append_utf8(std::string& out, uint32_t cp);
 
 // Uniform in [0, n) (Lemire's multiply-shift; the bias is below 2^-64 * n, irrelevant here).

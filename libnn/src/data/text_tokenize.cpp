@@ -11,52 +11,6 @@
 namespace nn::text {
 namespace detail {
 
-int32_t decode_utf8(std::string_view s, size_t& i) {
-  const auto b0 = uint8_t(s[i]);
-  if (b0 < 0x80) {
-    ++i;
-    return b0;
-  }
-  int len;
-  uint32_t cp, min;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    ++i;
-    return -1;
-  }
-  if (i + len > s.size()) {
-    ++i;
-    return -1;
-  }
-  for (int k = 1; k < len; ++k) {
-    const auto b = uint8_t(s[i + k]);
-    if ((b & 0xC0) != 0x80) {
-      ++i;
-      return -1;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    ++i;
-    return -1;
-  }
-  i += len;
-  return int32_t(cp);
-}
-
-size_t find_invalid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    size_t at = i;
-    if (decode_utf8(s, i) < 0) return at;
-  }
-  return std::string_view::npos;
-}
-
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += char(cp);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <set>
 
+#include "core/utf8.h"
+
 namespace nn::io::json {
 
 const Value* Value::find(std::string_view key) const {
@@ -60,22 +62,8 @@ void append_utf8(std::string& out, uint32_t cp) {
 // surrogates and values past U+10FFFF are rejected, so keys and metadata are valid text for
 // every other reader too.
 size_t utf8_char_length(std::string_view s, size_t pos) {
-  auto b0 = static_cast<unsigned char>(s[pos]);
-  if (b0 < 0x80) return 1;
-  size_t extra;
-  uint32_t cp, min;
-  if (b0 >= 0xc2 && b0 <= 0xdf) { extra = 1; cp = b0 & 0x1f; min = 0x80; }
-  else if (b0 >= 0xe0 && b0 <= 0xef) { extra = 2; cp = b0 & 0x0f; min = 0x800; }
-  else if (b0 >= 0xf0 && b0 <= 0xf4) { extra = 3; cp = b0 & 0x07; min = 0x10000; }
-  else return 0;
-  if (s.size() - pos <= extra) return 0;
-  for (size_t i = 1; i <= extra; ++i) {
-    auto b = static_cast<unsigned char>(s[pos + i]);
-    if ((b & 0xc0) != 0x80) return 0;
-    cp = cp << 6 | (b & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return extra + 1;
+  size_t next = pos;
+  return utf8::decode_utf8(s, next) < 0 ? 0 : next - pos;  // (core/utf8.h)
 }
 
 class Parser {
@@ -277,14 +265,7 @@ class Parser {
 
 Value parse(std::string_view text) { return Parser(text).parse_document(); }
 
-bool is_valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    size_t n = utf8_char_length(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
+bool is_valid_utf8(std::string_view s) { return utf8::find_invalid_utf8(s) == std::string_view::npos; }
 
 std::string quote(std::string_view s) {
   // (each byte that is not part of valid UTF-8 as U+FFFD, as to_valid_utf8 below)
