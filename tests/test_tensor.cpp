@@ -422,6 +422,23 @@ TEST_CASE("dims named twice, t() beyond 2 dims, 0-d softmax and argmax, negative
   REQUIRE(test::error_of([&] { r.narrow(0, -6, 1); }).find("outside dim") != std::string::npos);
 }
 
+// Mixed dtypes meet in their common one, as torch.cat and torch.stack (it had been an error,
+// which autocast regions, where a 16-bit result meets an f32 tensor, ran into); gradients go
+// back to each input in its own dtype.
+TEST_CASE("concat and stack of mixed dtypes promote as binary ops do", "[tensor]") {
+  Tensor a = full({2}, 1.5, kF16).requires_grad_(true), b = full({1}, 2.25, kF32).requires_grad_(true);
+  Tensor c = concat({a, b});
+  REQUIRE(c.dtype() == kF32);
+  REQUIRE(c.to_vector<float>() == std::vector<float>{1.5f, 1.5f, 2.25f});
+  sum(c * 2.0).backward();
+  REQUIRE(a.grad().dtype() == kF16);
+  REQUIRE(a.grad().to(kF32).to_vector<float>() == std::vector<float>{2, 2});
+  REQUIRE(b.grad().to_vector<float>() == std::vector<float>{2});
+  REQUIRE(stack({full({2}, 1.0, kBF16), full({2}, 3.0, kF16)}).dtype() == kF32);  // (as binary ops)
+  REQUIRE(stack({arange(2, kI64), full({2}, 0.5, kF64)}).to_vector<double>() == std::vector<double>{0, 1, 0.5, 0.5});
+  REQUIRE(concat({arange(2, kU8), arange(2, kI32)}).dtype() == kI32);
+}
+
 TEST_CASE("printing", "[tensor]") {
   std::string s = tensor({1, 2.5}).str();
   REQUIRE(s.find("tensor([1.0000, 2.5000]") == 0);

@@ -31,7 +31,9 @@ constexpr bool is_floating(DType t) {
 const char* dtype_name(DType t);     // "f32"
 DType dtype_from_name(const std::string& name);  // throws nn::Error on an unknown name
 
-// IEEE binary16 and bfloat16 storage types; conversions round to nearest even.
+// IEEE binary16 and bfloat16 storage types; conversions from f32 round to nearest even (from
+// f64 through f32, as PyTorch's: twice, so a value just past a halfway point can land a 16-bit
+// step off).
 inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 

@@ -81,6 +81,8 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // i64
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
 // ---- shape --------------------------------------------------------------------------------
+// Tensors of mixed dtypes are concatenated (and stacked) in their common dtype
+// (promote_types), as torch.cat and torch.stack.
 Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Views of x along dim, as torch.split / torch.chunk: split in pieces of `size` (the last
 // shorter when size does not divide the dim), chunk in `chunks` pieces of ceil(n / chunks)

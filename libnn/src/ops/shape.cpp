@@ -229,8 +229,17 @@ Tensor Tensor::clone() const {
   return out;
 }
 
-Tensor concat(const std::vector<Tensor>& ts, int64_t dim) {
-  NN_CHECK(!ts.empty(), "concat: no tensors given");
+Tensor concat(const std::vector<Tensor>& ts_in, int64_t dim) {
+  NN_CHECK(!ts_in.empty(), "concat: no tensors given");
+  // mixed dtypes meet in their common one (promote_types, as PyTorch's cat), through
+  // differentiable casts
+  for (const Tensor& t : ts_in) check_defined(t, "concat");
+  DType common = ts_in[0].dtype();
+  for (const Tensor& t : ts_in) common = promote_types(common, t.dtype());
+  std::vector<Tensor> cast;
+  if (std::any_of(ts_in.begin(), ts_in.end(), [&](const Tensor& t) { return t.dtype() != common; }))
+    for (const Tensor& t : ts_in) cast.push_back(t.to(common));
+  const std::vector<Tensor>& ts = cast.empty() ? ts_in : cast;
   const Tensor& first = ts[0];
   check_defined(first, "concat");
   int64_t d = wrap_dim(dim, first.dim());
