@@ -260,6 +260,26 @@ TEST_CASE("saves through a symbolic link and into a pipe keep them", "[io]") {
   std::ofstream(d.file("copy.st"), std::ios::binary) << got;
   REQUIRE(io::load_safetensors(d.file("copy.st")).tensors[0].second.to_vector<float>() ==
           std::vector<float>{4, 4});
+  // /dev/stdout when stdout is a pipe: /proc/self/fd/N, a link to "pipe:[inode]" with no file
+  // behind it, is written where it is (not resolved to a name to create beside)
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::string piped;
+  std::thread drain([&] {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) piped.append(buf, size_t(n));
+  });
+  const std::string out = "/proc/self/fd/" + std::to_string(fds[1]);
+  io::save_safetensors(out, {{"w", full({2}, 5.0)}});
+  train::write_file(out, "and a line\n");
+  ::close(fds[1]);
+  drain.join();
+  ::close(fds[0]);
+  REQUIRE(piped.size() > 11);
+  REQUIRE(piped.substr(piped.size() - 11) == "and a line\n");
+  std::ofstream(d.file("piped.st"), std::ios::binary) << piped.substr(0, piped.size() - 11);
+  REQUIRE(io::load_safetensors(d.file("piped.st")).tensors[0].second.to_vector<float>() ==
+          std::vector<float>{5, 5});
 }
 
 TEST_CASE("generator state in checkpoint meta", "[io][checkpoint]") {

@@ -21,8 +21,13 @@ std::string tmp_path(const std::string& path) {
 std::string save_target(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (!fs::is_symlink(path, ec)) return path;
+  if (fs::exists(path, ec)) {  // resolved as the kernel resolves it
+    const fs::path real = fs::canonical(path, ec);
+    if (!ec) return real.string();
+  }
   fs::path p = path;
-  // link by link (a dangling link's target is created), as the kernel follows them
+  // a dangling link: link by link to the name the save creates
   for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
     const fs::path to = fs::read_symlink(p, ec);
     if (ec) break;

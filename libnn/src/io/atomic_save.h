@@ -11,7 +11,8 @@ namespace nn::io::atomic_save {
 std::string tmp_path(const std::string& path);
 
 // The file a save to `path` writes: path itself, or, for a symbolic link, the file it points
-// to (renaming over the link would replace the link and leave its target as it was).
+// to (renaming over the link would replace the link and leave its target as it was). Ask
+// is_special_file(path) first: /dev/stdout, a link to a pipe, has no file name to resolve to.
 std::string save_target(const std::string& path);
 
 // Whether `path` exists and is not a regular file (a device such as /dev/stdout, a pipe): a

@@ -271,14 +271,14 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   };
   // beside the file, then renamed over it (through a symbolic link, over the file it names);
   // a device or a pipe (/dev/stdout) is written where it is
-  const std::string target = atomic_save::save_target(path);
-  if (atomic_save::is_special_file(target)) {
-    File f(std::fopen(target.c_str(), "wb"));
-    NN_CHECK(f, where, "cannot open '", target, "' for writing: ", errno_text());
-    write_to(f.get(), target);
-    NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close '", target, "': ", errno_text());
+  if (atomic_save::is_special_file(path)) {
+    File f(std::fopen(path.c_str(), "wb"));
+    NN_CHECK(f, where, "cannot open it for writing: ", errno_text());
+    write_to(f.get(), path);
+    NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close it: ", errno_text());
     return;
   }
+  const std::string target = atomic_save::save_target(path);
   TmpGuard tmp{atomic_save::tmp_path(target)};
   File f(std::fopen(tmp.path.c_str(), "wb"));
   NN_CHECK(f, where, "cannot create '", tmp.path, "': ", errno_text());

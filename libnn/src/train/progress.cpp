@@ -106,8 +106,9 @@ void append_line(const std::string& path, const std::string& line) {
 
 void write_file(const std::string& path_given, const std::string& text) {
   // through a symbolic link, the file it names is replaced (not the link)
-  const std::string path = io::atomic_save::save_target(path_given);
-  if (io::atomic_save::is_special_file(path)) {
+  const bool special = io::atomic_save::is_special_file(path_given);
+  const std::string path = special ? path_given : io::atomic_save::save_target(path_given);
+  if (special) {
     // /dev/stdout, a pipe: written where it is (a file renamed over it would replace it)
     std::ofstream f(path, std::ios::binary);
     NN_CHECK(f.good(), "cannot open '", path, "' for writing: ", std::strerror(errno));
