@@ -144,9 +144,17 @@ TEST_CASE("write_idx refuses a dim past 32 bits and replaces files whole", "[dat
   data::write_idx(p, arange(3, kF32));
   REQUIRE(data::read_idx(p).to_vector<float>() == std::vector<float>{0, 1, 2});
   fs::create_directory(d.file("folder"));
-  REQUIRE(test::error_of([&] { data::write_idx(d.file("folder"), arange(3, kF32)); }).find("failed") !=
+  REQUIRE(test::error_of([&] { data::write_idx(d.file("folder"), arange(3, kF32)); }).find("cannot rename") !=
           std::string::npos);
   REQUIRE(d.names() == std::vector<std::string>{"folder", "x.gz"});
+  // through a symbolic link the file it names is replaced, not the link; a device stays one
+  fs::create_symlink("x.gz", d.file("link.gz"));
+  data::write_idx(d.file("link.gz"), arange(2, kF32));
+  REQUIRE(fs::is_symlink(d.file("link.gz")));
+  REQUIRE(data::read_idx(p).to_vector<float>() == std::vector<float>{0, 1});
+  REQUIRE(d.names() == std::vector<std::string>{"folder", "link.gz", "x.gz"});
+  data::write_idx("/dev/null", arange(2, kF32));
+  REQUIRE(fs::is_character_file("/dev/null"));
 }
 
 TEST_CASE("load_mnist checks that images and labels agree", "[data][mnist]") {

@@ -163,22 +163,21 @@ void write_idx(const std::string& path, const Tensor& t_in) {
   const auto* p = static_cast<const uint8_t*>(t.data_ptr());
   for (int64_t i = 0; i < t.numel(); ++i)
     for (size_t k = 0; k < w; ++k) out.push_back(p[i * w + (w - 1 - k)]);  // to big-endian
-  // beside the file, then renamed over it: a failed write leaves the old file as it was
-  const std::string tmp = io::atomic_save::tmp_path(path);
-  bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  gzFile f = gzopen(tmp.c_str(), gz ? "wb" : "wbT");
-  NN_CHECK(f, "write_idx: cannot create '", tmp, "': ", std::strerror(errno));
-  bool ok = true;
-  for (size_t at = 0; ok && at < out.size();) {  // gzwrite takes an unsigned count: 1 GiB at a time
-    const unsigned n = unsigned(std::min<size_t>(out.size() - at, size_t(1) << 30));
-    ok = gzwrite(f, out.data() + at, n) == int(n);
-    at += n;
-  }
-  ok = gzclose(f) == Z_OK && ok;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
-  const int err = errno;
-  std::remove(tmp.c_str());
-  NN_ERROR("write_idx: writing '", path, "' failed", ok ? std::string(": ") + std::strerror(err) : "");
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  io::atomic_save::write(path, [&](const std::string& name) {
+    gzFile f = gzopen(name.c_str(), gz ? "wb" : "wbT");
+    NN_CHECK(f, "write_idx: cannot create '", name, "': ", std::strerror(errno));
+    errno = 0;
+    bool ok = true;
+    for (size_t at = 0; ok && at < out.size();) {  // gzwrite takes an unsigned count: 1 GiB at a time
+      const unsigned n = unsigned(std::min<size_t>(out.size() - at, size_t(1) << 30));
+      ok = gzwrite(f, out.data() + at, n) == int(n);
+      at += n;
+    }
+    ok = gzclose(f) == Z_OK && ok;
+    const int err = errno;
+    NN_CHECK(ok, "write_idx: writing '", name, "' failed", err ? std::string(": ") + std::strerror(err) : "");
+  }, "write_idx: ");
 }
 
 }  // namespace nn::data

@@ -1,17 +1,58 @@
 #include "io/atomic_save.h"
 
+#include <nn/error.h>
+
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace nn::io::atomic_save {
 
 namespace {
 constexpr const char kTag[] = ".tmp-";
+
+// fsync of `path` (a file, or a folder with O_DIRECTORY); a file system that cannot sync a
+// folder (EINVAL) makes the rename as durable as it allows.
+void sync_path(const std::string& path, int flags, const std::string& where) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags);
+  NN_CHECK(fd >= 0, where, "cannot open '", path, "' to sync it: ", std::strerror(errno));
+  const int r = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  NN_CHECK(r == 0 || (err == EINVAL && (flags & O_DIRECTORY)), where, "cannot sync '", path,
+           "': ", std::strerror(err));
+}
+}  // namespace
+
+void write(const std::string& path, const std::function<void(const std::string& name)>& write_to,
+           const std::string& where) {
+  // checked before any link is resolved: /dev/stdout on a pipe resolves to a name
+  // ('pipe:[inode]') with no file behind it
+  if (is_special_file(path)) {
+    write_to(path);
+    return;
+  }
+  const std::string target = save_target(path);
+  const std::string tmp = tmp_path(target);
+  try {
+    write_to(tmp);
+    sync_path(tmp, 0, where);
+    NN_CHECK(std::rename(tmp.c_str(), target.c_str()) == 0, where, "cannot rename '", tmp,
+             "' over '", target, "': ", std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  const std::string dir = std::filesystem::path(target).parent_path().string();
+  sync_path(dir.empty() ? "." : dir, O_DIRECTORY, where);
+  remove_stale_tmps(target);
 }
 
 std::string tmp_path(const std::string& path) {

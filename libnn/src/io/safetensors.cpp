@@ -110,27 +110,6 @@ std::string hex32(uint32_t v) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Removes the temporary file unless the save got as far as renaming it.
-struct TmpGuard {
-  std::string path;
-  bool armed = true;
-  ~TmpGuard() { if (armed) ::unlink(path.c_str()); }
-};
-
-void sync_parent_dir(const std::string& path, const std::string& where) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  NN_CHECK(fd >= 0, where, "cannot open the directory '", dir, "' to sync it: ", errno_text());
-  // Some file systems cannot sync a directory (EINVAL); the rename is then as durable as
-  // they allow.
-  int r = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  NN_CHECK(r == 0 || err == EINVAL, where, "cannot sync the directory '", dir, "': ",
-           std::strerror(err));
-}
-
 struct Entry {
   std::string name;
   DType dtype;
@@ -269,28 +248,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     for (auto& t : host) put(t.data_ptr(), t.nbytes());
     NN_CHECK(std::fflush(fp) == 0, where, "cannot write '", name, "': ", errno_text());
   };
-  // beside the file, then renamed over it (through a symbolic link, over the file it names);
-  // a device or a pipe (/dev/stdout) is written where it is
-  if (atomic_save::is_special_file(path)) {
-    File f(std::fopen(path.c_str(), "wb"));
-    NN_CHECK(f, where, "cannot open it for writing: ", errno_text());
-    write_to(f.get(), path);
-    NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close it: ", errno_text());
-    return;
-  }
-  const std::string target = atomic_save::save_target(path);
-  TmpGuard tmp{atomic_save::tmp_path(target)};
-  File f(std::fopen(tmp.path.c_str(), "wb"));
-  NN_CHECK(f, where, "cannot create '", tmp.path, "': ", errno_text());
-  write_to(f.get(), tmp.path);
-  NN_CHECK(::fsync(fileno(f.get())) == 0, where, "cannot sync '", tmp.path, "': ", errno_text());
-  NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close '", tmp.path, "': ",
-           errno_text());
-  NN_CHECK(std::rename(tmp.path.c_str(), target.c_str()) == 0, where, "cannot rename '", tmp.path,
-           "' over '", target, "': ", errno_text());
-  tmp.armed = false;
-  sync_parent_dir(target, where);
-  atomic_save::remove_stale_tmps(target);
+  atomic_save::write(path, [&](const std::string& name) {
+    File f(std::fopen(name.c_str(), "wb"));
+    NN_CHECK(f, where, "cannot create '", name, "': ", errno_text());
+    write_to(f.get(), name);
+    NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close '", name, "': ", errno_text());
+  }, where);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

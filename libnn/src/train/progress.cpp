@@ -104,37 +104,14 @@ void append_line(const std::string& path, const std::string& line) {
   NN_CHECK(err == 0, "writing to '", path, "' failed: ", std::strerror(err));
 }
 
-void write_file(const std::string& path_given, const std::string& text) {
-  // through a symbolic link, the file it names is replaced (not the link)
-  const bool special = io::atomic_save::is_special_file(path_given);
-  const std::string path = special ? path_given : io::atomic_save::save_target(path_given);
-  if (special) {
-    // /dev/stdout, a pipe: written where it is (a file renamed over it would replace it)
-    std::ofstream f(path, std::ios::binary);
-    NN_CHECK(f.good(), "cannot open '", path, "' for writing: ", std::strerror(errno));
+void write_file(const std::string& path, const std::string& text) {
+  io::atomic_save::write(path, [&](const std::string& name) {
+    std::ofstream f(name, std::ios::binary | std::ios::trunc);
+    NN_CHECK(f.good(), "cannot open '", name, "' for writing: ", std::strerror(errno));
     f << text;
     f.flush();
-    NN_CHECK(f.good(), "writing to '", path, "' failed: ", std::strerror(errno));
-    return;
-  }
-  const std::string tmp = io::atomic_save::tmp_path(path);
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    NN_CHECK(f.good(), "cannot open '", tmp, "' for writing: ", std::strerror(errno));
-    f << text;
-    f.flush();
-    if (!f.good()) {
-      const int err = errno;
-      std::remove(tmp.c_str());
-      NN_ERROR("writing to '", tmp, "' failed: ", std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    NN_ERROR("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
-  }
-  io::atomic_save::remove_stale_tmps(path);
+    NN_CHECK(f.good(), "writing to '", name, "' failed: ", std::strerror(errno));
+  });
 }
 
 }  // namespace nn::train
