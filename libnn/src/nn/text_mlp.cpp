@@ -1,5 +1,6 @@
 #include <nn/models.h>
 #include <nn/ops.h>
+#include <nn/text.h>
 
 namespace nn::models {
 
@@ -23,7 +24,8 @@ TextMLP::TextMLP(const TextMLPOptions& o) : Module("TextMLP"), options(o) {
 Tensor TextMLP::forward(const Tensor& ids, const Tensor& keep) {
   // without a mask, [PAD] tokens are left out of the mean and get no gradient (as
   // EmbeddingBag's padding_idx has it)
-  return mlp->forward(embedding_bag(embed->weight, ids, keep.defined() ? keep : ne(ids, full({}, double(options.pad_id()), ids.options()))));
+  return mlp->forward(
+      embedding_bag(embed->weight, ids, keep.defined() ? keep : text::padding_mask(ids, options.pad_id())));
 }
 
 }  // namespace nn::models
