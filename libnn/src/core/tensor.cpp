@@ -248,15 +248,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
   NN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
   // both ends values of the dtype (as PyTorch checks): a draw is never wrapped into another
   const DType dt = opts.dtype_;
-  auto fits = [dt](int64_t v) {
-    switch (dt) {
-      case kU8: return v >= 0 && v <= 255;
-      case kI32: return v >= INT32_MIN && v <= INT32_MAX;
-      case kF16: return std::abs(double(v)) <= 65504;
-      default: return true;
-    }
-  };
-  NN_CHECK(fits(low) && fits(high - 1), "randint: the range [", low, ", ", high,
+  const auto [lo, hi] = integer_range(dt);
+  NN_CHECK(low >= lo && high - 1 <= hi, "randint: the range [", low, ", ", high,
            ") does not fit a ", dtype_name(dt), " tensor");
   // element i: a 64-bit word (lanes 2(i % 2) and 2(i % 2) + 1 of counter block offset + i / 2)
   // scaled into [0, high - low) by a 128-bit product (every value reachable, bias below

@@ -4,6 +4,8 @@
 #include <nn/tensor.h>
 
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 namespace nn {
 
@@ -43,12 +45,23 @@ inline void check_scalar_fits(const Tensor& a, double b, const char* op) {
 
 // A value stored into an integer tensor by a factory (full, tensor): whole and within the
 // dtype's range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated).
+// The integers a dtype holds without overflow, [first, second]: an integer dtype's range; for
+// f16 its finite range; for the others all of int64.
+inline std::pair<int64_t, int64_t> integer_range(DType dt) {
+  switch (dt) {
+    case kU8: return {0, 255};
+    case kI32: return {INT32_MIN, INT32_MAX};
+    case kF16: return {-65504, 65504};
+    default: return {INT64_MIN, INT64_MAX};
+  }
+}
+
 inline void check_value_fits(DType dt, double v, const char* op) {
   if (is_floating(dt)) return;
-  const double lo = dt == kU8 ? 0 : dt == kI32 ? -0x1p31 : -0x1p63;
-  const double end = dt == kU8 ? 256 : dt == kI32 ? 0x1p31 : 0x1p63;  // (exclusive)
-  NN_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= lo && v < end, op, ": the value ",
-           v, " cannot be stored in a ", dtype_name(dt), " tensor without changing it");
+  const auto [lo, hi] = integer_range(dt);
+  NN_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= double(lo) && v < double(hi) + 1, op,
+           ": the value ", v, " cannot be stored in a ", dtype_name(dt),
+           " tensor without changing it");  // (double(hi) + 1: 256, 2^31, 2^63, all exact)
 }
 
 }  // namespace nn
