@@ -23,6 +23,7 @@ struct Event {
   std::string file_version, tag;
   float value = 0;
   bool has_value = false;
+  int64_t session_status = -1;  // SessionLog.status; -1: no session_log
 };
 
 uint32_t masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
@@ -78,6 +79,14 @@ Event decode_event(const std::string& msg) {
           else if (k == ((2 << 3) | 5)) { e.value = v.fixed<float>(); e.has_value = true; }
           else FAIL("unexpected Value field key " << k);
         }
+        break;
+      }
+      case (7 << 3) | 2: {  // SessionLog { SessionStatus status = 1; }
+        std::string log = r.bytes();
+        Reader l{log};
+        REQUIRE(l.varint() == ((1 << 3) | 0));
+        e.session_status = int64_t(l.varint());
+        REQUIRE(l.pos == log.size());
         break;
       }
       default: FAIL("unexpected Event field key " << key);
@@ -178,6 +187,22 @@ TEST_CASE("TensorBoardWriter writes framed scalar events, flushed as they come",
           std::string::npos);
   w2.add_scalar("caf\u00e9", 0.5, 2);
   REQUIRE(read_events(w2.path()).size() == 3);
+}
+
+TEST_CASE("TensorBoardWriter marks where a resumed run starts again", "[train][tensorboard]") {
+  test::TempDir d;
+  TensorBoardWriter w(d.file("tb"));
+  w.purge_from(6);
+  w.add_scalar("train/loss", 0.5, 6);
+  const auto ev = read_events(w.path());
+  REQUIRE(ev.size() == 3);
+  // a SessionLog START (1) at the step: readers drop the steps >= 6 of earlier files
+  REQUIRE(ev[1].step == 6);
+  REQUIRE(ev[1].session_status == 1);
+  REQUIRE_FALSE(ev[1].has_value);
+  REQUIRE(ev[1].wall_time >= ev[0].wall_time);
+  REQUIRE(ev[2].session_status == -1);
+  REQUIRE(ev[2].tag == "train/loss");
 }
 
 TEST_CASE("TensorBoardWriter reports a log directory it cannot create", "[train][tensorboard][errors]") {

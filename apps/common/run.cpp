@@ -131,7 +131,7 @@ Position Run::load() {
   if (!c) {
     std::printf("%s: no checkpoint in '%s' yet: starting from the beginning\n", app_.c_str(),
                 ckpt_->dir().c_str());
-    drop_metrics_from(1);  // (lines of a run that stopped before its first checkpoint)
+    drop_records_after(pos);  // (of a run that stopped before its first checkpoint)
     return pos;
   }
   auto app = c->meta.find("app");
@@ -228,8 +228,14 @@ Position Run::load() {
   if (pos.epoch > epochs_)
     std::printf("%s: the checkpoint is past --epochs %lld: nothing is left to train (a larger "
                 "--epochs goes on from it)\n", app_.c_str(), (long long)epochs_);
-  drop_metrics_from(pos.epoch);
+  drop_records_after(pos);
   return pos;
+}
+
+void Run::drop_records_after(const Position& pos) const {
+  drop_metrics_from(pos.epoch);
+  // (steps count from 1: a run from the start drops all)
+  if (tb_) tb_->purge_from(pos.step + 1);
 }
 
 void Run::drop_metrics_from(int64_t epoch) const {

@@ -105,7 +105,10 @@ class Run {
 
  private:
   Position load();  // the newest valid checkpoint's position (--resume)
-  void drop_metrics_from(int64_t epoch) const;  // --metrics lines of `epoch` and later
+  // What an interrupted run recorded past `pos`, which this run records again: the --metrics
+  // lines of pos.epoch and later, and (hidden from TensorBoard) its scalars after pos.step.
+  void drop_records_after(const Position& pos) const;
+  void drop_metrics_from(int64_t epoch) const;
   void save(const Position& pos);
   // state_.identity as "model.KEY" metadata (checkpoints, --save-model)
   void add_identity(std::map<std::string, std::string>& meta) const;

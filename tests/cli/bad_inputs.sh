@@ -101,12 +101,14 @@ case $case in
     expect 0 "had learning rate 0.0005, this run has 0.001: continuing with 0.001" -- "$app" "${small[@]}" --lr 0.001 --data-dir "$data" --checkpoint-dir "$work/c2" --resume ;;
   resume_drops_metrics)  # stopped between an epoch's metrics line and its checkpoint
     "$app" "${small[@]}" --epochs 2 --data-dir "$data" --checkpoint-dir "$work/ck" --keep-last 100 \
-      --metrics "$work/m.jsonl" > /dev/null 2>&1 || exit 1
+      --metrics "$work/m.jsonl" --tensorboard "$work/tb" --log-every 2 > /dev/null 2>&1 || exit 1
     rm "$(ls "$work/ck"/ckpt-*.safetensors | tail -1)"  # the last epoch's checkpoint, lost
     expect 0 "1 line\(s\) of epoch 2 on dropped from" -- "$app" "${small[@]}" --epochs 2 --data-dir "$data" \
-      --checkpoint-dir "$work/ck" --resume --metrics "$work/m.jsonl"
+      --checkpoint-dir "$work/ck" --resume --metrics "$work/m.jsonl" --tensorboard "$work/tb" --log-every 2
     [[ $(grep -c '"epoch": 1[,}]' "$work/m.jsonl") == 1 && $(grep -c '"epoch": 2[,}]' "$work/m.jsonl") == 1 ]] || {
       echo "not one line per epoch:"; cat "$work/m.jsonl"; exit 1; }
+    # and TensorBoard drops the interrupted run's scalars past the checkpoint (each step once)
+    python3 "$(dirname "$0")/../io/read_tfevents.py" --expect-resumed "$work/tb" || exit 1
     # a line a killed run left unfinished is dropped, not continued by the next one
     rm "$(ls "$work/ck"/ckpt-*.safetensors | tail -1)"
     printf '{"epoch": 1, "train_lo' >> "$work/m.jsonl"

@@ -6,12 +6,16 @@ TFRecord: each record is
   uint64 length | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
 little-endian, with masked_crc = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2^32).
 Each data is a protobuf tensorflow.Event:
-  Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
+  Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5;
+            SessionLog session_log = 7; }
   Summary { repeated Value value = 1; }
   Value   { string tag = 1; float simple_value = 2; }
+  SessionLog { SessionStatus status = 1; }   (START = 1: readers drop the events of earlier
+             files at this step and later, the record of a run resumed from a checkpoint)
 
   read_tfevents.py FILE_OR_DIR                   prints the events
   read_tfevents.py --expect-sample FILE_OR_DIR   checks what tests/io/write_samples.cpp writes
+  read_tfevents.py --expect-resumed DIR          checks the two files of a run and its resumption
 """
 import glob
 import os
@@ -113,6 +117,11 @@ def decode_event(data):
             ev["step"] = value - (1 << 64) if value >= 1 << 63 else value  # int64
         elif (number, wire) == (3, 2):
             ev["file_version"] = value.decode("utf-8")
+        elif (number, wire) == (7, 2):
+            for n2, w2, v in fields(value):
+                if (n2, w2) != (1, 0):
+                    raise FormatError("unexpected SessionLog field %d" % n2)
+                ev["session_status"] = v
         elif (number, wire) == (5, 2):
             for n2, w2, v in fields(value):
                 if (n2, w2) != (1, 2):
@@ -179,9 +188,45 @@ def check_sample(path):
     print("ok: %s holds the version event and %d scalars" % (path, len(SAMPLE)))
 
 
+def check_resumed(folder):
+    """DIR holds an interrupted run's file and its resumption's, which starts with a SessionLog
+    START at step P (after the version event); the older file's scalars at P and later are
+    dropped, and what is left has each tag's steps once and in order."""
+    files = sorted(glob.glob(os.path.join(folder, "events.out.tfevents.*")))
+    assert len(files) == 2, "expected two event files in %s, found %r" % (folder, files)
+    old, new = read(files[0]), read(files[1])
+    assert new[0].get("file_version") == "brain.Event:2", new[0]
+    assert new[1].get("session_status") == 1, "no SessionLog START after the version: %r" % new[1]
+    purge = new[1]["step"]
+    old_steps = [e["step"] for e in old if e["scalars"]]
+    assert min(old_steps) < purge <= max(old_steps), \
+        "the interrupted run's steps %r do not reach past the purge step %d" % (old_steps, purge)
+    series = {}
+    for e in [e for e in old if e["step"] < purge] + new:
+        for tag, value in e["scalars"]:
+            series.setdefault(tag, []).append((e["step"], value))
+    for tag, points in series.items():
+        steps = [p[0] for p in points]
+        assert steps == sorted(set(steps)), "tag %s: steps %r" % (tag, steps)
+    try:  # TensorBoard itself, when this machine has it
+        from tensorboard.backend.event_processing import event_accumulator
+        acc = event_accumulator.EventAccumulator(folder)
+        acc.Reload()
+        for tag, points in series.items():
+            got = [(s.step, s.value) for s in acc.Scalars(tag)]
+            want = [(step, struct.unpack("<f", struct.pack("<f", v))[0]) for step, v in points]
+            assert got == want, "tag %s: TensorBoard reads %r, expected %r" % (tag, got, want)
+        print("tensorboard package agrees")
+    except ImportError:
+        print("tensorboard package not installed; stdlib reader only")
+    print("ok: the resumed run starts again at step %d; %d tags, each step once" % (purge, len(series)))
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "--expect-sample":
         check_sample(argv[2])
+    elif len(argv) == 3 and argv[1] == "--expect-resumed":
+        check_resumed(argv[2])
     elif len(argv) == 2:
         for e in read(event_file(argv[1])):
             print(e)

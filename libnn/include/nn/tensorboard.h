@@ -21,6 +21,12 @@ class TensorBoardWriter {
   // when the write fails (disk full) or the tag is not valid UTF-8 (TensorBoard would stop
   // reading the file there; nothing is written).
   void add_scalar(const std::string& tag, double value, int64_t step);
+  // Tells readers that the run starts again at `step`: the events at steps >= step that
+  // earlier files of this folder hold (an interrupted run's, past the checkpoint it is
+  // resumed from) are dropped, not drawn beside this writer's. A SessionLog START event at
+  // that step, as PyTorch's SummaryWriter(purge_step) writes; TensorBoard's Rust reader drops
+  // them anyway once a step comes again.
+  void purge_from(int64_t step);
   void flush();
   const std::string& path() const { return path_; }
 

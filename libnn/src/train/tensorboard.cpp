@@ -131,6 +131,16 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   flush();
 }
 
+void TensorBoardWriter::purge_from(int64_t step) {
+  std::string session_log;
+  put_key(session_log, 1, 0);  // SessionLog.status = START
+  put_varint(session_log, 1);
+  std::string e = event_head(step);
+  put_bytes(e, 7, session_log);  // Event.session_log
+  write_event(e);
+  flush();
+}
+
 void TensorBoardWriter::write_event(const std::string& event) {
   std::string rec;
   put_fixed(rec, uint64_t(event.size()));
