@@ -467,6 +467,9 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
     INFO(value << " as " << dt);
     REQUIRE(test::error_of([=] { full({2}, value, dt); }).find("cannot be stored in a") != std::string::npos);
     REQUIRE(test::error_of([=] { tensor({1, value}, dt); }).find("cannot be stored in a") != std::string::npos);
+    Tensor z = zeros({2}, dt);
+    REQUIRE(test::error_of([=] { Tensor(z).fill_(value); }).find("cannot be stored in a") != std::string::npos);
+    require_values(z, {0, 0});
   }
   require_values(full({1}, 255, kU8), {255});
   require_values(tensor({-0x1p31, 0x1p31 - 1}, kI32), {-0x1p31, 0x1p31 - 1});

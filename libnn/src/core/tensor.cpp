@@ -312,6 +312,8 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 // ---- in-place ---------------------------------------------------------------------------------
 Tensor& Tensor::zero_() { return fill_(0.0); }
 Tensor& Tensor::fill_(double value) {
+  NN_CHECK(defined(), "fill_: an undefined tensor");
+  check_value_fits(dtype(), value, "fill_");  // (as full: 300 into u8 gave 44)
   begin_inplace(*this, "fill_");
   backend::of(*this).fill(*this, value);
   return *this;
