@@ -753,6 +753,9 @@ TEST_CASE("pad: constant padding and crops, as torch's F.pad, with gradients", "
   REQUIRE(has(test::error_of([&] { pad(x, {1}); }), "two amounts per padded dim, at most 4"));
   REQUIRE(has(test::error_of([&] { pad(x, {1, 1, 1, 1, 1, 1}); }), "at most 4 for a 2-d tensor, got 6"));
   REQUIRE(has(test::error_of([&] { pad(x, {-2, -2}); }), "cropping 4 from dim 1 of size 3"));
+  // a fill value its integer dtype cannot hold is refused, naming pad (300 as u8 was 44)
+  REQUIRE(has(test::error_of([&] { pad(ones({2}, kU8), {1, 1}, 300); }), "pad: the value 300 cannot be stored"));
+  require_values(pad(ones({2}, kU8), {1, 0}, 255), {255, 1, 1});
 }
 
 TEST_CASE("pad: reflect, replicate and circular, as torch's F.pad modes", "[tensor][shape]") {

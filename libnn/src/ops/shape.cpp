@@ -370,6 +370,7 @@ void check_pads(const Tensor& x, const std::vector<int64_t>& pads) {
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   check_pads(x, pads);
+  check_value_fits(x.dtype(), value, "pad");  // (300 into u8: an error, as PyTorch's)
   const int64_t nd = x.dim();
   // crops first (negative amounts: differentiable narrows), then the padding around the rest
   Tensor c = x;
