@@ -43,8 +43,6 @@ inline void check_scalar_fits(const Tensor& a, double b, const char* op) {
            "(.to(kF64))");
 }
 
-// A value stored into an integer tensor by a factory (full, tensor): whole and within the
-// dtype's range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated).
 // The integers a dtype holds without overflow, [first, second]: an integer dtype's range; for
 // f16 its finite range; for the others all of int64.
 inline std::pair<int64_t, int64_t> integer_range(DType dt) {
@@ -56,6 +54,8 @@ inline std::pair<int64_t, int64_t> integer_range(DType dt) {
   }
 }
 
+// A value stored into an integer tensor (full, tensor, fill_, pad's fill): whole and within
+// the dtype's range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated).
 inline void check_value_fits(DType dt, double v, const char* op) {
   if (is_floating(dt)) return;
   const auto [lo, hi] = integer_range(dt);
