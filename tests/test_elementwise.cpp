@@ -265,6 +265,34 @@ TEST_CASE("copies into permuted and channels-last targets follow the target's me
   REQUIRE(cl.select(0, 1).select(1, 2).select(1, 4).to_vector<double>() == std::vector<double>{0, 1, 2});
 }
 
+// At NaN, elu's gradient is the incoming one (PyTorch's elu_backward tests x <= 0, which NaN
+// fails; ours was NaN) and leaky_relu's the incoming one times the slope (its backward tests
+// x > 0), on each device.
+TEST_CASE("elu and leaky_relu gradients at NaN are PyTorch's", "[elementwise][cuda]") {
+  for (Device d : test::devices()) {
+    for (DType dt : {kF32, kF64}) {
+      INFO(d.str() << " " << dtype_name(dt));
+      Tensor x0 = arange(40, kF64) - 20.0;
+      x0.data<double>()[3] = NAN;
+      x0.data<double>()[31] = NAN;
+      for (int leaky = 0; leaky < 2; ++leaky) {
+        Tensor x = x0.to(dt).to(d).clone().requires_grad_(true);  // (a fresh leaf each time)
+        Tensor y = leaky ? leaky_relu(x, 0.1) : elu(x, 1.5);
+        y.backward(full({40}, 2.0, x.options()));
+        const std::vector<double> gv = x.grad().to(kF64).cpu().to_vector<double>();
+        for (int i = 0; i < 40; ++i) {
+          INFO((leaky ? "leaky_relu" : "elu") << " element " << i);
+          const double v = i - 20.0;
+          const bool nan = i == 3 || i == 31;
+          const double want = leaky ? (v > 0 && !nan ? 2.0 : 0.2)
+                                    : (v > 0 || nan ? 2.0 : 2.0 * 1.5 * std::exp(v));
+          REQUIRE(gv[size_t(i)] == Approx(want).epsilon(1e-6));
+        }
+      }
+    }
+  }
+}
+
 // relu keeps NaN (a ReLU that zeroed it would hide a divergence), and its gradient at NaN is
 // the incoming one, as PyTorch's threshold_backward gives: on the vectorised f32 path (40
 // elements), f64, the 16-bit types, and in batch_norm_relu, where one NaN makes its channel

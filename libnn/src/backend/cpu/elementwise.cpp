@@ -351,8 +351,8 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
     case UnaryOp::leaky_relu:
       map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a; }, grad, x);
       return;
-    case UnaryOp::elu:  // a exp(x) at and below 0
-      map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a * std::exp(C(v)); },
+    case UnaryOp::elu:  // a exp(x) at and below 0; g itself elsewhere, NaN too (as PyTorch)
+      map<T, T, T>(grad_x, [a](T g, T v) { return C(v) <= C(0) ? C(g) * a * std::exp(C(v)) : C(g); },
                    grad, x);
       return;
     case UnaryOp::softplus:  // sigmoid(a x), 1 past the threshold
