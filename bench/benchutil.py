@@ -3,6 +3,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -22,6 +23,24 @@ def add_torch_python(ap):
     """The --python flag of the drivers that run a PyTorch peer."""
     ap.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable),
                     help="interpreter with torch installed (default: $TORCH_PYTHON or this one)")
+
+
+def check_paths(out=None, programs=()):
+    """Exits with one line, before anything runs, when the result file --out cannot be written
+    (no such folder, a folder, no permission) or a program to run is missing: `programs` holds
+    (flag, path) pairs (--python, --bench, --app); a bare name is looked up on PATH."""
+    name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    for flag, path in programs:
+        if not shutil.which(path):
+            sys.exit(f"{name}: {flag} {path}: no such program (or it is not executable)")
+    if out:
+        folder = os.path.dirname(os.path.abspath(out))
+        if os.path.isdir(out):
+            sys.exit(f"{name}: --out {out}: it is a folder")
+        if not os.path.isdir(folder):
+            sys.exit(f"{name}: --out {out}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+            sys.exit(f"{name}: --out {out}: not writable")
 
 
 def peer_context(python, device, threads, machine=None):

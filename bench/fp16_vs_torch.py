@@ -9,7 +9,8 @@ speedup over its own FP32, peak device memory and the loss after the last step.
   bench/fp16_vs_torch.py --from libnn.json torch.json          # tabulate existing result files
 
 Every flag not listed below is passed to both programs (see `build/bin/fp16_vs_fp32 --help`;
-libnn's `--layout` stays libnn's). --out writes both runs' records as one result file
+libnn's `--layout` stays libnn's). --loss-curve FILE.csv writes libnn's curve to FILE.csv and
+PyTorch's to FILE.torch.csv. --out writes both runs' records as one result file
 (schema libnn-bench-1) for bench/report.py."""
 import argparse
 import json
@@ -21,7 +22,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import add_torch_python  # noqa: E402
+from benchutil import add_torch_python, check_paths  # noqa: E402
 
 
 def load(path):
@@ -33,6 +34,21 @@ def load(path):
     if doc.get("schema") != "libnn-bench-1" or not doc.get("records"):
         sys.exit(f"fp16_vs_torch: {path} is not a libnn-bench-1 result file with records")
     return doc
+
+
+def check_pair(ours, theirs, paths):
+    """Exits unless the two files are libnn's and PyTorch's records of the same benchmark (model,
+    batch size, device): swapped, the ratios would read inverted."""
+    def one(doc, field):
+        return {r.get(field) for r in doc["records"]}
+    for doc, impl, path in ((ours, "libnn", paths[0]), (theirs, "pytorch", paths[1])):
+        if one(doc, "impl") != {impl}:
+            sys.exit(f"fp16_vs_torch: {path} holds records of {sorted(map(str, one(doc, 'impl')))}, "
+                     f"expected {impl}'s (--from LIBNN_JSON TORCH_JSON)")
+    for field in ("model", "batch_size", "device"):
+        if one(ours, field) != one(theirs, field):
+            sys.exit(f"fp16_vs_torch: the files differ in {field}: {sorted(map(str, one(ours, field)))} "
+                     f"against {sorted(map(str, one(theirs, field)))}")
 
 
 def run(cmd):
@@ -84,19 +100,31 @@ def main():
     add_torch_python(ap)
     ap.add_argument("--layout", default=None, help="libnn's memory format (the peer runs channels-last)")
     ap.add_argument("--out", default=None, help="write both runs' records (schema libnn-bench-1)")
+    ap.add_argument("--loss-curve", default=None,
+                    help="libnn's loss per step into this CSV, PyTorch's beside it (.torch.csv)")
     a, rest = ap.parse_known_args()
     if a.files:
-        if rest:
-            ap.error(f"--from takes no benchmark flags, got {' '.join(rest)}")
+        if rest or a.loss_curve:
+            given = rest + (["--loss-curve", a.loss_curve] if a.loss_curve else [])
+            ap.error(f"--from takes no benchmark flags, got {' '.join(given)}")
+        check_paths(a.out)
         ours, theirs = load(a.files[0]), load(a.files[1])
+        check_pair(ours, theirs, a.files)
     else:
+        check_paths(a.out, [("--bench", a.bench), ("--python", a.python)])
+        curves = ([], [])
+        if a.loss_curve:  # one file each: the peer's run would overwrite libnn's
+            stem, ext = os.path.splitext(a.loss_curve)
+            curves = (["--loss-curve", a.loss_curve], ["--loss-curve", f"{stem}.torch{ext or '.csv'}"])
         with tempfile.TemporaryDirectory() as tmp:
             mine, peer = os.path.join(tmp, "libnn.json"), os.path.join(tmp, "torch.json")
             layout = ["--layout", a.layout] if a.layout else []
-            run([a.bench] + rest + layout + ["--json", mine])
+            run([a.bench] + rest + layout + curves[0] + ["--json", mine])
             run([a.python, os.path.join(ROOT, "bench", "peers", "fp16_vs_fp32_torch.py")] + rest
-                + ["--json", peer])
+                + curves[1] + ["--json", peer])
             ours, theirs = load(mine), load(peer)
+        if a.loss_curve:
+            print(f"loss curves: libnn {curves[0][1]}, PyTorch {curves[1][1]}")
     print("\n".join(table(ours, theirs)))
     if a.out:
         merged = dict(ours, host=f"{ours['host']}; peer: {theirs['host']}",

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import add_torch_python, cpu_name, run_json_lines  # noqa: E402
+from benchutil import add_torch_python, check_paths, cpu_name, run_json_lines  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--out", default=None,
                     help="write the results here as JSON (schema libnn-bench-1, bench/README.md)")
     a = ap.parse_args()
+    check_paths(a.out, [("--app", a.app), ("--python", a.python)])
     data_dir = a.data_dir or ("/usr/share/datasets/fashion-mnist" if a.dataset == "fashion-mnist"
                               else os.path.join(ROOT, "data", "mnist"))
     torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],

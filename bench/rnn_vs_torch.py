@@ -14,7 +14,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import add_torch_python, peer_context, run_json_lines  # noqa: E402
+from benchutil import add_torch_python, check_paths, peer_context, run_json_lines  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,6 +28,7 @@ def main():
     ap.add_argument("--machine", default=None, help="machine kind for bench/report's price table")
     ap.add_argument("--out", default=None, help="write the results as JSON (schema libnn-bench-1)")
     a, rest = ap.parse_known_args()
+    check_paths(a.out, [("--bench", a.bench), ("--python", a.python)])
     shared = ["--device", a.device, "--threads", str(a.threads)] + rest
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     torch_version, host, date, machine = peer_context(a.python, a.device, a.threads, a.machine)

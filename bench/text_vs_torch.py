@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import add_torch_python, peer_context, run_json_lines  # noqa: E402
+from benchutil import add_torch_python, check_paths, peer_context, run_json_lines  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = {"tiny": (2, 128, 2, 512), "mini": (4, 256, 4, 1024), "base": (12, 768, 12, 3072)}
@@ -41,7 +41,10 @@ def main():
     ap.add_argument("--machine", default=None, help="machine kind for bench/report's price table")
     ap.add_argument("--out", default=None, help="write the results as JSON (schema libnn-bench-1)")
     a, rest = ap.parse_known_args()
+    check_paths(a.out, [("--bench", a.bench), ("--python", a.python)])
     shared = ["--device", a.device, "--threads", str(a.threads), "--preset", a.preset] + rest
+    # --profile is libnn's alone (the peer has no such flag)
+    peer_flags = [f for f in shared if f != "--profile"]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     torch_version, host, date, machine = peer_context(a.python, a.device, a.threads, a.machine)
 
@@ -63,7 +66,7 @@ def main():
     ours = run_json_lines([a.bench] + shared, env)
     if a.out:  # libnn's records first: a peer that fails or is cut leaves them written
         write_out(ours, [])
-    theirs = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "text_torch.py")] + shared, env)
+    theirs = run_json_lines([a.python, os.path.join(ROOT, "bench", "peers", "text_torch.py")] + peer_flags, env)
 
     gemm = {(r["impl"], r["precision"]): r["tflops"] for r in ours + theirs if r["kind"] == "gemm"}
     key = lambda r: (r["model"], r["classes"], r["precision"], r["phase"])

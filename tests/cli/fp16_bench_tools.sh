@@ -19,6 +19,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["records"]:
     r["samples_per_second"] *= 2
+    r["impl"] = "pytorch"
 json.dump(d, open(sys.argv[2], "w"))
 PY
 "$py" "$root/bench/fp16_vs_torch.py" --from "$out/l.json" "$out/t.json" --out "$out/m.json" \
@@ -39,6 +40,28 @@ d = json.load(open(sys.argv[1]))
 assert d["schema"] == "libnn-bench-1" and len(d["records"]) == 4, d
 assert {r["precision"] for r in d["records"]} == {"fp32", "bf16"}, d
 PY
+# The files swapped (the ratios would read inverted), or of another batch size: refused.
+if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/t.json" "$out/l.json" 2> "$out/err"; then
+  echo "swapped files were accepted"; exit 1
+fi
+grep -q "holds records of \['pytorch'\], expected libnn's" "$out/err"
+"$py" - "$out/t.json" "$out/t16.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["records"]:
+    r["batch_size"] = 16
+json.dump(d, open(sys.argv[2], "w"))
+PY
+if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/l.json" "$out/t16.json" 2> "$out/err"; then
+  echo "files of two batch sizes were accepted"; exit 1
+fi
+grep -q "the files differ in batch_size" "$out/err"
+# --out into a folder that does not exist: said before anything runs, not a traceback after
+if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/l.json" "$out/t.json" --out "$out/none/m.json" \
+    2> "$out/err"; then
+  echo "--out into a missing folder was accepted"; exit 1
+fi
+grep -q "the folder .*/none does not exist" "$out/err"
 # Not a result file: one clear message, exit 1.
 echo '{}' > "$out/bad.json"
 if "$py" "$root/bench/fp16_vs_torch.py" --from "$out/bad.json" "$out/l.json" 2> "$out/err"; then
@@ -57,7 +80,7 @@ d = json.load(open(sys.argv[1]))
 d["records"][1]["final_loss"] = None
 json.dump(d, open(sys.argv[2], "w"))
 PY
-"$py" "$root/bench/fp16_vs_torch.py" --from "$out/nan.json" "$out/l.json" > "$out/nan_table.md"
+"$py" "$root/bench/fp16_vs_torch.py" --from "$out/nan.json" "$out/t.json" > "$out/nan_table.md"
 grep -q "Not finite last loss: libnn bf16" "$out/nan_table.md"
 
 "$py" "$root/bench/plot_loss_curves.py" "$out/c.csv" --label libnn --out "$out/c.svg" > "$out/curves.md"
