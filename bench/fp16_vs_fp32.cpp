@@ -8,6 +8,7 @@
 
 #include "common/cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -260,10 +261,12 @@ int body(int argc, char** argv) {
     save();
     stop_if_requested();
   }
+  // (fp32 wherever --precisions lists it)
+  auto fp32 = std::find_if(results.begin(), results.end(), [](auto& r) { return r.precision == "fp32"; });
   for (auto& r : results)
-    if (r.precision != "fp32" && results[0].precision == "fp32")
+    if (fp32 != results.end() && r.precision != "fp32")
       std::printf("  %s speedup over fp32: %.2fx\n", r.precision.c_str(),
-                  r.images_per_second / results[0].images_per_second);
+                  r.images_per_second / fp32->images_per_second);
   return 0;
 }
 

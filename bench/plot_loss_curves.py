@@ -2,7 +2,8 @@
 """Plots the per-step training loss that `fp16_vs_fp32 --loss-curve FILE` (and its PyTorch
 peer) write, one line per file and precision, and prints for each curve the mean loss of its
 first and last tenth of steps and how many steps were not finite: the check that FP16 lowers
-the loss as FP32 does, without NaN. Exits 1 if a curve has a non-finite loss.
+the loss as FP32 does, without NaN. Exits 1 if a curve has a non-finite loss, 2 when a file
+cannot be read or written.
 
   bench/plot_loss_curves.py resnet50_loss_curve.csv --out docs/report/resnet50_loss.svg
   bench/plot_loss_curves.py libnn.csv torch.csv --label libnn --label PyTorch --out curves.png
@@ -17,18 +18,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchutil import import_pyplot  # noqa: E402
 
 
+def die(message):
+    print(f"plot_loss_curves: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read(path):
     """{precision: [loss by step]} from a step,precision,loss CSV."""
     curves = {}
-    with open(path, newline="") as f:
-        rows = csv.DictReader(f)
-        if rows.fieldnames != ["step", "precision", "loss"]:
-            sys.exit(f"plot_loss_curves: {path}: expected the header step,precision,loss, "
-                     f"got {rows.fieldnames}")
-        for r in rows:
-            curves.setdefault(r["precision"], []).append(float(r["loss"]))
+    try:
+        with open(path, newline="") as f:
+            rows = csv.DictReader(f)
+            if rows.fieldnames != ["step", "precision", "loss"]:
+                die(f"{path}: expected the header step,precision,loss, got {rows.fieldnames}")
+            for r in rows:
+                try:  # (a short row's missing loss is None)
+                    loss = float(r["loss"])
+                except (TypeError, ValueError):
+                    die(f"{path}, line {rows.line_num}: no loss value in "
+                        f"{','.join(v for v in r.values() if v is not None)}")
+                curves.setdefault(r["precision"], []).append(loss)
+    except OSError as e:
+        die(f"cannot read {path}: {e.strerror}")
     if not curves:
-        sys.exit(f"plot_loss_curves: {path} holds no steps")
+        die(f"{path} holds no steps")
     return curves
 
 
@@ -44,10 +57,12 @@ def main():
     labels = a.label or a.csv
     ax = None
     if a.out:
+        if os.path.splitext(a.out)[1].lower() not in (".svg", ".png", ".pdf"):
+            ap.error(f"--out {a.out}: give a .svg, .png or .pdf file")
         try:
             plt = import_pyplot()
         except ImportError as e:
-            sys.exit(f"plot_loss_curves: {e}")
+            die(str(e))
         fig, ax = plt.subplots(figsize=(7, 4))
     ok = True
     print("| curve | steps | mean loss, first 10% | mean loss, last 10% | non-finite steps |")
@@ -70,7 +85,10 @@ def main():
         ax.set_title(a.title)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(a.out)
+        try:
+            fig.savefig(a.out)
+        except OSError as e:
+            die(f"cannot write {a.out}: {e.strerror}")
     sys.exit(0 if ok else 1)
 
 

@@ -318,8 +318,15 @@ def main():
         plt = None if a.no_plots else import_pyplot()
         sources, rows = load_results(a.results)
         prices = load_prices(a.prices) if a.prices else {}
+        cpu_machines = sorted({r["machine"] for r in rows if r["device"] == "cpu"})
+        if a.baseline and a.baseline not in cpu_machines:
+            raise ReportError(f"--baseline {a.baseline}: no CPU run of that machine in the results "
+                              f"(CPU machines: {', '.join(cpu_machines) or 'none'})")
         annotate(rows, prices, a.baseline)
-        os.makedirs(a.out, exist_ok=True)
+        try:
+            os.makedirs(a.out, exist_ok=True)
+        except OSError as e:
+            raise ReportError(f"cannot create the folder --out {a.out}: {e.strerror}")
     except ReportError as e:
         print(f"report: {e}", file=sys.stderr)
         return 1

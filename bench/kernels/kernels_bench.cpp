@@ -140,6 +140,9 @@ int body(int argc, char** argv) {
   const int64_t n = a.count("n") ? a["n"].as<int64_t>() : (d.is_cuda() ? (64 << 20) : (4 << 20));
   if (apps::flag(a, "attention") && apps::flag(a, "overhead"))
     throw apps::UsageError("--attention and --overhead are different runs: give one");
+  if (a.count("n") && (apps::flag(a, "attention") || apps::flag(a, "overhead")))
+    throw apps::UsageError("-n sets the memory-bound kernels' size; --attention and --overhead "
+                           "have their own");
   if (apps::flag(a, "attention")) {
     bench_attention(d, t, iters);
     return 0;

@@ -137,10 +137,11 @@ def main():
         results.append(r)
         print(f"  {p:5} {r['images_per_second']:9.1f} images/s  peak {r['peak_mb']:8.0f} MiB  "
               f"final loss {r['final_loss']:.4f}", flush=True)
-    for r in results[1:]:
-        if results[0]["precision"] == "fp32":
+    base = next((r for r in results if r["precision"] == "fp32"), None)  # wherever it is listed
+    for r in results:
+        if base and r is not base:
             print(f"  {r['precision']} speedup over fp32: "
-                  f"{r['images_per_second'] / results[0]['images_per_second']:.2f}x")
+                  f"{r['images_per_second'] / base['images_per_second']:.2f}x")
     if a.loss_curve:
         with open(a.loss_curve, "w") as f:
             f.write("step,precision,loss\n")

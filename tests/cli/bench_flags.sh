@@ -99,6 +99,7 @@ assert [r["op"] for r in rows] == ["overhead: add, no grad", "overhead: add, rec
     "overhead: relu(x w + b) forward + backward", "overhead: adamw step, 10 parameters"], rows
 assert all(r["us"] > 0 for r in rows), rows'
 "$e" 2 "--attention and --overhead are different runs: give one" -- "$k" --device cpu --attention --overhead
+"$e" 2 "-n sets the memory-bound kernels' size" -- "$k" --device cpu --overhead -n 1024
 
 v="$bin/conv_bench"
 "$e" 2 "--precision must be one of fp32, fp16, bf16, got 'fp8'" -- "$v" --precision fp8

@@ -92,6 +92,11 @@ if "$py" "$root/bench/plot_loss_curves.py" "$out/nan.csv" --label run > "$out/na
   echo "a NaN loss passed"; exit 1
 fi
 grep -Eq '^\| run fp16 \| 2 \| .* \| 1 \|$' "$out/nan.md"
+# a row without a loss: one line and exit 2 (1 means a NaN loss), not a traceback
+printf 'step,precision,loss\n0,fp16\n' > "$out/short.csv"
+rc=0; "$py" "$root/bench/plot_loss_curves.py" "$out/short.csv" > /dev/null 2> "$out/err" || rc=$?
+[[ $rc == 2 ]] && grep -q "short.csv, line 2: no loss value" "$out/err" || {
+  echo "a row without a loss: exit $rc"; cat "$out/err"; exit 1; }
 echo "fp16 bench tools ok"
 
 # The CIFAR ResNet-20 through the same benchmark: 32 x 32 images, 10 classes. --layout auto

@@ -158,6 +158,13 @@ def main():
         code, _, stderr = run(report, RESULTS, "--prices", bad_prices, "--out", out, "--no-plots")
         check(code == 1 and "prices.csv" in stderr and len(stderr.strip().splitlines()) == 1,
               f"bad price: expected exit 1 and one line, got {code}: {stderr!r}")
+        # a --baseline no CPU run has (it read n/a in every row), an --out that is a file
+        code, _, stderr = run(report, RESULTS, "--baseline", "cpu-typo", "--out", out, "--no-plots")
+        check(code == 1 and "--baseline cpu-typo: no CPU run of that machine" in stderr,
+              f"unknown --baseline: expected exit 1 and a line, got {code}: {stderr!r}")
+        code, _, stderr = run(report, RESULTS, "--out", bad_prices, "--no-plots")
+        check(code == 1 and len(stderr.strip().splitlines()) == 1 and "cannot create the folder" in stderr,
+              f"--out a file: expected exit 1 and one line, got {code}: {stderr!r}")
     # runs at two batch sizes (fp16_vs_fp32 at 128 and 256) are two configurations in the plots,
     # not one averaged
     sys.path.insert(0, os.path.dirname(os.path.abspath(report)))
