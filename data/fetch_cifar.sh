@@ -4,7 +4,8 @@
 #   data/cifar/cifar-10-batches-bin/   -> cifar_train --data-dir data/cifar
 #   data/cifar/cifar-100-binary/       -> cifar_train --data-dir data/cifar/cifar-100-binary
 # Offline, cifar_train --data synthetic trains on a generated stand-in instead.
-#   data/fetch_cifar.sh [--cifar100] [DEST]   (DEST defaults to data/cifar)
+#   data/fetch_cifar.sh [--cifar100] [DEST]   (DEST defaults to data/cifar; CIFAR_MIRROR=URL:
+#   another mirror)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/args.sh"
 usage() { help_text; }
@@ -15,7 +16,8 @@ for a in "$@"; do
     --cifar100) sets+=(cifar-100-binary.tar.gz) ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "fetch_cifar.sh: unknown option '$a'" >&2; usage >&2; exit 2 ;;
-    *) dest=$a ;;
+    *) [[ -z $dest ]] || { echo "fetch_cifar.sh: one folder at most, got '$dest' and '$a'" >&2; exit 2; }
+       dest=$a ;;
   esac
 done
 dest=${dest:-"$(dirname "$0")/cifar"}
@@ -34,7 +36,8 @@ for f in "${sets[@]}"; do
     else wget -q -O "$dest/$f.part" "$mirror/$f"; fi
     mv "$dest/$f.part" "$dest/$f"
   fi
-  echo "${md5[$f]}  $dest/$f" | md5sum -c --quiet - || { echo "bad checksum: $dest/$f (delete it and retry)"; exit 1; }
+  echo "${md5[$f]}  $dest/$f" | md5sum -c --quiet - > /dev/null 2>&1 ||
+    { echo "fetch_cifar.sh: bad checksum: $dest/$f (delete it and retry)" >&2; exit 1; }
   tar -xzf "$dest/$f" -C "$dest"
 done
 echo "CIFAR is in $dest"

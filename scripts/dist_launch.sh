@@ -34,14 +34,16 @@ while [[ $# -gt 0 ]]; do
     *) break ;;
   esac
 done
-number() { [[ $1 =~ ^[0-9]+$ ]]; }
-if ! number "$nprocs" || [[ $nprocs -lt 1 ]]; then echo "$0: --nprocs must be a positive number (see --help)" >&2; exit 2; fi
-if ! number "$nnodes" || [[ $nnodes -lt 1 ]]; then echo "$0: --nnodes must be a positive number" >&2; exit 2; fi
-if ! number "$node_rank" || [[ $node_rank -ge $nnodes ]]; then
+number() { [[ $1 =~ ^[0-9]{1,9}$ ]]; }  # (then read in base 10: a leading 0 is not octal)
+if ! number "$nprocs" || ((10#$nprocs < 1)); then echo "$0: --nprocs must be a positive number (see --help)" >&2; exit 2; fi
+if ! number "$nnodes" || ((10#$nnodes < 1)); then echo "$0: --nnodes must be a positive number" >&2; exit 2; fi
+nprocs=$((10#$nprocs)) nnodes=$((10#$nnodes))
+if ! number "$node_rank" || ((10#$node_rank >= nnodes)); then
   echo "$0: --node-rank must be from 0 to $((nnodes - 1))" >&2; exit 2
 fi
 port=${master##*:} addr=${master%:*}
 if [[ $master != *:* ]] || ! number "$port" || [[ -z $addr ]]; then echo "$0: --master must be ADDR:PORT, got '$master'" >&2; exit 2; fi
+node_rank=$((10#$node_rank)) port=$((10#$port))
 if [[ $# -eq 0 ]]; then echo "$0: no program to run (see --help)" >&2; exit 2; fi
 
 export WORLD_SIZE=$((nprocs * nnodes)) MASTER_ADDR=$addr MASTER_PORT=$port
@@ -52,11 +54,15 @@ fi
 
 # The traps come first, so a signal while the ranks start still reaches those started.
 running=()
-stopping=0
-# to each rank's process group: a rank that is a wrapper (a shell script, time) passes it on
-forward() { [[ ${#running[@]} -gt 0 ]] && kill -"$1" -- "${running[@]/#/-}" 2>/dev/null; }
-trap 'stopping=1; forward TERM' TERM HUP
-trap 'stopping=1; forward INT' INT
+stopping=0 stop_sig=TERM signalled=0
+# SIGNAL [FROM]: to the process group of each rank from the FROM-th on (a rank that is a
+# wrapper, a shell script or time, passes it on)
+forward() {
+  local pids=("${running[@]:${2:-0}}")
+  [[ ${#pids[@]} -gt 0 ]] && kill -"$1" -- "${pids[@]/#/-}" 2>/dev/null
+}
+trap 'stopping=1 stop_sig=TERM signalled=${#running[@]}; forward TERM' TERM HUP
+trap 'stopping=1 stop_sig=INT signalled=${#running[@]}; forward INT' INT
 
 # Each rank in its own process group: a Ctrl-C at the terminal reaches only this script,
 # which passes it on once. And each gets SIGTERM (a graceful stop) if this script dies
@@ -71,6 +77,9 @@ for ((i = 0; i < nprocs && stopping == 0; i++)); do  # (none started after a sto
   running+=($!)
 done
 set +m  # the groups stay; no job-control notices from here on
+# A signal that came between a rank's start and its entry in `running` reached only the ranks
+# before it: the rest get it now (the first ones it reached are not signalled twice).
+if [[ $stopping -eq 1 ]]; then forward "$stop_sig" "$signalled"; fi
 
 # Wait for the ranks in the order they end. The first to fail sets the exit status (it is
 # the cause); the others are then stopped, since they cannot go on without it and would

@@ -18,7 +18,8 @@ the sweep again to go on) or not run.
 
 Many machines: give each one --shard I/N (I from 0) with --out on a shared file system;
 shard I takes runs I, I+N, I+2N, ... Any machine can then print the whole table with
---summary. --jobs K runs K at once on this machine (OMP_NUM_THREADS is divided among them
+--summary (the grid is the one the sweep last recorded in --out/grid.json; --grid flags
+given with --summary override it). --jobs K runs K at once on this machine (OMP_NUM_THREADS is divided among them
 unless set)."""
 import argparse
 import ctypes
@@ -53,9 +54,14 @@ def parse_grid(items):
     for item in items:
         name, sep, values = item.partition("=")
         name = name.strip().lstrip("-")
-        vals = [v.strip() for v in values.split(",") if v.strip()]
-        if not sep or not name or not vals:
+        vals = [v.strip() for v in values.split(",")]
+        if not sep or not name or not any(vals):
             sys.exit(f"sweep: --grid must be NAME=V1,V2,..., got '{item}'")
+        if not all(vals):
+            sys.exit(f"sweep: --grid {name} has an empty value: '{item}'")
+        for v in vals:
+            if vals.count(v) > 1:
+                sys.exit(f"sweep: --grid {name} lists the value '{v}' twice")
         if any(n == name for n, _ in grid):
             sys.exit(f"sweep: --grid {name} given twice")
         grid.append((name, vals))
@@ -123,6 +129,19 @@ def summary(out, grid, combos):
     return rows
 
 
+GRID_FILE = "grid.json"  # in --out: the sweep's grid, which --summary reads back
+
+
+def load_grid(out):
+    try:
+        with open(os.path.join(out, GRID_FILE)) as f:
+            return [(n, list(v)) for n, v in json.load(f)]
+    except OSError:
+        return None
+    except (ValueError, TypeError):
+        sys.exit(f"sweep: {os.path.join(out, GRID_FILE)} is not a sweep's grid")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder of the sweep: one sub-folder per run")
@@ -130,10 +149,15 @@ def main():
                    help="a flag of the app and its values (repeat for more flags)")
     p.add_argument("--shard", default="0/1", metavar="I/N", help="run only runs I, I+N, ... (0 <= I < N)")
     p.add_argument("--jobs", type=int, default=1, help="runs at once on this machine")
-    p.add_argument("--summary", action="store_true", help="print the table of --out and exit")
+    p.add_argument("--summary", action="store_true",
+                   help="print the table of --out and exit (its grid as the sweep recorded it)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- APP [FLAGS...]")
     a = p.parse_args()
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not a.out:
+        sys.exit("sweep: --out names no folder")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        sys.exit(f"sweep: --out {a.out} is not a folder")
     grid = parse_grid(a.grid)
     m = re.fullmatch(r"(\d+)/(\d+)", a.shard)
     if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
@@ -143,6 +167,15 @@ def main():
         sys.exit("sweep: --jobs must be at least 1")
     combos = [tuple(zip([n for n, _ in grid], vals)) for vals in itertools.product(*[v for _, v in grid])]
     if a.summary:
+        if not os.path.isdir(a.out):
+            sys.exit(f"sweep: --out {a.out}: no such folder")
+        recorded = load_grid(a.out)
+        if not a.grid:
+            if recorded is None:
+                sys.exit(f"sweep: {a.out} holds no {GRID_FILE} (a sweep from before it was kept): "
+                         "give its --grid flags")
+            grid = recorded
+            combos = [tuple(zip([n for n, _ in grid], vals)) for vals in itertools.product(*[v for _, v in grid])]
         summary(a.out, grid, combos)
         return 0
     if not cmd:
@@ -153,10 +186,23 @@ def main():
     for n, _ in grid:
         if any(c == f"--{n}" or c.startswith(f"--{n}=") for c in cmd):
             sys.exit(f"sweep: --{n} is both a grid flag and in the app's flags")
+    for n in ("metrics", "checkpoint-dir", "resume"):  # (the app takes the last one given)
+        if any(c == f"--{n}" or c.startswith(f"--{n}=") for c in cmd[1:]):
+            sys.exit(f"sweep: --{n} is the sweep's own (each run's --metrics RUN/metrics.jsonl, "
+                     f"--checkpoint-dir RUN/ckpt --resume): leave it out of the app's flags")
     names = [run_name(c) for c in combos]
     if len(set(names)) != len(names):
         sys.exit("sweep: two runs would share a folder name (values that differ only in "
                  "characters other than letters, digits, '.', '+', '-'); rename the values")
+
+    try:  # (the latest grid: a sweep run again with more values is summarised with them)
+        os.makedirs(a.out, exist_ok=True)
+        tmp = os.path.join(a.out, f"{GRID_FILE}.tmp-{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump(grid, f)
+        os.replace(tmp, os.path.join(a.out, GRID_FILE))
+    except OSError as e:
+        sys.exit(f"sweep: cannot write into --out {a.out}: {e.strerror}")
 
     mine = [c for i, c in enumerate(combos) if i % shards == shard]
     todo = [c for c in mine if not os.path.exists(os.path.join(a.out, run_name(c), "done"))]
@@ -169,6 +215,15 @@ def main():
     running = {}  # Popen -> (combo, log file)
     stopping = []
 
+    def signal_run(proc, sig):
+        """To the run's process group (its session's): what it started, through a wrapper
+        script say, stops too. SIGTERM for a SIGHUP: the same graceful stop, whatever a run
+        does with SIGHUP."""
+        try:
+            os.killpg(proc.pid, signal.SIGTERM if sig == signal.SIGHUP else sig)
+        except ProcessLookupError:  # (ended and not yet collected)
+            pass
+
     def stop(sig, _frame):
         if sig == signal.SIGHUP:
             # The terminal is gone: a print to it would fail (EIO) and end the sweep before
@@ -178,8 +233,7 @@ def main():
             os.dup2(devnull, sys.stderr.fileno())
         stopping.append(sig)
         for proc in running:
-            # SIGTERM for a SIGHUP: the same graceful stop, whatever a run does with SIGHUP
-            proc.send_signal(signal.SIGTERM if sig == signal.SIGHUP else sig)
+            signal_run(proc, sig)
     for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal or ssh session stops the runs
         # ...unless the sweep started with it ignored (nohup; SIGINT in a background job)
         if signal.getsignal(sig) != signal.SIG_IGN:
@@ -208,6 +262,9 @@ def main():
             # start and its entry in `running`.
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
+                if stopping:  # (one came after the loop's check: this run is not started)
+                    log.close()
+                    break
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True, preexec_fn=child_setup)
                 running[proc] = (combo, log)

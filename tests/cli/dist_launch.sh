@@ -4,7 +4,8 @@
 # once on it, ends the launcher with the signal's status (bash 5.2 can drop such ranks from
 # its job table, where a `wait -n` loop spun forever); a failing rank stops the others and
 # sets the status; a rank that is a wrapper script has its child stopped too (the signal
-# goes to the rank's process group); an option without its value is a usage error.
+# goes to the rank's process group); an option without its value is a usage error; numbers
+# are read in base 10.
 set -uo pipefail
 launch=$1
 work=$(mktemp -d)
@@ -64,4 +65,8 @@ for opt in --nprocs --nnodes --node-rank --master; do
   timeout 5 "$launch" --nprocs 2 "$opt" > "$work/out" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q -- "$opt needs a value" "$work/out" || fail "$opt without a value: exit $rc: $(cat "$work/out")"
 done
+# numbers with a leading zero are decimal (08 was a bash error and no rank; 010 eight ranks)
+out=$(timeout 10 "$launch" --nprocs 08 --nnodes 02 --node-rank 01 -- sh -c 'echo "$RANK/$WORLD_SIZE"' 2>&1)
+[[ $(sort -n <<< "$out" | tr '\n' ' ') == "8/16 9/16 10/16 11/16 12/16 13/16 14/16 15/16 " ]] \
+  || fail "--nprocs 08 --nnodes 02 --node-rank 01 started: $out"
 echo "ok: dist_launch.sh stops, fails and refuses as it should"

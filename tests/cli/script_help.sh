@@ -20,5 +20,12 @@ for s in scripts/check.sh scripts/check_cuda12.sh scripts/check_cuda_emu.sh scri
   [[ $rc -eq 2 ]] || fail "$s --quick exits $rc, not 2: $(head -3 <<< "$out")"
   grep -q "takes no arguments, got '--quick'" <<< "$out" || fail "$s --quick: no message: $out"
 done
+# the fetch scripts take one folder: a second is refused before anything is made or fetched
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for s in data/fetch_mnist.sh data/fetch_cifar.sh; do
+  out=$(cd "$work" && timeout -s KILL 20 "$root/$s" one two 2>&1; echo "rc=$?")
+  grep -q "one folder at most" <<< "$out" && grep -q "rc=2" <<< "$out" || fail "$s one two: $out"
+done
 ((status == 0)) && echo "ok: every script answers --help, and those without arguments refuse one"
 exit $status

@@ -5,7 +5,7 @@
 # stopped by SIGHUP (its runs still checkpoint; stopped in their first epoch they show as
 # partial), a --tensorboard folder per run, a Bool flag in the grid (cifar_train's --augment;
 # CIFAR_TRAIN defaults to the one beside MLP_TRAIN), the quoted command file, a failing run
-# reported, and usage errors.
+# reported, a wrapper script's app stopped with it, and usage errors.
 set -uo pipefail
 source "$(dirname "$0")/wait_checkpoint.sh"
 app=$1; sweep=$2; cifar=${3:-$(dirname "$1")/cifar_train}
@@ -29,6 +29,9 @@ done
 [[ -z $(find "$work/tb" -maxdepth 1 -type f) ]] || fail "event logs written to the shared --tensorboard folder" "$work/a.log"
 "$sweep" --out "$work/s" "${grid[@]}" --summary > "$work/table" || fail "summary failed" "$work/table"
 [[ $(grep -c " done " "$work/table") -eq 4 ]] || fail "the table should list 4 finished runs" "$work/table"
+# without --grid, --summary reads the grid the sweep recorded in --out
+"$sweep" --out "$work/s" --summary > "$work/table2" || fail "summary from grid.json failed" "$work/table2"
+cmp -s "$work/table" "$work/table2" || fail "the summary from grid.json differs" "$work/table" "$work/table2"
 python3 - "$work/s" <<'PY' || exit 1
 import glob, json, sys
 rows = [json.loads(open(f).read().splitlines()[-1]) for f in glob.glob(sys.argv[1] + "/*/metrics.jsonl")]
@@ -71,6 +74,22 @@ grep -q "stopped by signal 15 .*checkpoint saved" "$work/h/lr=1e-3/log" \
 "$sweep" --out "$work/h" --grid lr=1e-3 --summary > "$work/h.table" || fail "summary failed" "$work/h.table"
 grep -Eq "^1e-3 +partial " "$work/h.table" || fail "the stopped run should be partial" "$work/h.table"
 
+# A run that is a wrapper script (sh running the app as its child): the stop reaches the app
+# too (the run's process group), which checkpoints, instead of training on orphaned.
+printf '#!/bin/sh\n"$@"\n' > "$work/wrap.sh"
+chmod +x "$work/wrap.sh"
+"$sweep" --out "$work/w" --grid lr=1e-3 -- "$work/wrap.sh" "$app" "${long[@]}" > "$work/w.log" 2>&1 &
+pid=$!
+wait_checkpoint "$work/w/lr=1e-3/ckpt"
+kill -TERM $pid
+wait $pid
+rc=$?
+[[ $rc -eq 143 ]] || fail "a stopped sweep of a wrapper should exit 143, got $rc" "$work/w.log"
+for _ in $(seq 300); do pgrep -f -- "$work/w/lr=1e-3/ckpt" > /dev/null || break; sleep 0.1; done
+! pgrep -f -- "$work/w/lr=1e-3/ckpt" > /dev/null || fail "the app behind the wrapper runs on" "$work/w/lr=1e-3/log"
+grep -q "stopped by signal 15 .*checkpoint saved" "$work/w/lr=1e-3/log" \
+  || fail "the app behind the wrapper did not get SIGTERM" "$work/w.log" "$work/w/lr=1e-3/log"
+
 # A Bool flag in the grid: passed as --augment=false (a separate word 'false' would be an
 # unexpected argument to the app).
 [[ -x "$cifar" ]] || fail "no cifar_train at '$cifar' (give it as the third argument)"
@@ -111,6 +130,12 @@ usage_error "--grid must be NAME=V1,V2" --out "$work/u" --grid seed=1 --grid lr 
 usage_error "--jobs must be at least 1" --out "$work/u" --grid seed=1 --jobs 0 -- "$app"
 usage_error "--lr is both a grid flag and in the app's flags" --out "$work/u" --grid lr=1 -- "$app" --lr 2
 usage_error "--lr is both a grid flag and in the app's flags" --out "$work/u" --grid lr=1 -- "$app" --lr=2
+usage_error "--metrics is the sweep's own" --out "$work/u" --grid lr=1 -- "$app" --metrics m.jsonl
+usage_error "--checkpoint-dir is the sweep's own" --out "$work/u" --grid lr=1 -- "$app" --checkpoint-dir=c
+usage_error "--grid lr lists the value '1' twice" --out "$work/u" --grid lr=1,2,1 -- "$app"
+usage_error "--grid lr has an empty value" --out "$work/u" --grid lr=1,,2 -- "$app"
+usage_error "--out $work/table is not a folder" --out "$work/table" --grid lr=1 -- "$app"
+usage_error "--out $work/u: no such folder" --out "$work/u" --summary
 "$sweep" --out "$work/u" --grid x=a/b,a_b -- "$app" > "$work/u.log" 2>&1 && fail "accepted clashing run names" "$work/u.log"
 grep -q "two runs would share a folder name" "$work/u.log" || fail "message" "$work/u.log"
 # An app that is missing or not executable: a one-line error before any run folder, no traceback.
