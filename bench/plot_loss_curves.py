@@ -57,13 +57,14 @@ def main():
     labels = a.label or a.csv
     ax = None
     if a.out:
-        if os.path.splitext(a.out)[1].lower() not in (".svg", ".png", ".pdf"):
-            ap.error(f"--out {a.out}: give a .svg, .png or .pdf file")
         try:
             plt = import_pyplot()
         except ImportError as e:
             die(str(e))
         fig, ax = plt.subplots(figsize=(7, 4))
+        kinds = fig.canvas.get_supported_filetypes()
+        if os.path.splitext(a.out)[1].lower().lstrip(".") not in kinds:
+            ap.error(f"--out {a.out}: give a file ending in one of {', '.join('.' + k for k in sorted(kinds))}")
     ok = True
     print("| curve | steps | mean loss, first 10% | mean loss, last 10% | non-finite steps |")
     print("| --- | ---: | ---: | ---: | ---: |")

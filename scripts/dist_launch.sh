@@ -72,9 +72,11 @@ if command -v setpriv > /dev/null && setpriv --pdeathsig TERM true 2> /dev/null;
   pdeath=(setpriv --pdeathsig TERM --)
 fi
 set -m
+started=()
 for ((i = 0; i < nprocs && stopping == 0; i++)); do  # (none started after a stop signal)
   RANK=$((node_rank * nprocs + i)) LOCAL_RANK=$i "${pdeath[@]}" "$@" &
   running+=($!)
+  started+=($!)
 done
 set +m  # the groups stay; no job-control notices from here on
 # A signal that came between a rank's start and its entry in `running` reached only the ranks
@@ -115,4 +117,13 @@ while [[ ${#running[@]} -gt 0 ]]; do
     fi
   fi
 done
+# After a stop, a rank that was a wrapper may have ended before what it started (the app,
+# still writing its checkpoint): the launcher ends when every rank's process group has
+# (later signals still reach them).
+if [[ $stopping -eq 1 ]]; then
+  running=("${started[@]}") signalled=0
+  for p in "${started[@]}"; do
+    while kill -0 -- "-$p" 2> /dev/null; do sleep 0.1; done
+  done
+fi
 exit $status

@@ -214,6 +214,10 @@ def main():
 
     running = {}  # Popen -> (combo, log file)
     stopping = []
+    # Process groups of runs stopped by a signal whose own process (a wrapper script, say)
+    # ended before what it started (the app, still writing its checkpoint): waited for, and
+    # sent later signals, so that the sweep ends after its runs.
+    lingering = set()
 
     def signal_run(proc, sig):
         """To the run's process group (its session's): what it started, through a wrapper
@@ -234,6 +238,11 @@ def main():
         stopping.append(sig)
         for proc in running:
             signal_run(proc, sig)
+        for group in list(lingering):
+            try:
+                os.killpg(group, signal.SIGTERM if sig == signal.SIGHUP else sig)
+            except ProcessLookupError:
+                pass
     for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal or ssh session stops the runs
         # ...unless the sweep started with it ignored (nohup; SIGINT in a background job)
         if signal.getsignal(sig) != signal.SIG_IGN:
@@ -241,7 +250,7 @@ def main():
 
     failed = 0
     queue = list(todo)
-    while queue or running:
+    while queue or running or lingering:
         while queue and len(running) < a.jobs and not stopping:
             combo = queue.pop(0)
             d = os.path.join(a.out, run_name(combo))
@@ -276,9 +285,14 @@ def main():
                 print(f"sweep: FAILED {run_name(combo)} (cannot run '{argv[0]}': {e.strerror or e})", flush=True)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        if not running:
+        if not running and not lingering:
             break
         time.sleep(0.1)
+        for group in list(lingering):
+            try:
+                os.killpg(group, 0)
+            except (ProcessLookupError, PermissionError):  # (all gone)
+                lingering.discard(group)
         for proc in [p for p in running if p.poll() is not None]:
             combo, log = running.pop(proc)
             log.close()
@@ -287,6 +301,11 @@ def main():
                 open(os.path.join(d, "done"), "w").close()
                 print(f"sweep: done {run_name(combo)}", flush=True)
             elif stopping:
+                try:
+                    os.killpg(proc.pid, 0)
+                    lingering.add(proc.pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
                 print(f"sweep: stopped {run_name(combo)} (exit {proc.returncode}); run the sweep again to resume it",
                       flush=True)
             else:

@@ -155,6 +155,12 @@ TEST_CASE("write_idx refuses a dim past 32 bits and replaces files whole", "[dat
   REQUIRE(d.names() == std::vector<std::string>{"folder", "link.gz", "x.gz"});
   data::write_idx("/dev/null", arange(2, kF32));
   REQUIRE(fs::is_character_file("/dev/null"));
+  // a write cut short (the file size limit, as a full disk) names the file asked for, and
+  // leaves neither it nor a temporary
+  std::string e;
+  test::with_file_size_limit(100, [&] { e = test::error_of([&] { data::write_idx(d.file("cut"), arange(5000, kF32)); }); });
+  REQUIRE(e.find("write_idx: writing '" + d.file("cut") + "' failed") != std::string::npos);
+  REQUIRE(d.names() == std::vector<std::string>{"folder", "link.gz", "x.gz"});
 }
 
 TEST_CASE("load_mnist checks that images and labels agree", "[data][mnist]") {

@@ -79,7 +79,7 @@ def overhead(dev, dt, a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("-n", "--n", type=int, default=0,
+    ap.add_argument("-n", "--n", type=int, default=None,
                     help="elements per tensor, a multiple of 1024 (default 64M on CUDA, 4M on CPU)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
@@ -90,9 +90,9 @@ def main():
         ap.error("--attention and --overhead are different runs: give one")
     if a.iters < 1:
         ap.error(f"--iters must be at least 1, got {a.iters}")
-    if a.n < 0 or a.n % 1024:
+    if a.n is not None and (a.n <= 0 or a.n % 1024):
         ap.error(f"-n must be a positive multiple of 1024, got {a.n}")
-    if a.n and (a.attention or a.overhead):
+    if a.n is not None and (a.attention or a.overhead):
         ap.error("-n sets the memory-bound kernels' size; --attention and --overhead have their own")
     dev = torch.device(a.device)
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]

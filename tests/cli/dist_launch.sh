@@ -61,6 +61,16 @@ signalled TERM 0.5 --nprocs 2 -- "$work/wrap.sh"
 sleep 0.3
 if left=$(pids_with "$marker"); then kill $left; fail "a wrapper rank's child outlived the launcher"; fi
 
+# a wrapper rank that dies at once on TERM while its child takes a second to stop (an app
+# writing its checkpoint): the launcher ends after the child, not before
+printf '#!/bin/sh\ntrap "sleep 1; echo saved >> %s; exit 143" TERM\nwhile :; do sleep 0.1; done\n' "$work/saved" \
+  > "$work/slow.sh"
+printf '#!/bin/sh\n%s\n' "$work/slow.sh" > "$work/wrap2.sh"
+chmod +x "$work/slow.sh" "$work/wrap2.sh"
+signalled TERM 0.5 --nprocs 2 -- "$work/wrap2.sh"
+[[ $rc -eq 143 && $(wc -l < "$work/saved" 2> /dev/null) -eq 2 ]] \
+  || fail "the launcher ended (exit $rc) before its ranks' children had stopped ($(cat "$work/saved" 2> /dev/null | wc -l) of 2)"
+
 for opt in --nprocs --nnodes --node-rank --master; do
   timeout 5 "$launch" --nprocs 2 "$opt" > "$work/out" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q -- "$opt needs a value" "$work/out" || fail "$opt without a value: exit $rc: $(cat "$work/out")"

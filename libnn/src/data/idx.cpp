@@ -176,7 +176,7 @@ void write_idx(const std::string& path, const Tensor& t_in) {
     }
     ok = gzclose(f) == Z_OK && ok;
     const int err = errno;
-    NN_CHECK(ok, "write_idx: writing '", name, "' failed", err ? std::string(": ") + std::strerror(err) : "");
+    NN_CHECK(ok, "write_idx: writing '", path, "' failed", err ? std::string(": ") + std::strerror(err) : "");
   }, "write_idx: ");
 }
 

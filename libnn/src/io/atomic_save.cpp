@@ -18,10 +18,12 @@ namespace nn::io::atomic_save {
 namespace {
 constexpr const char kTag[] = ".tmp-";
 
-// fsync of `path` (a file, or a folder with O_DIRECTORY); a file system that cannot sync a
-// folder (EINVAL) makes the rename as durable as it allows.
+// fsync of `path` (a file, or a folder with O_DIRECTORY). The folder's is best effort where
+// it cannot be: a file system that cannot sync a folder (EINVAL), or a folder this process
+// may write but not read (mode 0300: the rename has happened, so the save has too).
 void sync_path(const std::string& path, int flags, const std::string& where) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags);
+  if (fd < 0 && (flags & O_DIRECTORY) && errno == EACCES) return;
   NN_CHECK(fd >= 0, where, "cannot open '", path, "' to sync it: ", std::strerror(errno));
   const int r = ::fsync(fd);
   const int err = errno;
