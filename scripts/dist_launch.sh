@@ -121,7 +121,7 @@ done
 # still writing its checkpoint): the launcher ends when every rank's process group has
 # (later signals still reach them).
 if [[ $stopping -eq 1 ]]; then
-  running=("${started[@]}") signalled=0
+  running=("${started[@]}")
   for p in "${started[@]}"; do
     while kill -0 -- "-$p" 2> /dev/null; do sleep 0.1; done
   done

@@ -102,9 +102,37 @@ def has_checkpoint(d):
         return False
 
 
-def summary(out, grid, combos):
+def combinations(grid):
+    """Every run of the grid: a tuple of (flag, value) pairs each, in --grid order."""
+    return [tuple(zip([n for n, _ in grid], vals)) for vals in itertools.product(*[v for _, v in grid])]
+
+
+def has_flag(cmd, name):
+    """Whether the command line gives --name (as --name VALUE or --name=VALUE)."""
+    return any(c == f"--{name}" or c.startswith(f"--{name}=") for c in cmd)
+
+
+def signal_group(group, sig):
+    """sig to a run's process group (its session's): what it started, through a wrapper script
+    say, stops too. SIGTERM for a SIGHUP: the same graceful stop, whatever a run does with
+    SIGHUP."""
+    try:
+        os.killpg(group, signal.SIGTERM if sig == signal.SIGHUP else sig)
+    except ProcessLookupError:  # (all of it ended)
+        pass
+
+
+def group_alive(group):
+    try:
+        os.killpg(group, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def summary(out, grid):
     rows = []
-    for combo in combos:
+    for combo in combinations(grid):
         d = os.path.join(out, run_name(combo))
         m = last_metrics(os.path.join(d, "metrics.jsonl"))
         status = "done" if os.path.exists(os.path.join(d, "done")) else \
@@ -165,18 +193,15 @@ def main():
     shard, shards = int(m.group(1)), int(m.group(2))
     if a.jobs < 1:
         sys.exit("sweep: --jobs must be at least 1")
-    combos = [tuple(zip([n for n, _ in grid], vals)) for vals in itertools.product(*[v for _, v in grid])]
     if a.summary:
         if not os.path.isdir(a.out):
             sys.exit(f"sweep: --out {a.out}: no such folder")
-        recorded = load_grid(a.out)
         if not a.grid:
-            if recorded is None:
+            grid = load_grid(a.out)
+            if grid is None:
                 sys.exit(f"sweep: {a.out} holds no {GRID_FILE} (a sweep from before it was kept): "
                          "give its --grid flags")
-            grid = recorded
-            combos = [tuple(zip([n for n, _ in grid], vals)) for vals in itertools.product(*[v for _, v in grid])]
-        summary(a.out, grid, combos)
+        summary(a.out, grid)
         return 0
     if not cmd:
         sys.exit("sweep: no app to run: give it after --, e.g. -- build/bin/mlp_train --data synthetic")
@@ -184,12 +209,13 @@ def main():
         where = "is not an executable file" if os.sep in cmd[0] else "is not an executable on PATH"
         sys.exit(f"sweep: cannot run the app: '{cmd[0]}' {where}")
     for n, _ in grid:
-        if any(c == f"--{n}" or c.startswith(f"--{n}=") for c in cmd):
+        if has_flag(cmd, n):
             sys.exit(f"sweep: --{n} is both a grid flag and in the app's flags")
     for n in ("metrics", "checkpoint-dir", "resume"):  # (the app takes the last one given)
-        if any(c == f"--{n}" or c.startswith(f"--{n}=") for c in cmd[1:]):
+        if has_flag(cmd[1:], n):
             sys.exit(f"sweep: --{n} is the sweep's own (each run's --metrics RUN/metrics.jsonl, "
                      f"--checkpoint-dir RUN/ckpt --resume): leave it out of the app's flags")
+    combos = combinations(grid)
     names = [run_name(c) for c in combos]
     if len(set(names)) != len(names):
         sys.exit("sweep: two runs would share a folder name (values that differ only in "
@@ -219,15 +245,6 @@ def main():
     # sent later signals, so that the sweep ends after its runs.
     lingering = set()
 
-    def signal_run(proc, sig):
-        """To the run's process group (its session's): what it started, through a wrapper
-        script say, stops too. SIGTERM for a SIGHUP: the same graceful stop, whatever a run
-        does with SIGHUP."""
-        try:
-            os.killpg(proc.pid, signal.SIGTERM if sig == signal.SIGHUP else sig)
-        except ProcessLookupError:  # (ended and not yet collected)
-            pass
-
     def stop(sig, _frame):
         if sig == signal.SIGHUP:
             # The terminal is gone: a print to it would fail (EIO) and end the sweep before
@@ -236,13 +253,8 @@ def main():
             os.dup2(devnull, sys.stdout.fileno())
             os.dup2(devnull, sys.stderr.fileno())
         stopping.append(sig)
-        for proc in running:
-            signal_run(proc, sig)
-        for group in list(lingering):
-            try:
-                os.killpg(group, signal.SIGTERM if sig == signal.SIGHUP else sig)
-            except ProcessLookupError:
-                pass
+        for group in [proc.pid for proc in running] + list(lingering):
+            signal_group(group, sig)
     for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal or ssh session stops the runs
         # ...unless the sweep started with it ignored (nohup; SIGINT in a background job)
         if signal.getsignal(sig) != signal.SIG_IGN:
@@ -288,11 +300,7 @@ def main():
         if not running and not lingering:
             break
         time.sleep(0.1)
-        for group in list(lingering):
-            try:
-                os.killpg(group, 0)
-            except (ProcessLookupError, PermissionError):  # (all gone)
-                lingering.discard(group)
+        lingering = {g for g in lingering if group_alive(g)}
         for proc in [p for p in running if p.poll() is not None]:
             combo, log = running.pop(proc)
             log.close()
@@ -301,11 +309,8 @@ def main():
                 open(os.path.join(d, "done"), "w").close()
                 print(f"sweep: done {run_name(combo)}", flush=True)
             elif stopping:
-                try:
-                    os.killpg(proc.pid, 0)
+                if group_alive(proc.pid):
                     lingering.add(proc.pid)
-                except (ProcessLookupError, PermissionError):
-                    pass
                 print(f"sweep: stopped {run_name(combo)} (exit {proc.returncode}); run the sweep again to resume it",
                       flush=True)
             else:
@@ -314,7 +319,7 @@ def main():
                 print(f"sweep: FAILED {run_name(combo)} (exit {proc.returncode}); its log: {os.path.join(d, 'log')}",
                       flush=True)
     print()
-    summary(a.out, grid, combos)
+    summary(a.out, grid)
     if stopping:
         return 128 + stopping[0]
     return 1 if failed else 0

@@ -31,6 +31,55 @@ void sync_path(const std::string& path, int flags, const std::string& where) {
   NN_CHECK(r == 0 || (err == EINVAL && (flags & O_DIRECTORY)), where, "cannot sync '", path,
            "': ", std::strerror(err));
 }
+// "<path>.tmp-<this process's pid>".
+std::string tmp_path(const std::string& path) {
+  return path + kTag + std::to_string(::getpid());
+}
+
+// The file a save to `path` writes: path itself, or, for a symbolic link, the file it points
+// to (renaming over the link would replace the link and leave its target as it was). Ask
+// is_special_file(path) first: /dev/stdout, a link to a pipe, has no file name to resolve to.
+std::string save_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_symlink(path, ec)) return path;
+  if (fs::exists(path, ec)) {  // resolved as the kernel resolves it
+    const fs::path real = fs::canonical(path, ec);
+    if (!ec) return real.string();
+  }
+  fs::path p = path;
+  // a dangling link: link by link to the name the save creates
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p.string();
+}
+
+// Whether `path` exists and is not a regular file (a device such as /dev/stdout, a pipe): a
+// save writes such a file where it is, since renaming a new file over it would replace it.
+bool is_special_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+// Removes the stale temporaries of `path` (best effort: a file that cannot be removed stays).
+void remove_stale_tmps(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string base = p.filename().string();
+  std::error_code ec;
+  for (fs::directory_iterator it(p.has_parent_path() ? p.parent_path() : fs::path("."), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
+        stale_tmp_base(name) == base) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
 }  // namespace
 
 void write(const std::string& path, const std::function<void(const std::string& name)>& write_to,
@@ -57,33 +106,6 @@ void write(const std::string& path, const std::function<void(const std::string& 
   remove_stale_tmps(target);
 }
 
-std::string tmp_path(const std::string& path) {
-  return path + kTag + std::to_string(::getpid());
-}
-
-std::string save_target(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_symlink(path, ec)) return path;
-  if (fs::exists(path, ec)) {  // resolved as the kernel resolves it
-    const fs::path real = fs::canonical(path, ec);
-    if (!ec) return real.string();
-  }
-  fs::path p = path;
-  // a dangling link: link by link to the name the save creates
-  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
-    const fs::path to = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  return p.string();
-}
-
-bool is_special_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
-}
-
 std::optional<std::string> stale_tmp_base(const std::string& name) {
   const size_t pos = name.rfind(kTag);
   if (pos == std::string::npos || pos == 0) return std::nullopt;
@@ -94,22 +116,6 @@ std::optional<std::string> stale_tmp_base(const std::string& name) {
   if (digits == end || ec != std::errc() || stop != end || pid <= 0) return std::nullopt;
   if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) return std::nullopt;
   return name.substr(0, pos);
-}
-
-void remove_stale_tmps(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const std::string base = p.filename().string();
-  std::error_code ec;
-  for (fs::directory_iterator it(p.has_parent_path() ? p.parent_path() : fs::path("."), ec), end;
-       !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
-        stale_tmp_base(name) == base) {
-      std::error_code ignored;
-      fs::remove(it->path(), ignored);
-    }
-  }
 }
 
 }  // namespace nn::io::atomic_save

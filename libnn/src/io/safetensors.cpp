@@ -3,9 +3,7 @@
 // truncated file gives an nn::Error, never a crash or a huge allocation.
 #include <nn/io.h>
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,7 +11,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <set>
@@ -237,21 +234,18 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   NN_CHECK(header.size() <= kMaxHeader, where, "header of ", header.size(),
            " bytes exceeds the format's limit of ", kMaxHeader);
 
-  auto write_to = [&](std::FILE* fp, const std::string& name) {
+  atomic_save::write(path, [&](const std::string& name) {
+    File f(std::fopen(name.c_str(), "wb"));
+    NN_CHECK(f, where, "cannot create '", name, "': ", errno_text());
     auto put = [&](const void* data, size_t n) {
-      NN_CHECK(n == 0 || std::fwrite(data, 1, n, fp) == n, where, "cannot write '", name, "': ",
-               errno_text());
+      NN_CHECK(n == 0 || std::fwrite(data, 1, n, f.get()) == n, where, "cannot write '", name,
+               "': ", errno_text());
     };
     uint64_t n = header.size();
     put(&n, 8);
     put(header.data(), header.size());
     for (auto& t : host) put(t.data_ptr(), t.nbytes());
-    NN_CHECK(std::fflush(fp) == 0, where, "cannot write '", name, "': ", errno_text());
-  };
-  atomic_save::write(path, [&](const std::string& name) {
-    File f(std::fopen(name.c_str(), "wb"));
-    NN_CHECK(f, where, "cannot create '", name, "': ", errno_text());
-    write_to(f.get(), name);
+    NN_CHECK(std::fflush(f.get()) == 0, where, "cannot write '", name, "': ", errno_text());
     NN_CHECK(std::fclose(f.release()) == 0, where, "cannot close '", name, "': ", errno_text());
   }, where);
 }
