@@ -461,7 +461,8 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
   REQUIRE(test::error_of([] { Device("gpu"); }).find("unknown device") != std::string::npos);
   REQUIRE(test::error_of([] { dtype_from_name("f8"); }).find("unknown dtype") != std::string::npos);
   // factories do not wrap or saturate a value an integer dtype cannot hold (300 as u8 was 44)
-  for (const auto& c : {std::pair{300.0, kU8}, {-1.0, kU8}, {1e20, kI64}, {0x1p31, kI32}, {0.5, kI32}, {double(NAN), kI64}}) {
+  for (const auto& c : {std::pair{300.0, kU8}, {-1.0, kU8}, {1e20, kI64}, {0x1p31, kI32}, {0.5, kI32}, {double(NAN), kI64},
+                        {1e300, kF32}, {-1e39, kBF16}, {65520.0, kF16}}) {
     const double value = c.first;  // (clang 14 captures no structured binding)
     const DType dt = c.second;
     INFO(value << " as " << dt);
@@ -472,6 +473,12 @@ TEST_CASE("bad uses give clear errors", "[tensor][errors]") {
     require_values(z, {0, 0});
   }
   require_values(full({1}, 255, kU8), {255});
+  // a floating dtype takes its finite range, infinities and NaN (1e300 as f32 became inf)
+  require_values(full({1}, 65504, kF16), {65504});
+  REQUIRE(full({1}, -3e38, kBF16).item() < -2.9e38);
+  REQUIRE(tensor({1e300}, kF64).item() == 1e300);
+  REQUIRE(std::isinf(full({1}, INFINITY, kF16).item()));
+  REQUIRE(std::isnan(zeros({1}).fill_(NAN).item()));
   require_values(tensor({-0x1p31, 0x1p31 - 1}, kI32), {-0x1p31, 0x1p31 - 1});
   if (!cuda_available()) {
     std::string msg = test::error_of([] { ones({2}).to(kCUDA); });

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 namespace nn {
@@ -54,10 +55,26 @@ inline std::pair<int64_t, int64_t> integer_range(DType dt) {
   }
 }
 
-// A value stored into an integer tensor (full, tensor, fill_, pad's fill): whole and within
-// the dtype's range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated).
+// The largest finite value of a floating dtype narrower than f64.
+inline double float_max(DType dt) {
+  switch (dt) {
+    case kF16: return 65504.0;
+    case kBF16: return 0x1.fep127;
+    default: return double(std::numeric_limits<float>::max());
+  }
+}
+
+// A value stored into a tensor (full, tensor, fill_, pad's fill): for an integer dtype whole and
+// within its range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated); for a
+// floating dtype narrower than f64 within its finite range unless infinite or NaN, as libtorch's
+// `overflows` (1e300 as f32 and 70000 as f16 became inf).
 inline void check_value_fits(DType dt, double v, const char* op) {
-  if (is_floating(dt)) return;
+  if (is_floating(dt)) {
+    NN_CHECK(dt == kF64 || !std::isfinite(v) || std::fabs(v) <= float_max(dt), op, ": the value ",
+             v, " cannot be stored in a ", dtype_name(dt), " tensor: it exceeds the largest finite ",
+             dtype_name(dt), ", ", float_max(dt));
+    return;
+  }
   const auto [lo, hi] = integer_range(dt);
   NN_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= double(lo) && v < double(hi) + 1, op,
            ": the value ", v, " cannot be stored in a ", dtype_name(dt),
