@@ -216,7 +216,7 @@ struct UnaryBackwardF {
         r = x * a > C(kSoftplusThreshold) ? gc : gc / (C(1) + m_exp(-x * a));
         break;
       case UnaryOp::leaky_relu: r = x > C(0) ? gc : gc * a; break;
-      case UnaryOp::elu: r = x <= C(0) ? gc * a * m_exp(x) : gc; break;  // (NaN: gc, as the CPU)
+      case UnaryOp::elu: r = x > C(0) ? gc : gc * a * m_exp(x); break;  // (NaN: NaN, as the CPU)
       default: break;
     }
     return convert<T>(r);

@@ -1,7 +1,10 @@
 // Ops and optimizers against PyTorch's own numbers (tests/fixtures/make_torch_ops.py writes
 // them, from torch on PyPI): the conventions where a port from PyTorch could go silently
-// wrong. f64, on the CPU and CUDA.
+// wrong. f64, on the CPU and CUDA. And tests/fixtures/make_torch_special.py's: elementwise ops,
+// reductions, softmax and max pooling at infinities, NaN, zeros and ties, in f64 and f32.
 #include "test_util.h"
+
+#include <sstream>
 
 using namespace nn;
 
@@ -230,4 +233,142 @@ TEST_CASE("learning-rate schedules agree with torch's and Hugging Face's", "[tor
   check("step", [](optim::Optimizer& o) { return optim::StepLR(o, 3, 0.5); }, 0, 10);
   check("hf_linear", [](optim::Optimizer& o) { return optim::LinearLR(o, 3, 10); }, 3, 12);
   check("hf_cosine", [](optim::Optimizer& o) { return optim::CosineLR(o, 3, 10); }, 3, 10);
+}
+
+namespace {
+
+// tests/fixtures/torch/special.safetensors' tensor NAME (make_torch_special.py).
+Tensor special(const std::string& name) {
+  static const test::Fixture f("torch/special.safetensors");
+  return f.get(name);
+}
+
+// Where got and want differ beyond the tolerance (NaN against NaN and equal infinities agree;
+// an infinity or NaN against anything else does not): "element i: got g, expected w" for the
+// first such element, or "" when they agree. Elements where skip (if given) holds are not
+// compared.
+std::string mismatch(const Tensor& got, const Tensor& want, double tol,
+                     const std::vector<double>* skip = nullptr) {
+  if (got.shape() != want.shape()) return "shape " + shape_str(got.shape()) + " against " + shape_str(want.shape());
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if ((skip && std::isnan((*skip)[i])) || g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])) ||
+        std::abs(g[i] - w[i]) <= tol * (1 + std::abs(w[i])))
+      continue;
+    std::ostringstream s;
+    s << "element " << i << ": got " << g[i] << ", expected " << w[i];
+    return s.str();
+  }
+  return "";
+}
+
+// The special-value case NAME in f64 and f32 on d: its output and the inputs' gradients of
+// sum(out * w) against PyTorch's in the same dtype; every disagreement is reported. With
+// nan_grad_any, an input's gradient is not compared where the output is NaN (an elementwise op
+// whose inputs have the output's shape).
+void check_special(const std::string& name, int inputs, Device d, const Fn& fn, bool grad = true,
+                   bool nan_grad_any = false) {
+  for (const char* prefix : {"d.", "f."}) {
+    const std::string key = prefix + name;
+    const double tol = prefix[0] == 'd' ? 1e-12 : 1e-5;
+    INFO(key << " on " << d.str());
+    std::vector<Tensor> xs;
+    for (int i = 0; i < inputs; ++i) {
+      xs.push_back(special(key + ".in" + std::to_string(i)).clone().to(d));
+      if (grad) xs.back().requires_grad_();
+    }
+    Tensor y = fn(xs);
+    const Tensor want = special(key + ".out");
+    const std::vector<double> want_values = want.to_vector<double>();
+    const std::string out = mismatch(y.cpu(), want, tol);
+    INFO("output: " << out);
+    CHECK(out.empty());
+    if (!grad) continue;
+    sum(mul(y, special(key + ".w").to(d))).backward();
+    for (int i = 0; i < inputs; ++i) {
+      const std::string g = mismatch(xs[i].grad().cpu(), special(key + ".grad" + std::to_string(i)),
+                                     tol, nan_grad_any ? &want_values : nullptr);
+      INFO("gradient of input " << i << ": " << g);
+      CHECK(g.empty());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ops agree with PyTorch's at infinities, NaN, zeros and ties", "[torch][cuda]") {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> unary = {
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
+      {"abs", [](const Tensor& x) { return abs(x); }},
+      {"square", [](const Tensor& x) { return square(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"log1p", [](const Tensor& x) { return log1p(x); }},
+      {"softplus", [](const Tensor& x) { return softplus(x); }},
+      {"softplus_beta2", [](const Tensor& x) { return softplus(x, 2.0); }},
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }},
+      {"elu", [](const Tensor& x) { return elu(x, 1.5); }},
+      {"clamp", [](const Tensor& x) { return clamp(x, -1.0, 3.0); }},
+      {"pow_half", [](const Tensor& x) { return pow(x, 0.5); }},
+      {"pow_2", [](const Tensor& x) { return pow(x, 2.0); }},
+      {"pow_3", [](const Tensor& x) { return pow(x, 3.0); }},
+      {"pow_m1", [](const Tensor& x) { return pow(x, -1.0); }},
+      {"pow_0", [](const Tensor& x) { return pow(x, 0.0); }},
+      {"pow_m2_5", [](const Tensor& x) { return pow(x, -2.5); }},
+      {"pow_m_half", [](const Tensor& x) { return pow(x, -0.5); }},
+      {"pow_m2", [](const Tensor& x) { return pow(x, -2.0); }},
+      {"pow_1_5", [](const Tensor& x) { return pow(x, 1.5); }},
+      {"rdiv", [](const Tensor& x) { return rdiv(x, 2.0); }},
+      {"rsub", [](const Tensor& x) { return rsub(x, 2.0); }},
+      {"div_scalar", [](const Tensor& x) { return x / 4.0; }},
+      {"add_scalar", [](const Tensor& x) { return add(x, double(INFINITY)); }},
+      {"mul_scalar", [](const Tensor& x) { return mul(x, 0.0); }},
+  };
+  const std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>> binary = {
+      {"maximum", maximum}, {"minimum", minimum}, {"pow", pow}, {"div", div},
+      {"mul", mul}, {"add", add}, {"sub", sub}};
+  for (Device d : test::devices()) {
+    for (const auto& [name, f] : unary) {
+      const auto fn = f;  // (clang 14 captures no structured binding)
+      check_special(name, 1, d, [fn](auto& x) { return fn(x[0]); });
+    }
+    // Where maximum or minimum is NaN, its gradient goes to the NaN input (to a when both
+    // are); PyTorch's rule gives the whole gradient to each input there, twice the output's
+    for (const auto& [name, f] : binary) {
+      const auto fn = f;
+      const bool extremum = name == "maximum" || name == "minimum";
+      check_special(name, 2, d, [fn](auto& x) { return fn(x[0], x[1]); }, true, extremum);
+    }
+    check_special("amax", 1, d, [](auto& x) { return amax(x[0], {1}); });
+    check_special("amin", 1, d, [](auto& x) { return amin(x[0], {1}); });
+    check_special("amax_all", 1, d, [](auto& x) { return amax(x[0].narrow(0, 1, 1)); });
+    check_special("sum", 1, d, [](auto& x) { return sum(x[0], {1}); });
+    check_special("mean", 1, d, [](auto& x) { return mean(x[0], {0}); });
+    check_special("var", 1, d, [](auto& x) { return var(x[0], {1}); });
+    check_special("argmax", 1, d, [](auto& x) { return argmax(x[0], 1); }, false);
+    check_special("softmax", 1, d, [](auto& x) { return softmax(x[0], 1); });
+    check_special("log_softmax", 1, d, [](auto& x) { return log_softmax(x[0], 1); });
+    const Tensor target = tensor({2, 0, 1, 2, 1}, kI64).to(d);
+    check_special("cross_entropy", 1, d, [&](auto& x) {
+      CrossEntropyOptions o;
+      o.reduction = Reduction::none;
+      return cross_entropy(x[0], target, o);
+    });
+    check_special("cross_entropy_mean", 1, d, [&](auto& x) {
+      return cross_entropy(index_select(x[0], tensor({0, 4}, kI64).to(d)),
+                           index_select(target, tensor({0, 4}, kI64).to(d)));
+    });
+    check_special("layer_norm", 3, d, [](auto& x) { return layer_norm(x[0], {4}, x[1], x[2]); });
+    check_special("where", 2, d, [&](auto& x) {
+      return where(tensor({1, 0, 1, 0}, x[0].dtype()).to(d), x[0], x[1]);
+    });
+    check_special("max_pool2d", 1, d, [](auto& x) { return max_pool2d(x[0], pool({2, 2}, {2, 2}, {0, 0})); });
+  }
 }

@@ -299,7 +299,10 @@ Tensor rdiv(const Tensor& a, double b) {
   return out;
 }
 Tensor pow(const Tensor& a, double e) {
-  Tensor out = unary_float(UnaryOp::pow_scalar, a, "pow", e);
+  // PyTorch computes x^0.5 and x^-0.5 as sqrt and rsqrt: NaN at -inf, where std::pow gives inf
+  // and 0 (the backward's x^(e - 1) too, so for e = 1.5 as well)
+  const UnaryOp op = e == 0.5 ? UnaryOp::sqrt : e == -0.5 ? UnaryOp::rsqrt : UnaryOp::pow_scalar;
+  Tensor out = unary_float(op, a, "pow", e);
   record("pow_scalar", {a}, out, {a}, [as = a.detach(), e](const Tensor& g, auto&) {
     if (e == 0) return std::vector<Tensor>{zeros_like(g)};  // not 0 * 0^-1 at a = 0
     return std::vector<Tensor>{mul(g, mul(pow(as, e - 1), e))};

@@ -91,9 +91,12 @@ void eigen_block(UnaryOp op, const float* px, const float* pg, float* po, int64_
       if (!pg) {
         o = 0.5f * v * (1.f + (v * float(kInvSqrt2)).erf());
       } else {
+        // (v - v: 0, or NaN at ±inf, where the exact form's x pdf(x) is inf x 0, as in
+        // PyTorch's and our f64 gradient; Eigen's exp never returns 0, so without it the
+        // gradient read ±inf there)
         o = Eigen::Map<const Arr, Eigen::Aligned64>(pg, n) *
             (0.5f * (1.f + (v * float(kInvSqrt2)).erf()) +
-             float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp());
+             float(kInvSqrt2Pi) * v * (-0.5f * v * v).exp() + (v - v));
       }
       return;
     case UnaryOp::tanh: {
@@ -351,8 +354,8 @@ void unary_backward_typed(UnaryOp op, const Tensor& grad, const Tensor& x, const
     case UnaryOp::leaky_relu:
       map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a; }, grad, x);
       return;
-    case UnaryOp::elu:  // a exp(x) at and below 0; g itself elsewhere, NaN too (as PyTorch)
-      map<T, T, T>(grad_x, [a](T g, T v) { return C(v) <= C(0) ? C(g) * a * std::exp(C(v)) : C(g); },
+    case UnaryOp::elu:  // a exp(x) at and below 0, g above; NaN at NaN, as PyTorch's vectorised kernel
+      map<T, T, T>(grad_x, [a](T g, T v) { return C(v) > C(0) ? C(g) : C(g) * a * std::exp(C(v)); },
                    grad, x);
       return;
     case UnaryOp::softplus:  // sigmoid(a x), 1 past the threshold
