@@ -1,7 +1,8 @@
 // Ops and optimizers against PyTorch's own numbers (tests/fixtures/make_torch_ops.py writes
 // them, from torch on PyPI): the conventions where a port from PyTorch could go silently
 // wrong. f64, on the CPU and CUDA. And tests/fixtures/make_torch_special.py's: elementwise ops,
-// reductions, softmax and max pooling at infinities, NaN, zeros and ties, in f64 and f32.
+// reductions, softmax and max pooling at infinities, NaN, zeros and ties, in f64, f32, f16 and
+// bf16.
 #include "test_util.h"
 
 #include <sstream>
@@ -262,15 +263,15 @@ std::string mismatch(const Tensor& got, const Tensor& want, double tol,
   return "";
 }
 
-// The special-value case NAME in f64 and f32 on d: its output and the inputs' gradients of
+// The special-value case NAME in f64, f32, f16 and bf16 on d: its output and the inputs' gradients of
 // sum(out * w) against PyTorch's in the same dtype; every disagreement is reported. With
 // nan_grad_any, an input's gradient is not compared where the output is NaN (an elementwise op
 // whose inputs have the output's shape).
 void check_special(const std::string& name, int inputs, Device d, const Fn& fn, bool grad = true,
                    bool nan_grad_any = false) {
-  for (const char* prefix : {"d.", "f."}) {
+  // (16-bit results may be a rounding step apart: each library rounds its own intermediates)
+  for (const auto& [prefix, tol] : {std::pair{"d.", 1e-12}, {"f.", 1e-5}, {"h.", 2e-3}, {"b.", 1.6e-2}}) {
     const std::string key = prefix + name;
-    const double tol = prefix[0] == 'd' ? 1e-12 : 1e-5;
     INFO(key << " on " << d.str());
     std::vector<Tensor> xs;
     for (int i = 0; i < inputs; ++i) {
