@@ -151,6 +151,11 @@ Tensor difference(const Tensor& input_in, const Tensor& target_in, const char* o
            " and target ", shape_str(target.shape()), " differ in shape");
   return sub(input, target);
 }
+// d clamped to [-bound, bound], for the quadratic branch of smooth L1 and Huber: the same
+// values and gradient where that branch is taken (|d| < bound), and elsewhere, where where()
+// sends it a zero gradient, a finite square (square(d)'s gradient there, 0 x 2d, was NaN at an
+// infinite d, which made the loss's gradient NaN where PyTorch's is -1 or 1 times the bound)
+Tensor inside(const Tensor& d, double bound) { return clamp(d, -bound, bound); }
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
@@ -167,7 +172,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   const Tensor d = difference(input, target, "smooth_l1_loss");
   if (beta == 0) return reduce_loss(abs(d), reduction);
   const Tensor ad = abs(d);
-  return reduce_loss(where(lt(ad, full({}, beta, ad.options())), mul(square(d), 0.5 / beta),
+  return reduce_loss(where(lt(ad, full({}, beta, ad.options())), mul(square(inside(d, beta)), 0.5 / beta),
                            add(ad, -0.5 * beta)),
                      reduction);
 }
@@ -175,7 +180,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   NN_CHECK(delta > 0 && std::isfinite(delta), "huber_loss: delta must be finite and > 0, got ", delta);
   const Tensor d = difference(input, target, "huber_loss"), ad = abs(d);
-  return reduce_loss(where(lt(ad, full({}, delta, ad.options())), mul(square(d), 0.5),
+  return reduce_loss(where(lt(ad, full({}, delta, ad.options())), mul(square(inside(d, delta)), 0.5),
                            mul(add(ad, -0.5 * delta), delta)),
                      reduction);
 }
