@@ -137,8 +137,7 @@ std::string variant() {
     const std::string set = value ? value : "";
     const bool moves = s.changed ? set == s.changed
                                  : (set == "eigen" || set == "avx2" || set == "avx512");  // (others: ignored)
-    if (moves)
-      v += (v.empty() ? "" : " ") + std::string(s.name) + "=" + value;
+    if (moves) v.append(v.empty() ? "" : " ").append(s.name).append("=").append(value);
   }
   return v;
 }

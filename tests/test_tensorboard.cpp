@@ -141,7 +141,7 @@ TEST_CASE("TensorBoardWriter writes framed scalar events, flushed as they come",
   std::string name = fs::path(w.path()).filename().string();
   REQUIRE(fs::path(w.path()).parent_path() == dir);
   REQUIRE(name.rfind("events.out.tfevents.", 0) == 0);
-  REQUIRE(name.find("." + std::to_string(getpid()) + ".") != std::string::npos);
+  REQUIRE(name.find(std::string(".").append(std::to_string(getpid())).append(".")) != std::string::npos);
   REQUIRE(name.size() > 6);
   REQUIRE(name.substr(name.size() - 6) == ".libnn");
 

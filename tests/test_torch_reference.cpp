@@ -167,7 +167,11 @@ TEST_CASE("ops agree with PyTorch's: cross entropy, pooling (ceil_mode too), con
       o.reduction = Reduction::sum;
       return nll_loss(x[0], nll_t2, o);
     });
-    check_case("nll_none", 1, d, [&](auto& x) { return nll_loss(x[0], nll_t3, {.reduction = Reduction::none}); });
+    check_case("nll_none", 1, d, [&](auto& x) {
+      NllLossOptions o;
+      o.reduction = Reduction::none;
+      return nll_loss(x[0], nll_t3, o);
+    });
     check_case("normalize_rows", 1, d, [](auto& x) { return normalize(x[0]); });
     check_case("normalize_p1_dim0", 1, d, [](auto& x) { return normalize(x[0], 1.0, 0, 1e-6); });
     check_case("cosine_similarity", 2, d, [](auto& x) { return cosine_similarity(x[0], x[1], -1); });
