@@ -406,6 +406,10 @@ TEST_CASE("ops agree with PyTorch's at infinities, NaN, zeros and ties", "[torch
     check_special("log_softmax_dim0", 1, d, [](auto& x) { return log_softmax(x[0], 0); });
     check_special("avg_pool2d", 1, d, [](auto& x) { return avg_pool2d(x[0], pool({2, 2}, {2, 2}, {1, 1})); });
     check_special("adaptive_avg_pool2d", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {3, 2}); });
+    check_special("matmul", 2, d, [](auto& x) { return matmul(x[0], x[1]); });
+    check_special("linear", 3, d, [](auto& x) { return linear(x[0], x[1], x[2]); });
+    check_special("conv2d", 3, d, [](auto& x) { return conv2d(x[0], x[1], x[2], test::conv_params({1, 1}, {1, 1})); });
+    check_special("attention", 3, d, [](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); });
     check_special("max_pool2d", 1, d, [](auto& x) { return max_pool2d(x[0], pool({2, 2}, {2, 2}, {0, 0})); });
   }
 }
