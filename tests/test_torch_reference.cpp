@@ -408,7 +408,11 @@ TEST_CASE("ops agree with PyTorch's at infinities, NaN, zeros and ties", "[torch
     check_special("adaptive_avg_pool2d", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {3, 2}); });
     check_special("matmul", 2, d, [](auto& x) { return matmul(x[0], x[1]); });
     check_special("linear", 3, d, [](auto& x) { return linear(x[0], x[1], x[2]); });
-    check_special("conv2d", 3, d, [](auto& x) { return conv2d(x[0], x[1], x[2], test::conv_params({1, 1}, {1, 1})); });
+    // (on the CPU only: on CUDA, cuDNN's algorithm search may pick a Winograd or FFT
+    // convolution, whose transforms spread an infinity or NaN over a tile, as they do in
+    // PyTorch on the GPU; the CUDA convolution tests compare finite values)
+    if (d.is_cpu())
+      check_special("conv2d", 3, d, [](auto& x) { return conv2d(x[0], x[1], x[2], test::conv_params({1, 1}, {1, 1})); });
     check_special("attention", 3, d, [](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); });
     check_special("max_pool2d", 1, d, [](auto& x) { return max_pool2d(x[0], pool({2, 2}, {2, 2}, {0, 0})); });
   }
