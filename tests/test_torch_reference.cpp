@@ -392,6 +392,13 @@ TEST_CASE("ops agree with PyTorch's at infinities, NaN, zeros and ties", "[torch
       return cross_entropy(index_select(x[0], tensor({0, 4}, kI64).to(d)),
                            index_select(target, tensor({0, 4}, kI64).to(d)));
     });
+    check_special("cross_entropy_smooth", 1, d, [&](auto& x) {
+      CrossEntropyOptions o;
+      o.reduction = Reduction::none;
+      o.label_smoothing = 0.1;
+      const Tensor rows = tensor({0, 1, 4}, kI64).to(d);
+      return cross_entropy(index_select(x[0], rows), index_select(target, rows), o);
+    });
     check_special("layer_norm", 3, d, [](auto& x) { return layer_norm(x[0], {4}, x[1], x[2]); });
     check_special("where", 2, d, [&](auto& x) {
       return where(tensor({1, 0, 1, 0}, x[0].dtype()).to(d), x[0], x[1]);
@@ -403,6 +410,7 @@ TEST_CASE("ops agree with PyTorch's at infinities, NaN, zeros and ties", "[torch
     }, true, 0, 10);
     check_special("group_norm", 3, d, [](auto& x) { return group_norm(x[0], 3, x[1], x[2]); }, true, 0, 10);
     check_special("normalize", 1, d, [](auto& x) { return normalize(x[0]); });
+    check_special("cosine_similarity", 2, d, [](auto& x) { return cosine_similarity(x[0], x[1]); });
     check_special("log_softmax_dim0", 1, d, [](auto& x) { return log_softmax(x[0], 0); });
     check_special("avg_pool2d", 1, d, [](auto& x) { return avg_pool2d(x[0], pool({2, 2}, {2, 2}, {1, 1})); });
     check_special("adaptive_avg_pool2d", 1, d, [](auto& x) { return adaptive_avg_pool2d(x[0], {3, 2}); });
