@@ -210,6 +210,42 @@ TEST_CASE("autocast runs matmul-like ops in 16 bits and sensitive ones in f32", 
   REQUIRE(test::error_of([] { amp::AutocastGuard ac(kF32); }).find("f16 or bf16") != std::string::npos);
 }
 
+// PyTorch's autocast runs pow, 1 / x, exp, log, log1p, rsqrt and softplus in f32 (exp(12) is
+// 162,755, inf in f16): a 16-bit input gives an f32 result, and its gradient comes back in the
+// input's dtype; outside autocast they keep the input's dtype.
+TEST_CASE("autocast runs pow, reciprocal, exp, log, log1p, rsqrt and softplus in f32", "[amp][cuda]") {
+  using Op = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Op>> ops = {
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"log1p", [](const Tensor& x) { return log1p(x); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
+      {"softplus", [](const Tensor& x) { return softplus(x); }},
+      {"pow scalar", [](const Tensor& x) { return pow(x, 3.5); }},
+      {"pow tensor", [](const Tensor& x) { return pow(x, full({}, 3.5, x.options())); }},
+      {"reciprocal", [](const Tensor& x) { return 1.0 / x; }}};
+  for (Device d : test::devices()) {
+    for (DType dt : {kF16, kBF16}) {
+      for (const auto& [name, f] : ops) {
+        const Op op = f;  // (clang 14 captures no structured binding)
+        INFO(name << " " << dtype_name(dt) << " on " << d.str());
+        const Tensor x16 = tensor({12.0, 0.75, 30.0}, kF32).to(dt).to(d);
+        Tensor x = x16.clone().requires_grad_();
+        Tensor y;
+        {
+          amp::AutocastGuard ac(dt);
+          y = op(x);
+        }
+        REQUIRE(y.dtype() == kF32);
+        test::require_close(y.cpu(), op(x16.to(kF32)).cpu(), 1e-6, 0);  // the f32 value, not rounded
+        sum(y).backward();
+        REQUIRE(x.grad().dtype() == dt);
+        REQUIRE(op(x16).dtype() == dt);  // no autocast: the input's dtype
+      }
+    }
+  }
+}
+
 TEST_CASE("autocast conv1d computes in 16 bits, also on a 16-bit input, with f32 weight gradients", "[amp]") {
   Conv1d c(Conv1dOptions(4, 3, 3).padding(1));
   const Tensor x = randn({2, 4, 9});

@@ -5,8 +5,9 @@
 //   - matmul, linear, conv2d, conv1d cast f32 inputs to the 16-bit type (tensor cores on the GPU);
 //   - softmax, log_softmax, layer_norm, group_norm, cross_entropy, mse_loss, l1_loss,
 //     smooth_l1_loss, huber_loss,
-//     binary_cross_entropy_with_logits, sum, mean, var cast 16-bit inputs to f32
-//     (accumulation and exp/log in f32);
+//     binary_cross_entropy_with_logits, sum, mean, var, normalize, cosine_similarity, and
+//     pow, 1 / x (rdiv), exp, log, log1p, rsqrt, softplus cast 16-bit inputs to f32
+//     (accumulation and exp/log in f32; PyTorch's CUDA autocast lists these too);
 //   - everything else runs in its inputs' dtype; mixed operands of binary ops promote to the
 //     wider type, so a 16-bit branch added to an f32 residual gives f32;
 //   - batch_norm and batch_norm_relu take 16-bit data with f32 weights and statistics (a

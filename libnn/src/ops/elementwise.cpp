@@ -1,6 +1,8 @@
 // Elementwise ops with broadcasting, and their gradients.
 #include <cmath>
 
+#include <nn/amp.h>
+
 #include "ops/common.h"
 
 namespace nn {
@@ -175,8 +177,10 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+// pow, rdiv (b / x), exp, log, log1p, rsqrt and softplus take a 16-bit input to f32 under
+// autocast and return f32, as PyTorch's autocast lists them (exp(12) is 162,755: inf in f16).
 Tensor pow(const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = promoted(a_in, b_in, "pow");
+  auto [a, b] = promoted(amp::autocast_f32(a_in), amp::autocast_f32(b_in), "pow");
   check_floating(a, "pow");
   Tensor out = binary_raw(BinaryOp::pow, a, b, "pow");
   record("pow", {a, b}, out, {a, b, out},
@@ -291,14 +295,16 @@ Tensor rsub(const Tensor& a, double b) {
   record("rsub", {a}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{neg(g)}; });
   return out;
 }
-Tensor rdiv(const Tensor& a, double b) {
+Tensor rdiv(const Tensor& a_in, double b) {
+  const Tensor a = amp::autocast_f32(a_in);
   Tensor out = unary_float(UnaryOp::rdiv_scalar, a, "rdiv", b);
   record("rdiv", {a}, out, {a}, [as = a.detach(), b](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(div(g, square(as)), -b)};
   });
   return out;
 }
-Tensor pow(const Tensor& a, double e) {
+Tensor pow(const Tensor& a_in, double e) {
+  const Tensor a = amp::autocast_f32(a_in);
   // PyTorch computes x^0.5 and x^-0.5 as sqrt and rsqrt: NaN at -inf, where std::pow gives inf
   // and 0 (the backward's x^(e - 1) too, so for e = 1.5 as well)
   const UnaryOp op = e == 0.5 ? UnaryOp::sqrt : e == -0.5 ? UnaryOp::rsqrt : UnaryOp::pow_scalar;
@@ -317,14 +323,16 @@ Tensor neg(const Tensor& x) {
   record("neg", {x}, out, [](const Tensor& g, auto&) { return std::vector<Tensor>{neg(g)}; });
   return out;
 }
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = amp::autocast_f32(x_in);
   Tensor y = unary_float(UnaryOp::exp, x, "exp");
   record("exp", {x}, y, {y}, [ys = y.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(g, ys)};
   });
   return y;
 }
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
+  const Tensor x = amp::autocast_f32(x_in);
   Tensor y = unary_float(UnaryOp::log, x, "log");
   record("log", {x}, y, {x}, [xs = x.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{div(g, xs)};
@@ -338,7 +346,8 @@ Tensor sqrt(const Tensor& x) {
   });
   return y;
 }
-Tensor rsqrt(const Tensor& x) {
+Tensor rsqrt(const Tensor& x_in) {
+  const Tensor x = amp::autocast_f32(x_in);
   Tensor y = unary_float(UnaryOp::rsqrt, x, "rsqrt");
   record("rsqrt", {x}, y, {y}, [ys = y.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{mul(mul(g, pow(ys, 3.0)), -0.5)};
@@ -378,7 +387,8 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   });
   return y;
 }
-Tensor log1p(const Tensor& x) {
+Tensor log1p(const Tensor& x_in) {
+  const Tensor x = amp::autocast_f32(x_in);
   Tensor y = unary_float(UnaryOp::log1p, x, "log1p");
   record("log1p", {x}, y, {x}, [xs = x.detach()](const Tensor& g, auto&) {
     return std::vector<Tensor>{div(g, add(xs, 1.0))};
@@ -396,7 +406,7 @@ Tensor elu(const Tensor& x, double alpha) {
 }
 Tensor softplus(const Tensor& x, double beta) {
   NN_CHECK(beta > 0 && std::isfinite(beta), "softplus: beta must be positive and finite, got ", beta);
-  return activation(UnaryOp::softplus, x, "softplus", beta);
+  return activation(UnaryOp::softplus, amp::autocast_f32(x), "softplus", beta);
 }
 Tensor relu(const Tensor& x) { return activation(UnaryOp::relu, x, "relu"); }
 Tensor gelu(const Tensor& x) { return activation(UnaryOp::gelu, x, "gelu"); }
