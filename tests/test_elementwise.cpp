@@ -580,3 +580,26 @@ TEST_CASE("division by a scalar divides", "[elementwise][cuda]") {
     test::require_close(p.grad().cpu(), full({3}, 0.25, kF64), 0, 0);
   }
 }
+
+// A bound or threshold past a floating dtype's finite range: clamp, smooth L1 and Huber compare
+// with it in their backward (and the losses in their forward) through a 0-d tensor of the data's
+// dtype, which could not hold it (full refuses it: the backward threw); every value of the
+// dtype compares with it as with the infinity of its sign.
+TEST_CASE("bounds past a 16-bit dtype's range: clamp, smooth L1 and Huber", "[elementwise][loss]") {
+  for (DType dt : {kF16, kBF16, kF32}) {
+    // (bf16's largest finite value is 3.39e38, below f32's 3.40e38)
+    const double big = dt == kF16 ? 1e5 : dt == kBF16 ? 3.4e38 : 1e39;
+    INFO(dtype_name(dt));
+    Tensor x = tensor({-INFINITY, -3.0, 0.5, 7.0, INFINITY}, kF64).to(dt).requires_grad_();
+    Tensor y = clamp(x, -big, big);
+    sum(y).backward();
+    require_values(x.grad().to(kF64), {0, 1, 1, 1, 0});  // the infinities are clamped: no gradient
+    if (dt == kF32) continue;  // (a threshold past f32 is past the f32 arithmetic the losses do)
+    Tensor a = tensor({0.5, -2.0}, kF64).to(dt).requires_grad_(), t = zeros({2}, dt);
+    Tensor l = add(smooth_l1_loss(a, t, Reduction::sum, big), huber_loss(a, t, Reduction::sum, big));
+    l.backward();
+    // both quadratic: 0.5 d^2 / beta + 0.5 d^2, gradient d / beta + d
+    require_values(l.to(kF64), {0.5 * (0.25 + 4.0) / big + 0.5 * (0.25 + 4.0)}, 1e-2);
+    require_values(a.grad().to(kF64), {0.5 / big + 0.5, -2.0 / big - 2.0}, 1e-2);
+  }
+}

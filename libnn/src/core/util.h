@@ -64,6 +64,15 @@ inline double float_max(DType dt) {
   }
 }
 
+// A 0-d tensor of v in o's dtype and device for comparing with tensors of that dtype: a finite v
+// past a floating dtype's range is the infinity of its sign, which every value of the dtype
+// compares with as with v (a clamp's bound of 1e5 in f16, which full refuses).
+inline Tensor comparison_scalar(double v, const TensorOptions& o) {
+  const bool past = is_floating(o.dtype_) && o.dtype_ != kF64 && std::isfinite(v) &&
+                    std::fabs(v) > float_max(o.dtype_);
+  return full({}, past ? std::copysign(INFINITY, v) : v, o);
+}
+
 // A value stored into a tensor (full, tensor, fill_, pad's fill): for an integer dtype whole and
 // within its range, as libtorch checks (300 as u8 wrapped to 44, 1e20 as i64 saturated); for a
 // floating dtype narrower than f64 within its finite range unless infinite or NaN, as libtorch's

@@ -381,8 +381,8 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
     // as PyTorch (2.x): strictly inside the bounds, so an input on a bound gets no gradient;
     // an infinite bound is no bound
     Tensor out = g;
-    if (std::isfinite(lo)) out = mul(out, gt(xs, full({}, lo, xs.options())));
-    if (std::isfinite(hi)) out = mul(out, lt(xs, full({}, hi, xs.options())));
+    if (std::isfinite(lo)) out = mul(out, gt(xs, comparison_scalar(lo, xs.options())));
+    if (std::isfinite(hi)) out = mul(out, lt(xs, comparison_scalar(hi, xs.options())));
     return std::vector<Tensor>{out};
   });
   return y;

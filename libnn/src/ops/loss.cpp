@@ -172,7 +172,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   const Tensor d = difference(input, target, "smooth_l1_loss");
   if (beta == 0) return reduce_loss(abs(d), reduction);
   const Tensor ad = abs(d);
-  return reduce_loss(where(lt(ad, full({}, beta, ad.options())), mul(square(inside(d, beta)), 0.5 / beta),
+  return reduce_loss(where(lt(ad, comparison_scalar(beta, ad.options())), mul(square(inside(d, beta)), 0.5 / beta),
                            add(ad, -0.5 * beta)),
                      reduction);
 }
@@ -180,7 +180,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   NN_CHECK(delta > 0 && std::isfinite(delta), "huber_loss: delta must be finite and > 0, got ", delta);
   const Tensor d = difference(input, target, "huber_loss"), ad = abs(d);
-  return reduce_loss(where(lt(ad, full({}, delta, ad.options())), mul(square(inside(d, delta)), 0.5),
+  return reduce_loss(where(lt(ad, comparison_scalar(delta, ad.options())), mul(square(inside(d, delta)), 0.5),
                            mul(add(ad, -0.5 * delta), delta)),
                      reduction);
 }
