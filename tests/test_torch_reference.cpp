@@ -257,7 +257,7 @@ std::string mismatch(const Tensor& got, const Tensor& want, double tol,
   const auto g = got.to_vector<double>(), w = want.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
     if ((skip && skip(i)) || g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])) ||
-        std::abs(g[i] - w[i]) <= tol * (1 + std::abs(w[i])))
+        (std::isfinite(w[i]) && std::abs(g[i] - w[i]) <= tol * (1 + std::abs(w[i]))))
       continue;
     std::ostringstream s;
     s << "element " << i << ": got " << g[i] << ", expected " << w[i];
