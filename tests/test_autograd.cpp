@@ -2,6 +2,9 @@
 
 #include <pthread.h>
 
+#include <cmath>
+#include <limits>
+
 using namespace nn;
 using test::require_values;
 
@@ -282,6 +285,29 @@ TEST_CASE("gradcheck detects a wrong backward rule", "[autograd][gradcheck]") {
   REQUIRE(r.message.find("analytic") != std::string::npos);
   test::require_gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0]; },
                           {test::rnd({3}, 1)});
+}
+
+TEST_CASE("gradcheck fails where its finite difference overflows", "[autograd][gradcheck]") {
+  // exp(x) * 1e-10 at x = log(DBL_MAX): exp of the step up overflows to inf, so the central
+  // difference is infinite and, as a tolerance of rtol * inf, would pass any analytic value;
+  // the finite one here (about 1.8e298 times the weight) is not checked, and must not be
+  // called so.
+  Tensor x = full({1}, std::log(std::numeric_limits<double>::max()), kF64).requires_grad_();
+  auto r = gradcheck([](const std::vector<Tensor>& in) { return exp(in[0]) * 1e-10; }, {x});
+  REQUIRE_FALSE(r.ok);
+  INFO(r.message);
+  REQUIRE(r.message.find("numeric inf") != std::string::npos);
+}
+
+TEST_CASE("the tests' closeness check takes an infinity only from itself", "[autograd][gradcheck]") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  REQUIRE(test::first_far({1.0, inf, -inf, nan}, {1.0 + 1e-7, inf, -inf, nan}, 1e-5, 1e-6) == -1);
+  REQUIRE(test::first_far({0.0, 1e300}, {0.0, inf}, 1e-5, 1e-6) == 1);  // passed before
+  REQUIRE(test::first_far({inf}, {-inf}, 1e-5, 1e-6) == 0);
+  REQUIRE(test::first_far({inf}, {1e300}, 1e-5, 1e-6) == 0);
+  REQUIRE(test::first_far({1.0, nan}, {1.0, 2.0}, 1e-5, 1e-6) == 1);
+  REQUIRE(test::first_far({1.0, 2.0}, {1.0, nan}, 1e-5, 1e-6) == 1);
+  REQUIRE(test::first_far({1.1}, {1.0}, 1e-5, 1e-6) == 0);
 }
 
 TEST_CASE("gradcheck checks the parameters a function reads by itself", "[autograd][gradcheck]") {

@@ -102,22 +102,31 @@ inline nn::Pool2dParams pool_params(Pair kernel, Pair stride, Pair padding, Pair
   return q;
 }
 
-// Every element within atol + rtol * |expected| (or equal, infinities included; NaN where
-// NaN is expected); on failure names the first bad element.
+// The first element of g farther from w's than atol + rtol * |w| where w is finite, unequal
+// where w is an infinity (its tolerance, rtol * inf, would pass any value), not NaN where w
+// is NaN; -1 when there is none.
+inline int64_t first_far(const std::vector<double>& g, const std::vector<double>& w,
+                         double rtol, double atol) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok = g[i] == w[i] ||  // equal infinities too
+              (std::isfinite(w[i]) && std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i])) ||
+              (std::isnan(g[i]) && std::isnan(w[i]));
+    if (!ok) return int64_t(i);
+  }
+  return -1;
+}
+
+// Every element close to the expected one, as first_far judges; on failure names the first
+// bad element.
 inline void require_close(const Tensor& got, const Tensor& want, double rtol = 1e-5,
                           double atol = 1e-6) {
   INFO("shapes " << nn::shape_str(got.shape()) << " vs " << nn::shape_str(want.shape()));
   REQUIRE(got.shape() == want.shape());
   auto g = got.to_vector<double>();
   auto w = want.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    bool ok = g[i] == w[i] ||  // equal infinities too
-              std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]) ||
-              (std::isnan(g[i]) && std::isnan(w[i]));
-    if (!ok) {
-      INFO("element " << i << ": got " << g[i] << ", expected " << w[i]);
-      REQUIRE(ok);
-    }
+  if (const int64_t i = first_far(g, w, rtol, atol); i >= 0) {
+    INFO("element " << i << ": got " << g[i] << ", expected " << w[i]);
+    REQUIRE(i == -1);
   }
 }
 

@@ -113,7 +113,9 @@ struct GradcheckResult {
 // `fn` maps the inputs (f64, CPU) to one output tensor. Compares d(sum(out * R))/d(input)
 // from backward() with central differences for every element of every input that
 // requires grad, and of every tensor in opts.params (R is a fixed random tensor, so every
-// output element is exercised).
+// output element is exercised): each within atol + rtol * |numeric|. A central difference
+// that is not finite (the function overflows within eps of the point) fails the check, as
+// it cannot judge any value.
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, GradcheckOptions opts = {});
 
