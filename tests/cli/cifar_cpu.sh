@@ -12,7 +12,7 @@ trap 'rm -rf "$out"' EXIT
 e="$(cd "$(dirname "$0")" && pwd)/expect.sh"
 small=(--data synthetic --depth 8 --batch-size 50 --threads 2 --seed 3 --log-every 1000)
 
-"$app" "${small[@]}" --synthetic-samples 1500 --epochs 2 --metrics "$out/s.jsonl"
+"$app" "${small[@]}" --synthetic-samples 750 --epochs 2 --metrics "$out/s.jsonl"
 python3 - "$out/s.jsonl" <<'PY'
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
