@@ -9,6 +9,8 @@
 #
 #   scripts/check_cuda12.sh                  # build into build-cuda12/
 #   CUDA_ARCHS="70;80" scripts/check_cuda12.sh
+#   CUDA12_FETCH_ONLY=1 scripts/check_cuda12.sh   # fetch the toolkit, build nothing (what
+#                                            # scripts/test.sh does during the main build)
 set -euo pipefail
 source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
@@ -98,6 +100,10 @@ if [[ ! -e "$tk/include/cudnn.h" ]]; then
 fi
 "$tk/bin/nvcc" --version | tail -2
 t_fetch=$SECONDS
+if [[ "${CUDA12_FETCH_ONLY:-0}" == 1 ]]; then
+  echo "check_cuda12: CUDA 12.4 is in $tk (fetch $((t_fetch - t0)) s; CUDA12_FETCH_ONLY=1: no build)"
+  exit 0
+fi
 
 # The toolkit is in no linker path of the system: -L for libnn, LD_LIBRARY_PATH so the
 # programs' links find libnn's CUDA dependencies, and LIBRARY_PATH/CUDA_HOME pointing here,

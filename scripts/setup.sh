@@ -7,6 +7,7 @@
 #   LIBNN_CMAKE_ARGS="-DLIBNN_WITH_CUDA=OFF" scripts/setup.sh
 #   CMAKE_CUDA_ARCHITECTURES="80;90" scripts/setup.sh   # CUDA code for these GPUs (default:
 #                               # the GPUs of this machine, or Hopper's 90 where it has none)
+#   LIBNN_SETUP_PACKAGES_ONLY=1 scripts/setup.sh       # the packages, no build
 set -euo pipefail
 source "$(dirname "$0")/args.sh"; no_arguments "$@"
 cd "$(dirname "$0")/.."
@@ -39,6 +40,11 @@ if ((${#missing[@]})); then
   # (through env: sudo's env_reset would drop an exported DEBIAN_FRONTEND)
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [[ "${LIBNN_SETUP_PACKAGES_ONLY:-0}" == 1 ]]; then
+  echo "setup: packages installed (LIBNN_SETUP_PACKAGES_ONLY=1: no build)"
+  exit 0
 fi
 
 # The CUDA toolkit is optional: used when nvcc is on PATH or in /usr/local/cuda.
