@@ -348,7 +348,10 @@ TEST_CASE("ImageFolder decodes, crops and normalises JPEGs", "[data][images]") {
   REQUIRE(mean(b.data.select(0, 1)).item() > 1.0);
   o.train = false;
   data::ImageFolder eval(d.path.string(), o);
-  test::require_close(eval.get_batch({4}).data, eval.get_batch({4}).data, 0, 0);  // no randomness
+  // no randomness in eval: every epoch sees the same image, where training draws another crop
+  test::require_close(eval.get_epoch_batch({4}, 1).data, eval.get_epoch_batch({4}, 0).data, 0, 0);
+  REQUIRE(test::first_far(train.get_epoch_batch({4}, 1).data.to_vector<double>(),
+                          train.get_epoch_batch({4}, 0).data.to_vector<double>(), 0, 0) >= 0);
   write_bytes(d.file("class1/broken.jpg"), {0xff, 0xd8, 0xff, 0x00, 0x01});
   data::ImageFolder with_broken(d.path.string(), o);
   std::string e = test::error_of([&] { with_broken.get_batch({0, 1, 2, 3, 4, 5, 6}); });

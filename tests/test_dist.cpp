@@ -150,16 +150,26 @@ TEST_CASE("all_reduce of one tensor: reduced in place when contiguous, through a
   }
 }
 
-TEST_CASE("all_reduce of host values: sum and max in double") {
-  std::vector<std::vector<double>> v = {{1, -5, 0.25}, {2, 7, 0.5}, {4, 3, 1e-17}};
+TEST_CASE("all_reduce of host values and f64 tensors: sum and max in double") {
+  // Values f32 cannot hold (1 + 2^-40 rounds to 1, 1e300 overflows), whose sums are exact in
+  // double in any order of the ranks
+  std::vector<std::vector<double>> v = {
+      {1, -5, 1 + 0x1p-40, 1e-300}, {2, 7, 0x1p-40, 1e300}, {4, 3, 0x1p-30, 2e300}};
   std::vector<std::vector<double>> m = v;
+  std::vector<Tensor> t;
+  for (const auto& x : v) t.push_back(from_vector<double>(x, {4}));
   require_no_errors(run_ranks(3, [&](dist::ProcessGroup& pg) {
-    pg.all_reduce(v[size_t(pg.rank())]);
-    pg.all_reduce(m[size_t(pg.rank())], dist::ReduceOp::max);
+    const size_t r = size_t(pg.rank());
+    pg.all_reduce(v[r]);
+    pg.all_reduce(m[r], dist::ReduceOp::max);
+    pg.all_reduce({t[r]});
   }));
+  const std::vector<double> sum{7, 5, 1 + 0x1p-39 + 0x1p-30, 1e300 + 2e300};
   for (int r = 0; r < 3; ++r) {
-    REQUIRE(v[size_t(r)] == std::vector<double>{7, 5, 0.75 + 1e-17});
-    REQUIRE(m[size_t(r)] == std::vector<double>{4, 7, 0.5});
+    REQUIRE(v[size_t(r)] == sum);
+    REQUIRE(m[size_t(r)] == std::vector<double>{4, 7, 1 + 0x1p-40, 2e300});
+    REQUIRE(t[size_t(r)].dtype() == kF64);
+    REQUIRE(t[size_t(r)].to_vector<double>() == sum);
   }
 }
 

@@ -390,9 +390,11 @@ TEST_CASE("gradcheck: softmax over negative dims, strided input, a size-1 dim an
   test::require_gradcheck([](const std::vector<Tensor>& in) { return log_softmax(in[0], -2); }, {x});
   test::require_gradcheck([](const std::vector<Tensor>& in) { return softmax(in[0].transpose(0, 2), 1); }, {x});
   test::require_gradcheck([](const std::vector<Tensor>& in) { return log_softmax(in[0].unsqueeze(1), 1); }, {x});
-  Tensor rows = test::rnd({4, 40000}, 181, false);  // only a per-row shift requires grad
+  // only a per-row scalar requires grad; it moves each element by its own amount (softmax is
+  // blind to a shift of the whole row, whose gradient would be 0 whatever the backward did)
+  Tensor rows = test::rnd({4, 40000}, 181, false), spread = test::rnd({1, 40000}, 183, false);
   test::require_gradcheck([&](const std::vector<Tensor>& in) {
-    return sum(softmax(rows + in[0], 1) * rows, {1}) + sum(log_softmax(rows * in[0], 1), {1});
+    return sum(softmax(rows + in[0] * spread, 1) * rows, {1}) + sum(log_softmax(rows * in[0], 1), {1});
   }, {test::rnd({4, 1}, 182)});
 }
 

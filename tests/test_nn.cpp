@@ -38,10 +38,38 @@ TEST_CASE("module trees: names, train/eval, counting, printing", "[nn]") {
   REQUIRE(!(*net)[4]->is_training());
   Tensor x = randn({2, 1, 6, 6});
   Tensor a = net->forward(x), b = net->forward(x);
-  test::require_close(a, b);  // eval: dropout off, BN uses running stats
+  test::require_close(a, b);  // eval: dropout off (BatchNorm2d's eval: the next test)
   net->train();
   REQUIRE((*net)[1]->is_training());
   REQUIRE(net->str().find("(1): BatchNorm2d(2") != std::string::npos);
+}
+
+TEST_CASE("BatchNorm2d in eval mode normalises by its running statistics and leaves them",
+          "[nn][norm]") {
+  BatchNorm2d bn(2);
+  auto per_channel = [](float a, float b) { return from_vector<float>({a, b}, {1, 2, 1, 1}); };
+  {
+    NoGradGuard ng;
+    bn.running_mean.copy_(from_vector<float>({0.5f, -1.0f}, {2}));
+    bn.running_var.copy_(from_vector<float>({4.0f, 0.25f}, {2}));
+    bn.weight.copy_(from_vector<float>({2.0f, 0.5f}, {2}));
+    bn.bias.copy_(from_vector<float>({0.1f, -0.3f}, {2}));
+  }
+  manual_seed(4);
+  Tensor x = randn({3, 2, 4, 4});
+  bn.eval();
+  // by hand: (x - mean) / sqrt(var + eps) * weight + bias, channel by channel
+  const Tensor want = (x - per_channel(0.5f, -1.0f)) / sqrt(per_channel(4.0f, 0.25f) + 1e-5) *
+                          per_channel(2.0f, 0.5f) + per_channel(0.1f, -0.3f);
+  test::require_close(bn.forward(x), want, 1e-5, 1e-6);
+  test::require_close(bn.forward_relu(x), relu(want), 1e-5, 1e-6);
+  test::require_values(bn.running_mean, {0.5, -1});
+  test::require_values(bn.running_var, {4, 0.25});
+  REQUIRE(bn.num_batches_tracked.item<int64_t>() == 0);
+  // (in training mode the batch's statistics: another output, and the running ones move)
+  bn.train();
+  REQUIRE(test::first_far(bn.forward(x).to_vector<double>(), want.to_vector<double>(), 1e-2, 1e-2) >= 0);
+  REQUIRE(bn.num_batches_tracked.item<int64_t>() == 1);
 }
 
 // A module used twice (or tied weights) is one parameter: listed once for optimizers, so it is
@@ -226,8 +254,17 @@ TEST_CASE("Embedding and LayerNorm modules", "[nn]") {
   REQUIRE(last.options.padding_idx() == 9);
   test::require_values(last.weight.select(0, 9), {0, 0, 0, 0});
   LayerNorm ln(4);
-  Tensor y = ln.forward(randn({2, 4}));
-  REQUIRE(std::abs(mean(y, {1}).to_vector<float>()[0]) < 1e-5);
+  {
+    NoGradGuard ng;
+    ln.weight.copy_(from_vector<float>({1.0f, 2.0f, -1.0f, 0.5f}, {4}));
+    ln.bias.fill_(0.25);
+  }
+  Tensor x = randn({2, 4});
+  // by hand: each row less its mean, over its (biased) standard deviation, then the affine
+  const Tensor centred = x - mean(x, {1}, true);
+  const Tensor want = centred / sqrt(mean(centred * centred, {1}, true) + 1e-5) *
+                          from_vector<float>({1.0f, 2.0f, -1.0f, 0.5f}, {4}) + 0.25;
+  test::require_close(ln.forward(x), want, 1e-5, 1e-6);
 }
 
 // state_dict lists module by module, as PyTorch: each module's parameters, then its buffers,

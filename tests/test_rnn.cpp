@@ -326,17 +326,35 @@ TEST_CASE("LSTM under autocast: 16-bit products, f32 states and gradients, close
   manual_seed(9);
   LSTM m(LSTMOptions(3, 8).num_layers(2));
   Tensor x = randn({6, 4, 3});
-  const RNNOutput want = m.forward(x, {});
+  const Tensor lengths = from_vector<int64_t>({6, 3, 6, 1}, {4});
+  const Tensor w = randn({6, 4, 8});  // (weights every output in the gradients)
+  // f32, the reference: outputs, final states and every parameter's gradient
+  const RNNOutput want = m.forward(x, {}, lengths);
+  sum(want.output * w).backward();
+  std::vector<Tensor> want_grads;
+  for (Tensor p : m.parameters()) {
+    want_grads.push_back(p.grad());
+    p.set_grad({});
+  }
   RNNOutput got;
   {
     amp::AutocastGuard ac(kBF16);
-    got = m.forward(x, {}, from_vector<int64_t>({6, 3, 6, 1}, {4}));
+    got = m.forward(x, {}, lengths);
   }
   REQUIRE(got.output.dtype() == kF32);  // the states' dtype, x's
-  test::require_close(got.output.narrow(1, 0, 1), want.output.narrow(1, 0, 1), 0.05, 0.05);
-  sum(got.output).backward();
-  for (const Tensor& p : m.parameters()) {
-    REQUIRE(p.grad().dtype() == kF32);
-    REQUIRE(std::isfinite(sum(abs(p.grad())).item<double>()));
+  // within bf16's rounding, as a share of each tensor's largest value (bf16 keeps 8 bits;
+  // 0.4% seen here at most, on an AVX2 CPU)
+  auto near = [](const Tensor& g, const Tensor& r, double share) {
+    REQUIRE(g.dtype() == kF32);
+    test::require_close(g, r, 0, share * amax(abs(r)).item<double>());
+  };
+  near(got.output, want.output, 1e-2);
+  near(got.state.h, want.state.h, 1e-2);
+  near(got.state.c, want.state.c, 1e-2);
+  sum(got.output * w).backward();
+  const auto params = m.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("parameter " << i);
+    near(params[i].grad(), want_grads[i], 1.5e-2);
   }
 }
