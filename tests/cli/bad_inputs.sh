@@ -22,8 +22,11 @@ case $case in
     expect 1 "error: IDX file '.*train-images-idx3-ubyte'.*(corrupt|wrong magic|truncated)" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
   truncated_idx)
     mkdir -p "$work/d"; cp "$data"/* "$work/d/"
-    gzip -dc "$data/t10k-labels-idx1-ubyte.gz" | head -c 5000 > "$work/d/t10k-labels-idx1-ubyte"
-    rm "$work/d/t10k-labels-idx1-ubyte.gz"
+    rm -f "$work/d/t10k-labels-idx1-ubyte"*  # (the data folder may hold it plain or gzipped)
+    if [[ -f $data/t10k-labels-idx1-ubyte.gz ]]; then gzip -dc "$data/t10k-labels-idx1-ubyte.gz"
+    else cat "$data/t10k-labels-idx1-ubyte"; fi | head -c 5000 > "$work/d/t10k-labels-idx1-ubyte"
+    # (past the 8-byte header: the body is what is cut short)
+    [[ $(stat -c %s "$work/d/t10k-labels-idx1-ubyte") -eq 5000 ]] || { echo "could not cut the labels"; exit 1; }
     expect 1 "t10k-labels-idx1-ubyte.*truncated" -- "$app" "${small[@]}" --data-dir "$work/d" ;;
   unreadable_file)
     mkdir -p "$work/d"; cp "$data"/* "$work/d/"
@@ -88,8 +91,13 @@ case $case in
     ls "$work/ck"/ckpt-*.safetensors | tail -n +2 | xargs rm -f
     expect 0 "the checkpoint's run had learning rate 0.002, this run has 0.0005: continuing with 0.0005" -- "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume
     expect 0 "resumed from step" -- "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume
-    if "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume 2>&1 | grep -q "had learning rate"; then
-      echo "a resume with the same --lr as the checkpoint's (saved by the last run) spoke of another"; exit 1
+    # (its output whole, not piped into grep -q: a match would close the pipe, and the app's
+    # SIGPIPE on its next line would make the pipeline fail and the check pass)
+    out=$(timeout 300 "$app" "${small[@]}" --lr 0.0005 --data-dir "$data" --checkpoint-dir "$work/ck" --resume 2>&1) \
+      || { echo "a resume with the checkpoint's --lr failed:"; echo "$out"; exit 1; }
+    grep -q "resumed from step" <<< "$out" || { echo "did not resume:"; echo "$out"; exit 1; }
+    if grep -q "had learning rate" <<< "$out"; then
+      echo "a resume with the same --lr as the checkpoint's (saved by the last run) spoke of another:"; echo "$out"; exit 1
     fi
     # a constant learning rate (no schedule): the checkpoint's lr had replaced this run's
     "$app" "${small[@]}" --lr-schedule constant --lr 0.002 --data-dir "$data" --checkpoint-dir "$work/c2" \
@@ -145,7 +153,17 @@ case $case in
     expect 0 "epoch 1/1" -- "$app" "${small[@]}" --data-dir "$data" --checkpoint-dir "$work/ck"$'\xe9' \
       --save-model "$work/ck"$'\xe9'/m.safetensors
     ls "$work/ck"$'\xe9'/ckpt-*.safetensors > /dev/null && [[ -s "$work/ck"$'\xe9'/m.safetensors ]] \
-      || { echo "no checkpoint or model written"; exit 1; } ;;
+      || { echo "no checkpoint or model written"; exit 1; }
+    # the header is strict UTF-8 JSON, its command line with the byte as U+FFFD
+    python3 - "$work/ck"$'\xe9'/m.safetensors <<'PY' || exit 1
+import json, struct, sys
+d = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+command = json.loads(d[8:8 + n].decode("utf-8"))["__metadata__"]["command"]
+assert "ck\ufffd/m.safetensors" in command, command
+print("ok: command line recorded as", ascii(command[-40:]))
+PY
+    ;;
   bad_notify)  # a failing notification never fails the training, and is reported
     expect 0 "warning: notify command exited with status 7" -- "$app" "${small[@]}" --data-dir "$data" --notify-cmd 'exit 7' ;;
   unwritable_metrics)
@@ -174,9 +192,15 @@ case $case in
     "$app" "${small[@]}" --train-samples 60000 --data-dir "$data" --log-every 1 --checkpoint-every 2 \
       --checkpoint-dir "$work/ck" > "$work/log" 2>&1 &
     pid=$!
-    wait_checkpoint "$work/ck"  # written after step 2's line was printed
-    ok=0; grep -q "^epoch 1 batch 2/" "$work/log" && ok=1
+    wait_checkpoint "$work/ck" || { kill -9 $pid; cat "$work/log"; exit 1; }
+    # Held still at once: checkpoint N is written after step N's line was printed, so that
+    # line must be in the file now. (Read later, a buffer of a few KiB, some 70 steps'
+    # lines, could have filled and been written out in the meantime.)
+    kill -STOP $pid
+    newest=$(compgen -G "$work/ck/ckpt-*.safetensors" | sort | tail -1)
+    step=${newest##*/ckpt-}; step=$((10#${step%.safetensors}))
+    ok=0; grep -q "^epoch 1 batch $step/" "$work/log" && ok=1
     kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
-    [[ $ok -eq 1 ]] || { echo "step 2's line was not in the log when its checkpoint was:"; cat "$work/log"; exit 1; } ;;
+    [[ $ok -eq 1 ]] || { echo "step $step's line was not in the log when its checkpoint was:"; cat "$work/log"; exit 1; } ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

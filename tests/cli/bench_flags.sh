@@ -53,11 +53,15 @@ PY
     --json "$out/s.json" --loss-curve "$out/s.csv" > "$out/s.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do [[ -s "$out/s.json" ]] && break; sleep 0.1; done
-kill -TERM $pid 2> /dev/null; wait $pid || true
+kill -TERM $pid 2> /dev/null
+rc=0; wait $pid || rc=$?
+# (a run that ended before the signal, writing its files only then, would exit 0)
+[[ $rc -eq 143 ]] || { echo "a stopped fp16_vs_fp32 should exit 143, got $rc:"; cat "$out/s.log"; exit 1; }
+grep -q "stopped by signal 15; the result files keep" "$out/s.log" || { cat "$out/s.log"; exit 1; }
 python3 - "$out/s.json" "$out/s.csv" <<'PY'
 import csv, json, sys
 d = json.load(open(sys.argv[1]))
-assert d["records"] and d["records"][0]["precision"] == "fp32", d
+assert 1 <= len(d["records"]) < 12 and d["records"][0]["precision"] == "fp32", d
 rows = list(csv.DictReader(open(sys.argv[2])))
 assert rows and rows[0]["precision"] == "fp32", rows
 print(f"ok: stopped run kept {len(d['records'])} of 12 precisions")

@@ -61,6 +61,8 @@ case $case in
       # resumed on $to with nothing left to train: loaded there, saved from there
       expect 0 "resumed from step 4 \(epoch 2, batch 0\)" -- "$app" "${small[@]}" --epochs 1 \
         --device $to --checkpoint-dir "$ck" --resume --save-model "$work/$from-on-$to.safetensors"
+      [[ -s "$work/$from.safetensors" && -s "$work/$from-on-$to.safetensors" ]] \
+        || { echo "a model file of the $from -> $to round trip is missing"; exit 1; }
       cmp -s <(body "$work/$from.safetensors") <(body "$work/$from-on-$to.safetensors") \
         || { echo "weights written on $from differ after a round trip through $to"; exit 1; }
       echo "ok: $from -> $to round trip bit-identical"

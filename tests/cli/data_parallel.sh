@@ -77,11 +77,13 @@ python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; asser
 # not the count of the checkpoint's bigger ones: half-way (5e-4) at the end of epoch 1, 0 at
 # the end, with either process count.
 for m in "$work/m1.jsonl" "$work/m2.jsonl"; do
-  python3 - "$m" <<'PY' || fail "the schedule did not follow the resumed run's steps ($m)" "$work/third.log"
+  python3 - "$m" "$step0" <<'PY' || fail "the schedule did not follow the resumed run's steps ($m)" "$work/third.log"
 import json, sys
 rows = {r["epoch"]: r for r in map(json.loads, open(sys.argv[1]))}
 assert abs(rows[2]["lr"]) < 1e-9, rows
-assert 1 not in rows or abs(rows[1]["lr"] - 5e-4) < 1e-12, rows
+# (stopped in epoch 1, at step 32 or before, the resumed run ends that epoch and writes its row)
+if int(sys.argv[2]) < 32:
+    assert abs(rows[1]["lr"] - 5e-4) < 1e-12, rows
 PY
 done
 

@@ -13,7 +13,8 @@ trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/processes.sh"
 fail() { echo "FAIL: $*"; exit 1; }
 
-# runs the launcher with ARGS, sends SIG after DELAY seconds; sets rc and secs
+# runs the launcher with ARGS, sends SIG after DELAY seconds (and, with ready=TEXT, once
+# nprocs processes whose command line holds TEXT run); sets rc and secs
 signalled() {
   local sig=$1 delay=$2; shift 2
   local t0=$SECONDS
@@ -23,6 +24,11 @@ signalled() {
   local pid=$!
   set +m
   sleep "$delay"
+  if [[ -n ${ready:-} ]]; then
+    local n=0
+    for _ in $(seq 100); do n=$(pids_with "$ready" | wc -l); ((n >= 2)) && break; sleep 0.1; done
+    ((n >= 2)) || { kill -KILL $pid; fail "only $n of the ranks' '$ready' started in 10 s"; }
+  fi
   kill -"$sig" $pid
   # at most 20 s: a launcher that spins is killed, and the check below fails
   for _ in $(seq 200); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
@@ -57,7 +63,8 @@ done
 marker="sleep 37.$$"
 printf '#!/bin/sh\n%s\necho after\n' "$marker" > "$work/wrap.sh"
 chmod +x "$work/wrap.sh"
-signalled TERM 0.5 --nprocs 2 -- "$work/wrap.sh"
+ready=$marker signalled TERM 0.5 --nprocs 2 -- "$work/wrap.sh"
+[[ $rc -eq 143 ]] || fail "a launcher of wrapper ranks stopped by TERM: exit $rc, expected 143"
 sleep 0.3
 if left=$(pids_with "$marker"); then kill $left; fail "a wrapper rank's child outlived the launcher"; fi
 

@@ -57,7 +57,10 @@ fake_build() {  # fake_build DIR ARCHS [EXTRA_LIB]: mnist_train needs libnn.so (
 fake_build "$work/b" 90
 "$root/bench/gpu_prebuilt.sh" pack "$work/b" "$work/p.tar.gz" > "$work/pack.log" 2>&1 \
   || fail "pack failed" "$work/pack.log"
-tar -tzf "$work/p.tar.gz" | grep -q CMakeFiles && fail "CMake's own folders were packed"
+# (the listing whole before grep: grep -q at a match would end tar by SIGPIPE, failing the
+# pipeline, and the check would pass)
+tar -tzf "$work/p.tar.gz" > "$work/p.list" || fail "cannot list the pack"
+grep -q CMakeFiles "$work/p.list" && fail "CMake's own folders were packed"
 
 # a copy of the tree elsewhere, as the GPU machine's
 copy=$work/copy

@@ -49,7 +49,7 @@ grep -q "resumed from step 5" "$out/resumed.log"
 "$(dirname "$0")/same_tensors.py" "$out/straight.st" "$out/resumed.st" 1000000
 
 "$e" 2 "--precision must be one of fp32, fp16, bf16" -- "$app" "${small[@]}" --precision fp8
-"$e" 2 "batch-size" -- "$app" "${small[@]}" --batch-size 0
+"$e" 2 "--batch-size must be positive, got 0" -- "$app" "${small[@]}" --batch-size 0
 "$e" 2 "--layout must be one of auto, nhwc, nchw" -- "$app" "${small[@]}" --layout nwhc
 "$e" 2 "--lr must be a finite number >= 0, got -0.1" -- "$app" --device cpu --data /nonexistent --lr -0.1
 "$e" 2 "--momentum must be a finite number >= 0" -- "$app" --device cpu --data /nonexistent --momentum -0.9

@@ -8,6 +8,7 @@
 # reported, a wrapper script's app stopped with it, and usage errors.
 set -uo pipefail
 source "$(dirname "$0")/wait_checkpoint.sh"
+source "$(dirname "$0")/processes.sh"
 app=$1; sweep=$2; cifar=${3:-$(dirname "$1")/cifar_train}
 work=$(mktemp -d)
 trap 'kill %1 2>/dev/null; rm -rf "$work"' EXIT
@@ -87,7 +88,7 @@ wait $pid
 rc=$?
 [[ $rc -eq 143 ]] || fail "a stopped sweep of a wrapper should exit 143, got $rc" "$work/w.log"
 # (the sweep ends after the app: a re-run at once would otherwise start a second copy)
-! pgrep -f -- "$work/w/lr=1e-3/ckpt" > /dev/null || fail "the app behind the wrapper outlived the sweep" "$work/w/lr=1e-3/log"
+! pids_with "$work/w/lr=1e-3/ckpt" > /dev/null || fail "the app behind the wrapper outlived the sweep" "$work/w/lr=1e-3/log"
 grep -q "stopped by signal 15 .*checkpoint saved" "$work/w/lr=1e-3/log" \
   || fail "the app behind the wrapper did not get SIGTERM" "$work/w.log" "$work/w/lr=1e-3/log"
 

@@ -5,6 +5,12 @@
 # --precisions).
 set -euo pipefail
 bench=$1; shift
+# the device every line must name: the last --device of ARGS, else the default, the CPU
+device=cpu
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
+  [[ ${args[i]} == --device ]] && device=${args[i + 1]%%:*}
+done
 out=$("$bench" --preset tiny --classes 3,7 --precisions fp32,bf16 --num-batches 1 --num-warmup-batches 1 \
           --mlp-batch 4 --mlp-seq-len 16 --bert-batch 2 --bert-seq-len 16 --vocab-size 100 --gemm 64 "$@")
 python3 - <<PY
@@ -19,7 +25,7 @@ for r in model:
     if r["phase"] == "train":
         assert math.isfinite(r["loss"]), r
 devices = {r["device"] for r in rows}
-assert len(devices) == 1, devices
+assert devices == {"$device"}, devices
 print(f"ok: {len(model)} measurements on {devices.pop()}")
 PY
 "$(dirname "$0")/expect.sh" 2 "--precisions must be one of fp32, fp16, bf16, got 'fp8'" -- "$bench" --precisions fp8
