@@ -28,7 +28,10 @@ unavailable() {
   exit 0
 }
 
-if [[ ! -x "$tk/bin/nvcc" ]]; then
+# Each part counts as there only once its marker is written, after its last file: a fetch
+# stopped half-way (test.sh stops its background fetch when the main build fails) is
+# started again, not taken for a toolkit.
+if [[ ! -f "$tk/.complete" ]]; then
   rm -rf "$cache/apt" "$cache/debs" "$cache/root" "$tk"
   mkdir -p "$cache/apt/lists/partial" "$cache/apt/cache/archives/partial" "$cache/apt/parts" \
            "$cache/debs" "$cache/root"
@@ -75,9 +78,10 @@ LIBRARIES =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
 CUDAFE_FLAGS +=
 PTXAS_FLAGS +=
 EOF
+  touch "$tk/.complete"
 fi
 
-if [[ ! -e "$tk/include/cudnn.h" ]]; then
+if [[ ! -f "$tk/.cudnn-complete" ]]; then
   sys_cudnn=""
   for d in /usr/local/cuda/include /usr/include /usr/include/x86_64-linux-gnu; do
     [[ -e "$d/cudnn.h" ]] && { sys_cudnn=$d; break; }
@@ -89,6 +93,7 @@ if [[ ! -e "$tk/include/cudnn.h" ]]; then
     cp -a "$lib"/libcudnn.so* "$tk/lib64/"
   else
     echo "check_cuda12: no system cuDNN; fetching nvidia-cudnn-cu12 from PyPI"
+    rm -rf "$cache/whl"
     python3 -m pip download -q --no-deps -d "$cache/whl" "nvidia-cudnn-cu12==9.1.*" \
       || unavailable "downloading cuDNN from PyPI failed"
     python3 -m zipfile -e "$cache"/whl/nvidia_cudnn_cu12-*.whl "$cache/whl/x"
@@ -97,6 +102,7 @@ if [[ ! -e "$tk/include/cudnn.h" ]]; then
     (cd "$tk/lib64" && for f in libcudnn*.so.9; do ln -sf "$f" "${f%.9}"; done)
     rm -rf "$cache/whl"
   fi
+  touch "$tk/.cudnn-complete"
 fi
 "$tk/bin/nvcc" --version | tail -2
 t_fetch=$SECONDS

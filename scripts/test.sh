@@ -25,9 +25,11 @@ else
   fetches+=($!)
   CUDA12_FETCH_ONLY=1 setsid scripts/check_cuda12.sh > "$fetch_logs/cuda12" 2>&1 &
   fetches+=($!)
-  trap 'for p in "${fetches[@]}"; do kill -- "-$p" 2> /dev/null; done; rm -rf "$fetch_logs"' EXIT
+  # (|| true: errexit holds in the trap too, and a finished fetch's group is gone)
+  trap 'for p in "${fetches[@]}"; do kill -- "-$p" 2> /dev/null || true; done; rm -rf "$fetch_logs"' EXIT
   scripts/setup.sh
   # Both done before the tests, some of which time how soon a signal stops a run
+  echo "test: waiting for the downloads of the toolchain and CUDA 12 stages (their logs follow)"
   for p in "${fetches[@]}"; do wait "$p" || true; done
   fetches=()
   cat "$fetch_logs/toolchain" "$fetch_logs/cuda12"  # a failed fetch is tried again by its stage

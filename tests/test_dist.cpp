@@ -151,8 +151,8 @@ TEST_CASE("all_reduce of one tensor: reduced in place when contiguous, through a
 }
 
 TEST_CASE("all_reduce of host values and f64 tensors: sum and max in double") {
-  // Values f32 cannot hold (1 + 2^-40 rounds to 1, 1e300 overflows), whose sums are exact in
-  // double in any order of the ranks
+  // Values f32 cannot hold (1 + 2^-40 rounds to 1, 1e300 overflows), whose sums in double are
+  // the same in any order of the ranks
   std::vector<std::vector<double>> v = {
       {1, -5, 1 + 0x1p-40, 1e-300}, {2, 7, 0x1p-40, 1e300}, {4, 3, 0x1p-30, 2e300}};
   std::vector<std::vector<double>> m = v;

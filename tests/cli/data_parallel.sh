@@ -81,7 +81,7 @@ for m in "$work/m1.jsonl" "$work/m2.jsonl"; do
 import json, sys
 rows = {r["epoch"]: r for r in map(json.loads, open(sys.argv[1]))}
 assert abs(rows[2]["lr"]) < 1e-9, rows
-# (stopped in epoch 1, at step 32 or before, the resumed run ends that epoch and writes its row)
+# (stopped in epoch 1, before step 32, the resumed run ends that epoch and writes its row)
 if int(sys.argv[2]) < 32:
     assert abs(rows[1]["lr"] - 5e-4) < 1e-12, rows
 PY

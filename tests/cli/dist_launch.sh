@@ -13,8 +13,8 @@ trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/processes.sh"
 fail() { echo "FAIL: $*"; exit 1; }
 
-# runs the launcher with ARGS, sends SIG after DELAY seconds (and, with ready=TEXT, once
-# nprocs processes whose command line holds TEXT run); sets rc and secs
+# runs the launcher with ARGS, sends SIG after DELAY seconds (and, with ready=TEXT, once two
+# processes whose command line holds TEXT run: the callers' --nprocs 2); sets rc and secs
 signalled() {
   local sig=$1 delay=$2; shift 2
   local t0=$SECONDS
