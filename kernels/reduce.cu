@@ -62,6 +62,41 @@ __device__ __forceinline__ A combine_strided(const T* p, int64_t first, int64_t 
   return c(c(v, v1), c(v2, v3));
 }
 
+// v combined with p[i] for i = first, first + step, ... below n, read as four-element vectors
+// (16 bytes of f32) where p is aligned to one, four vectors in flight per thread; the last
+// n % 4 elements one by one. Elsewhere combine_strided's loads.
+template <typename T, typename A>
+__device__ __forceinline__ A combine_contiguous(const T* p, int64_t first, int64_t step, int64_t n,
+                                                A v, const Combine<A>& c) {
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(Quad<T>) != 0)
+    return combine_strided(p, first, step, n, 1, v, c);
+  const Quad<T>* q = reinterpret_cast<const Quad<T>*>(p);
+  const int64_t nq = n / 4;
+  A v1 = c.identity();
+  auto add = [&](A& acc, const Quad<T>& x) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc = c(acc, A(load(x.v[j])));
+  };
+  int64_t i = first;
+  for (; i + 3 * step < nq; i += 4 * step) {
+    const Quad<T> x0 = q[i], x1 = q[i + step], x2 = q[i + 2 * step], x3 = q[i + 3 * step];
+    add(v, x0);
+    add(v1, x1);
+    add(v, x2);
+    add(v1, x3);
+  }
+  for (; i < nq; i += step) add(v, q[i]);
+  for (int64_t j = 4 * nq + first; j < n; j += step) v = c(v, A(load(p[j])));
+  return c(v, v1);
+}
+
+// The result as the output holds it (mean divides by the count).
+template <typename T, typename A>
+__device__ __forceinline__ T finished(A v, const Combine<A>& c, double count) {
+  if (c.op == ReduceOp::mean) v = A(double(v) / count);
+  return convert<T>(v);
+}
+
 // B > 1: block (k, s) combines rows a in its share of A (or, when A is small, its share of
 // B) for output k into ws[k * S + s].
 template <typename T, typename A>
@@ -72,14 +107,29 @@ __global__ void reduce_rows(const T* x, int64_t Adim, int64_t K, int64_t B, int 
   A v = c.identity();
   if (Adim >= S) {
     for (int64_t a = s; a < Adim; a += S)
-      v = combine_strided(x + (a * K + k) * B, int64_t(threadIdx.x), int64_t(blockDim.x), B, 1, v, c);
+      v = combine_contiguous(x + (a * K + k) * B, int64_t(threadIdx.x), int64_t(blockDim.x), B, v, c);
   } else {
     for (int64_t a = 0; a < Adim; ++a)
-      v = combine_strided(x + (a * K + k) * B, int64_t(s) * blockDim.x + threadIdx.x,
-                          int64_t(S) * blockDim.x, B, 1, v, c);
+      v = combine_contiguous(x + (a * K + k) * B, int64_t(s) * blockDim.x + threadIdx.x,
+                             int64_t(S) * blockDim.x, B, v, c);
   }
   v = block_combine(v, c);
   if (threadIdx.x == 0) ws[k * S + s] = v;
+}
+
+// Short rows and many outputs (no split: S == 1): one warp per output, eight per block,
+// written straight to out. A block per output spent more time combining its 256 threads and
+// starting than reading a row of a thousand elements (49% of a copy's rate on an H200).
+template <typename T, typename A>
+__global__ void reduce_rows_warp(const T* x, int64_t Adim, int64_t K, int64_t B, Combine<A> c,
+                                 double count, T* out) {
+  const int64_t k = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (k >= K) return;  // the whole warp: k is the same for its lanes
+  A v = c.identity();
+  for (int64_t a = 0; a < Adim; ++a) v = combine_contiguous(x + (a * K + k) * B, lane, 32, B, v, c);
+  for (int o = 16; o > 0; o /= 2) v = c(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (lane == 0) out[k] = finished<T>(v, c, count);
 }
 
 // B == 1: columns. Threads x run over k (coalesced), threads y and blocks y over a.
@@ -107,9 +157,7 @@ __global__ void reduce_finish(const A* ws, int64_t K, int S, Combine<A> c, doubl
   A v = c.identity();
   for (int s = lane; s < S; s += 32) v = c(v, ws[k * S + s]);
   for (int o = 16; o > 0; o /= 2) v = c(v, __shfl_down_sync(0xffffffffu, v, o));
-  if (lane != 0) return;
-  if (c.op == ReduceOp::mean) v = A(double(v) / count);
-  out[k] = convert<T>(v);
+  if (lane == 0) out[k] = finished<T>(v, c, count);
 }
 
 // Splits per output so that about 8 blocks of 256 threads per SM (an H100's 2048 threads)
@@ -151,6 +199,9 @@ __global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
 
 }  // namespace
 
+// Rows up to this long (with one block's split per output) take a warp each.
+constexpr int64_t kWarpRowMax = 4096;
+
 size_t reduce_workspace_bytes(DType t, int64_t A, int64_t K, int64_t B) {
   size_t acc = (t == DType::f64 || t == DType::i32 || t == DType::i64 || t == DType::u8) ? 8 : 4;
   int S = B == 1 ? splits(ceil_div(K, 32), ceil_div(A, 8), 64) : splits(K, A * B, 4096);
@@ -172,6 +223,12 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
           px, A, K, S, c, ws);
     } else {
       S = splits(K, A * B, 4096);
+      if (S == 1 && B <= kWarpRowMax) {
+        reduce_rows_warp<T, Ac><<<grid_for(K * 32), kThreads, 0, s>>>(
+            px, A, K, B, c, double(A) * double(B), static_cast<T*>(out));
+        NN_CUDA_CHECK_LAUNCH();
+        return;
+      }
       reduce_rows<T, Ac><<<dim3(blocks_exact(K, "reduce"), unsigned(S)), kThreads, 0, s>>>(px, A, K, B, S, c, ws);
     }
     NN_CUDA_CHECK_LAUNCH();

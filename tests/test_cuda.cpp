@@ -266,6 +266,14 @@ std::vector<Case> cases() {
                  return std::vector<Tensor>{sum(x[0], {0}), mean(x[0], {0}), amax(x[0], {0}),
                                             sum(x[1]), amin(x[1]), ne(m, m).to(kF32)};
                }, 1e-3, false});
+  // many outputs over short rows take a warp each (four-element loads where a row is aligned
+  // to them: every row of the first, some of the second); softmax keeps rows of up to 1024
+  // in registers
+  v.push_back({"many short rows: a warp per row, vector loads where aligned", {{2000, 1024}, {1500, 37}},
+               [](auto& x) {
+                 return std::vector<Tensor>{sum(x[0], {1}), mean(x[1], {1}), amax(x[1], {1}),
+                                            softmax(x[0], 1), log_softmax(x[1], 1)};
+               }, 1e-3});
   v.push_back({"argmax", {{17, 23}}, [](auto& x) {
                  return std::vector<Tensor>{argmax(x[0], 1), argmax(x[0], 0)};
                }, 0, false});
@@ -1210,7 +1218,7 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
   REQUIRE(sum(w).item() == 12);
 }
 
-TEST_CASE("the CUDA caching allocator reuses blocks and reports out-of-memory", "[cuda][memory]") {
+TEST_CASE("the CUDA caching allocator reuses blocks and reports out-of-memory", "[cuda][memory][oom]") {
   if (!have_gpu()) return;
   { Tensor warm = empty({1 << 22}, kCUDA); }
   MemoryStats before = memory_stats(kCUDA);
