@@ -38,7 +38,7 @@ EOF
 mkdir -p "$work/path"
 cat > "$work/path/compute-sanitizer" <<EOF
 #!/usr/bin/env bash
-echo "sanitizer start" >> "$work/timeline"
+echo "sanitizer start \$*" >> "$work/timeline"
 sleep 300 &
 echo \$! >> "$work/children"
 sleep \${STANDIN_SANITIZER_SECONDS:-3}; echo "sanitizer end" >> "$work/timeline"
@@ -127,7 +127,12 @@ s=$work/r5/summary.md
 [[ $(grep -n "sanitizer start" "$work/timeline" | head -1 | cut -d: -f1) -lt \
    $(grep -n "tests end" "$work/timeline" | head -1 | cut -d: -f1) ]] \
   || fail "memcheck did not run beside the tests: $(tr '\n' ' ' < "$work/timeline")" "$work/r5.log"
-[[ $(grep -c "sanitizer end" "$work/timeline") -eq 2 ]] || fail "memcheck's two runs did not both end" "$work/r5.log"
+[[ $(grep -c "sanitizer end" "$work/timeline") -eq 3 ]] || fail "memcheck's three runs did not all end" "$work/r5.log"
+# the API-error report is off for the out-of-memory case alone
+[[ $(grep -c -- "--report-api-errors no" "$work/timeline") -eq 1 ]] \
+  && grep -- "--report-api-errors no" "$work/timeline" | grep -qF "[cuda][oom] " \
+  && grep -qF "[cuda][memory]~[oom] " "$work/timeline" \
+  || fail "the out-of-memory case is not the one run without the API-error report: $(tr '\n' ' ' < "$work/timeline")" "$work/r5.log"
 grep -q "waiting for memcheck" "$s" || fail "the test step did not join memcheck" "$s"
 (( $(grep -n "memcheck exit 0" "$s" | cut -d: -f1) < $(grep -n "text classifiers" "$s" | cut -d: -f1) )) \
   || fail "memcheck did not end before the next step started" "$s"
