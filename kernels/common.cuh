@@ -200,7 +200,7 @@ __device__ A block_sum(A v) {
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   const int warps = (blockDim.x + 31) / 32;
-  v = threadIdx.x < warps ? shared[threadIdx.x] : A(0);
+  v = int(threadIdx.x) < warps ? shared[threadIdx.x] : A(0);
   if (warp == 0)
     for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
   if (threadIdx.x == 0) shared[0] = v;

@@ -37,7 +37,7 @@ __device__ A block_combine(A v, const Combine<A>& c) {
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   const int warps = (blockDim.x + 31) / 32;
-  v = threadIdx.x < warps ? shared[threadIdx.x] : c.identity();
+  v = int(threadIdx.x) < warps ? shared[threadIdx.x] : c.identity();
   if (warp == 0)
     for (int o = 16; o > 0; o /= 2) v = c(v, __shfl_down_sync(0xffffffffu, v, o));
   return v;
@@ -185,7 +185,7 @@ __global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
   si[threadIdx.x] = arg;
   __syncthreads();
   for (int o = blockDim.x / 2; o > 0; o /= 2) {
-    if (threadIdx.x < o) {
+    if (int(threadIdx.x) < o) {
       A v = sv[threadIdx.x + o], b = sv[threadIdx.x];
       int64_t iv = si[threadIdx.x + o], ib = si[threadIdx.x];
       bool take = iv >= 0 && (ib < 0 || (b == b && (v != v || v > b || (v == b && iv < ib))) ||
