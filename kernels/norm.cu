@@ -441,3 +441,218 @@ void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const v
 }
 
 }  // namespace nn::kernels
+
+// ---- batch norm over channels-last data -------------------------------------------------
+namespace nn::kernels {
+namespace {
+
+// Rows per block and in flight per thread of bn_nhwc_partials (threads x: 32 channels).
+constexpr int kBnRows = 8, kBnUnroll = 4;
+
+// Partial column sums over rows: threads x run over 32 channels (coalesced), threads y and
+// blocks y over rows. Forward: a = x - m, b = (x - m)^2 with m row 0's value (a shift of the
+// data's own scale, so that b's sum is not a difference of large numbers); backward: a = g,
+// b = g (x - m) with m the saved mean. Channel c's share s goes to ws[c * S + s] (a) and
+// ws[(C + c) * S + s] (b).
+template <bool kBackward, typename T>
+__global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int64_t R,
+                                 int64_t C, int S, float* ws) {
+  __shared__ float pa[kBnRows][33], pb[kBnRows][33];
+  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float a = 0, b = 0;
+  if (c < C) {
+    const float m = kBackward ? mean[c] : float(load(x[c]));
+    const int64_t step = int64_t(S) * kBnRows;
+    int64_t r = int64_t(blockIdx.y) * kBnRows + threadIdx.y;
+    auto add = [&](float xv, float gv) {
+      const float d = xv - m;
+      a += kBackward ? gv : d;
+      b += kBackward ? gv * d : d * d;
+    };
+    for (; r + (kBnUnroll - 1) * step < R; r += kBnUnroll * step) {
+      float xv[kBnUnroll], gv[kBnUnroll];
+#pragma unroll
+      for (int j = 0; j < kBnUnroll; ++j) {
+        xv[j] = float(load(x[(r + j * step) * C + c]));
+        gv[j] = kBackward ? float(load(g[(r + j * step) * C + c])) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kBnUnroll; ++j) add(xv[j], gv[j]);
+    }
+    for (; r < R; r += step) add(float(load(x[r * C + c])), kBackward ? float(load(g[r * C + c])) : 0.f);
+  }
+  pa[threadIdx.y][threadIdx.x] = a;
+  pb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int i = 1; i < kBnRows; ++i) {
+      a += pa[i][threadIdx.x];
+      b += pb[i][threadIdx.x];
+    }
+    ws[c * S + blockIdx.y] = a;
+    ws[(C + c) * S + blockIdx.y] = b;
+  }
+}
+
+// One thread per channel: the partials' sums (in double), then the statistics and the
+// coefficients of the pass that writes the output, out = p u + q v + r, into coef[3 C].
+// Forward (u = x, q = 0): the mean, 1 / sqrt(var + eps) (var biased), the running
+// statistics (var unbiased, as the CPU backend); p = w invstd, r = b - mean p.
+// Backward (u = g, v = x): grad_b = sum g, grad_w = invstd sum g (x - mean), and
+// grad_x = a (g - grad_b / n - xhat grad_w / n) with a = w invstd, xhat = (x - mean) invstd.
+template <bool kBackward, typename T>
+__global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C, int S,
+                               const float* w, const float* bias, double eps, double momentum,
+                               float* mean, float* invstd, float* running_mean,
+                               float* running_var, float* grad_w, float* grad_b, float* coef) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a = 0, b = 0;
+  for (int s = 0; s < S; ++s) {
+    a += ws[c * S + s];
+    b += ws[(C + c) * S + s];
+  }
+  const double n = double(R);
+  if (!kBackward) {
+    const double d = a / n, m = double(load(x[c])) + d;
+    const double var = fmax(b / n - d * d, 0.0);
+    const double is = 1.0 / sqrt(var + eps);
+    mean[c] = float(m);
+    invstd[c] = float(is);
+    if (running_mean) running_mean[c] = float((1 - momentum) * running_mean[c] + momentum * m);
+    if (running_var)
+      running_var[c] = float((1 - momentum) * running_var[c] +
+                             momentum * (R > 1 ? var * n / (n - 1) : var));
+    const double p = double(w[c]) * is;
+    coef[c] = float(p);
+    coef[C + c] = 0.f;
+    coef[2 * C + c] = float(double(bias[c]) - double(m) * p);
+  } else {
+    const double m = mean[c], is = invstd[c];
+    const double gw = b * is;
+    if (grad_b) grad_b[c] = float(a);
+    if (grad_w) grad_w[c] = float(gw);
+    const double p = double(w[c]) * is, q = -p * is * gw / n;
+    coef[c] = float(p);
+    coef[C + c] = float(q);
+    coef[2 * C + c] = float(-p * a / n - q * m);
+  }
+}
+
+// out = p[c] u + q[c] v + r[c] (v only where kTwo) over R x C, four elements a step where C is
+// a multiple of four and every pointer is aligned to its quads.
+template <bool kTwo, bool kQuads, typename T>
+__global__ void bn_nhwc_apply(const T* u, const T* v, const float* coef, int64_t R, int64_t C,
+                              T* out) {
+  const float* p = coef;
+  const float* q = coef + C;
+  const float* r = coef + 2 * C;
+  const int64_t n = R * C, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (kQuads) {
+    const Quad<T>* uq = reinterpret_cast<const Quad<T>*>(u);
+    const Quad<T>* vq = reinterpret_cast<const Quad<T>*>(v);
+    Quad<T>* oq = reinterpret_cast<Quad<T>*>(out);
+    for (int64_t i = first; i < n / 4; i += stride) {
+      // (a 32-bit remainder where the sizes allow: a 64-bit one is a long instruction sequence)
+      const int64_t c0 = n <= int64_t(UINT32_MAX) ? int64_t(uint32_t(4 * i) % uint32_t(C)) : (4 * i) % C;
+      const Quad<T> a = uq[i];
+      Quad<T> b{}, o;
+      if (kTwo) b = vq[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float y = p[c0 + j] * float(load(a.v[j])) + r[c0 + j];
+        if (kTwo) y += q[c0 + j] * float(load(b.v[j]));
+        o.v[j] = convert<T>(y);
+      }
+      oq[i] = o;
+    }
+  } else {
+    for (int64_t i = first; i < n; i += stride) {
+      const int64_t c = n <= int64_t(UINT32_MAX) ? int64_t(uint32_t(i) % uint32_t(C)) : i % C;
+      float y = p[c] * float(load(u[i])) + r[c];
+      if (kTwo) y += q[c] * float(load(v[i]));
+      out[i] = convert<T>(y);
+    }
+  }
+}
+
+// Row splits so that about 8 blocks of 256 threads per SM are busy, at least 64 rows a split.
+int bn_splits(int64_t R, int64_t C) {
+  const int64_t tiles = ceil_div(C, 32);
+  const int64_t want = ceil_div(132 * 8, tiles), most = std::max<int64_t>(1, R / (kBnRows * 64));
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
+}
+
+template <typename F>
+void dispatch_bn(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f.template operator()<float>(); break;
+    case DType::f16: f.template operator()<__half>(); break;
+    case DType::bf16: f.template operator()<__nv_bfloat16>(); break;
+    default: NN_ERROR("batch_norm over channels-last data: f32, f16 or bf16 on CUDA, got ", dtype_name(t));
+  }
+}
+
+template <bool kTwo, typename T>
+void launch_apply(const T* u, const T* v, const float* coef, int64_t R, int64_t C, T* out,
+                  cudaStream_t s) {
+  const bool quads = C % 4 == 0 && aligned_to(u, sizeof(Quad<T>)) &&
+                     aligned_to(out, sizeof(Quad<T>)) && (!kTwo || aligned_to(v, sizeof(Quad<T>)));
+  if (quads)
+    bn_nhwc_apply<kTwo, true, T><<<grid_for(R * C / 4), kThreads, 0, s>>>(u, v, coef, R, C, out);
+  else
+    bn_nhwc_apply<kTwo, false, T><<<grid_for(R * C), kThreads, 0, s>>>(u, v, coef, R, C, out);
+  NN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t batch_norm_nhwc_workspace_bytes(int64_t R, int64_t C) {
+  return (size_t(2 * C) * size_t(bn_splits(R, C)) + size_t(3 * C)) * sizeof(float);
+}
+
+void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, const float* b,
+                                    int64_t R, int64_t C, double eps, double momentum,
+                                    float* running_mean, float* running_var, void* y,
+                                    float* mean, float* invstd, void* workspace, cudaStream_t s) {
+  if (R == 0 || C == 0) return;
+  const int S = bn_splits(R, C);
+  float* ws = static_cast<float*>(workspace);
+  float* coef = ws + 2 * C * S;
+  dispatch_bn(t, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x);
+    bn_nhwc_partials<false, T><<<dim3(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S)),
+                                 dim3(32, kBnRows), 0, s>>>(px, nullptr, nullptr, R, C, S, ws);
+    NN_CUDA_CHECK_LAUNCH();
+    bn_nhwc_finish<false, T><<<grid_for(C), kThreads, 0, s>>>(
+        ws, px, R, C, S, w, b, eps, momentum, mean, invstd, running_mean, running_var, nullptr,
+        nullptr, coef);
+    NN_CUDA_CHECK_LAUNCH();
+    launch_apply<false, T>(px, nullptr, coef, R, C, static_cast<T*>(y), s);
+  });
+}
+
+void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, const float* w,
+                                     const float* mean, const float* invstd, int64_t R,
+                                     int64_t C, void* grad_x, float* grad_w, float* grad_b,
+                                     void* workspace, cudaStream_t s) {
+  if (C == 0) return;
+  const int S = bn_splits(R, C);
+  float* ws = static_cast<float*>(workspace);
+  float* coef = ws + 2 * C * S;
+  dispatch_bn(t, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x);
+    const T* pg = static_cast<const T*>(grad);
+    bn_nhwc_partials<true, T><<<dim3(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S)),
+                                dim3(32, kBnRows), 0, s>>>(px, pg, mean, R, C, S, ws);
+    NN_CUDA_CHECK_LAUNCH();
+    bn_nhwc_finish<true, T><<<grid_for(C), kThreads, 0, s>>>(
+        ws, px, R, C, S, w, nullptr, 0.0, 0.0, const_cast<float*>(mean),
+        const_cast<float*>(invstd), nullptr, nullptr, grad_w, grad_b, coef);
+    NN_CUDA_CHECK_LAUNCH();
+    if (grad_x && R > 0) launch_apply<true, T>(pg, px, coef, R, C, static_cast<T*>(grad_x), s);
+  });
+}
+
+}  // namespace nn::kernels

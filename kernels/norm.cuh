@@ -47,3 +47,20 @@ void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const v
                                             cudaStream_t s);
 
 }  // namespace nn::kernels
+
+namespace nn::kernels {
+// ---- batch norm in training over channels-last data: R = N * H * W rows of C channels ----
+// t: f32, f16 or bf16 (x, y and the gradients of x); every per-channel array is f32 (w and b
+// always given: ones and zeros where the module has none; running statistics both or
+// neither). Each call needs `workspace` of batch_norm_nhwc_workspace_bytes(R, C) bytes.
+size_t batch_norm_nhwc_workspace_bytes(int64_t R, int64_t C);
+void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, const float* b,
+                                    int64_t R, int64_t C, double eps, double momentum,
+                                    float* running_mean, float* running_var, void* y,
+                                    float* mean, float* invstd, void* workspace, cudaStream_t s);
+// grad_x, grad_w and grad_b may each be null.
+void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, const float* w,
+                                     const float* mean, const float* invstd, int64_t R,
+                                     int64_t C, void* grad_x, float* grad_w, float* grad_b,
+                                     void* workspace, cudaStream_t s);
+}  // namespace nn::kernels

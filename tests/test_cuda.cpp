@@ -381,6 +381,25 @@ std::vector<Case> cases() {
                  REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
                  return std::vector<Tensor>{y, e, rm, rv};
                }, 1e-3});
+  // our channels-last kernels: many row splits, four-channel vectors (C % 4 == 0), the
+  // running statistics, and 16-bit data (statistics in f32)
+  v.push_back({"batch norm channels-last, row splits and vectors", {{16, 8, 20, 20}, {8}, {8}},
+               [](auto& x) {
+                 Tensor rm = zeros({8}, x[0].device()), rv = ones({8}, x[0].device());
+                 Tensor c = channels_last(x[0] * 3.0 + 5.0);  // a mean far from 0
+                 Tensor y = batch_norm(c, rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 Tensor n = batch_norm(c, {}, {}, {}, {}, true, 0.1, 1e-5);
+                 REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
+                 return std::vector<Tensor>{y, n, rm, rv};
+               }, 1e-3});
+  for (DType dt : {kF16, kBF16})
+    v.push_back({std::string(dtype_name(dt)) + " batch norm channels-last", {{8, 12, 6, 6}, {12}, {12}},
+                 [](auto& x) {
+                   Tensor rm = zeros({12}, TensorOptions(kF32).device(x[0].device()));
+                   Tensor rv = ones({12}, TensorOptions(kF32).device(x[0].device()));
+                   return std::vector<Tensor>{
+                       batch_norm(channels_last(x[0]), rm, rv, x[1], x[2], true, 0.1, 1e-5), rm, rv};
+                 }, dt == kBF16 ? 6e-2 : 5e-2, true, dt});
   Case bn64{"f64 batch norm channels-last (row-major on cuDNN)", {{4, 6, 5, 4}, {6}, {6}},
              [](auto& x) {
                Tensor rm = zeros({6}, TensorOptions(kF64).device(x[0].device()));

@@ -47,28 +47,16 @@ Tensor channel_param(Backend& be, const Tensor& t, double fill, int64_t C,
   return t.defined() ? as_dtype(be, t, po.dtype_) : full({C}, fill, po);
 }
 
-// Training on channels-last data takes cuDNN's persistent spatial mode, as PyTorch does: its
-// NHWC kernels stream the data, where the plain spatial mode on NHWC ran at 72 GB/s on an H200
-// (2% of a copy; `kernels_bench --device cuda`, 2026-11-30) and made ResNet-50 train at a
-// sixth of PyTorch's rate. cuDNN documents the mode for f32 and f16, and that its reductions
-// can overflow to NaN on data far beyond normalised activations' range. Other data, and a
-// refusal of the mode (bf16, f64: cudnn_refused), take the plain spatial mode.
-bool persistent_bn(const Tensor& x, bool training) {
-  return training && is_channels_last(x) && x.dtype() != kF64;
+// Training on channels-last data in f32, f16 and bf16 runs our kernels (kernels/norm.cu):
+// cuDNN's spatial mode on NHWC data ran at 72 GB/s on an H200 and its persistent mode at 117
+// (2-3% of a copy; `kernels_bench --device cuda`, 2026-11-30), most of a ResNet-50 step.
+// f64, NCHW data and eval take cuDNN's spatial mode, which is fast on NCHW.
+bool own_bn(const Tensor& x, bool training) {
+  return training && is_channels_last(x) && x.numel() > 0 &&
+         (x.dtype() == kF32 || x.dtype() == kF16 || x.dtype() == kBF16);
 }
-// cuDNN's call `run(mode)` in the persistent mode where persistent_bn holds and cuDNN takes it,
-// else in the plain spatial mode.
-template <typename Run>
-void run_bn(bool persistent, Run&& run) {
-  if (persistent) {
-    const cudnnStatus_t st = run(CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
-    if (!cudnn_refused(st)) {
-      NN_CUDNN_CHECK(st);
-      return;
-    }
-  }
-  NN_CUDNN_CHECK(run(CUDNN_BATCHNORM_SPATIAL));
-}
+const float* f32_ptr(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
+float* f32_ptr(Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
 
 }  // namespace
 
@@ -91,15 +79,22 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   const double one_d = 1, zero_d = 0;
   const void* one = f64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* zero = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
-  if (training) {
+  if (own_bn(x, training)) {
+    const int64_t R = x.numel() / C;
+    Tensor ws = scratch(kernels::batch_norm_nhwc_workspace_bytes(R, C));
+    kernels::launch_batch_norm_nhwc_forward(
+        x.dtype(), x.data_ptr(), f32_ptr(w), f32_ptr(b), R, C, eps, momentum, f32_ptr(rm),
+        f32_ptr(rv), out.data_ptr(), f32_ptr(save_mean), f32_ptr(save_invstd), ws.data_ptr(),
+        stream_);
+    write_back(*this, rm, running_mean);
+    write_back(*this, rv, running_var);
+  } else if (training) {
     BnDescs d(x);
-    run_bn(persistent_bn(x, training), [&](cudnnBatchNormMode_t mode) {
-      return cudnnBatchNormalizationForwardTraining(
-          cudnn_, mode, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param, w.data_ptr(),
-          b.data_ptr(), momentum, rm.defined() ? rm.data_ptr() : nullptr,
-          rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(),
-          save_invstd.data_ptr());
-    });
+    NN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param,
+        w.data_ptr(), b.data_ptr(), momentum, rm.defined() ? rm.data_ptr() : nullptr,
+        rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(),
+        save_invstd.data_ptr()));
     write_back(*this, rm, running_mean);
     write_back(*this, rv, running_var);
   } else {
@@ -139,6 +134,17 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
   Tensor w = channel_param(*this, weight, 1, C, po);
   // weight and bias gradients in the statistics' dtype, written back to 16-bit parameters
   Tensor gw = as_dtype(*this, grad_weight, po.dtype_), gb = as_dtype(*this, grad_bias, po.dtype_);
+  if (own_bn(x, training)) {
+    const int64_t R = x.numel() / C;
+    Tensor ws = scratch(kernels::batch_norm_nhwc_workspace_bytes(R, C));
+    kernels::launch_batch_norm_nhwc_backward(
+        x.dtype(), grad.data_ptr(), x.data_ptr(), f32_ptr(w), f32_ptr(save_mean),
+        f32_ptr(save_invstd), R, C, grad_x.defined() ? grad_x.data_ptr() : nullptr, f32_ptr(gw),
+        f32_ptr(gb), ws.data_ptr(), stream_);
+    write_back(*this, gw, grad_weight);
+    write_back(*this, gb, grad_bias);
+    return;
+  }
   if (training) {
     BnDescs d(x);
     Tensor gx = grad_x.defined()
@@ -151,14 +157,11 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
     const double one_d = 1, zero_d = 0;
     const void* one = f64 ? static_cast<const void*>(&one_d) : &one_f;
     const void* zero = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
-    // eps only matters when saved statistics are absent; ours are always passed (which the
-    // persistent mode requires).
-    run_bn(persistent_bn(x, training), [&](cudnnBatchNormMode_t mode) {
-      return cudnnBatchNormalizationBackward(
-          cudnn_, mode, one, zero, one, zero, d.x, x.data_ptr(), d.x, grad.data_ptr(), d.x,
-          gx.data_ptr(), d.param, w.data_ptr(), gw.data_ptr(), gb.data_ptr(),
-          CUDNN_BN_MIN_EPSILON, save_mean.data_ptr(), save_invstd.data_ptr());
-    });
+    // eps only matters when saved statistics are absent; ours are always passed.
+    NN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, one, zero, d.x, x.data_ptr(), d.x,
+        grad.data_ptr(), d.x, gx.data_ptr(), d.param, w.data_ptr(), gw.data_ptr(), gb.data_ptr(),
+        CUDNN_BN_MIN_EPSILON, save_mean.data_ptr(), save_invstd.data_ptr()));
     write_back(*this, gw, grad_weight);
     write_back(*this, gb, grad_bias);
     return;
