@@ -1,5 +1,6 @@
-// CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), or NHWC for
-// channels-last data), layer norm on our kernels.
+// CUDA norm family: batch norm on cuDNN (spatial mode over (N, C, S, 1), NHWC for f64
+// channels-last data and eval; fused with ReLU for f16 channels-last training) or, in
+// training on channels-last f32/f16/bf16 data, on our kernels; layer norm on our kernels.
 #include <algorithm>
 #include <cstdio>
 #include <initializer_list>
