@@ -449,26 +449,53 @@ namespace {
 // Rows per block and in flight per thread of bn_nhwc_partials (threads x: 32 channels).
 constexpr int kBnRows = 8, kBnUnroll = 4;
 
-// Partial column sums over rows: threads x run over 32 channels (coalesced), threads y and
-// blocks y over rows. Forward: a = x - m, b = (x - m)^2 with m row 0's value (a shift of the
-// data's own scale, so that b's sum is not a difference of large numbers); backward: a = g,
-// b = g (x - m) with m the saved mean. Channel c's share s goes to ws[c * S + s] (a) and
-// ws[(C + c) * S + s] (b).
+// Mean and sum of squared deviations of a set of n values (Chan et al.'s pairwise merge).
+template <typename A>
+struct Moments {
+  A n = 0, mean = 0, m2 = 0;
+  __device__ void merge(const Moments& o) {
+    if (o.n == 0) return;
+    if (n == 0) { *this = o; return; }
+    const A t = n + o.n, d = o.mean - mean;
+    mean += d * (o.n / t);
+    m2 += o.m2 + d * d * (n * (o.n / t));
+    n = t;
+  }
+};
+
+// Rows of split s of bn_nhwc_partials: r = s * kBnRows + y + k * S * kBnRows below R.
+__device__ __forceinline__ int64_t bn_split_rows(int64_t R, int S, int s) {
+  const int64_t step = int64_t(S) * kBnRows;
+  int64_t n = 0;
+  for (int y = 0; y < kBnRows; ++y) {
+    const int64_t r0 = int64_t(s) * kBnRows + y;
+    if (r0 < R) n += (R - 1 - r0) / step + 1;
+  }
+  return n;
+}
+
+// Per-channel partials over row splits: threads x run over 32 channels (coalesced), threads
+// y and blocks y over rows. Forward: sums of d = x - m and d^2 with m the split's first value
+// (so that the squares' sum is no difference of large numbers, and an outlier there shifts one
+// split's values, not the channel's), written as the split's mean deviation from m and its
+// squared deviations from its mean; bn_nhwc_finish adds m back in double. Backward: sums of g
+// and of g (x - mean), mean the saved one. Channel c's split s writes ws[c * S + s] and
+// ws[(C + c) * S + s].
 template <bool kBackward, typename T>
 __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int64_t R,
                                  int64_t C, int S, float* ws) {
   __shared__ float pa[kBnRows][33], pb[kBnRows][33];
   const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  float a = 0, b = 0;
+  const int64_t step = int64_t(S) * kBnRows;
+  float a = 0, b = 0, m = 0;
   if (c < C) {
-    const float m = kBackward ? mean[c] : float(load(x[c]));
-    const int64_t step = int64_t(S) * kBnRows;
-    int64_t r = int64_t(blockIdx.y) * kBnRows + threadIdx.y;
+    m = kBackward ? mean[c] : float(load(x[int64_t(blockIdx.y) * kBnRows * C + c]));
     auto add = [&](float xv, float gv) {
       const float d = xv - m;
       a += kBackward ? gv : d;
       b += kBackward ? gv * d : d * d;
     };
+    int64_t r = int64_t(blockIdx.y) * kBnRows + threadIdx.y;
     for (; r + (kBnUnroll - 1) * step < R; r += kBnUnroll * step) {
       float xv[kBnUnroll], gv[kBnUnroll];
 #pragma unroll
@@ -489,33 +516,44 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
       a += pa[i][threadIdx.x];
       b += pb[i][threadIdx.x];
     }
+    if (!kBackward) {
+      const float n = float(bn_split_rows(R, S, blockIdx.y)), d = a / n, v = b - a * d;
+      a = d;                  // the split's mean, less m
+      b = v < 0.f ? 0.f : v;  // its squared deviations (NaN stays NaN)
+    }
     ws[c * S + blockIdx.y] = a;
     ws[(C + c) * S + blockIdx.y] = b;
   }
 }
 
-// One thread per channel: the partials' sums (in double), then the statistics and the
-// coefficients of the pass that writes the output, out = p u + q v + r, into coef[3 C].
-// Forward (u = x, q = 0): the mean, 1 / sqrt(var + eps) (var biased), the running
-// statistics (var unbiased, as the CPU backend); p = w invstd, r = b - mean p.
-// Backward (u = g, v = x): grad_b = sum g, grad_w = invstd sum g (x - mean), and
-// grad_x = a (g - grad_b / n - xhat grad_w / n) with a = w invstd, xhat = (x - mean) invstd.
+// One thread per channel: the splits merged in double, then the statistics and the
+// coefficients of the pass that writes the output, into coef[5 C] (p, q, r, and the mean as
+// hi + lo, so that x - mean keeps its bits where the mean is large beside the spread).
+// Forward: out = p ((x - hi) - lo) + r with p = w invstd, r = b; the mean, 1 / sqrt(var +
+// eps) (var biased) and the running statistics (var unbiased, as the CPU backend).
+// Backward: grad_b = sum g, grad_w = invstd sum g (x - mean), and grad_x = a (g - grad_b / n -
+// xhat grad_w / n) with a = w invstd, xhat = (x - mean) invstd: out = p g + q ((x - hi) - lo)
+// + r with p = a, q = -a invstd grad_w / n, r = -a grad_b / n.
 template <bool kBackward, typename T>
-__global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C, int S,
-                               const float* w, const float* bias, double eps, double momentum,
-                               float* mean, float* invstd, float* running_mean,
-                               float* running_var, float* grad_w, float* grad_b, float* coef) {
+__global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C, int S, const float* w,
+                               const float* bias, double eps, double momentum, float* mean,
+                               float* invstd, float* running_mean, float* running_var,
+                               float* grad_w, float* grad_b, float* coef) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  double a = 0, b = 0;
-  for (int s = 0; s < S; ++s) {
-    a += ws[c * S + s];
-    b += ws[(C + c) * S + s];
-  }
   const double n = double(R);
+  float* p = coef;
+  float* q = coef + C;
+  float* r = coef + 2 * C;
+  float* hi = coef + 3 * C;
+  float* lo = coef + 4 * C;
   if (!kBackward) {
-    const double d = a / n, m = double(load(x[c])) + d;
-    const double var = fmax(b / n - d * d, 0.0);
+    Moments<double> mo;
+    for (int s = 0; s < S; ++s)
+      mo.merge(Moments<double>{double(bn_split_rows(R, S, s)),
+                               double(load(x[int64_t(s) * kBnRows * C + c])) + ws[c * S + s],
+                               ws[(C + c) * S + s]});
+    const double m = mo.mean, var = mo.m2 / n;
     const double is = 1.0 / sqrt(var + eps);
     mean[c] = float(m);
     invstd[c] = float(is);
@@ -523,56 +561,66 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
     if (running_var)
       running_var[c] = float((1 - momentum) * running_var[c] +
                              momentum * (R > 1 ? var * n / (n - 1) : var));
-    const double p = double(w[c]) * is;
-    coef[c] = float(p);
-    coef[C + c] = 0.f;
-    coef[2 * C + c] = float(double(bias[c]) - double(m) * p);
+    p[c] = float(double(w[c]) * is);
+    q[c] = 0.f;
+    r[c] = bias[c];
+    hi[c] = float(m);
+    lo[c] = float(m - double(hi[c]));
   } else {
-    const double m = mean[c], is = invstd[c];
-    const double gw = b * is;
+    double a = 0, b = 0;
+    for (int s = 0; s < S; ++s) {
+      a += ws[c * S + s];
+      b += ws[(C + c) * S + s];
+    }
+    const double is = invstd[c], gw = b * is;
     if (grad_b) grad_b[c] = float(a);
     if (grad_w) grad_w[c] = float(gw);
-    const double p = double(w[c]) * is, q = -p * is * gw / n;
-    coef[c] = float(p);
-    coef[C + c] = float(q);
-    coef[2 * C + c] = float(-p * a / n - q * m);
+    const double pc = double(w[c]) * is, qc = -pc * is * gw / n;
+    p[c] = float(pc);
+    q[c] = float(qc);
+    r[c] = float(-pc * a / n);
+    hi[c] = mean[c];
+    lo[c] = 0.f;  // (the saved mean is the f32 the partials took)
   }
 }
 
-// out = p[c] u + q[c] v + r[c] (v only where kTwo) over R x C, four elements a step where C is
-// a multiple of four and every pointer is aligned to its quads.
-template <bool kTwo, bool kQuads, typename T>
-__global__ void bn_nhwc_apply(const T* u, const T* v, const float* coef, int64_t R, int64_t C,
+// Forward: out = p[c] ((x - hi[c]) - lo[c]) + r[c] (g unused); backward: out = p[c] g +
+// q[c] ((x - hi[c]) - lo[c]) + r[c]; over R x C, four elements a step where C is a
+// multiple of four and every pointer is aligned to its quads.
+template <bool kBackward, bool kQuads, typename T>
+__global__ void bn_nhwc_apply(const T* x, const T* g, const float* coef, int64_t R, int64_t C,
                               T* out) {
   const float* p = coef;
   const float* q = coef + C;
   const float* r = coef + 2 * C;
+  const float* hi = coef + 3 * C;
+  const float* lo = coef + 4 * C;
+  auto one = [&](int64_t c, float xv, float gv) {
+    const float d = (xv - hi[c]) - lo[c];
+    return kBackward ? p[c] * gv + q[c] * d + r[c] : p[c] * d + r[c];
+  };
   const int64_t n = R * C, stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // (a 32-bit remainder where the sizes allow: a 64-bit one is a long instruction sequence)
+  const bool narrow = n <= int64_t(UINT32_MAX);
   if (kQuads) {
-    const Quad<T>* uq = reinterpret_cast<const Quad<T>*>(u);
-    const Quad<T>* vq = reinterpret_cast<const Quad<T>*>(v);
+    const Quad<T>* xq = reinterpret_cast<const Quad<T>*>(x);
+    const Quad<T>* gq = reinterpret_cast<const Quad<T>*>(g);
     Quad<T>* oq = reinterpret_cast<Quad<T>*>(out);
     for (int64_t i = first; i < n / 4; i += stride) {
-      // (a 32-bit remainder where the sizes allow: a 64-bit one is a long instruction sequence)
-      const int64_t c0 = n <= int64_t(UINT32_MAX) ? int64_t(uint32_t(4 * i) % uint32_t(C)) : (4 * i) % C;
-      const Quad<T> a = uq[i];
+      const int64_t c0 = narrow ? int64_t(uint32_t(4 * i) % uint32_t(C)) : (4 * i) % C;
+      const Quad<T> a = xq[i];
       Quad<T> b{}, o;
-      if (kTwo) b = vq[i];
+      if (kBackward) b = gq[i];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float y = p[c0 + j] * float(load(a.v[j])) + r[c0 + j];
-        if (kTwo) y += q[c0 + j] * float(load(b.v[j]));
-        o.v[j] = convert<T>(y);
-      }
+      for (int j = 0; j < 4; ++j)
+        o.v[j] = convert<T>(one(c0 + j, float(load(a.v[j])), kBackward ? float(load(b.v[j])) : 0.f));
       oq[i] = o;
     }
   } else {
     for (int64_t i = first; i < n; i += stride) {
-      const int64_t c = n <= int64_t(UINT32_MAX) ? int64_t(uint32_t(i) % uint32_t(C)) : i % C;
-      float y = p[c] * float(load(u[i])) + r[c];
-      if (kTwo) y += q[c] * float(load(v[i]));
-      out[i] = convert<T>(y);
+      const int64_t c = narrow ? int64_t(uint32_t(i) % uint32_t(C)) : i % C;
+      out[i] = convert<T>(one(c, float(load(x[i])), kBackward ? float(load(g[i])) : 0.f));
     }
   }
 }
@@ -594,22 +642,23 @@ void dispatch_bn(DType t, F&& f) {
   }
 }
 
-template <bool kTwo, typename T>
-void launch_apply(const T* u, const T* v, const float* coef, int64_t R, int64_t C, T* out,
+template <bool kBackward, typename T>
+void launch_apply(const T* x, const T* g, const float* coef, int64_t R, int64_t C, T* out,
                   cudaStream_t s) {
-  const bool quads = C % 4 == 0 && aligned_to(u, sizeof(Quad<T>)) &&
-                     aligned_to(out, sizeof(Quad<T>)) && (!kTwo || aligned_to(v, sizeof(Quad<T>)));
+  const bool quads = C % 4 == 0 && aligned_to(x, sizeof(Quad<T>)) &&
+                     aligned_to(out, sizeof(Quad<T>)) &&
+                     (!kBackward || aligned_to(g, sizeof(Quad<T>)));
   if (quads)
-    bn_nhwc_apply<kTwo, true, T><<<grid_for(R * C / 4), kThreads, 0, s>>>(u, v, coef, R, C, out);
+    bn_nhwc_apply<kBackward, true, T><<<grid_for(R * C / 4), kThreads, 0, s>>>(x, g, coef, R, C, out);
   else
-    bn_nhwc_apply<kTwo, false, T><<<grid_for(R * C), kThreads, 0, s>>>(u, v, coef, R, C, out);
+    bn_nhwc_apply<kBackward, false, T><<<grid_for(R * C), kThreads, 0, s>>>(x, g, coef, R, C, out);
   NN_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 size_t batch_norm_nhwc_workspace_bytes(int64_t R, int64_t C) {
-  return (size_t(2 * C) * size_t(bn_splits(R, C)) + size_t(3 * C)) * sizeof(float);
+  return (size_t(2 * C) * size_t(bn_splits(R, C)) + size_t(5 * C)) * sizeof(float);
 }
 
 void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, const float* b,
@@ -637,7 +686,7 @@ void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, c
                                      const float* mean, const float* invstd, int64_t R,
                                      int64_t C, void* grad_x, float* grad_w, float* grad_b,
                                      void* workspace, cudaStream_t s) {
-  if (C == 0) return;
+  if (R == 0 || C == 0) return;
   const int S = bn_splits(R, C);
   float* ws = static_cast<float*>(workspace);
   float* coef = ws + 2 * C * S;
@@ -648,10 +697,10 @@ void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, c
                                 dim3(32, kBnRows), 0, s>>>(px, pg, mean, R, C, S, ws);
     NN_CUDA_CHECK_LAUNCH();
     bn_nhwc_finish<true, T><<<grid_for(C), kThreads, 0, s>>>(
-        ws, px, R, C, S, w, nullptr, 0.0, 0.0, const_cast<float*>(mean),
-        const_cast<float*>(invstd), nullptr, nullptr, grad_w, grad_b, coef);
+        ws, px, R, C, S, w, nullptr, 0.0, 0.0, const_cast<float*>(mean), const_cast<float*>(invstd),
+        nullptr, nullptr, grad_w, grad_b, coef);
     NN_CUDA_CHECK_LAUNCH();
-    if (grad_x && R > 0) launch_apply<true, T>(pg, px, coef, R, C, static_cast<T*>(grad_x), s);
+    if (grad_x) launch_apply<true, T>(px, pg, coef, R, C, static_cast<T*>(grad_x), s);
   });
 }
 

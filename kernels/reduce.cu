@@ -199,7 +199,7 @@ __global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
 
 }  // namespace
 
-// Rows up to this long (with one block's split per output) take a warp each.
+// Outputs of up to this many elements (with one split each) take a warp each.
 constexpr int64_t kWarpRowMax = 4096;
 
 size_t reduce_workspace_bytes(DType t, int64_t A, int64_t K, int64_t B) {
@@ -223,7 +223,7 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
           px, A, K, S, c, ws);
     } else {
       S = splits(K, A * B, 4096);
-      if (S == 1 && B <= kWarpRowMax) {
+      if (S == 1 && A * B <= kWarpRowMax) {
         reduce_rows_warp<T, Ac><<<grid_for(K * 32), kThreads, 0, s>>>(
             px, A, K, B, c, double(A) * double(B), static_cast<T*>(out));
         NN_CUDA_CHECK_LAUNCH();

@@ -392,6 +392,29 @@ std::vector<Case> cases() {
                  REQUIRE(y.is_contiguous(MemoryFormat::channels_last));
                  return std::vector<Tensor>{y, n, rm, rv};
                }, 1e-3});
+  // two channel tiles (C > 32) and a mean far beside the spread (1e4 + N(0, 1): x - mean
+  // must keep its bits)
+  v.push_back({"batch norm channels-last, 40 channels, mean 1e4", {{16, 40, 10, 10}, {40}, {40}},
+               [](auto& x) {
+                 Tensor rm = zeros({40}, x[0].device()), rv = ones({40}, x[0].device());
+                 Tensor y = batch_norm(channels_last(x[0] + 1e4), rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 return std::vector<Tensor>{y, rm, rv};
+               }, 1e-3});
+  // an infinity (channel 0) and a NaN (channel 1): NaN outputs and running variances in
+  // those channels, as on the CPU, and running means that are not finite (the CPU's is NaN
+  // where an infinity's mean is +inf on CUDA)
+  v.push_back({"batch norm channels-last with inf and NaN", {{4, 8, 3, 3}}, [](auto& x) {
+                 Tensor c = x[0].clone();
+                 {
+                   NoGradGuard ng;
+                   c.select(0, 1).select(0, 0).select(0, 1).select(0, 1).fill_(INFINITY);
+                   c.select(0, 0).select(0, 1).select(0, 2).select(0, 2).fill_(NAN);
+                 }
+                 Tensor rm = zeros({8}, x[0].device()), rv = ones({8}, x[0].device());
+                 Tensor y = batch_norm(channels_last(c), rm, rv, {}, {}, true, 0.1, 1e-5);
+                 Tensor finite = lt(abs(rm), full({8}, INFINITY, rm.options())).to(kF32);
+                 return std::vector<Tensor>{y, rv, finite};
+               }, 1e-4, false});
   for (DType dt : {kF16, kBF16})
     v.push_back({std::string(dtype_name(dt)) + " batch norm channels-last", {{8, 12, 6, 6}, {12}, {12}},
                  [](auto& x) {
