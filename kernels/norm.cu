@@ -446,8 +446,11 @@ void launch_dropout_add_layer_norm_backward(DType xt, DType t, DType wt, const v
 namespace nn::kernels {
 namespace {
 
-// Rows per block and in flight per thread of bn_nhwc_partials (threads x: 32 channels).
-constexpr int kBnRows = 8, kBnUnroll = 4;
+// Rows per block of bn_nhwc_partials (threads x: 32 channels), and rows in flight per thread:
+// a warp's row of 16-bit data is 64 bytes, so twice as many of those.
+constexpr int kBnRows = 8;
+template <typename T>
+constexpr int kBnUnroll = sizeof(T) == 2 ? 8 : 4;
 
 // Mean and sum of squared deviations of a set of n values (Chan et al.'s pairwise merge).
 template <typename A>
@@ -463,15 +466,11 @@ struct Moments {
   }
 };
 
-// Rows of split s of bn_nhwc_partials: r = s * kBnRows + y + k * S * kBnRows below R.
+// Rows of split s of bn_nhwc_partials (r = s * kBnRows + y + k * S * kBnRows below R, for
+// y < kBnRows): kBnRows a whole round of S * kBnRows rows, and its share of the last round.
 __device__ __forceinline__ int64_t bn_split_rows(int64_t R, int S, int s) {
-  const int64_t step = int64_t(S) * kBnRows;
-  int64_t n = 0;
-  for (int y = 0; y < kBnRows; ++y) {
-    const int64_t r0 = int64_t(s) * kBnRows + y;
-    if (r0 < R) n += (R - 1 - r0) / step + 1;
-  }
-  return n;
+  const int64_t step = int64_t(S) * kBnRows, left = R % step - int64_t(s) * kBnRows;
+  return R / step * kBnRows + (left < 0 ? 0 : left > kBnRows ? kBnRows : left);
 }
 
 // Per-channel partials over row splits: threads x run over 32 channels (coalesced), threads
@@ -496,15 +495,16 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
       b += kBackward ? gv * d : d * d;
     };
     int64_t r = int64_t(blockIdx.y) * kBnRows + threadIdx.y;
-    for (; r + (kBnUnroll - 1) * step < R; r += kBnUnroll * step) {
-      float xv[kBnUnroll], gv[kBnUnroll];
+    constexpr int U = kBnUnroll<T>;
+    for (; r + (U - 1) * step < R; r += U * step) {
+      float xv[U], gv[U];
 #pragma unroll
-      for (int j = 0; j < kBnUnroll; ++j) {
+      for (int j = 0; j < U; ++j) {
         xv[j] = float(load(x[(r + j * step) * C + c]));
         gv[j] = kBackward ? float(load(g[(r + j * step) * C + c])) : 0.f;
       }
 #pragma unroll
-      for (int j = 0; j < kBnUnroll; ++j) add(xv[j], gv[j]);
+      for (int j = 0; j < U; ++j) add(xv[j], gv[j]);
     }
     for (; r < R; r += step) add(float(load(x[r * C + c])), kBackward ? float(load(g[r * C + c])) : 0.f);
   }
@@ -526,9 +526,11 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
   }
 }
 
-// One thread per channel: the splits merged in double, then the statistics and the
-// coefficients of the pass that writes the output, into coef[5 C] (p, q, r, and the mean as
-// hi + lo, so that x - mean keeps its bits where the mean is large beside the spread).
+// A warp per channel (its lanes over the splits, then merged across the warp; a thread per
+// channel took S serial merges, 528 for ResNet-50's first stage at batch 256): the splits
+// merged in double, then the statistics and the coefficients of the pass that writes the
+// output, into coef[5 C] (p, q, r, and the mean as hi + lo, so that x - mean keeps its bits
+// where the mean is large beside the spread).
 // Forward: out = p ((x - hi) - lo) + r with p = w invstd, r = b; the mean, 1 / sqrt(var +
 // eps) (var biased) and the running statistics (var unbiased, as the CPU backend).
 // Backward: grad_b = sum g, grad_w = invstd sum g (x - mean), and grad_x = a (g - grad_b / n -
@@ -539,8 +541,9 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
                                const float* bias, double eps, double momentum, float* mean,
                                float* invstd, float* running_mean, float* running_var,
                                float* grad_w, float* grad_b, float* coef) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= C) return;  // the whole warp: c is the same for its lanes
   const double n = double(R);
   float* p = coef;
   float* q = coef + C;
@@ -549,10 +552,15 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
   float* lo = coef + 4 * C;
   if (!kBackward) {
     Moments<double> mo;
-    for (int s = 0; s < S; ++s)
+    for (int s = lane; s < S; s += 32)
       mo.merge(Moments<double>{double(bn_split_rows(R, S, s)),
                                double(load(x[int64_t(s) * kBnRows * C + c])) + ws[c * S + s],
                                ws[(C + c) * S + s]});
+    for (int o = 16; o > 0; o /= 2)
+      mo.merge(Moments<double>{__shfl_down_sync(0xffffffffu, mo.n, o),
+                               __shfl_down_sync(0xffffffffu, mo.mean, o),
+                               __shfl_down_sync(0xffffffffu, mo.m2, o)});
+    if (lane != 0) return;
     const double m = mo.mean, var = mo.m2 / n;
     const double is = 1.0 / sqrt(var + eps);
     mean[c] = float(m);
@@ -568,10 +576,15 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
     lo[c] = float(m - double(hi[c]));
   } else {
     double a = 0, b = 0;
-    for (int s = 0; s < S; ++s) {
+    for (int s = lane; s < S; s += 32) {
       a += ws[c * S + s];
       b += ws[(C + c) * S + s];
     }
+    for (int o = 16; o > 0; o /= 2) {
+      a += __shfl_down_sync(0xffffffffu, a, o);
+      b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+    if (lane != 0) return;
     const double is = invstd[c], gw = b * is;
     if (grad_b) grad_b[c] = float(a);
     if (grad_w) grad_w[c] = float(gw);
@@ -607,14 +620,23 @@ __global__ void bn_nhwc_apply(const T* x, const T* g, const float* coef, int64_t
     const Quad<T>* xq = reinterpret_cast<const Quad<T>*>(x);
     const Quad<T>* gq = reinterpret_cast<const Quad<T>*>(g);
     Quad<T>* oq = reinterpret_cast<Quad<T>*>(out);
+    // the coefficients of four channels as one vector each (C % 4 == 0: c0 is a multiple of 4)
+    auto quad = [&](const float* v, int64_t c0) { return reinterpret_cast<const Quad<float>*>(v)[c0 / 4]; };
     for (int64_t i = first; i < n / 4; i += stride) {
       const int64_t c0 = narrow ? int64_t(uint32_t(4 * i) % uint32_t(C)) : (4 * i) % C;
       const Quad<T> a = xq[i];
       Quad<T> b{}, o;
       if (kBackward) b = gq[i];
+      const Quad<float> pq = quad(p, c0), rq = quad(r, c0), hq = quad(hi, c0), lq = quad(lo, c0);
+      Quad<float> qq{};
+      if (kBackward) qq = quad(q, c0);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        o.v[j] = convert<T>(one(c0 + j, float(load(a.v[j])), kBackward ? float(load(b.v[j])) : 0.f));
+      for (int j = 0; j < 4; ++j) {
+        const float d = (float(load(a.v[j])) - hq.v[j]) - lq.v[j];
+        const float y = kBackward ? pq.v[j] * float(load(b.v[j])) + qq.v[j] * d + rq.v[j]
+                                  : pq.v[j] * d + rq.v[j];
+        o.v[j] = convert<T>(y);
+      }
       oq[i] = o;
     }
   } else {
@@ -645,7 +667,7 @@ void dispatch_bn(DType t, F&& f) {
 template <bool kBackward, typename T>
 void launch_apply(const T* x, const T* g, const float* coef, int64_t R, int64_t C, T* out,
                   cudaStream_t s) {
-  const bool quads = C % 4 == 0 && aligned_to(x, sizeof(Quad<T>)) &&
+  const bool quads = C % 4 == 0 && aligned_to(coef, sizeof(Quad<float>)) && aligned_to(x, sizeof(Quad<T>)) &&
                      aligned_to(out, sizeof(Quad<T>)) &&
                      (!kBackward || aligned_to(g, sizeof(Quad<T>)));
   if (quads)
@@ -674,7 +696,7 @@ void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, cons
     bn_nhwc_partials<false, T><<<dim3(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S)),
                                  dim3(32, kBnRows), 0, s>>>(px, nullptr, nullptr, R, C, S, ws);
     NN_CUDA_CHECK_LAUNCH();
-    bn_nhwc_finish<false, T><<<grid_for(C), kThreads, 0, s>>>(
+    bn_nhwc_finish<false, T><<<grid_for(C * 32), kThreads, 0, s>>>(
         ws, px, R, C, S, w, b, eps, momentum, mean, invstd, running_mean, running_var, nullptr,
         nullptr, coef);
     NN_CUDA_CHECK_LAUNCH();
@@ -696,7 +718,7 @@ void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, c
     bn_nhwc_partials<true, T><<<dim3(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S)),
                                 dim3(32, kBnRows), 0, s>>>(px, pg, mean, R, C, S, ws);
     NN_CUDA_CHECK_LAUNCH();
-    bn_nhwc_finish<true, T><<<grid_for(C), kThreads, 0, s>>>(
+    bn_nhwc_finish<true, T><<<grid_for(C * 32), kThreads, 0, s>>>(
         ws, px, R, C, S, w, nullptr, 0.0, 0.0, const_cast<float*>(mean), const_cast<float*>(invstd),
         nullptr, nullptr, grad_w, grad_b, coef);
     NN_CUDA_CHECK_LAUNCH();

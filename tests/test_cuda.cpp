@@ -400,6 +400,13 @@ std::vector<Case> cases() {
                  Tensor y = batch_norm(channels_last(x[0] + 1e4), rm, rv, x[1], x[2], true, 0.1, 1e-5);
                  return std::vector<Tensor>{y, rm, rv};
                }, 1e-3});
+  // more row splits (36) than a warp has lanes: the finish merges several a lane
+  v.push_back({"batch norm channels-last, 36 row splits", {{8, 4, 48, 48}, {4}, {4}},
+               [](auto& x) {
+                 Tensor rm = zeros({4}, x[0].device()), rv = ones({4}, x[0].device());
+                 Tensor y = batch_norm(channels_last(x[0] - 2.0), rm, rv, x[1], x[2], true, 0.1, 1e-5);
+                 return std::vector<Tensor>{y, rm, rv};
+               }, 1e-3});
   // an infinity (channel 0) and a NaN (channel 1): NaN outputs and running variances in
   // those channels, as on the CPU, and running means that are not finite (the CPU's is NaN
   // where an infinity's mean is +inf on CUDA)
