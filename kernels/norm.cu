@@ -647,10 +647,15 @@ __global__ void bn_nhwc_apply(const T* x, const T* g, const float* coef, int64_t
   }
 }
 
-// Row splits so that about 8 blocks of 256 threads per SM are busy, at least 64 rows a split.
+// Row splits so that about 8 blocks of 256 threads per SM are busy, with at least 512 rows
+// and, where the 1024 splits allow, at most 8192 a split: a split's squared deviations are
+// summed in f32 from its first value, and an outlier there costs more the longer the split
+// (a value 100 standard deviations out: a relative error of 1.3e-3 in the variance over
+// 16,000 rows, 6.5e-2 over a million).
 int bn_splits(int64_t R, int64_t C) {
   const int64_t tiles = ceil_div(C, 32);
-  const int64_t want = ceil_div(132 * 8, tiles), most = std::max<int64_t>(1, R / (kBnRows * 64));
+  const int64_t want = std::max(ceil_div(132 * 8, tiles), ceil_div(R, 8192)),
+                most = std::max<int64_t>(1, R / (kBnRows * 64));
   return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
 }
 

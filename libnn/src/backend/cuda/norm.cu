@@ -56,7 +56,10 @@ bool own_bn(const Tensor& x, bool training) {
   return training && is_channels_last(x) && x.numel() > 0 &&
          (x.dtype() == kF32 || x.dtype() == kF16 || x.dtype() == kBF16);
 }
-const float* f32_ptr(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
+// An f32 tensor's data for the kernels, null where it is undefined.
+const float* f32_ptr(const Tensor& t) {
+  return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr;
+}
 float* f32_ptr(Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
 
 }  // namespace
