@@ -400,8 +400,9 @@ std::vector<Case> cases() {
                  Tensor y = batch_norm(channels_last(x[0] + 1e4), rm, rv, x[1], x[2], true, 0.1, 1e-5);
                  return std::vector<Tensor>{y, rm, rv};
                }, 1e-3});
-  // more row splits (36) than a warp has lanes: the finish merges several a lane
-  v.push_back({"batch norm channels-last, 36 row splits", {{8, 4, 48, 48}, {4}, {4}},
+  // more row splits (37) than a warp has lanes: the finish merges several a lane; the last
+  // round of rows is partial
+  v.push_back({"batch norm channels-last, 37 row splits", {{8, 4, 49, 49}, {4}, {4}},
                [](auto& x) {
                  Tensor rm = zeros({4}, x[0].device()), rv = ones({4}, x[0].device());
                  Tensor y = batch_norm(channels_last(x[0] - 2.0), rm, rv, x[1], x[2], true, 0.1, 1e-5);
@@ -422,6 +423,14 @@ std::vector<Case> cases() {
                  Tensor finite = lt(abs(rm), full({8}, INFINITY, rm.options())).to(kF32);
                  return std::vector<Tensor>{y, rv, finite};
                }, 1e-4, false});
+  // 16-bit data without four-channel vectors (C = 6: the scalar pass)
+  v.push_back({"f16 batch norm channels-last, 6 channels", {{8, 6, 10, 10}, {6}, {6}},
+               [](auto& x) {
+                 Tensor rm = zeros({6}, TensorOptions(kF32).device(x[0].device()));
+                 Tensor rv = ones({6}, TensorOptions(kF32).device(x[0].device()));
+                 return std::vector<Tensor>{
+                     batch_norm(channels_last(x[0]), rm, rv, x[1], x[2], true, 0.1, 1e-5), rm, rv};
+               }, 5e-2, true, kF16});
   // 16-bit data: 4096 rows in 8 splits, each thread's loop eight rows a step
   for (DType dt : {kF16, kBF16})
     v.push_back({std::string(dtype_name(dt)) + " batch norm channels-last", {{16, 12, 16, 16}, {12}, {12}},
