@@ -3,6 +3,7 @@
 #include "kernels/norm.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/math.cuh"
@@ -453,13 +454,12 @@ template <typename T>
 constexpr int kBnUnroll = sizeof(T) == 2 ? 8 : 4;
 
 // Mean and sum of squared deviations of a set of n values (Chan et al.'s pairwise merge).
-template <typename A>
 struct Moments {
-  A n = 0, mean = 0, m2 = 0;
+  double n = 0, mean = 0, m2 = 0;
   __device__ void merge(const Moments& o) {
     if (o.n == 0) return;
     if (n == 0) { *this = o; return; }
-    const A t = n + o.n, d = o.mean - mean;
+    const double t = n + o.n, d = o.mean - mean;
     mean += d * (o.n / t);
     m2 += o.m2 + d * d * (n * (o.n / t));
     n = t;
@@ -526,6 +526,19 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
   }
 }
 
+// The per-channel f32 arrays of a pass; null where not wanted (the running statistics and
+// the parameter gradients). The backward only reads mean and invstd.
+struct BnChannels {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  float* mean = nullptr;
+  float* invstd = nullptr;
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  float* grad_w = nullptr;
+  float* grad_b = nullptr;
+};
+
 // A warp per channel (its lanes over the splits, then merged across the warp; a thread per
 // channel took S serial merges, 528 for ResNet-50's first stage at batch 256): the splits
 // merged in double, then the statistics and the coefficients of the pass that writes the
@@ -537,10 +550,8 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
 // xhat grad_w / n) with a = w invstd, xhat = (x - mean) invstd: out = p g + q ((x - hi) - lo)
 // + r with p = a, q = -a invstd grad_w / n, r = -a grad_b / n.
 template <bool kBackward, typename T>
-__global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C, int S, const float* w,
-                               const float* bias, double eps, double momentum, float* mean,
-                               float* invstd, float* running_mean, float* running_var,
-                               float* grad_w, float* grad_b, float* coef) {
+__global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C, int S,
+                               double eps, double momentum, BnChannels ch, float* coef) {
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (c >= C) return;  // the whole warp: c is the same for its lanes
@@ -551,27 +562,28 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
   float* hi = coef + 3 * C;
   float* lo = coef + 4 * C;
   if (!kBackward) {
-    Moments<double> mo;
+    Moments mo;
     for (int s = lane; s < S; s += 32)
-      mo.merge(Moments<double>{double(bn_split_rows(R, S, s)),
+      mo.merge(Moments{double(bn_split_rows(R, S, s)),
                                double(load(x[int64_t(s) * kBnRows * C + c])) + ws[c * S + s],
                                ws[(C + c) * S + s]});
     for (int o = 16; o > 0; o /= 2)
-      mo.merge(Moments<double>{__shfl_down_sync(0xffffffffu, mo.n, o),
+      mo.merge(Moments{__shfl_down_sync(0xffffffffu, mo.n, o),
                                __shfl_down_sync(0xffffffffu, mo.mean, o),
                                __shfl_down_sync(0xffffffffu, mo.m2, o)});
     if (lane != 0) return;
     const double m = mo.mean, var = mo.m2 / n;
     const double is = 1.0 / sqrt(var + eps);
-    mean[c] = float(m);
-    invstd[c] = float(is);
-    if (running_mean) running_mean[c] = float((1 - momentum) * running_mean[c] + momentum * m);
-    if (running_var)
-      running_var[c] = float((1 - momentum) * running_var[c] +
-                             momentum * (R > 1 ? var * n / (n - 1) : var));
-    p[c] = float(double(w[c]) * is);
+    ch.mean[c] = float(m);
+    ch.invstd[c] = float(is);
+    if (ch.running_mean)
+      ch.running_mean[c] = float((1 - momentum) * ch.running_mean[c] + momentum * m);
+    if (ch.running_var)
+      ch.running_var[c] = float((1 - momentum) * ch.running_var[c] +
+                                momentum * (R > 1 ? var * n / (n - 1) : var));
+    p[c] = float(double(ch.w[c]) * is);
     q[c] = 0.f;
-    r[c] = bias[c];
+    r[c] = ch.b[c];
     hi[c] = float(m);
     lo[c] = float(m - double(hi[c]));
   } else {
@@ -585,14 +597,14 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
       b += __shfl_down_sync(0xffffffffu, b, o);
     }
     if (lane != 0) return;
-    const double is = invstd[c], gw = b * is;
-    if (grad_b) grad_b[c] = float(a);
-    if (grad_w) grad_w[c] = float(gw);
-    const double pc = double(w[c]) * is, qc = -pc * is * gw / n;
+    const double is = ch.invstd[c], gw = b * is;
+    if (ch.grad_b) ch.grad_b[c] = float(a);
+    if (ch.grad_w) ch.grad_w[c] = float(gw);
+    const double pc = double(ch.w[c]) * is, qc = -pc * is * gw / n;
     p[c] = float(pc);
     q[c] = float(qc);
     r[c] = float(-pc * a / n);
-    hi[c] = mean[c];
+    hi[c] = ch.mean[c];
     lo[c] = 0.f;  // (the saved mean is the f32 the partials took)
   }
 }
@@ -608,9 +620,10 @@ __global__ void bn_nhwc_apply(const T* x, const T* g, const float* coef, int64_t
   const float* r = coef + 2 * C;
   const float* hi = coef + 3 * C;
   const float* lo = coef + 4 * C;
-  auto one = [&](int64_t c, float xv, float gv) {
-    const float d = (xv - hi[c]) - lo[c];
-    return kBackward ? p[c] * gv + q[c] * d + r[c] : p[c] * d + r[c];
+  // one output from its channel's coefficients
+  auto one = [](float xv, float gv, float pc, float qc, float rc, float hc, float lc) {
+    const float d = (xv - hc) - lc;
+    return kBackward ? pc * gv + qc * d + rc : pc * d + rc;
   };
   const int64_t n = R * C, stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -631,18 +644,16 @@ __global__ void bn_nhwc_apply(const T* x, const T* g, const float* coef, int64_t
       Quad<float> qq{};
       if (kBackward) qq = quad(q, c0);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float d = (float(load(a.v[j])) - hq.v[j]) - lq.v[j];
-        const float y = kBackward ? pq.v[j] * float(load(b.v[j])) + qq.v[j] * d + rq.v[j]
-                                  : pq.v[j] * d + rq.v[j];
-        o.v[j] = convert<T>(y);
-      }
+      for (int j = 0; j < 4; ++j)
+        o.v[j] = convert<T>(one(float(load(a.v[j])), kBackward ? float(load(b.v[j])) : 0.f,
+                                pq.v[j], qq.v[j], rq.v[j], hq.v[j], lq.v[j]));
       oq[i] = o;
     }
   } else {
     for (int64_t i = first; i < n; i += stride) {
       const int64_t c = narrow ? int64_t(uint32_t(i) % uint32_t(C)) : i % C;
-      out[i] = convert<T>(one(c, float(load(x[i])), kBackward ? float(load(g[i])) : 0.f));
+      out[i] = convert<T>(one(float(load(x[i])), kBackward ? float(load(g[i])) : 0.f, p[c], q[c],
+                              r[c], hi[c], lo[c]));
     }
   }
 }
@@ -657,16 +668,6 @@ int bn_splits(int64_t R, int64_t C) {
   const int64_t want = std::max(ceil_div(132 * 8, tiles), ceil_div(R, 8192)),
                 most = std::max<int64_t>(1, R / (kBnRows * 64));
   return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
-}
-
-template <typename F>
-void dispatch_bn(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: f.template operator()<float>(); break;
-    case DType::f16: f.template operator()<__half>(); break;
-    case DType::bf16: f.template operator()<__nv_bfloat16>(); break;
-    default: NN_ERROR("batch_norm over channels-last data: f32, f16 or bf16 on CUDA, got ", dtype_name(t));
-  }
 }
 
 template <bool kBackward, typename T>
@@ -688,47 +689,60 @@ size_t batch_norm_nhwc_workspace_bytes(int64_t R, int64_t C) {
   return (size_t(2 * C) * size_t(bn_splits(R, C)) + size_t(5 * C)) * sizeof(float);
 }
 
-void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, const float* b,
-                                    int64_t R, int64_t C, double eps, double momentum,
-                                    float* running_mean, float* running_var, void* y,
-                                    float* mean, float* invstd, void* workspace, cudaStream_t s) {
+namespace {
+// One pass of batch norm over channels-last data: the partial sums, the finish, and (where
+// out is given) the pass that writes the output; g is the gradient in the backward.
+template <bool kBackward>
+void batch_norm_nhwc(DType t, const void* x, const void* g, int64_t R, int64_t C, double eps,
+                     double momentum, const BnChannels& ch, void* out, void* workspace,
+                     cudaStream_t s) {
   if (R == 0 || C == 0) return;
   const int S = bn_splits(R, C);
   float* ws = static_cast<float*>(workspace);
   float* coef = ws + 2 * C * S;
-  dispatch_bn(t, [&]<typename T>() {
-    const T* px = static_cast<const T*>(x);
-    bn_nhwc_partials<false, T><<<dim3(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S)),
-                                 dim3(32, kBnRows), 0, s>>>(px, nullptr, nullptr, R, C, S, ws);
-    NN_CUDA_CHECK_LAUNCH();
-    bn_nhwc_finish<false, T><<<grid_for(C * 32), kThreads, 0, s>>>(
-        ws, px, R, C, S, w, b, eps, momentum, mean, invstd, running_mean, running_var, nullptr,
-        nullptr, coef);
-    NN_CUDA_CHECK_LAUNCH();
-    launch_apply<false, T>(px, nullptr, coef, R, C, static_cast<T*>(y), s);
+  dispatch_float(t, "batch_norm over channels-last data", [&]<typename T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      NN_ERROR("batch_norm over channels-last data: f32, f16 or bf16 on CUDA, got f64");
+    } else {
+      const T* px = static_cast<const T*>(x);
+      const T* pg = static_cast<const T*>(g);
+      const dim3 grid(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S));
+      bn_nhwc_partials<kBackward, T><<<grid, dim3(32, kBnRows), 0, s>>>(px, pg, ch.mean, R, C, S, ws);
+      NN_CUDA_CHECK_LAUNCH();
+      bn_nhwc_finish<kBackward, T><<<grid_for(C * 32), kThreads, 0, s>>>(ws, px, R, C, S, eps,
+                                                                         momentum, ch, coef);
+      NN_CUDA_CHECK_LAUNCH();
+      if (out) launch_apply<kBackward, T>(px, pg, coef, R, C, static_cast<T*>(out), s);
+    }
   });
+}
+}  // namespace
+
+void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, const float* b,
+                                    int64_t R, int64_t C, double eps, double momentum,
+                                    float* running_mean, float* running_var, void* y,
+                                    float* mean, float* invstd, void* workspace, cudaStream_t s) {
+  BnChannels ch;
+  ch.w = w;
+  ch.b = b;
+  ch.mean = mean;
+  ch.invstd = invstd;
+  ch.running_mean = running_mean;
+  ch.running_var = running_var;
+  batch_norm_nhwc<false>(t, x, nullptr, R, C, eps, momentum, ch, y, workspace, s);
 }
 
 void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, const float* w,
                                      const float* mean, const float* invstd, int64_t R,
                                      int64_t C, void* grad_x, float* grad_w, float* grad_b,
                                      void* workspace, cudaStream_t s) {
-  if (R == 0 || C == 0) return;
-  const int S = bn_splits(R, C);
-  float* ws = static_cast<float*>(workspace);
-  float* coef = ws + 2 * C * S;
-  dispatch_bn(t, [&]<typename T>() {
-    const T* px = static_cast<const T*>(x);
-    const T* pg = static_cast<const T*>(grad);
-    bn_nhwc_partials<true, T><<<dim3(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S)),
-                                dim3(32, kBnRows), 0, s>>>(px, pg, mean, R, C, S, ws);
-    NN_CUDA_CHECK_LAUNCH();
-    bn_nhwc_finish<true, T><<<grid_for(C * 32), kThreads, 0, s>>>(
-        ws, px, R, C, S, w, nullptr, 0.0, 0.0, const_cast<float*>(mean), const_cast<float*>(invstd),
-        nullptr, nullptr, grad_w, grad_b, coef);
-    NN_CUDA_CHECK_LAUNCH();
-    if (grad_x) launch_apply<true, T>(px, pg, coef, R, C, static_cast<T*>(grad_x), s);
-  });
+  BnChannels ch;
+  ch.w = w;
+  ch.mean = const_cast<float*>(mean);  // (read, not written, in the backward)
+  ch.invstd = const_cast<float*>(invstd);
+  ch.grad_w = grad_w;
+  ch.grad_b = grad_b;
+  batch_norm_nhwc<true>(t, x, grad, R, C, 0.0, 0.0, ch, grad_x, workspace, s);
 }
 
 }  // namespace nn::kernels
