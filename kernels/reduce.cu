@@ -202,10 +202,19 @@ __global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
 // Outputs of up to this many elements (with one split each) take a warp each.
 constexpr int64_t kWarpRowMax = 4096;
 
+namespace {
+// Splits per output of a reduction of (A, K, B) over A and B; 0 where a warp per output
+// takes it, written straight to the output (no workspace).
+int reduce_splits(int64_t A, int64_t K, int64_t B) {
+  if (B == 1) return splits(ceil_div(K, 32), ceil_div(A, 8), 64);
+  const int S = splits(K, A * B, 4096);
+  return S == 1 && A * B <= kWarpRowMax ? 0 : S;
+}
+}  // namespace
+
 size_t reduce_workspace_bytes(DType t, int64_t A, int64_t K, int64_t B) {
   size_t acc = (t == DType::f64 || t == DType::i32 || t == DType::i64 || t == DType::u8) ? 8 : 4;
-  int S = B == 1 ? splits(ceil_div(K, 32), ceil_div(A, 8), 64) : splits(K, A * B, 4096);
-  return size_t(K) * size_t(S) * acc;
+  return size_t(K) * size_t(reduce_splits(A, K, B)) * acc;
 }
 
 void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, int64_t B,
@@ -216,19 +225,17 @@ void launch_reduce(ReduceOp op, DType t, const void* x, int64_t A, int64_t K, in
     Combine<Ac> c{op};
     Ac* ws = static_cast<Ac*>(workspace);
     const T* px = static_cast<const T*>(x);
-    int S;
+    const int S = reduce_splits(A, K, B);
+    if (S == 0) {
+      reduce_rows_warp<T, Ac><<<grid_for(K * 32), kThreads, 0, s>>>(
+          px, A, K, B, c, double(A) * double(B), static_cast<T*>(out));
+      NN_CUDA_CHECK_LAUNCH();
+      return;
+    }
     if (B == 1) {
-      S = splits(ceil_div(K, 32), ceil_div(A, 8), 64);
       reduce_columns<T, Ac><<<dim3(blocks_exact(ceil_div(K, 32), "reduce"), unsigned(S)), dim3(32, 8), 0, s>>>(
           px, A, K, S, c, ws);
     } else {
-      S = splits(K, A * B, 4096);
-      if (S == 1 && A * B <= kWarpRowMax) {
-        reduce_rows_warp<T, Ac><<<grid_for(K * 32), kThreads, 0, s>>>(
-            px, A, K, B, c, double(A) * double(B), static_cast<T*>(out));
-        NN_CUDA_CHECK_LAUNCH();
-        return;
-      }
       reduce_rows<T, Ac><<<dim3(blocks_exact(K, "reduce"), unsigned(S)), kThreads, 0, s>>>(px, A, K, B, S, c, ws);
     }
     NN_CUDA_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
 // Reductions: x contiguous seen as (A, K, B), reduced over A and B into K outputs; argmax
-// over contiguous rows. Deterministic (no atomics): partial results go through a workspace.
+// over contiguous rows. Deterministic (no atomics): partial results go through a workspace,
+// except where a warp per output writes it directly (0 bytes of workspace).
 #pragma once
 #include <cuda_runtime.h>
 #include <nn/dtype.h>
