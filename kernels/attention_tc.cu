@@ -1,12 +1,14 @@
-// Tensor-core attention for f16 and bf16: the same algorithm as attention.cu (online softmax
-// over streamed key tiles, probabilities recomputed from the saved log-sum-exp in the
-// backward), with the two products of each step on tensor cores through WMMA 16 x 16 x 16
-// tiles accumulating in f32. A block of four warps owns 64 rows (queries in the forward and
-// dQ, keys in dK/dV), 16 per warp, and streams the other side through shared memory 64 rows at
-// a time. Scores, softmax statistics and accumulators stay f32; probabilities and their
-// gradients meet the second product rounded to the data type, as in other flash-attention
-// kernels. Used for head dims that are multiples of 16 up to 128 (attention.cu falls back to
-// its plain kernel otherwise, and for f32/f64).
+// Tensor-core attention for f16, bf16 and f32: the same algorithm as attention.cu (online
+// softmax over streamed key tiles, probabilities recomputed from the saved log-sum-exp in the
+// backward), with the two products of each step on tensor cores through WMMA, accumulating in
+// f32. A block of four warps owns 64 rows (queries in the forward and dQ, keys in dK/dV), 16 per
+// warp, and streams the other side through shared memory 64 rows at a time. Scores, softmax
+// statistics and accumulators stay f32; probabilities and their gradients meet the second
+// product rounded to the data type, as in other flash-attention kernels. 16-bit data takes
+// 16 x 16 x 16 products; f32 data takes TF32 products (16 x 16 x 8) in three parts for f32's
+// accuracy (mma_k below). Used for head dims that are multiples of 16 up to 128 whose tiles fit
+// the device's shared memory (attention.cu falls back to its plain kernel otherwise, and for
+// f64).
 #include <mma.h>
 
 #include <cstdio>
@@ -26,23 +28,85 @@ using namespace nvcuda;
 constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // rows a block owns
 constexpr int kCols = 64;           // rows of the other side per streamed tile
-constexpr int kPadH = 8;            // padding of 16-bit rows (ldm stays a multiple of 8)
+constexpr int kPadH = 8;            // padding of data rows (16 or 32 bytes: ldm stays a multiple of 16 bytes)
 constexpr int kPadF = 4;            // padding of f32 rows (ldm stays a multiple of 4)
 
-template <typename T> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <typename T> using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-template <typename T> using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+// The WMMA shape of a data type: 16-bit data in 16 x 16 x 16 products, f32 in TF32's 16 x 16 x 8.
+template <typename T>
+constexpr bool kTf32 = std::is_same_v<T, float>;
+template <typename T>
+constexpr int kWmmaK = kTf32<T> ? 8 : 16;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+template <typename T>
+using WmmaIn = T;  // (no TF32 before sm_80, where the f32 kernels are traps: see tc_built)
+#else
+template <typename T>
+using WmmaIn = std::conditional_t<kTf32<T>, wmma::precision::tf32, T>;
+#endif
+template <typename T, typename Use, typename L>
+using Frag = wmma::fragment<Use, 16, 16, kWmmaK<T>, WmmaIn<T>, L>;
+template <typename T> using FragA = Frag<T, wmma::matrix_a, wmma::row_major>;
+template <typename T> using FragB = Frag<T, wmma::matrix_b, wmma::row_major>;
+template <typename T> using FragBt = Frag<T, wmma::matrix_b, wmma::col_major>;
+template <typename T> using FragC = wmma::fragment<wmma::accumulator, 16, 16, kWmmaK<T>, float>;
 
-// bf16 WMMA needs sm_80; an sm_70 build keeps the bf16 kernels as traps (the host never
+// bf16 and TF32 WMMA need sm_80; an sm_70 build keeps those kernels as traps (the host never
 // launches them there).
 template <typename T>
 __device__ constexpr bool tc_built() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  return !std::is_same_v<T, __nv_bfloat16>;
+  return std::is_same_v<T, __half>;
 #else
   return true;
 #endif
+}
+
+// A TF32 operand split in two: hi keeps the top 10 mantissa bits (rounded), lo the rest, also
+// rounded to TF32, so hi + lo holds 21 of f32's 24 bits. An infinity or NaN stays in hi (lo 0).
+template <typename F>
+__device__ __forceinline__ void split_tf32(F& hi, F& lo) {
+  for (int e = 0; e < hi.num_elements; ++e) {
+    const float x = hi.x[e], h = wmma::__float_to_tf32(x);
+    hi.x[e] = h;
+    lo.x[e] = isfinite(h) ? wmma::__float_to_tf32(x - h) : 0.f;
+  }
+}
+
+// acc += A (16 x K, row-major at a, ld lda) times B (K x 16 at b, ld ldb: row-major, or
+// column-major when kColB), K a multiple of 16. 16-bit data: one product per 16 of K. f32 data
+// ("3xTF32"): a_hi b_hi + a_hi b_lo + a_lo b_hi on TF32 tensor cores, f32 to about 2^-21
+// relative per product (a_lo b_lo is below that); a result whose a_hi b_hi sum is infinite or
+// NaN is that sum alone, as f32 has it (a cross term can be 0 x inf, where f32 has none).
+template <typename T, bool kColB>
+__device__ __forceinline__ void mma_k(FragC<T>& acc, const T* a, int lda, const T* b, int ldb,
+                                      int K) {
+  using FB = std::conditional_t<kColB, FragBt<T>, FragB<T>>;
+  if constexpr (kTf32<T>) {
+    FragC<T> hh, cross;
+    wmma::fill_fragment(hh, 0.f);
+    wmma::fill_fragment(cross, 0.f);
+    for (int k = 0; k < K; k += 8) {
+      FragA<T> ah, al;
+      FB bh, bl;
+      wmma::load_matrix_sync(ah, a + k, lda);
+      wmma::load_matrix_sync(bh, kColB ? b + k : b + k * ldb, ldb);
+      split_tf32(ah, al);
+      split_tf32(bh, bl);
+      wmma::mma_sync(cross, al, bh, cross);
+      wmma::mma_sync(cross, ah, bl, cross);
+      wmma::mma_sync(hh, ah, bh, hh);
+    }
+    for (int e = 0; e < acc.num_elements; ++e)
+      acc.x[e] += isfinite(hh.x[e]) ? hh.x[e] + cross.x[e] : hh.x[e];
+  } else {
+    for (int k = 0; k < K; k += 16) {
+      FragA<T> fa;
+      FB fb;
+      wmma::load_matrix_sync(fa, a + k, lda);
+      wmma::load_matrix_sync(fb, kColB ? b + k : b + k * ldb, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+  }
 }
 
 // Hands out 128-byte aligned slices of a block's shared memory (WMMA wants 32-byte aligned
@@ -58,18 +122,22 @@ struct Carve {
 
 // Shared memory of the three kernels: the block's own 64 rows (a, b: D and E wide), the
 // streamed tile (c, d: D and E wide), 64 per-row values of the tile, and per warp two f32
-// score tiles (s, t), two 16-bit tiles (p, u) and an f32 tile for the results (o). The
-// forward leaves b, t and u out.
+// score tiles (s, t), two tiles of the data type (p, u) and an f32 tile for the results (o).
+// The forward leaves b, t and u out. f32's p and u are s and t themselves (a lane turns each
+// score into its probability in place), and the backward's o, used once the loop is done, is s
+// and t: so f32 with head dims 64 takes 89 KB forward and 107 KB backward, two blocks to an
+// H100's SM.
 struct Smem {
   int ldd, lde, lds, ldp, ldo;
   size_t a, b, c, d, rows, warp, s, t, p, u, o, per_warp, total;
   __host__ __device__ Smem(int D, int E, int elem, bool backward) {
     const size_t bw = backward ? 1 : 0;
+    const bool in_place = elem == 4;
     ldd = D + kPadH;
     lde = E + kPadH;
     lds = kCols + kPadF;
-    ldp = kCols + kPadH;
-    ldo = (D > E ? D : E) + kPadF;
+    ldp = in_place ? lds : kCols + kPadH;
+    ldo = (D > E ? D : E) + kPadF;  // (16 x ldo floats fit in s and t: ldo <= 2 lds)
     Carve blk;
     a = blk.take(size_t(kRows) * ldd * elem);
     b = blk.take(bw * kRows * lde * elem);
@@ -78,10 +146,10 @@ struct Smem {
     rows = blk.take(size_t(kCols) * 3 * sizeof(float));
     Carve w;
     s = w.take(size_t(16) * lds * sizeof(float));
-    t = w.take(bw * 16 * lds * sizeof(float));
-    p = w.take(size_t(16) * ldp * elem);
-    u = w.take(bw * 16 * ldp * elem);
-    o = w.take(size_t(16) * ldo * sizeof(float));
+    t = w.take(bw * 16 * lds * sizeof(float));  // (right after s: 64 lds bytes are a multiple of 128)
+    p = in_place ? s : w.take(size_t(16) * ldp * elem);
+    u = in_place ? t : w.take(bw * 16 * ldp * elem);
+    o = backward ? s : w.take(size_t(16) * ldo * sizeof(float));
     per_warp = w.used;
     warp = blk.take(per_warp * kWarps);
     total = blk.used;
@@ -113,9 +181,10 @@ struct Tiles {
 template <typename T>
 __device__ __forceinline__ void load_rows(const T* g, int64_t stride, int64_t r0, int64_t rows, int cols,
                                           T* s, int ld, int n) {
-  const int chunks = cols / 8;
+  constexpr int kVec = 16 / sizeof(T);
+  const int chunks = cols / kVec;
   for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
-    const int r = i / chunks, c = (i % chunks) * 8;
+    const int r = i / chunks, c = (i % chunks) * kVec;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (r0 + r < rows) val = *reinterpret_cast<const uint4*>(g + (r0 + r) * stride + c);
     *reinterpret_cast<uint4*>(s + r * ld + c) = val;
@@ -127,39 +196,55 @@ __device__ __forceinline__ void load_rows(const T* g, int64_t stride, int64_t r0
 template <typename T>
 __device__ __forceinline__ void rows_times_tile_t(const T* a, int lda, const T* bt, int ldb,
                                                   int K, float* out, int lds) {
-  FragC acc[kCols / 16];
-#pragma unroll
-  for (int n = 0; n < kCols / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
-  for (int k = 0; k < K; k += 16) {
-    FragA<T> fa;
-    wmma::load_matrix_sync(fa, a + k, lda);
+  if constexpr (kTf32<T>) {  // a tile at a time (3xTF32 holds two accumulators per tile)
 #pragma unroll
     for (int n = 0; n < kCols / 16; ++n) {
-      FragBt<T> fb;
-      wmma::load_matrix_sync(fb, bt + n * 16 * ldb + k, ldb);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      FragC<T> acc;
+      wmma::fill_fragment(acc, 0.f);
+      mma_k<T, true>(acc, a, lda, bt + n * 16 * ldb, ldb, K);
+      wmma::store_matrix_sync(out + n * 16, acc, lds, wmma::mem_row_major);
     }
-  }
+  } else {  // 16-bit: each A fragment loaded once for the four tiles
+    FragC<T> acc[kCols / 16];
 #pragma unroll
-  for (int n = 0; n < kCols / 16; ++n)
-    wmma::store_matrix_sync(out + n * 16, acc[n], lds, wmma::mem_row_major);
+    for (int n = 0; n < kCols / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
+    for (int k = 0; k < K; k += 16) {
+      FragA<T> fa;
+      wmma::load_matrix_sync(fa, a + k, lda);
+#pragma unroll
+      for (int n = 0; n < kCols / 16; ++n) {
+        FragBt<T> fb;
+        wmma::load_matrix_sync(fb, bt + n * 16 * ldb + k, ldb);
+        wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kCols / 16; ++n)
+      wmma::store_matrix_sync(out + n * 16, acc[n], lds, wmma::mem_row_major);
+  }
 }
 
 // acc[n] += P (16 x 64 at p, ld ldp) times columns [16n, 16n + 16) of the 64-row tile b,
 // for the first `width` / 16 accumulators.
 template <typename T, int DM>
 __device__ __forceinline__ void tile_times_rows(const T* p, int ldp, const T* b, int ldb, int width,
-                                FragC (&acc)[DM / 16]) {
+                                FragC<T> (&acc)[DM / 16]) {
+  if constexpr (kTf32<T>) {
 #pragma unroll
-  for (int k = 0; k < kCols; k += 16) {
-    FragA<T> fa;
-    wmma::load_matrix_sync(fa, p + k, ldp);
+    for (int n = 0; n < DM / 16; ++n)
+      if (n * 16 < width) mma_k<T, false>(acc[n], p, ldp, b + n * 16, ldb, kCols);
+  } else {
 #pragma unroll
-    for (int n = 0; n < DM / 16; ++n) {
-      if (n * 16 < width) {
-        FragB<T> fb;
-        wmma::load_matrix_sync(fb, b + k * ldb + n * 16, ldb);
-        wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    for (int k = 0; k < kCols; k += 16) {
+      FragA<T> fa;
+      wmma::load_matrix_sync(fa, p + k, ldp);
+#pragma unroll
+      for (int n = 0; n < DM / 16; ++n) {
+        if (n * 16 < width) {
+          FragB<T> fb;
+          wmma::load_matrix_sync(fb, b + k * ldb + n * 16, ldb);
+          wmma::mma_sync(acc[n], fa, fb, acc[n]);
+        }
       }
     }
   }
@@ -168,7 +253,7 @@ __device__ __forceinline__ void tile_times_rows(const T* p, int ldp, const T* b,
 // Writes `acc` (16 rows x width, times `mul`) to rows [r0, r0 + 16) of out (rows `stride`
 // apart), rows at or past `rows` skipped, staging through the warp's f32 tile.
 template <typename T, int DM>
-__device__ __forceinline__ void write_rows(FragC (&acc)[DM / 16], float mul, int width, float* stage, int ldo,
+__device__ __forceinline__ void write_rows(FragC<T> (&acc)[DM / 16], float mul, int width, float* stage, int ldo,
                            T* out, int64_t stride, int64_t r0, int64_t rows, int lane) {
   __syncwarp();
 #pragma unroll
@@ -249,15 +334,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int c = half; c < E; c += 2) of[r * L.ldo + c] *= corr;
       __syncwarp();
       for (int n = 0; n < E / 16; ++n) {  // O += P V, through the f32 tile
-        FragC acc;
+        FragC<T> acc;
         wmma::load_matrix_sync(acc, of + n * 16, L.ldo, wmma::mem_row_major);
-        for (int kk = 0; kk < kCols; kk += 16) {
-          FragA<T> fa;
-          FragB<T> fb;
-          wmma::load_matrix_sync(fa, ps + kk, L.ldp);
-          wmma::load_matrix_sync(fb, vs + kk * L.lde + n * 16, L.lde);
-          wmma::mma_sync(acc, fa, fb, acc);
-        }
+        mma_k<T, false>(acc, ps, L.ldp, vs + n * 16, L.lde, kCols);
         wmma::store_matrix_sync(of + n * 16, acc, L.ldo, wmma::mem_row_major);
       }
       __syncwarp();
@@ -308,7 +387,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     // dropout: the P^T tile holds p or 0 and dV takes the 1/(1-p) in f32 (as the forward);
     // a lane walks a column, a new Philox block per query
     const float kept = float(drop.scale);
-    FragC dk[DM / 16], dv[DM / 16];
+    FragC<T> dk[DM / 16], dv[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; ++n) {
       wmma::fill_fragment(dk[n], 0.f);
@@ -377,7 +456,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     rng::DropoutWalk walk(drop);
     const float kept = float(drop.scale);
     const uint64_t row0 = uint64_t(b * T_ + t) * uint64_t(S);
-    FragC dq[DM / 16];
+    FragC<T> dq[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; ++n) wmma::fill_fragment(dq[n], 0.f);
     const T* qw = qs + warp * 16 * L.ldd;
@@ -409,7 +488,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // What the current device offers the tensor-core kernels, looked up once per device.
 struct TcDevice {
-  bool f16 = false, bf16 = false;  // the f16 / bf16 kernels run (sm_70+ / sm_80+ code)
+  bool f16 = false, sm80 = false;  // the f16 / bf16 and f32 kernels run (sm_70+ / sm_80+ code)
   size_t optin = 0;                // shared memory a block may opt in to
 };
 const TcDevice& tc_device() {
@@ -428,10 +507,10 @@ const TcDevice& tc_device() {
   d.f16 = major >= 7;
   if (d.f16) {
     // The code that runs decides, not the GPU: an sm_70 build on an sm_90 GPU runs its
-    // compute_70 PTX, where the bf16 kernels are traps.
+    // compute_70 PTX, where the bf16 and f32 kernels are traps.
     cudaFuncAttributes fa{};
     NN_CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_tc<__nv_bfloat16, 64>));
-    d.bf16 = fa.ptxVersion >= 80;
+    d.sm80 = fa.ptxVersion >= 80;
   }
   return known.emplace(dev, d).first->second;
 }
@@ -455,16 +534,19 @@ bool simt_only() {
 size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
                std::initializer_list<const void*> ptrs, std::initializer_list<AttnRows> rows) {
   if (simt_only()) return 0;  // (first: any attention launch says another value)
-  if (t != DType::f16 && t != DType::bf16) return 0;
+  if (t != DType::f16 && t != DType::bf16 && t != DType::f32) return 0;
   if (D <= 0 || E <= 0 || D % 16 || E % 16 || D > kAttentionMaxDim || E > kAttentionMaxDim)
     return 0;
   for (const void* p : ptrs)
     if (!aligned_to(p, 16)) return 0;
-  for (const AttnRows& r : rows)  // every row 16-byte aligned too (8 elements of 2 bytes)
-    if (r.sn % 8 || r.sh % 8 || r.st % 8) return 0;
+  const int elem = int(element_size(t));
+  const int vec = 16 / elem;
+  for (const AttnRows& r : rows)  // every row 16-byte aligned too
+    if (r.sn % vec || r.sh % vec || r.st % vec) return 0;
   const TcDevice& dev = tc_device();
-  if (!dev.f16 || (t == DType::bf16 && !dev.bf16)) return 0;
-  const size_t need = Smem(int(D), int(E), 2, backward).total;
+  if (!dev.f16 || (t != DType::f16 && !dev.sm80)) return 0;
+  // (f32 tiles take twice the room: head dims 128 fit the forward's, not the backward's)
+  const size_t need = Smem(int(D), int(E), elem, backward).total;
   return need <= dev.optin ? need : 0;
 }
 
@@ -472,7 +554,9 @@ template <typename F>
 void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
   const bool narrow = D <= 64 && E <= 64;
   if (t == DType::f16) narrow ? f.template operator()<__half, 64>() : f.template operator()<__half, 128>();
-  else narrow ? f.template operator()<__nv_bfloat16, 64>() : f.template operator()<__nv_bfloat16, 128>();
+  else if (t == DType::bf16)
+    narrow ? f.template operator()<__nv_bfloat16, 64>() : f.template operator()<__nv_bfloat16, 128>();
+  else narrow ? f.template operator()<float, 64>() : f.template operator()<float, 128>();
 }
 
 }  // namespace

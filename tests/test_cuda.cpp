@@ -105,10 +105,13 @@ std::vector<Tensor> attention_with_nan(const std::vector<Tensor>& x) {
               .to(kF32)};
 }
 
-// 16-bit attention: head dims that are multiples of 16 run on tensor cores (WMMA), others on
-// the plain kernel; lengths cross the 64-row tiles, with and without a padding mask (one
-// sequence fully masked in the second call), outputs and gradients against the CPU.
-std::vector<Case> attention16_cases() {
+// Attention on the tensor-core kernels (WMMA) where head dims are multiples of 16, and on the
+// plain kernel otherwise: 16-bit data, and f32 (three TF32 products per product, held to f32's
+// tolerance: one TF32 product fails it); lengths cross the 64-row tiles, with and without a
+// padding mask (one sequence fully masked in the second call), outputs and gradients against
+// the CPU.
+constexpr double kF32TcTol = 2e-5;  // seen: 1.5e-6 (one TF32 product: 1.2e-3)
+std::vector<Case> tc_attention_cases() {
   auto masked = [](int64_t N, int64_t S, const Tensor& like) {
     Tensor keep = ones({N, S}, TensorOptions(kU8).device(like.device()));
     NoGradGuard ng;
@@ -167,6 +170,34 @@ std::vector<Case> attention16_cases() {
                attention_with_nan, 5e-2, true, kF16});
   v.push_back({"bf16 attention with NaN and inf, head dim 40", {{1, 2, 9, 40}, {1, 2, 12, 40}, {1, 2, 12, 40}},
                attention_with_nan, 6e-2, true, kBF16});
+  // f32: masks, dropout, heads in place, NaN and inf (a cross term's 0 x inf is no NaN), and
+  // head dims 128 (171 KB of shared memory in the backward)
+  v.push_back({"f32 attention, head dim 64", {{2, 2, 70, 64}, {2, 2, 45, 64}, {2, 2, 45, 64}}, [=](auto& x) {
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2]),
+                                            scaled_dot_product_attention(x[0], x[1], x[2], masked(2, 45, x[0]))};
+               }, kF32TcTol});
+  v.push_back({"f32 attention with dropout, head dims 32 and 48", {{2, 2, 70, 32}, {2, 2, 45, 32}, {2, 2, 45, 48}},
+               [=](auto& x) {
+                 Generator g(8);
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention(x[0], x[1], x[2], masked(2, 45, x[0]), std::nullopt, 0.2, &g),
+                     scaled_dot_product_attention(x[0], x[1], x[2], {}, std::nullopt, 0.5, &g)};
+               }, kF32TcTol});
+  v.push_back({"f32 attention on packed heads, head dim 32", {{2, 70, 3, 2, 32}, {2, 45, 3 * 2 * 32}}, [=](auto& x) {
+                 Generator g(4);
+                 auto split = [&](int i) {
+                   return x[1].reshape({2, 45, 3, 2, 32}).select(2, i).permute({0, 2, 1, 3});
+                 };
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention_packed(x[0], masked(2, 70, x[0]), std::nullopt, 0.2, &g),
+                     scaled_dot_product_attention(split(0), split(1), split(2), masked(2, 45, x[0]))};
+               }, kF32TcTol});
+  v.push_back({"f32 attention with NaN and inf", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
+               attention_with_nan, kF32TcTol});
+  v.push_back({"f32 attention, head dim 128", {{1, 2, 20, 128}, {1, 2, 77, 128}, {1, 2, 77, 128}},
+               [](auto& x) {
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2])};
+               }, kF32TcTol});
   return v;
 }
 
@@ -684,7 +715,7 @@ std::vector<Case> cases() {
                                          argmax(y, 1)};
             }, 0, false, kI64};
   v.push_back(i64r);
-  for (const Case& c : attention16_cases()) v.push_back(c);
+  for (const Case& c : tc_attention_cases()) v.push_back(c);
   // mixed precision: 16-bit data with f32 parameters (kernels templated on the parameter
   // type; cuDNN's batch norm reads f32 parameters), and 16-bit parameters (a model cast with
   // .to(kF16)), which cuDNN gets as f32 copies
@@ -851,7 +882,7 @@ TEST_CASE("every primitive agrees between CPU and CUDA", "[cuda]") {
   for (const Case& c : cases()) check(c);
 }
 
-TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too, and another LIBNN_CUDA_ATTENTION value is said", "[cuda]") {
+TEST_CASE("attention on the plain kernel agrees with the CPU too, and another LIBNN_CUDA_ATTENTION value is said", "[cuda]") {
   if (!have_gpu()) return;
   const char* before = std::getenv("LIBNN_CUDA_ATTENTION");
   struct Restore {
@@ -863,7 +894,7 @@ TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too, and ano
     }
   } restore{before ? before : "", before != nullptr};
   ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
-  for (const Case& c : attention16_cases()) check(c);
+  for (const Case& c : tc_attention_cases()) check(c);
   // another value is said on stderr (once), and the cases still agree
   ::setenv("LIBNN_CUDA_ATTENTION", "tensor-cores", 1);
   test::TempDir d;
@@ -885,7 +916,7 @@ TEST_CASE("16-bit attention on the plain kernel agrees with the CPU too, and ano
         close(saved);
       }
     } to(log);
-    check(attention16_cases().front());
+    check(tc_attention_cases().front());
   }
   std::ifstream in(log);
   const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

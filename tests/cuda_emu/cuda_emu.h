@@ -186,14 +186,17 @@ using std::min;
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
-// nvcuda::wmma over 16x16x16 tiles. Every lane keeps the whole tile (the hardware spreads
-// it over the lanes in an unspecified layout, which code may only touch uniformly, as ours
-// does) but owns, as on the hardware, only some of the accumulator's elements: a store
-// writes those alone. Ownership follows the sm_80/sm_90 accumulator layout (lane l holds
-// rows l/4 and l/4 + 8, columns 2(l%4), 2(l%4) + 1 and the same + 8), not the row-major
-// order in which code reads a stored tile back lane by lane, so reading elements other lanes
-// stored without a __syncwarp between shows up as a wrong value. Pointers must be 32-byte
-// aligned and leading dimensions multiples of 16 bytes, as the hardware requires.
+// nvcuda::wmma over 16x16x16 tiles, and 16x16x8 tiles of TF32 (f32 data). Every lane keeps
+// the whole tile (the hardware spreads it over the lanes in an unspecified layout, which code
+// may only touch uniformly, as ours does) but owns, as on the hardware, only some of the
+// accumulator's elements: a store writes those alone. Ownership follows the sm_80/sm_90
+// accumulator layout (lane l holds rows l/4 and l/4 + 8, columns 2(l%4), 2(l%4) + 1 and the
+// same + 8), not the row-major order in which code reads a stored tile back lane by lane, so
+// reading elements other lanes stored without a __syncwarp between shows up as a wrong value.
+// Pointers must be 32-byte aligned and leading dimensions multiples of 16 bytes, as the
+// hardware requires. A TF32 product reads only the top 19 bits of each f32 operand (sign,
+// exponent, 10 mantissa bits), as the tensor cores do, so an operand not rounded with
+// __float_to_tf32 first loses its low bits here too.
 namespace nvcuda::wmma {
 struct matrix_a {};
 struct matrix_b {};
@@ -201,20 +204,55 @@ struct accumulator {};
 struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+template <typename T> struct storage { using type = T; };
+template <> struct storage<precision::tf32> { using type = float; };
 
 template <typename Use, int M, int N, int K, typename T, typename Layout = void>
 struct fragment {
   static constexpr int num_elements = 256;
-  T x[256];
+  typename storage<T>::type x[256];
 };
+// rows and columns of a fragment's tile: A is M x K, B is K x N, the accumulator M x N
+template <typename Use, int M, int N, int K>
+constexpr int tile_rows = std::is_same_v<Use, matrix_b> ? K : M;
+template <typename Use, int M, int N, int K>
+constexpr int tile_cols = std::is_same_v<Use, matrix_a> ? K : N;
+template <int M, int N, int K>
+constexpr void check_shape() {
+  static_assert(M == 16 && N == 16 && (K == 16 || K == 8), "the emulator has 16x16x16 and 16x16x8 tiles only");
+}
+
+inline uint32_t float_bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+// cvt.rna.tf32.f32: to 10 mantissa bits, ties away from zero; infinities and NaNs as they are
+inline float __float_to_tf32(float v) {
+  if (!std::isfinite(v)) return v;
+  return bits_float((float_bits(v) + 0x1000u) & 0xffffe000u);
+}
+template <typename T>
+float operand(T v) {
+  if constexpr (std::is_same_v<T, float>) return bits_float(float_bits(v) & 0xffffe000u);
+  else return float(v);
+}
 
 template <typename Use, int M, int N, int K, typename T, typename L>
-void fill_fragment(fragment<Use, M, N, K, T, L>& f, T v) {
+void fill_fragment(fragment<Use, M, N, K, T, L>& f, typename storage<T>::type v) {
   for (auto& e : f.x) e = v;
 }
 template <typename Use, int M, int N, int K, typename T, typename L>
 void fill_fragment(fragment<Use, M, N, K, T, L>& f, float v)
-  requires(!std::is_same_v<T, float>)
+  requires(!std::is_same_v<typename storage<T>::type, float>)
 {
   for (auto& e : f.x) e = T(v);
 }
@@ -227,17 +265,19 @@ void check_tile(const T* p, unsigned ld) {
 inline int owner_lane(int r, int c) { return (r % 8) * 4 + (c % 8) / 2; }
 // a row-major or column-major source: element (r, c) at p[r * ld + c] or p[c * ld + r]
 template <typename Use, int M, int N, int K, typename T, typename L>
-void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ld) {
-  static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16x16x16 tiles only");
+void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const typename storage<T>::type* p,
+                      unsigned ld) {
+  check_shape<M, N, K>();
   check_tile(p, ld);
-  for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c)
-      f.x[r * 16 + c] = std::is_same_v<L, col_major> ? p[c * ld + r] : p[r * ld + c];
+  constexpr int R = tile_rows<Use, M, N, K>, C = tile_cols<Use, M, N, K>;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      f.x[r * C + c] = std::is_same_v<L, col_major> ? p[c * ld + r] : p[r * ld + c];
 }
 template <int M, int N, int K, typename T>
 void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const T* p, unsigned ld,
                       layout_t layout) {
-  static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16x16x16 tiles only");
+  check_shape<M, N, K>();
   check_tile(p, ld);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
@@ -246,7 +286,7 @@ void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const T* p, un
 template <int M, int N, int K, typename T>
 void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ld,
                        layout_t layout) {
-  static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16x16x16 tiles only");
+  check_shape<M, N, K>();
   check_tile(p, ld);
   const int lane = ::emu::lane_id();
   for (int e = 0; e < 256; ++e) {  // each lane stores the elements it owns
@@ -260,11 +300,12 @@ void mma_sync(fragment<accumulator, M, N, K, Tc, void>& d,
               const fragment<matrix_a, M, N, K, Ta, La>& a,
               const fragment<matrix_b, M, N, K, Ta, Lb>& b,
               const fragment<accumulator, M, N, K, Tc, void>& c) {
+  check_shape<M, N, K>();
   fragment<accumulator, M, N, K, Tc, void> out;
   for (int r = 0; r < 16; ++r)
     for (int col = 0; col < 16; ++col) {
       float s = float(c.x[r * 16 + col]);
-      for (int k = 0; k < 16; ++k) s += float(a.x[r * 16 + k]) * float(b.x[k * 16 + col]);
+      for (int k = 0; k < K; ++k) s += operand(a.x[r * K + k]) * operand(b.x[k * 16 + col]);
       out.x[r * 16 + col] = Tc(s);
     }
   d = out;
