@@ -15,7 +15,7 @@
 # and 128 against PyTorch), curves (200-step FP32 and FP16 ResNet-50 loss curves), text (MLP
 # and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer over the
 # CUDA tests; asked for with test, it runs beside the test step, within its own budget, and
-# ends before the next step starts), extras (BERT-base FP16 training's time per primitive,
+# ends before the next step starts), extras (ResNet-50 and BERT-base FP16 training's time per primitive,
 # attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
 # ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
 # layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch, LSTM and GRU against
@@ -382,6 +382,9 @@ fi
 
 if want extras; then
   begin extras "what the issues do not ask for: microbenchmarks, BF16, layouts, fusions, smaller models"
+  log "where ResNet-50 FP16 training's time goes at batch 256, primitive by primitive (the profiler waits after each, so read the shares, not the rate)"
+  tsum resnet_profile.log "$bdir/bin/resnet50_train" --device cuda --data synthetic --precision fp16 \
+      --batch-size 256 --num-batches 20 --log-every 100 --profile  # (the first step holds cuDNN's algorithm search)
   log "where BERT-base FP16 training's time goes, primitive by primitive (the profiler waits after each, so read the shares, not the rate)"
   tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
       --phases train --num-batches 5 --num-warmup-batches 2 --profile
@@ -414,7 +417,7 @@ for (impl, dt, op, shape), v in by.items():
     if impl != "libnn-default": continue
     simt, torch_ = by.get(("libnn-simt", dt, op, shape)), by.get(("pytorch", dt, op, shape))
     ratio = f"{v / torch_:.2f}" if torch_ else "n/a"
-    plain = simt if simt is not None else "(the same kernel)"  # f32: the plain kernel is the default
+    plain = simt if simt is not None else "(the same kernel)"  # (no plain row: the default is it)
     print(f"| {dt} | {op} | {shape} | {v} | {plain} | {torch_} | {ratio} |")
 PY
   log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
