@@ -194,6 +194,13 @@ std::vector<Case> tc_attention_cases() {
                }, kF32TcTol});
   v.push_back({"f32 attention with NaN and inf", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
                attention_with_nan, kF32TcTol});
+  // a value whose TF32 rounding would pass f32's largest (3.402e38 rounds up to infinity):
+  // its high part is truncated, so the output stays finite as on the CPU
+  v.push_back({"f32 attention with a value near f32's largest", {{1, 2, 20, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}},
+               [](auto& x) {
+                 return std::vector<Tensor>{scaled_dot_product_attention(
+                     x[0], x[1], add(x[2], one_at(x[2], 5, 3.402e38f)))};
+               }, kF32TcTol, false});
   v.push_back({"f32 attention, head dim 128", {{1, 2, 20, 128}, {1, 2, 77, 128}, {1, 2, 77, 128}},
                [](auto& x) {
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2])};

@@ -181,6 +181,17 @@ T atomicCAS(T* p, T compare, T v) {
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 using std::isfinite;
+using std::isinf;
+inline unsigned __float_as_uint(float v) {
+  unsigned u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
 using std::max;
 using std::min;
 inline int min(int a, int b) { return a < b ? a : b; }
@@ -210,16 +221,16 @@ struct tf32 {};
 template <typename T> struct storage { using type = T; };
 template <> struct storage<precision::tf32> { using type = float; };
 
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-  static constexpr int num_elements = 256;
-  typename storage<T>::type x[256];
-};
 // rows and columns of a fragment's tile: A is M x K, B is K x N, the accumulator M x N
 template <typename Use, int M, int N, int K>
 constexpr int tile_rows = std::is_same_v<Use, matrix_b> ? K : M;
 template <typename Use, int M, int N, int K>
 constexpr int tile_cols = std::is_same_v<Use, matrix_a> ? K : N;
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static constexpr int num_elements = tile_rows<Use, M, N, K> * tile_cols<Use, M, N, K>;
+  typename storage<T>::type x[256];
+};
 template <int M, int N, int K>
 constexpr void check_shape() {
   static_assert(M == 16 && N == 16 && (K == 16 || K == 8), "the emulator has 16x16x16 and 16x16x8 tiles only");
@@ -235,9 +246,11 @@ inline float bits_float(uint32_t u) {
   std::memcpy(&v, &u, 4);
   return v;
 }
-// cvt.rna.tf32.f32: to 10 mantissa bits, ties away from zero; infinities and NaNs as they are
+// cvt.rna.tf32.f32: to 10 mantissa bits, ties away from zero; infinities as they are, NaN as
+// the canonical NaN (a NaN whose payload is in the low bits would read as an infinity)
 inline float __float_to_tf32(float v) {
-  if (!std::isfinite(v)) return v;
+  if (std::isnan(v)) return bits_float(0x7fffffffu);
+  if (std::isinf(v)) return v;
   return bits_float((float_bits(v) + 0x1000u) & 0xffffe000u);
 }
 template <typename T>
