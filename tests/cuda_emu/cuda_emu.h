@@ -236,26 +236,16 @@ constexpr void check_shape() {
   static_assert(M == 16 && N == 16 && (K == 16 || K == 8), "the emulator has 16x16x16 and 16x16x8 tiles only");
 }
 
-inline uint32_t float_bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  return u;
-}
-inline float bits_float(uint32_t u) {
-  float v;
-  std::memcpy(&v, &u, 4);
-  return v;
-}
 // cvt.rna.tf32.f32: to 10 mantissa bits, ties away from zero; infinities as they are, NaN as
 // the canonical NaN (a NaN whose payload is in the low bits would read as an infinity)
 inline float __float_to_tf32(float v) {
-  if (std::isnan(v)) return bits_float(0x7fffffffu);
+  if (std::isnan(v)) return ::__uint_as_float(0x7fffffffu);
   if (std::isinf(v)) return v;
-  return bits_float((float_bits(v) + 0x1000u) & 0xffffe000u);
+  return ::__uint_as_float((::__float_as_uint(v) + 0x1000u) & 0xffffe000u);
 }
 template <typename T>
 float operand(T v) {
-  if constexpr (std::is_same_v<T, float>) return bits_float(float_bits(v) & 0xffffe000u);
+  if constexpr (std::is_same_v<T, float>) return ::__uint_as_float(::__float_as_uint(v) & 0xffffe000u);
   else return float(v);
 }
 
