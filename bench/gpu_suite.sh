@@ -382,10 +382,10 @@ fi
 
 if want extras; then
   begin extras "what the issues do not ask for: microbenchmarks, BF16, layouts, fusions, smaller models"
-  log "where ResNet-50 FP16 training's time goes at batch 256, primitive by primitive (the profiler waits after each, so read the shares, not the rate)"
+  log "where ResNet-50 FP16 training's time goes at batch 256, primitive by primitive (device time between stream events around each)"
   tsum resnet_profile.log "$bdir/bin/resnet50_train" --device cuda --data synthetic --precision fp16 \
       --batch-size 256 --num-batches 20 --log-every 100 --profile  # (the first step holds cuDNN's algorithm search)
-  log "where BERT-base FP16 training's time goes, primitive by primitive (the profiler waits after each, so read the shares, not the rate)"
+  log "where BERT-base FP16 training's time goes, primitive by primitive (device time between stream events around each)"
   tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
       --phases train --num-batches 5 --num-warmup-batches 2 --profile
   log "What the fused dropout + residual add + layer norm buys: BERT-base FP16 training with it (the default) and without (LIBNN_CUDA_LN_FUSED=0)"

@@ -1301,7 +1301,7 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
     l.item();
   });
   REQUIRE(e.find("index out of range") != std::string::npos);
-  // With the profiler on, its wait after each call is where the fault surfaces: still an
+  // With the profiler on (its events around each call), the fault still surfaces as an
   // error the caller can catch, not the end of the process.
   nn::profiler::enable(true);
   e = test::error_of([&] {
@@ -1313,6 +1313,11 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
   REQUIRE(e.find("index out of range") != std::string::npos);
   // the device is usable afterwards
   REQUIRE(sum(w).item() == 12);
+}
+
+TEST_CASE("the profiler times CUDA calls between stream events", "[cuda]") {
+  if (!have_gpu()) return;
+  test::check_profiler(kCUDA, 3);
 }
 
 TEST_CASE("the CUDA caching allocator reuses blocks and reports out-of-memory", "[cuda][memory][oom]") {

@@ -76,6 +76,31 @@ void with_file_size_limit(rlim_t bytes, F&& f) {
 }
 
 // t in the channels-last (NHWC) memory format.
+// The profiler on device d over `steps` steps of two primitives each (a product and a scaling):
+// each call counted once, with a time; and reset() drops calls whose times are not read yet.
+inline void check_profiler(const nn::Device& d, int steps) {
+  nn::profiler::reset();
+  Tensor a = nn::ones({32, 32}, nn::TensorOptions(nn::kF32).device(d));
+  nn::profiler::enable(true);
+  for (int i = 0; i < steps; ++i) a = nn::matmul(a, a) * (1.0 / 32);
+  nn::profiler::enable(false);
+  REQUIRE(a.cpu().data<float>()[0] == 1.0f);
+  int found = 0;
+  for (const auto& e : nn::profiler::entries()) {
+    INFO(e.name);
+    if (e.name != "gemm" && e.name != "unary.mul_scalar") continue;
+    ++found;
+    REQUIRE(e.calls == steps);
+    REQUIRE(e.seconds > 0);
+  }
+  REQUIRE(found == 2);
+  nn::profiler::enable(true);
+  a = nn::matmul(a, a);
+  nn::profiler::enable(false);
+  nn::profiler::reset();
+  REQUIRE(nn::profiler::entries().empty());
+}
+
 inline Tensor channels_last(const Tensor& t) {
   return t.contiguous(nn::MemoryFormat::channels_last);
 }

@@ -1,5 +1,9 @@
-// A per-primitive profiler: while enabled, every backend call is timed (on CUDA, followed by
-// a device sync, so times are device times) and totals are kept per primitive and family.
+// A per-primitive profiler: while enabled, every backend call is timed and totals are kept per
+// primitive and family. On CUDA a call's time is the device's, between events recorded in the
+// stream before and after it, with no wait for the device in between: where the device keeps
+// ahead of the host (a GPU-bound run) these are the kernels' times, and where it waits for the
+// host the wait counts too. The times are read when entries() or report() asks (and every
+// 4096 calls), which waits for the device then.
 #pragma once
 #include <cstdint>
 #include <string>

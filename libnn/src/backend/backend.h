@@ -53,6 +53,14 @@ class Backend {
   virtual void empty_cache() = 0;
   virtual void reset_peak_memory_stats() = 0;
   virtual void synchronize() = 0;
+  // The profiler's clock, in the order of this device's work. mark() notes the point the work
+  // queued so far will have reached (on a GPU an event in the stream: no wait) and returns its
+  // handle; elapsed(a, b) is the time in seconds from mark a to mark b, waiting for b; release_marks()
+  // frees every handle given out (none may be in use). The default, for devices that compute
+  // as they are called, reads the host clock.
+  virtual int64_t mark();
+  virtual double elapsed(int64_t a, int64_t b);
+  virtual void release_marks() {}
   // Host <-> device transfer of a contiguous tensor's bytes.
   virtual void upload(const void* host, Tensor& dst) = 0;
   virtual void download(const Tensor& src, void* host) = 0;

@@ -50,33 +50,41 @@ class ProfilingBackend final : public Backend {
  public:
   explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
 
-  // Times one call; on a GPU waits for the device so the time is the kernel's. That wait is
-  // where a GPU reports a fault of the call, so the destructor may throw it (a destructor is
-  // noexcept unless it says otherwise, and the fault would end the process). When the call
-  // itself threw, the destructor runs during unwinding: it records nothing and does not wait,
-  // since a second exception would end the process too.
+  // Times one call between two of the inner backend's marks: on a GPU, events in its stream,
+  // so the time is the device's from the work queued before the call to the end of the call's
+  // own, with no wait in between (a wait after each call would leave the device idle while
+  // the host launches the next, and make short calls look long). Where the device keeps ahead
+  // of the host, that is the call's kernels' time; where it waits for the host, the wait is
+  // counted in. The times are read in batches (resolve), waiting for the device then. When
+  // the call itself threw, nothing is recorded.
   struct Timer {
     Timer(ProfilingBackend& b, std::string name, const char* family)
-        : b_(b), name_(std::move(name)), family_(family), t0_(std::chrono::steady_clock::now()),
-          unwinding_(std::uncaught_exceptions()) {}
+        : b_(b), name_(std::move(name)), family_(family), unwinding_(std::uncaught_exceptions()) {
+      std::lock_guard<std::mutex> lock(b_.mu_);
+      start_ = b_.inner_.mark();
+      ++b_.open_;
+    }
     ~Timer() noexcept(false) {
+      std::lock_guard<std::mutex> lock(b_.mu_);
+      --b_.open_;
       if (std::uncaught_exceptions() > unwinding_) return;
-      if (!b_.inner_.device().is_cpu()) b_.inner_.synchronize();
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      auto& t = totals();
-      std::lock_guard<std::mutex> lock(t.mu);
-      auto& e = t.by_name[name_];
-      e.name = name_;
-      e.family = family_;
-      e.calls++;
-      e.seconds += s;
+      b_.pending_.push_back({std::move(name_), family_, start_, b_.inner_.mark()});
+      if (b_.pending_.size() >= kMaxPending) b_.resolve_locked();
     }
     ProfilingBackend& b_;
     std::string name_;
     const char* family_;
-    std::chrono::steady_clock::time_point t0_;
+    int64_t start_ = 0;
     int unwinding_;
   };
+  static constexpr size_t kMaxPending = 4096;  // calls whose times are read in one batch
+
+  // Adds the pending calls' times to the totals and frees their marks (once no call is
+  // being timed); `discard` drops them instead (profiler::reset).
+  void resolve(bool discard = false) {
+    std::lock_guard<std::mutex> lock(mu_);
+    resolve_locked(discard);
+  }
 
   Device device() const override { return inner_.device(); }
   bool channels_last_native(DType t) const override { return inner_.channels_last_native(t); }
@@ -315,16 +323,53 @@ class ProfilingBackend final : public Backend {
   }
 
  private:
+  struct Pending {
+    std::string name;
+    const char* family;
+    int64_t start, end;
+  };
+  void resolve_locked(bool discard = false) {
+    if (!discard) {
+      auto& t = totals();
+      for (const Pending& p : pending_) {
+        const double s = inner_.elapsed(p.start, p.end);
+        std::lock_guard<std::mutex> lock(t.mu);
+        auto& e = t.by_name[p.name];
+        e.name = p.name;
+        e.family = p.family;
+        e.calls++;
+        e.seconds += s;
+      }
+    }
+    pending_.clear();
+    if (open_ == 0) inner_.release_marks();
+  }
+
   Backend& inner_;
+  std::mutex mu_;  // the pending calls and the inner backend's marks
+  std::vector<Pending> pending_;
+  int open_ = 0;  // calls being timed (their marks stay until they end)
 };
+
+std::mutex& wrappers_mu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<Backend*, std::unique_ptr<ProfilingBackend>>& wrappers() {
+  static auto* w = new std::map<Backend*, std::unique_ptr<ProfilingBackend>>;
+  return *w;
+}
+// Every wrapper's pending calls into the totals (or dropped).
+void resolve_all(bool discard) {
+  std::lock_guard<std::mutex> lock(wrappers_mu());
+  for (auto& [inner, w] : wrappers()) w->resolve(discard);
+}
 
 }  // namespace
 
 Backend& profiled(Backend& inner) {
-  static std::mutex mu;
-  static auto* wrappers = new std::map<Backend*, std::unique_ptr<ProfilingBackend>>;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& w = (*wrappers)[&inner];
+  std::lock_guard<std::mutex> lock(wrappers_mu());
+  auto& w = wrappers()[&inner];
   if (!w) w = std::make_unique<ProfilingBackend>(inner);
   return *w;
 }
@@ -338,12 +383,14 @@ namespace nn::profiler {
 void enable(bool on) { backend::g_enabled = on; }
 bool enabled() { return backend::g_enabled; }
 void reset() {
+  backend::resolve_all(true);
   auto& t = backend::totals();
   std::lock_guard<std::mutex> lock(t.mu);
   t.by_name.clear();
 }
 
 std::vector<Entry> entries() {
+  backend::resolve_all(false);
   auto& t = backend::totals();
   std::lock_guard<std::mutex> lock(t.mu);
   std::vector<Entry> v;

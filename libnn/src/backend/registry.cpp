@@ -2,6 +2,7 @@
 // when libnn was built with CUDA and the device is present.
 #include <nn/device.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,13 @@
 #include "core/util.h"
 
 namespace nn::backend {
+
+int64_t Backend::mark() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+double Backend::elapsed(int64_t a, int64_t b) { return double(b - a) * 1e-9; }
 
 void Backend::copy_many(const std::vector<Tensor>& src, std::vector<Tensor>& dst) {
   NN_CHECK(src.size() == dst.size(), "copy_many: ", src.size(), " sources, ", dst.size(),

@@ -62,6 +62,9 @@ class CudaBackend final : public Backend {
   void empty_cache() override;
   void reset_peak_memory_stats() override;
   void synchronize() override;
+  int64_t mark() override;
+  double elapsed(int64_t a, int64_t b) override;
+  void release_marks() override;
   void upload(const void* host, Tensor& dst) override;
   void download(const Tensor& src, void* host) override;
 
@@ -211,6 +214,10 @@ class CudaBackend final : public Backend {
   };
   std::vector<Staging> staging_;
   std::mutex staging_mu_;
+  // The profiler's marks: events recorded in the stream, reused after release_marks().
+  std::vector<cudaEvent_t> marks_;
+  size_t marks_used_ = 0;
+  std::mutex marks_mu_;
   std::unique_ptr<CachingAllocator> alloc_;
 };
 

@@ -147,6 +147,39 @@ void CudaBackend::synchronize() {
   check_flags();
 }
 
+int64_t CudaBackend::mark() {
+  activate();
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  if (marks_used_ == marks_.size()) {
+    cudaEvent_t e = nullptr;
+    NN_CUDA_CHECK(cudaEventCreate(&e));
+    marks_.push_back(e);
+  }
+  NN_CUDA_CHECK(cudaEventRecord(marks_[marks_used_], stream_));
+  return int64_t(marks_used_++);
+}
+
+double CudaBackend::elapsed(int64_t a, int64_t b) {
+  activate();
+  cudaEvent_t ea = nullptr, eb = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    NN_CHECK(a >= 0 && b >= 0 && size_t(a) < marks_used_ && size_t(b) < marks_used_,
+             "elapsed: marks ", a, " and ", b, " were not given out (", marks_used_, " are)");
+    ea = marks_[size_t(a)];
+    eb = marks_[size_t(b)];
+  }
+  NN_CUDA_CHECK(cudaEventSynchronize(eb));
+  float ms = 0;
+  NN_CUDA_CHECK(cudaEventElapsedTime(&ms, ea, eb));
+  return double(ms) * 1e-3;
+}
+
+void CudaBackend::release_marks() {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  marks_used_ = 0;
+}
+
 // Uploads go through pinned staging buffers, kStageChunk bytes at a time, so each copy is
 // truly asynchronous and the caller's memory is free on return without a stream sync (a
 // copy from pageable memory waits for the whole stream first: an ImageNet batch of 256, 154
