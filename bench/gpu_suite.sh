@@ -18,7 +18,7 @@
 # ends before the next step starts), extras (ResNet-50 and BERT-base FP16 training's time per primitive,
 # attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
 # ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
-# layer, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch, LSTM and GRU against
+# layer against PyTorch's, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch, LSTM and GRU against
 # PyTorch's cuDNN ones). `bench` is mnist
 # kernels resnet curves text extras; `all` is every step.
 #
@@ -131,6 +131,12 @@ tsum() {  # tsum FILE COMMAND...: t, its output kept in $OUT/FILE and added to s
   t "$@" > "$f" 2>&1; rc=$?
   tee -a "$OUT/summary.md" < "$f"
   return $rc
+}
+conv_layers() {  # conv_layers PRECISION: ResNet-50's convolutions one by one, libnn then PyTorch
+  log "ResNet-50's convolutions layer by layer in $1 at batch 256, channels-last: libnn (cuDNN, its algorithms found by benchmark), then PyTorch (cudnn.benchmark) on the same shapes"
+  tsum conv_$1.log "$bdir/bin/conv_bench" --device cuda --precision $1 --batch-size 256 --reps 5
+  tsum conv_torch_$1.log "$py" bench/peers/conv_torch.py --layers-from "$OUT/conv_$1.log" --device cuda \
+      --precision $1 --batch-size 256 --reps 5
 }
 text_vs_torch() {  # text_vs_torch NAME FLAGS...: libnn then PyTorch on the text models, with
                    # the measured matmul rate; NAME.log and NAME.json, its tables to summary.md
@@ -385,6 +391,7 @@ if want extras; then
   log "where ResNet-50 FP16 training's time goes at batch 256, primitive by primitive (device time between stream events around each)"
   tsum resnet_profile.log "$bdir/bin/resnet50_train" --device cuda --data synthetic --precision fp16 \
       --batch-size 256 --num-batches 20 --log-every 100 --profile  # (the first step holds cuDNN's algorithm search)
+  conv_layers fp16
   log "where BERT-base FP16 training's time goes, primitive by primitive (device time between stream events around each)"
   tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
       --phases train --num-batches 5 --num-warmup-batches 2 --profile
@@ -433,10 +440,7 @@ PY
   LIBNN_CUDNN_BN_FUSED=0 tsum unfused.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 \
       --batch-size 256 --num-batches 30 --num-warmup-batches 5 --precisions fp16 \
       --json "$OUT/fp16_vs_fp32_libnn_unfused_b256.json"
-  log "ResNet-50's convolutions layer by layer (cuDNN), FP16 and FP32 at batch 256"
-  for prec in fp16 fp32; do
-    tsum conv_$prec.log "$bdir/bin/conv_bench" --device cuda --precision $prec --batch-size 256 --reps 5
-  done
+  conv_layers fp32
   log "MNIST CNN throughput, FP32 / FP16 / BF16"
   tsum mnist_precisions.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model mnist_cnn --batch-size 128 \
       --num-batches 200 --json "$OUT/fp16_vs_fp32_mnist.json"
