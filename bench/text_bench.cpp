@@ -168,8 +168,7 @@ int body(int argc, char** argv) {
       ("gemm", "also measure the square matmul rate of each precision (size N; 0: off)",
        cxxopts::value<int64_t>()->default_value("0"))
       ("profile", "time every backend primitive of the timed steps and print where each "
-                  "measurement's time went (the profiler's device syncs slow CUDA runs: read the "
-                  "shares, not the throughput)")
+                  "measurement's time went (on CUDA, device time between events in the stream)")
       ("threads", "CPU threads", cxxopts::value<int>())
       ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"))
       ("h,help", "show this help");

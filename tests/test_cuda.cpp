@@ -1317,7 +1317,7 @@ TEST_CASE("bad indices and targets on CUDA are reported, not ignored", "[cuda][e
 
 TEST_CASE("the profiler times CUDA calls between stream events", "[cuda]") {
   if (!have_gpu()) return;
-  test::check_profiler(kCUDA, 3);
+  test::check_profiler(kCUDA, 2100);  // (4200 calls: events read in a batch, then reused)
 }
 
 TEST_CASE("the CUDA caching allocator reuses blocks and reports out-of-memory", "[cuda][memory][oom]") {

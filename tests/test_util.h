@@ -75,7 +75,6 @@ void with_file_size_limit(rlim_t bytes, F&& f) {
   signal(SIGXFSZ, old_handler);
 }
 
-// t in the channels-last (NHWC) memory format.
 // The profiler on device d over `steps` steps of two primitives each (a product and a scaling):
 // each call counted once, with a time; and reset() drops calls whose times are not read yet.
 inline void check_profiler(const nn::Device& d, int steps) {
@@ -101,6 +100,7 @@ inline void check_profiler(const nn::Device& d, int steps) {
   REQUIRE(nn::profiler::entries().empty());
 }
 
+// t in the channels-last (NHWC) memory format.
 inline Tensor channels_last(const Tensor& t) {
   return t.contiguous(nn::MemoryFormat::channels_last);
 }

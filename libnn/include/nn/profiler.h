@@ -3,7 +3,8 @@
 // stream before and after it, with no wait for the device in between: where the device keeps
 // ahead of the host (a GPU-bound run) these are the kernels' times, and where it waits for the
 // host the wait counts too. The times are read when entries() or report() asks (and every
-// 4096 calls), which waits for the device then.
+// 4096 calls), which waits for the device then; reset() drops the totals and the times not
+// read yet. A primitive that calls another through the backend counts both.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -69,7 +69,9 @@ class ProfilingBackend final : public Backend {
       --b_.open_;
       if (std::uncaught_exceptions() > unwinding_) return;
       b_.pending_.push_back({std::move(name_), family_, start_, b_.inner_.mark()});
-      if (b_.pending_.size() >= kMaxPending) b_.resolve_locked();
+      // (read once no call is being timed, so the batch's marks can be freed: a call made
+      // inside another, or on another thread, waits for the outermost to end)
+      if (b_.pending_.size() >= kMaxPending && b_.open_ == 0) b_.resolve_locked();
     }
     ProfilingBackend& b_;
     std::string name_;
@@ -329,20 +331,31 @@ class ProfilingBackend final : public Backend {
     int64_t start, end;
   };
   void resolve_locked(bool discard = false) {
-    if (!discard) {
-      auto& t = totals();
-      for (const Pending& p : pending_) {
-        const double s = inner_.elapsed(p.start, p.end);
-        std::lock_guard<std::mutex> lock(t.mu);
-        auto& e = t.by_name[p.name];
-        e.name = p.name;
-        e.family = p.family;
-        e.calls++;
-        e.seconds += s;
+    std::vector<Pending> batch;
+    batch.swap(pending_);  // (a read that throws leaves none of the batch to read again)
+    struct Release {  // the marks, once no call is being timed, also when a read throws
+      ProfilingBackend& b;
+      ~Release() {
+        if (b.open_ == 0) b.inner_.release_marks();
       }
+    } release{*this};
+    if (discard) return;
+    std::map<std::string, profiler::Entry> sums;  // read whole before any is counted
+    for (const Pending& p : batch) {
+      auto& e = sums[p.name];
+      e.family = p.family;
+      e.calls++;
+      e.seconds += inner_.elapsed(p.start, p.end);
     }
-    pending_.clear();
-    if (open_ == 0) inner_.release_marks();
+    auto& t = totals();
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (auto& [name, s] : sums) {
+      auto& e = t.by_name[name];
+      e.name = name;
+      e.family = s.family;
+      e.calls += s.calls;
+      e.seconds += s.seconds;
+    }
   }
 
   Backend& inner_;
