@@ -16,7 +16,8 @@
 # and BERT-base at 2..20,000 classes against PyTorch), memcheck (compute-sanitizer over the
 # CUDA tests; asked for with test, it runs beside the test step, within its own budget, and
 # ends before the next step starts), extras (ResNet-50 and BERT-base FP16 training's time per primitive,
-# attention and FP16 batch-norm microbenchmarks, BF16 ResNet-50, NCHW
+# attention and FP16 batch-norm microbenchmarks, attention's kernels one by one under Nsight
+# Compute where it is installed, BF16 ResNet-50, NCHW
 # ResNet-50, FP16 ResNet-50 without cuDNN's fused batch norm, its convolutions layer by
 # layer against PyTorch's, the MNIST CNN's precisions, CIFAR ResNet-20 against PyTorch, LSTM and GRU against
 # PyTorch's cuDNN ones). `bench` is mnist
@@ -427,6 +428,18 @@ for (impl, dt, op, shape), v in by.items():
     plain = simt if simt is not None else "(the same kernel)"  # (no plain row: the default is it)
     print(f"| {dt} | {op} | {shape} | {v} | {plain} | {torch_} | {ratio} |")
 PY
+  if command -v ncu > /dev/null; then
+    log "attention's kernels one by one (Nsight Compute, each launch's device time; grids: 32 x 12 x 128 and 8 x 12 x 512, tensor-core then plain): forward, delta, dQ, dK/dV"
+    for dt in f16 f32; do
+      t ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum \
+          --kernel-name regex:attention "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt \
+          --iters 3 > "$OUT/attention_ncu_$dt.csv" 2>> "$OUT/bench.log"
+      "$py" bench/ncu_times.py "$OUT/attention_ncu_$dt.csv" --title "attention kernels, $dt" 2>&1 \
+        | tee -a "$OUT/summary.md"
+    done
+  else
+    log "no ncu here: attention's per-kernel times left out"
+  fi
   log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
   tsum bf16_libnn.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 \
       --num-batches 30 --num-warmup-batches 5 --precisions bf16 --json "$OUT/fp16_vs_fp32_libnn_bf16_b256.json"
