@@ -401,6 +401,12 @@ if want extras; then
     LIBNN_CUDA_LN_FUSED=$fused tsum bert_ln_fused$fused.log "$bdir/bin/text_bench" --device cuda --models bert \
         --classes 2 --precisions fp16 --phases train --num-batches 20 --num-warmup-batches 3
   done
+  log "BERT-base FP16 training with the one-pass attention backward (LIBNN_CUDA_ATTENTION=one-pass-backward) at batch 32 and 128: against the two-pass rows of the text step and of the next run"
+  for bb in 32 128; do
+    LIBNN_CUDA_ATTENTION=one-pass-backward tsum bert_one_pass_b$bb.log "$bdir/bin/text_bench" --device cuda \
+        --models bert --classes 2 --precisions fp16 --phases train --bert-batch $bb --num-batches 10 \
+        --num-warmup-batches 3
+  done
   log "BERT-base training at batch 128 x 128 tokens (the text step's is 32): FP16 and FP32, libnn then PyTorch, with model FLOP utilisation"
   text_vs_torch text_cuda_b128 --models bert --classes 2 --precisions fp16,fp32 --phases train \
       --bert-batch 128 --num-batches 10
@@ -420,13 +426,14 @@ if want extras; then
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 by = {(r["impl"], r["dtype"], r["op"], r["shape"]): r["tflops"] for r in rows}
-print("\n| dtype | op | shape | libnn TFLOP/s | libnn plain kernel | PyTorch SDPA | libnn / PyTorch |\n|---|---|---|---|---|---|---|")
+print("\n| dtype | op | shape | libnn TFLOP/s | libnn plain kernel | libnn one-pass backward | PyTorch SDPA | libnn / PyTorch |\n|---|---|---|---|---|---|---|---|")
 for (impl, dt, op, shape), v in by.items():
     if impl != "libnn-default": continue
     simt, torch_ = by.get(("libnn-simt", dt, op, shape)), by.get(("pytorch", dt, op, shape))
+    one = by.get(("libnn-one-pass-backward", dt, op, shape), "n/a")
     ratio = f"{v / torch_:.2f}" if torch_ else "n/a"
     plain = simt if simt is not None else "(the same kernel)"  # (no plain row: the default is it)
-    print(f"| {dt} | {op} | {shape} | {v} | {plain} | {torch_} | {ratio} |")
+    print(f"| {dt} | {op} | {shape} | {v} | {plain} | {one} | {torch_} | {ratio} |")
 PY
   if command -v ncu > /dev/null; then
     log "attention's kernels one by one (Nsight Compute, each launch's device time; grids: 32 x 12 x 128 and 8 x 12 x 512, tensor-core then plain): forward, delta, dQ, dK/dV"

@@ -271,7 +271,8 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
                                const void* lse, const AttnLayout& L, int64_t B, int64_t T,
                                int64_t S, int64_t D,
                                int64_t E, double scale, const rng::DropoutDraw& drop, void* grad_q,
-                               void* grad_k, void* grad_v, void* delta, cudaStream_t s) {
+                               void* grad_k, void* grad_v, void* delta, float* dq_work,
+                               cudaStream_t s) {
   dispatch_dims(t, D, E, "attention_backward", [&]<typename Ty, int DM>() {
     using A = acc_t<Ty>;
     const Ty* g = static_cast<const Ty*>(grad_out);
@@ -283,7 +284,7 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
       NN_CUDA_CHECK_LAUNCH();
     }
     if (launch_attention_backward_tc(t, grad_out, q, k, v, mask, lse, delta, L, B, T, S, D, E,
-                                     scale, drop, grad_q, grad_k, grad_v, s))
+                                     scale, drop, grad_q, grad_k, grad_v, dq_work, s))
       return;
     if (B * T > 0) {
       auto kernel = attention_bwd_q<Ty, DM>;

@@ -46,6 +46,7 @@ using WmmaIn = std::conditional_t<kTf32<T>, wmma::precision::tf32, T>;
 template <typename T, typename Use, typename L>
 using Frag = wmma::fragment<Use, 16, 16, kWmmaK<T>, WmmaIn<T>, L>;
 template <typename T> using FragA = Frag<T, wmma::matrix_a, wmma::row_major>;
+template <typename T> using FragAt = Frag<T, wmma::matrix_a, wmma::col_major>;
 template <typename T> using FragB = Frag<T, wmma::matrix_b, wmma::row_major>;
 template <typename T> using FragBt = Frag<T, wmma::matrix_b, wmma::col_major>;
 template <typename T> using FragC = wmma::fragment<wmma::accumulator, 16, 16, kWmmaK<T>, float>;
@@ -75,23 +76,24 @@ __device__ __forceinline__ void split_tf32(F& hi, F& lo) {
   }
 }
 
-// acc += A (16 x K, row-major at a, ld lda) times B (K x 16 at b, ld ldb: row-major, or
-// column-major when kColB), K a multiple of 16. 16-bit data: one product per 16 of K. f32 data
+// acc += A (16 x K at a, ld lda: row-major, or column-major when kColA) times B (K x 16 at b,
+// ld ldb: row-major, or column-major when kColB), K a multiple of 16. 16-bit data: one product per 16 of K. f32 data
 // ("3xTF32"): a_hi b_hi + a_hi b_lo + a_lo b_hi on TF32 tensor cores, f32 to about 2^-21
 // relative per product (a_lo b_lo is below that); a result whose a_hi b_hi sum is infinite or
 // NaN is that sum alone, as f32 has it (a cross term can be 0 x inf, where f32 has none).
-template <typename T, bool kColB>
+template <typename T, bool kColB, bool kColA = false>
 __device__ __forceinline__ void mma_k(FragC<T>& acc, const T* a, int lda, const T* b, int ldb,
                                       int K) {
+  using FA = std::conditional_t<kColA, FragAt<T>, FragA<T>>;
   using FB = std::conditional_t<kColB, FragBt<T>, FragB<T>>;
   if constexpr (kTf32<T>) {
     FragC<T> hh, cross;
     wmma::fill_fragment(hh, 0.f);
     wmma::fill_fragment(cross, 0.f);
     for (int k = 0; k < K; k += 8) {
-      FragA<T> ah, al;
+      FA ah, al;
       FB bh, bl;
-      wmma::load_matrix_sync(ah, a + k, lda);
+      wmma::load_matrix_sync(ah, kColA ? a + k * lda : a + k, lda);
       wmma::load_matrix_sync(bh, kColB ? b + k : b + k * ldb, ldb);
       split_tf32(ah, al);
       split_tf32(bh, bl);
@@ -103,9 +105,9 @@ __device__ __forceinline__ void mma_k(FragC<T>& acc, const T* a, int lda, const 
       acc.x[e] += isfinite(hh.x[e]) ? hh.x[e] + cross.x[e] : hh.x[e];
   } else {
     for (int k = 0; k < K; k += 16) {
-      FragA<T> fa;
+      FA fa;
       FB fb;
-      wmma::load_matrix_sync(fa, a + k, lda);
+      wmma::load_matrix_sync(fa, kColA ? a + k * lda : a + k, lda);
       wmma::load_matrix_sync(fb, kColB ? b + k : b + k * ldb, ldb);
       wmma::mma_sync(acc, fa, fb, acc);
     }
@@ -362,13 +364,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // dK and dV: block = 64 key rows of slice b, streaming 64 queries (q, dO, lse, delta) at a
 // time; P^T and dS^T are formed per warp, dV += P^T dO and dK += dS^T Q stay in fragments.
+// With dq (the one-pass backward), each query tile's dQ += dS K over the block's 64 keys too,
+// added to dq's f32 rows (b * T + t, D wide) by atomics across the key blocks: no second
+// computation of the scores and dP in a dQ pass.
 template <typename T, int DM>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_bwd_kv_tc(const T* g, const T* q, const T* k, const T* v, const uint8_t* mask,
                         const float* lse, const float* delta, AttnLayout Lo, int64_t T_, int64_t S,
                         int D, int E,
                         float scale, rng::DropoutDraw drop, int64_t blocks_per_slice, T* gk,
-                        T* gv) {
+                        T* gv, float* dq) {
   if constexpr (!tc_built<T>()) {
     __trap();
   } else {
@@ -422,7 +427,34 @@ __global__ void __launch_bounds__(kWarps * 32)
       __syncwarp();
       tile_times_rows<T, DM>(pt, L.ldp, gs, L.lde, E, dv);   // dV += P^T dO
       tile_times_rows<T, DM>(dst, L.ldp, qs, L.ldd, D, dk);  // dK += dS^T Q
+      if (dq) {
+        // this warp's 16 queries: dS (16 x 64 keys) is the transpose of the four warps' dS^T
+        // tiles' columns [16 warp, +16), read in place; staged 16 x 16 at a time in the
+        // warp's score tile (its P^T use is done)
+        __syncthreads();  // every warp's dS^T tile written
+        const int64_t q0 = i0 + warp * 16;
+        for (int n = 0; n < D / 16; ++n) {
+          FragC<T> acc;
+          wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w)
+            mma_k<T, false, true>(acc,
+                                  reinterpret_cast<const T*>(smem + L.warp + w * L.per_warp + L.u) +
+                                      warp * 16,
+                                  L.ldp, ks + w * 16 * L.ldd + n * 16, L.ldd, 16);
+          wmma::store_matrix_sync(sf, acc, 16, wmma::mem_row_major);
+          __syncwarp();
+          for (int e = lane; e < 256; e += 32) {
+            const int64_t t = q0 + e / 16;
+            if (t < T_) atomicAdd(dq + (b * T_ + t) * D + n * 16 + e % 16, sf[e]);
+          }
+          __syncwarp();
+        }
+      }
     }
+    // (the results' staging tile spans the score tiles, where f32 keeps its dS^T: the other
+    // warps' last dQ products must be done with it)
+    if (dq) __syncthreads();
     write_rows<T, DM>(dk, scale, D, stage, L.ldo, gk + Lo.slice(Lo.gk, b), Lo.gk.st, j0 + warp * 16,
                       S, lane);
     write_rows<T, DM>(dv, kept, E, stage, L.ldo, gv + Lo.slice(Lo.gv, b), Lo.gv.st, j0 + warp * 16,
@@ -489,6 +521,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The one-pass backward's dQ: its f32 sums (rows b * T + t, D wide) times the scale, into
+// grad_q's layout.
+template <typename T>
+__global__ void attention_dq_store(const float* dq, AttnLayout Lo, int64_t T_, int D, float scale,
+                                   int64_t n, T* gq) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t row = i / D, b = row / T_, t = row % T_;
+    gq[Lo.slice(Lo.gq, b) + t * Lo.gq.st + i % D] = convert<T>(dq[i] * scale);
+  }
+}
+
 // What the current device offers the tensor-core kernels, looked up once per device.
 struct TcDevice {
   bool f16 = false, sm80 = false;  // the f16 / bf16 and f32 kernels run (sm_70+ / sm_80+ code)
@@ -518,19 +562,24 @@ const TcDevice& tc_device() {
   return known.emplace(dev, d).first->second;
 }
 
-// LIBNN_CUDA_ATTENTION=simt: the plain kernel everywhere. Read at each launch (a test switches
-// it); another value leaves the tensor-core kernels on and is said once, not ignored in silence.
-bool simt_only() {
+// LIBNN_CUDA_ATTENTION: unset, the tensor-core kernels with the backward in two passes (dQ,
+// then dK and dV); `simt`, the plain kernel everywhere; `one-pass-backward`, the tensor-core
+// kernels with dQ summed in the dK/dV pass. Read at each launch (a test switches it); another
+// value leaves the default and is said once, not ignored in silence.
+enum class AttnPath { two_pass, simt, one_pass };
+AttnPath attention_path() {
   const char* env = std::getenv("LIBNN_CUDA_ATTENTION");
-  if (!env || !*env) return false;
-  if (std::strcmp(env, "simt") == 0) return true;
+  if (!env || !*env) return AttnPath::two_pass;
+  if (std::strcmp(env, "simt") == 0) return AttnPath::simt;
+  if (std::strcmp(env, "one-pass-backward") == 0) return AttnPath::one_pass;
   static std::once_flag said;
   std::call_once(said, [env] {
-    std::fprintf(stderr, "libnn: LIBNN_CUDA_ATTENTION=%s ignored (simt, or unset): the "
-                 "tensor-core kernels stay on\n", env);
+    std::fprintf(stderr, "libnn: LIBNN_CUDA_ATTENTION=%s ignored (simt, one-pass-backward, or "
+                 "unset): the tensor-core kernels stay on, the backward in two passes\n", env);
   });
-  return false;
+  return AttnPath::two_pass;
 }
+bool simt_only() { return attention_path() == AttnPath::simt; }
 
 // Shared memory the kernels need for these head dims, or 0 when the tensor-core path does not
 // apply (dtype, head dims, alignment, the device, or LIBNN_CUDA_ATTENTION=simt).
@@ -564,6 +613,8 @@ void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
 
 }  // namespace
 
+bool attention_one_pass_backward() { return attention_path() == AttnPath::one_pass; }
+
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
                                  const uint8_t* mask, const AttnLayout& L, int64_t B, int64_t T,
                                  int64_t S, int64_t D, int64_t E, double scale,
@@ -588,15 +639,17 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
                                   const void* delta, const AttnLayout& L, int64_t B, int64_t T,
                                   int64_t S, int64_t D, int64_t E, double scale,
                                   const rng::DropoutDraw& drop, void* grad_q, void* grad_k,
-                                  void* grad_v, cudaStream_t s) {
+                                  void* grad_v, float* dq_work, cudaStream_t s) {
   const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v},
                               {L.g, L.q, L.k, L.v, L.gq, L.gk, L.gv});
   if (smem == 0) return false;
+  if (!attention_one_pass_backward()) dq_work = nullptr;
+  if (dq_work) NN_CUDA_CHECK(cudaMemsetAsync(dq_work, 0, size_t(B * T * D) * sizeof(float), s));
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
     const Ty* g = static_cast<const Ty*>(grad_out);
     const float* l = static_cast<const float*>(lse);
     const float* dl = static_cast<const float*>(delta);
-    if (B * T > 0) {
+    if (B * T > 0 && !dq_work) {
       auto kernel = attention_bwd_q_tc<Ty, DM>;
       allow_dynamic_smem(kernel, smem, "attention_backward");
       kernel<<<blocks_exact(B * ceil_div(T, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
@@ -611,7 +664,11 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
       kernel<<<blocks_exact(B * ceil_div(S, kRows), "attention_backward"), kWarps * 32, smem, s>>>(
           g, static_cast<const Ty*>(q), static_cast<const Ty*>(k), static_cast<const Ty*>(v),
           mask, l, dl, L, T, S, int(D), int(E), float(scale), drop, ceil_div(S, kRows),
-          static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v));
+          static_cast<Ty*>(grad_k), static_cast<Ty*>(grad_v), dq_work);
+      NN_CUDA_CHECK_LAUNCH();
+    }
+    if (B * T > 0 && dq_work) {
+      attention_dq_store<Ty><<<grid_for(B * T * D), kThreads, 0, s>>>(dq_work, L, T, int(D), float(scale), B * T * D, static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
   });

@@ -889,7 +889,7 @@ TEST_CASE("every primitive agrees between CPU and CUDA", "[cuda]") {
   for (const Case& c : cases()) check(c);
 }
 
-TEST_CASE("attention on the plain kernel agrees with the CPU too, and another LIBNN_CUDA_ATTENTION value is said", "[cuda]") {
+TEST_CASE("attention on the plain kernel and with the one-pass backward agrees with the CPU too, and another LIBNN_CUDA_ATTENTION value is said", "[cuda]") {
   if (!have_gpu()) return;
   const char* before = std::getenv("LIBNN_CUDA_ATTENTION");
   struct Restore {
@@ -900,8 +900,11 @@ TEST_CASE("attention on the plain kernel agrees with the CPU too, and another LI
       else ::unsetenv("LIBNN_CUDA_ATTENTION");
     }
   } restore{before ? before : "", before != nullptr};
-  ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
-  for (const Case& c : tc_attention_cases()) check(c);
+  for (const char* path : {"simt", "one-pass-backward"}) {
+    INFO("LIBNN_CUDA_ATTENTION=" << path);
+    ::setenv("LIBNN_CUDA_ATTENTION", path, 1);
+    for (const Case& c : tc_attention_cases()) check(c);
+  }
   // another value is said on stderr (once), and the cases still agree
   ::setenv("LIBNN_CUDA_ATTENTION", "tensor-cores", 1);
   test::TempDir d;
@@ -927,7 +930,8 @@ TEST_CASE("attention on the plain kernel agrees with the CPU too, and another LI
   }
   std::ifstream in(log);
   const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  REQUIRE(said.find("LIBNN_CUDA_ATTENTION=tensor-cores ignored (simt, or unset)") != std::string::npos);
+  REQUIRE(said.find("LIBNN_CUDA_ATTENTION=tensor-cores ignored (simt, one-pass-backward, or "
+                    "unset)") != std::string::npos);
 }
 
 // 4096 gradients of 0.1 into one row: added one at a time in f16 the sum stalls at 256 (an

@@ -31,19 +31,20 @@ double time_per_call(const nn::Device& d, int iters, const std::function<void()>
 // Fused attention at BERT-like shapes: (batch, heads, T = S, head dim 64), a padding mask
 // keeping every key. FLOPs as usual for attention: 4 N H T S D for the forward (Q K^T and
 // P V), 2.5 times that for the backward. Paths: the default (tensor cores for f16/bf16, and
-// three TF32 products per product for f32) and the plain kernel (LIBNN_CUDA_ATTENTION=simt). The training step is timed again with
+// three TF32 products per product for f32), the plain kernel (LIBNN_CUDA_ATTENTION=simt) and
+// the tensor cores with the one-pass backward (LIBNN_CUDA_ATTENTION=one-pass-backward). The training step is timed again with
 // BERT's attention dropout (0.1), which draws its mask inside the kernels.
 void bench_attention(const nn::Device& d, nn::DType t, int iters) {
   struct Shape {
     int64_t n, h, len;
   };
   const std::string dev = d.str(), name = nn::device_name(d);
-  // (the plain kernel differs from the default only on CUDA in f16/bf16/f32: elsewhere the
-  // default is that kernel, and a second row would compare it with itself)
-  const bool two_paths = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
-  for (const char* path : {"default", "simt"}) {
-    if (std::string(path) == "simt" && !two_paths) break;
-    if (std::string(path) == "simt") ::setenv("LIBNN_CUDA_ATTENTION", "simt", 1);
+  // (the other paths differ from the default only on CUDA in f16/bf16/f32: elsewhere the
+  // default is the plain kernel, and more rows would compare it with itself)
+  const bool paths = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
+  for (const char* path : {"default", "simt", "one-pass-backward"}) {
+    if (std::string(path) != "default" && !paths) break;
+    if (std::string(path) != "default") ::setenv("LIBNN_CUDA_ATTENTION", path, 1);
     else ::unsetenv("LIBNN_CUDA_ATTENTION");
     for (Shape sh : {Shape{32, 12, 128}, Shape{8, 12, 512}}) {
       const nn::TensorOptions o = nn::TensorOptions(nn::kF32).device(d);
