@@ -243,6 +243,16 @@ memcheck_body() {
         "$bdir/bin/libnn_tests" "[cuda][oom]" --durations yes >> "$OUT/memcheck.log" 2>&1
     rc=$?
   fi
+  # Shared-memory races and barrier misuse in the tensor-core attention, whose one-pass
+  # backward reads the other warps' tiles: racecheck and synccheck over its paths' test case.
+  local tool
+  for tool in racecheck synccheck; do
+    [[ $rc -eq 0 ]] || break
+    t compute-sanitizer --tool $tool --error-exitcode 3 "$bdir/bin/libnn_tests" \
+        "attention on the plain kernel and with the one-pass backward*" --durations yes \
+        >> "$OUT/memcheck.log" 2>&1
+    rc=$?
+  done
   log "memcheck exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tr '\n' ' ')" \
       "$(grep -c ' s: ' "$OUT/memcheck.log") test cases finished"
 }
@@ -393,28 +403,11 @@ if want extras; then
   tsum resnet_profile.log "$bdir/bin/resnet50_train" --device cuda --data synthetic --precision fp16 \
       --batch-size 256 --num-batches 20 --log-every 100 --profile  # (the first step holds cuDNN's algorithm search)
   conv_layers fp16
-  log "where BERT-base FP16 training's time goes, primitive by primitive (device time between stream events around each)"
-  tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
-      --phases train --num-batches 5 --num-warmup-batches 2 --profile
-  log "What the fused dropout + residual add + layer norm buys: BERT-base FP16 training with it (the default) and without (LIBNN_CUDA_LN_FUSED=0)"
-  for fused in 1 0; do
-    LIBNN_CUDA_LN_FUSED=$fused tsum bert_ln_fused$fused.log "$bdir/bin/text_bench" --device cuda --models bert \
-        --classes 2 --precisions fp16 --phases train --num-batches 20 --num-warmup-batches 3
-  done
-  log "BERT-base FP16 training with the one-pass attention backward (LIBNN_CUDA_ATTENTION=one-pass-backward) at batch 32 and 128: against the two-pass rows of the text step and of the next run"
-  for bb in 32 128; do
-    LIBNN_CUDA_ATTENTION=one-pass-backward tsum bert_one_pass_b$bb.log "$bdir/bin/text_bench" --device cuda \
-        --models bert --classes 2 --precisions fp16 --phases train --bert-batch $bb --num-batches 10 \
-        --num-warmup-batches 3
-  done
-  log "BERT-base training at batch 128 x 128 tokens (the text step's is 32): FP16 and FP32, libnn then PyTorch, with model FLOP utilisation"
-  text_vs_torch text_cuda_b128 --models bert --classes 2 --precisions fp16,fp32 --phases train \
-      --bert-batch 128 --num-batches 10
   log "batch norm (+ residual + ReLU) in FP16 channels-last: libnn's fused (cuDNN's Ex kernels) and composed tails, then PyTorch's (composed)"
   t "$bdir/bin/kernels_bench" --device cuda --dtype f16 > "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   t "$py" bench/peers/kernels_torch.py --device cuda --dtype f16 >> "$OUT/kernels_f16.jsonl" 2>> "$OUT/bench.log"
   grep batch_norm "$OUT/kernels_f16.jsonl" | tee -a "$OUT/summary.md"
-  log "fused attention, TFLOP/s: libnn (tensor-core and plain kernels), then PyTorch SDPA"
+  log "fused attention, TFLOP/s: libnn (tensor-core kernels, the plain kernel, the one-pass backward), then PyTorch SDPA"
   : > "$OUT/attention.jsonl"
   for dt in f16 bf16 f32; do
     t "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt --iters 20 >> "$OUT/attention.jsonl" \
@@ -436,17 +429,35 @@ for (impl, dt, op, shape), v in by.items():
     print(f"| {dt} | {op} | {shape} | {v} | {plain} | {one} | {torch_} | {ratio} |")
 PY
   if command -v ncu > /dev/null; then
-    log "attention's kernels one by one (Nsight Compute, each launch's device time; grids: 32 x 12 x 128 and 8 x 12 x 512, tensor-core then plain): forward, delta, dQ, dK/dV"
-    for dt in f16 f32; do
+    log "attention's kernels one by one (Nsight Compute, each launch's device time; grids: 32 x 12 x 128 and 8 x 12 x 512): forward, delta, dQ, dK/dV, one path per run"
+    for run in f16:default f16:one-pass-backward f32:default; do
+      dt=${run%%:*} path=${run#*:}
       t ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum \
           --kernel-name regex:attention "$bdir/bin/kernels_bench" --device cuda --attention --dtype $dt \
-          --iters 3 > "$OUT/attention_ncu_$dt.csv" 2>> "$OUT/bench.log"
-      "$py" bench/ncu_times.py "$OUT/attention_ncu_$dt.csv" --title "attention kernels, $dt" 2>&1 \
-        | tee -a "$OUT/summary.md"
+          --attention-paths $path --iters 3 > "$OUT/attention_ncu_${dt}_$path.csv" 2>> "$OUT/bench.log"
+      "$py" bench/ncu_times.py "$OUT/attention_ncu_${dt}_$path.csv" --title "attention kernels, $dt, $path" \
+        2>&1 | tee -a "$OUT/summary.md"
     done
   else
     log "no ncu here: attention's per-kernel times left out"
   fi
+  log "where BERT-base FP16 training's time goes, primitive by primitive (device time between stream events around each)"
+  tsum bert_profile.log "$bdir/bin/text_bench" --device cuda --models bert --classes 2 --precisions fp16 \
+      --phases train --num-batches 5 --num-warmup-batches 2 --profile
+  log "What the fused dropout + residual add + layer norm buys: BERT-base FP16 training with it (the default) and without (LIBNN_CUDA_LN_FUSED=0)"
+  for fused in 1 0; do
+    LIBNN_CUDA_LN_FUSED=$fused tsum bert_ln_fused$fused.log "$bdir/bin/text_bench" --device cuda --models bert \
+        --classes 2 --precisions fp16 --phases train --num-batches 20 --num-warmup-batches 3
+  done
+  log "BERT-base FP16 training with the one-pass attention backward (LIBNN_CUDA_ATTENTION=one-pass-backward) at batch 32 and 128: against the two-pass rows of the text step and of the next run"
+  for bb in 32 128; do
+    LIBNN_CUDA_ATTENTION=one-pass-backward tsum bert_one_pass_b$bb.log "$bdir/bin/text_bench" --device cuda \
+        --models bert --classes 2 --precisions fp16 --phases train --bert-batch $bb --num-batches 10 \
+        --num-warmup-batches 3
+  done
+  log "BERT-base training at batch 128 x 128 tokens (the text step's is 32): FP16 and FP32, libnn then PyTorch, with model FLOP utilisation"
+  text_vs_torch text_cuda_b128 --models bert --classes 2 --precisions fp16,fp32 --phases train \
+      --bert-batch 128 --num-batches 10
   log "ResNet-50 in BF16 at batch 256: libnn then PyTorch"
   tsum bf16_libnn.log "$bdir/bin/fp16_vs_fp32" --machine "$machine" --model resnet50 --batch-size 256 \
       --num-batches 30 --num-warmup-batches 5 --precisions bf16 --json "$OUT/fp16_vs_fp32_libnn_bf16_b256.json"

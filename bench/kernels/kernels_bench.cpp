@@ -11,12 +11,15 @@
 
 #include "common/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace {
 double time_per_call(const nn::Device& d, int iters, const std::function<void()>& f) {
@@ -34,17 +37,19 @@ double time_per_call(const nn::Device& d, int iters, const std::function<void()>
 // three TF32 products per product for f32), the plain kernel (LIBNN_CUDA_ATTENTION=simt) and
 // the tensor cores with the one-pass backward (LIBNN_CUDA_ATTENTION=one-pass-backward). The training step is timed again with
 // BERT's attention dropout (0.1), which draws its mask inside the kernels.
-void bench_attention(const nn::Device& d, nn::DType t, int iters) {
+// (Paths other than the default run only on CUDA in f16/bf16/f32: elsewhere the default is the
+// plain kernel, and more rows would compare it with itself.)
+void bench_attention(const nn::Device& d, nn::DType t, int iters,
+                     const std::vector<std::string>& paths) {
   struct Shape {
     int64_t n, h, len;
   };
   const std::string dev = d.str(), name = nn::device_name(d);
-  // (the other paths differ from the default only on CUDA in f16/bf16/f32: elsewhere the
-  // default is the plain kernel, and more rows would compare it with itself)
-  const bool paths = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
-  for (const char* path : {"default", "simt", "one-pass-backward"}) {
-    if (std::string(path) != "default" && !paths) break;
-    if (std::string(path) != "default") ::setenv("LIBNN_CUDA_ATTENTION", path, 1);
+  const bool several = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
+  for (const std::string& p : paths) {
+    if (p != "default" && !several) continue;
+    const char* path = p.c_str();
+    if (p != "default") ::setenv("LIBNN_CUDA_ATTENTION", path, 1);
     else ::unsetenv("LIBNN_CUDA_ATTENTION");
     for (Shape sh : {Shape{32, 12, 128}, Shape{8, 12, 512}}) {
       const nn::TensorOptions o = nn::TensorOptions(nn::kF32).device(d);
@@ -124,6 +129,9 @@ int body(int argc, char** argv) {
       "iters", "timed iterations", cxxopts::value<int>()->default_value("50"))(
       "dtype", "f32, f16 or bf16", cxxopts::value<std::string>()->default_value("f32"))(
       "attention", "time the fused attention (TFLOP/s) instead of the memory-bound kernels")(
+      "attention-paths", "with --attention, comma-separated: default, simt (the plain kernel), "
+      "one-pass-backward (LIBNN_CUDA_ATTENTION's values; the others only on CUDA in f16/bf16/f32)",
+      cxxopts::value<std::string>()->default_value("default,simt,one-pass-backward"))(
       "overhead", "time the host cost per call (us) of ops on 16-element tensors instead")(
       "h,help", "show this help");
   auto args = apps::parse(opts, argc, argv);
@@ -144,8 +152,17 @@ int body(int argc, char** argv) {
   if (a.count("n") && (apps::flag(a, "attention") || apps::flag(a, "overhead")))
     throw apps::UsageError("-n sets the memory-bound kernels' size; --attention and --overhead "
                            "have their own");
+  if (a.count("attention-paths") && !apps::flag(a, "attention"))
+    throw apps::UsageError("--attention-paths chooses --attention's paths: give --attention too");
+  const std::vector<std::string> paths = apps::check_choices(
+      "attention-paths", a["attention-paths"].as<std::string>(), {"default", "simt", "one-pass-backward"});
+  const bool several = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
+  if (apps::flag(a, "attention") && !several &&
+      std::find(paths.begin(), paths.end(), "default") == paths.end())
+    throw apps::UsageError("--attention-paths: on " + d.str() + " in " + dtype +
+                           " there is only the default path (the plain kernel)");
   if (apps::flag(a, "attention")) {
-    bench_attention(d, t, iters);
+    bench_attention(d, t, iters, paths);
     return 0;
   }
   if (apps::flag(a, "overhead")) {

@@ -86,6 +86,12 @@ k="$bin/kernels_bench"
 "$e" 2 "-n must be a positive multiple of 1024, got 1000" -- "$k" --device cpu -n 1000
 "$e" 2 "--iters must be positive, got 0" -- "$k" --device cpu --iters 0
 "$e" 2 "--dtype must be one of f32, f16, bf16, got 'f64'" -- "$k" --device cpu --dtype f64
+"$e" 2 "--attention-paths must be one of default, simt, one-pass-backward, got 'fast'" -- \
+  "$k" --device cpu --attention --attention-paths default,fast
+"$e" 2 "--attention-paths chooses --attention's paths: give --attention too" -- \
+  "$k" --device cpu --attention-paths simt
+"$e" 2 "--attention-paths: on cpu in f32 there is only the default path \(the plain kernel\)" -- \
+  "$k" --device cpu --attention --attention-paths simt
 # --attention runs on the CPU too: three phases (the training step with dropout among them),
 # two shapes, each with a positive rate; one path (the plain kernel is the default there: a
 # "simt" row would compare it with itself)

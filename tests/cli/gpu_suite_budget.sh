@@ -127,7 +127,12 @@ s=$work/r5/summary.md
 [[ $(grep -n "sanitizer start" "$work/timeline" | head -1 | cut -d: -f1) -lt \
    $(grep -n "tests end" "$work/timeline" | head -1 | cut -d: -f1) ]] \
   || fail "memcheck did not run beside the tests: $(tr '\n' ' ' < "$work/timeline")" "$work/r5.log"
-[[ $(grep -c "sanitizer end" "$work/timeline") -eq 3 ]] || fail "memcheck's three runs did not all end" "$work/r5.log"
+[[ $(grep -c "sanitizer end" "$work/timeline") -eq 5 ]] || fail "memcheck's five runs did not all end" "$work/r5.log"
+# racecheck and synccheck over the attention case
+for tool in racecheck synccheck; do
+  grep -- "--tool $tool " "$work/timeline" | grep -qF "attention on the plain kernel and with the one-pass backward*" \
+    || fail "no $tool run over the attention case: $(tr '\n' ' ' < "$work/timeline")" "$work/r5.log"
+done
 # the API-error report is off for the out-of-memory case alone
 [[ $(grep -c -- "--report-api-errors no" "$work/timeline") -eq 1 ]] \
   && grep -- "--report-api-errors no" "$work/timeline" | grep -qF "[cuda][oom] " \
