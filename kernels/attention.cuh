@@ -25,7 +25,7 @@ void launch_attention_forward(DType t, const void* q, const void* k, const void*
                               int64_t S, int64_t D, int64_t E, double scale,
                               const rng::DropoutDraw& drop, void* out, void* lse, cudaStream_t s);
 // `delta` is scratch of B * T accumulation-type elements.
-// dq_work: B * T * D floats for the one-pass backward (attention_one_pass_backward()), or null.
+// dq_work: attention_backward_workspace_bytes(t, B, T, D) bytes, or null where that is 0.
 void launch_attention_backward(DType t, const void* grad_out, const void* q, const void* k,
                                const void* v, const uint8_t* mask, const void* out,
                                const void* lse, const AttnLayout& L, int64_t B, int64_t T,
@@ -33,8 +33,9 @@ void launch_attention_backward(DType t, const void* grad_out, const void* q, con
                                const rng::DropoutDraw& drop, void* grad_q, void* grad_k,
                                void* grad_v, void* delta, float* dq_work, cudaStream_t s);
 // LIBNN_CUDA_ATTENTION=one-pass-backward: the tensor-core backward sums dQ in its dK/dV pass,
-// into a workspace of B * T * D floats, instead of a dQ pass of its own.
-bool attention_one_pass_backward();
+// into a workspace of B * T * D floats, instead of a dQ pass of its own; 0 otherwise (and
+// for f64, which the tensor-core kernels never take).
+size_t attention_backward_workspace_bytes(DType t, int64_t B, int64_t T, int64_t D);
 
 // The tensor-core path (attention_tc.cu); false, with nothing launched, where it does not
 // apply. The backward expects `delta` already computed.

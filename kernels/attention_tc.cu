@@ -438,10 +438,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           wmma::fill_fragment(acc, 0.f);
 #pragma unroll
           for (int w = 0; w < kWarps; ++w)
-            mma_k<T, false, true>(acc,
-                                  reinterpret_cast<const T*>(smem + L.warp + w * L.per_warp + L.u) +
-                                      warp * 16,
-                                  L.ldp, ks + w * 16 * L.ldd + n * 16, L.ldd, 16);
+            mma_k<T, false, true>(acc, Tiles<T>(smem, L, w).u + warp * 16, L.ldp,
+                                  ks + w * 16 * L.ldd + n * 16, L.ldd, 16);
           wmma::store_matrix_sync(sf, acc, 16, wmma::mem_row_major);
           __syncwarp();
           for (int e = lane; e < 256; e += 32) {
@@ -613,7 +611,10 @@ void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
 
 }  // namespace
 
-bool attention_one_pass_backward() { return attention_path() == AttnPath::one_pass; }
+size_t attention_backward_workspace_bytes(DType t, int64_t B, int64_t T, int64_t D) {
+  if (t == DType::f64 || attention_path() != AttnPath::one_pass) return 0;
+  return size_t(B * T * D) * sizeof(float);
+}
 
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
                                  const uint8_t* mask, const AttnLayout& L, int64_t B, int64_t T,
@@ -643,7 +644,6 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
   const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v},
                               {L.g, L.q, L.k, L.v, L.gq, L.gk, L.gv});
   if (smem == 0) return false;
-  if (!attention_one_pass_backward()) dq_work = nullptr;
   if (dq_work) NN_CUDA_CHECK(cudaMemsetAsync(dq_work, 0, size_t(B * T * D) * sizeof(float), s));
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
     const Ty* g = static_cast<const Ty*>(grad_out);

@@ -592,10 +592,8 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
       a += ws[c * S + s];
       b += ws[(C + c) * S + s];
     }
-    for (int o = 16; o > 0; o /= 2) {
-      a += __shfl_down_sync(0xffffffffu, a, o);
-      b += __shfl_down_sync(0xffffffffu, b, o);
-    }
+    a = warp_sum(a);
+    b = warp_sum(b);
     if (lane != 0) return;
     const double is = ch.invstd[c], gw = b * is;
     if (ch.grad_b) ch.grad_b[c] = float(a);

@@ -197,12 +197,9 @@ __global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = si[0];
 }
 
-}  // namespace
-
 // Outputs of up to this many elements (with one split each) take a warp each.
 constexpr int64_t kWarpRowMax = 4096;
 
-namespace {
 // Splits per output of a reduction of (A, K, B) over A and B; 0 where a warp per output
 // takes it, written straight to the output (no workspace).
 int reduce_splits(int64_t A, int64_t K, int64_t B) {

@@ -37,17 +37,13 @@ double time_per_call(const nn::Device& d, int iters, const std::function<void()>
 // three TF32 products per product for f32), the plain kernel (LIBNN_CUDA_ATTENTION=simt) and
 // the tensor cores with the one-pass backward (LIBNN_CUDA_ATTENTION=one-pass-backward). The training step is timed again with
 // BERT's attention dropout (0.1), which draws its mask inside the kernels.
-// (Paths other than the default run only on CUDA in f16/bf16/f32: elsewhere the default is the
-// plain kernel, and more rows would compare it with itself.)
 void bench_attention(const nn::Device& d, nn::DType t, int iters,
                      const std::vector<std::string>& paths) {
   struct Shape {
     int64_t n, h, len;
   };
   const std::string dev = d.str(), name = nn::device_name(d);
-  const bool several = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
   for (const std::string& p : paths) {
-    if (p != "default" && !several) continue;
     const char* path = p.c_str();
     if (p != "default") ::setenv("LIBNN_CUDA_ATTENTION", path, 1);
     else ::unsetenv("LIBNN_CUDA_ATTENTION");
@@ -154,13 +150,16 @@ int body(int argc, char** argv) {
                            "have their own");
   if (a.count("attention-paths") && !apps::flag(a, "attention"))
     throw apps::UsageError("--attention-paths chooses --attention's paths: give --attention too");
-  const std::vector<std::string> paths = apps::check_choices(
+  std::vector<std::string> paths = apps::check_choices(
       "attention-paths", a["attention-paths"].as<std::string>(), {"default", "simt", "one-pass-backward"});
-  const bool several = d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32);
-  if (apps::flag(a, "attention") && !several &&
-      std::find(paths.begin(), paths.end(), "default") == paths.end())
-    throw apps::UsageError("--attention-paths: on " + d.str() + " in " + dtype +
-                           " there is only the default path (the plain kernel)");
+  // Paths other than the default run only on CUDA in f16/bf16/f32: elsewhere the default is the
+  // plain kernel, and more rows would compare it with itself.
+  if (!(d.is_cuda() && (t == nn::kF16 || t == nn::kBF16 || t == nn::kF32))) {
+    if (apps::flag(a, "attention") && std::find(paths.begin(), paths.end(), "default") == paths.end())
+      throw apps::UsageError("--attention-paths: on " + d.str() + " in " + dtype +
+                             " there is only the default path (the plain kernel)");
+    paths = {"default"};
+  }
   if (apps::flag(a, "attention")) {
     bench_attention(d, t, iters, paths);
     return 0;

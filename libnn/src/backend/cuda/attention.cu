@@ -24,13 +24,14 @@ void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, co
   activate();
   const kernels::AttnLayout L = attention_layout(key_mask, q, k, v, out, grad_out, grad_q, grad_k, grad_v);
   Tensor delta = empty(lse.shape(), lse.options());
-  Tensor dq_work;  // (the one-pass backward's f32 dQ sums)
-  if (kernels::attention_one_pass_backward() && q.dtype() != kF64)
-    dq_work = empty({q.numel()}, TensorOptions(kF32).device(device()));
+  const int64_t B = q.shape()[0] * q.shape()[1];
+  const size_t dq_bytes =  // (the one-pass backward's f32 dQ sums)
+      kernels::attention_backward_workspace_bytes(q.dtype(), B, q.shape()[2], q.shape()[3]);
+  Tensor dq_work = dq_bytes ? scratch(dq_bytes) : Tensor();
   kernels::launch_attention_backward(
       q.dtype(), grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
       key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, out.data_ptr(), lse.data_ptr(), L,
-      q.shape()[0] * q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale,
+      B, q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale,
       drop, grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), delta.data_ptr(),
       dq_work.defined() ? ptr<float>(dq_work) : nullptr, stream_);
 }
