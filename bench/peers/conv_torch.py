@@ -58,7 +58,10 @@ def main():
     a = ap.parse_args()
     if a.batch_size < 1 or a.reps < 1:
         ap.error("--batch-size and --reps must be at least 1")
-    layers = layers_from(a.layers_from)
+    try:
+        layers = layers_from(a.layers_from)
+    except OSError as e:
+        sys.exit(f"conv_torch: cannot read {a.layers_from}: {e.strerror}")
     if not layers:
         sys.exit(f"conv_torch: no layer rows in {a.layers_from} (a conv_bench output)")
     ieee_fp32()
