@@ -25,7 +25,7 @@ __global__ void map_contiguous(TO* out, int64_t n, F f, const TI*... in) {
     if (V > 1 && i + V <= n) {
       Vec<TO, V> o;
       // each input loaded as one vector
-      auto vin = [&](const auto* p) { return *reinterpret_cast<const Vec<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, V>*>(p + i); };
+      [[maybe_unused]] auto vin = [&](const auto* p) { return *reinterpret_cast<const Vec<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, V>*>(p + i); };
       std::tuple<Vec<TI, V>...> vals{vin(in)...};
 #pragma unroll
       for (int k = 0; k < V; ++k)
@@ -45,7 +45,7 @@ __global__ void map_strided(TO* out, int64_t n, Geom<N> g, F f, const TI*... in)
     int64_t off[N];
     offsets(g, i, off);
     int k = 1;
-    auto at = [&](const auto* p) { return p[off[k++]]; };
+    [[maybe_unused]] auto at = [&](const auto* p) { return p[off[k++]]; };
     // evaluation order of a braced list is left to right
     std::tuple<TI...> vals{at(in)...};
     out[off[0]] = std::apply(f, vals);
@@ -65,7 +65,7 @@ __global__ void map_rows(TO* out, int64_t rows, Geom<N> g, F f, const TI*... in)
     row_offsets(g, r, base);
     for (int64_t c = lane; c < W; c += 32) {
       int k = 1;
-      auto at = [&](const auto* p) {
+      [[maybe_unused]] auto at = [&](const auto* p) {
         const int64_t o = base[k] + c * g.stride[k][g.ndim - 1];
         ++k;
         return p[o];

@@ -252,7 +252,10 @@ kernels::Geom<N> geom(const Tensor& out, std::initializer_list<const Tensor*> in
   std::array<const Shape*, N> st;
   st[0] = &out.strides();
   int k = 1;
-  for (const Tensor* t : ins) st[k++] = &t->strides();
+  for (const Tensor* t : ins) {
+    NN_CHECK(k < N, "geom: more than ", N - 1, " inputs");
+    st[k++] = &t->strides();
+  }
   Geometry<N> g = coalesce<N>(out.shape(), st);
   NN_CHECK(int(g.shape.size()) <= kernels::kMaxDims, "CUDA elementwise ops support up to ",
            kernels::kMaxDims, " non-mergeable dims, got ", g.shape.size());
