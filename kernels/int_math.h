@@ -1,7 +1,8 @@
-// Integer tensors' elementwise ops with a scalar (x + a, x * a, a - x, clamp) and neg, abs,
-// square, shared by the backends: exact in int64 with two's-complement wrap-around, as the
-// binary ops of two integer tensors compute (and libtorch does), where going through double
-// rounds values past 2^53 and an out-of-range result has no defined conversion back.
+// Integer tensors' elementwise ops, shared by the backends: with a scalar (x + a, x * a, a - x,
+// clamp), neg, abs, square, and the binary ops of two integer tensors. Exact in int64 with
+// two's-complement wrap-around (as libtorch computes), where going through double rounds
+// values past 2^53 and an out-of-range result has no defined conversion back, and where plain
+// signed arithmetic that overflows is undefined behaviour.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -61,6 +62,37 @@ NN_HD int64_t int_unary(UnaryOp op, int64_t x, int64_t a, int64_t b) {
     case UnaryOp::clamp: return x < a ? a : (x > b ? b : x);
     default: return x;  // not reached: int_exact(op) is false
   }
+}
+
+// A binary op of two integer tensors' elements (widened to int64); the caller narrows the
+// result to the tensors' type, which wraps as the int64 arithmetic does. Division by zero is
+// refused by the op before it gets here (the CPU would trap); the lowest value divided by -1,
+// the other trap, wraps. pow (which the op takes for floating tensors only) is exact and wraps
+// too; a negative power is 1 / x^-y truncated toward zero (0 for a zero base).
+NN_HD int64_t int_binary(BinaryOp op, int64_t x, int64_t y) {
+  const uint64_t ux = uint64_t(x), uy = uint64_t(y);
+  switch (op) {
+    case BinaryOp::add: return int64_t(ux + uy);
+    case BinaryOp::sub: return int64_t(ux - uy);
+    case BinaryOp::mul: return int64_t(ux * uy);
+    case BinaryOp::div: return y == -1 ? int64_t(0 - ux) : (y == 0 ? 0 : x / y);
+    case BinaryOp::maximum: return x > y ? x : y;
+    case BinaryOp::minimum: return x < y ? x : y;
+    case BinaryOp::eq: return x == y;
+    case BinaryOp::ne: return x != y;
+    case BinaryOp::lt: return x < y;
+    case BinaryOp::le: return x <= y;
+    case BinaryOp::gt: return x > y;
+    case BinaryOp::ge: return x >= y;
+    case BinaryOp::pow: {
+      if (y < 0) return x == 1 ? 1 : (x == -1 ? ((y & 1) ? -1 : 1) : 0);  // (0 too: no trap)
+      uint64_t r = 1, base = ux;
+      for (uint64_t e = uint64_t(y); e; e >>= 1, base *= base)
+        if (e & 1) r *= base;
+      return int64_t(r);
+    }
+  }
+  return 0;
 }
 
 }  // namespace nn::kernels

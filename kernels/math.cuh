@@ -20,9 +20,6 @@ __device__ __forceinline__ float m_erf(float x) { return erff(x); }
 __device__ __forceinline__ double m_erf(double x) { return erf(x); }
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ int64_t m_pow(int64_t x, int64_t y) {
-  return int64_t(pow(double(x), double(y)));
-}
 __device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
 __device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
@@ -31,7 +28,7 @@ __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
 
 // The type an op computes in: float for 16-bit floats, else the type itself; integers compute
-// binary ops in int64 (exact), the unary ones they take in int64 too (kernels/int_math.h;
+// binary ops in int64 (exact, int_binary), the unary ones they take in int64 too (kernels/int_math.h;
 // unary_t's double is the path of no op the library sends them).
 template <typename T>
 using unary_t = std::conditional_t<std::is_integral_v<T>, double, acc_t<T>>;
@@ -71,27 +68,27 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C a, C b) {
 
 template <typename C>
 __device__ __forceinline__ C binary_value(BinaryOp op, C x, C y) {
-  switch (op) {
-    case BinaryOp::add: return x + y;
-    case BinaryOp::sub: return x - y;
-    case BinaryOp::mul: return x * y;
-    case BinaryOp::div:
-      // INT64_MIN / -1 overflows (undefined; a trap on x86): wraps, as on the CPU
-      if constexpr (std::is_integral_v<C>)
-        if (y == C(-1)) return C(std::make_unsigned_t<C>(0) - std::make_unsigned_t<C>(x));
-      return x / y;
-    case BinaryOp::pow: return m_pow(x, y);
-    // a NaN in either operand is the result (as amax/amin and argmax have it)
-    case BinaryOp::maximum: return x != x || x > y ? x : y;
-    case BinaryOp::minimum: return x != x || x < y ? x : y;
-    case BinaryOp::eq: return C(x == y);
-    case BinaryOp::ne: return C(x != y);
-    case BinaryOp::lt: return C(x < y);
-    case BinaryOp::le: return C(x <= y);
-    case BinaryOp::gt: return C(x > y);
-    case BinaryOp::ge: return C(x >= y);
+  if constexpr (std::is_integral_v<C>) {
+    return int_binary(op, x, y);  // (C is int64_t)
+  } else {
+    switch (op) {
+      case BinaryOp::add: return x + y;
+      case BinaryOp::sub: return x - y;
+      case BinaryOp::mul: return x * y;
+      case BinaryOp::div: return x / y;
+      case BinaryOp::pow: return m_pow(x, y);
+      // a NaN in either operand is the result (as amax/amin and argmax have it)
+      case BinaryOp::maximum: return x != x || x > y ? x : y;
+      case BinaryOp::minimum: return x != x || x < y ? x : y;
+      case BinaryOp::eq: return C(x == y);
+      case BinaryOp::ne: return C(x != y);
+      case BinaryOp::lt: return C(x < y);
+      case BinaryOp::le: return C(x <= y);
+      case BinaryOp::gt: return C(x > y);
+      case BinaryOp::ge: return C(x >= y);
+    }
+    return x;
   }
-  return x;
 }
 
 }  // namespace nn::kernels

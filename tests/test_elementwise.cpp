@@ -1,4 +1,5 @@
 #include "test_util.h"
+#include <cstring>
 
 using namespace nn;
 using test::require_gradcheck;
@@ -12,6 +13,22 @@ Tensor host_map(const Tensor& x, double (*f)(double)) {
   for (auto& e : v) e = f(e);
   return tensor(v, x.shape(), kF64);
 }
+
+// Every binary op, by name.
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+const std::pair<const char*, BinaryFn> kBinaryOps[] = {
+    {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+    {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+    {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+    {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+    {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+    {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+    {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+    {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+    {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+    {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+    {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+    {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
 }  // namespace
 
 TEST_CASE("unary ops match the C library", "[elementwise]") {
@@ -136,6 +153,11 @@ TEST_CASE("binary ops, scalars and comparisons", "[elementwise]") {
   require_values(eq(a, tensor({1, 0, 3, 0}, kF64)), {1, 0, 1, 0});
   require_values(ne(a, b), {1, 1, 1, 1});
   require_values(where(gt(a, b), a, b), {4, 3, 3, 4});
+  // a condition of another dtype holds where it is not zero: 0.5 (no truncation), 1e-300 (no
+  // underflow to f32's 0), NaN; an i64 256 (no wrap to a u8 0)
+  const Tensor av = tensor({1, 2, 3, 4}, kF32), bv = tensor({-1, -2, -3, -4}, kF32);
+  require_values(where(tensor({0.5, 1e-300, 0, NAN}, kF64), av, bv), {1, 2, -3, 4});
+  require_values(where(tensor({256, 0, -1, 0}, kI64), av.to(kU8), zeros({4}, kU8)), {1, 0, 3, 0});
   require_values(ones({3}, kI64) + ones({3}, kI64), {2, 2, 2});
   require_values(tensor({7, -7}, kI32) * tensor({2, 3}, kI32), {14, -21});
   // integer division truncates; by zero it is an error (the CPU would trap), and the lowest
@@ -495,21 +517,7 @@ TEST_CASE("f16 and bf16 elementwise on the CPU: f32 math on the widened values, 
     same(rsqrt(pos), rsqrt(pos.to(kF32)).to(h), "rsqrt");
     same(pow(pos, 1.5), pow(pos.to(kF32), 1.5).to(h), "pow_scalar");
     same(1.0 / pos, (1.0 / pos.to(kF32)).to(h), "rdiv_scalar");
-    using B = Tensor (*)(const Tensor&, const Tensor&);
-    const std::pair<const char*, B> binary[] = {
-        {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
-        {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
-        {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
-        {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
-        {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
-        {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
-        {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
-        {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
-        {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
-        {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
-        {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
-        {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
-    for (const auto& [name, f] : binary) {
+    for (const auto& [name, f] : kBinaryOps) {
       same(f(x, y), f(x.to(kF32), y.to(kF32)).to(h), name);
       same(f(x, xt), f(x.to(kF32), xt.to(kF32)).to(h), name);
     }
@@ -611,4 +619,89 @@ TEST_CASE("bounds past a 16-bit dtype's range: clamp, smooth L1 and Huber", "[el
     require_values(l.to(kF64), {0.5 * (0.25 + 4.0) / big + 0.5 * (0.25 + 4.0)}, 1e-2);
     require_values(a.grad().to(kF64), {0.5 / big + 0.5, -2.0 / big - 2.0}, 1e-2);
   }
+}
+
+// (Catch 2 indents a long name's next lines past its first ": ", which must come early: a
+// header line with no room left never ends)
+TEST_CASE("binary ops of every dtype on special values are C++'s, integers wrapping",
+          "[elementwise][cuda]") {
+  // Every pair of the values below, on each backend: contiguous, and broadcast (a column
+  // against a row: the strided loops). The expected values come from C++ here: floating types in their own
+  // arithmetic (f16 and bf16 in f32, rounded once), integers in int64 narrowed to their type
+  // (two's-complement wrap-around), comparisons as 1 or 0 from the operands' order.
+  const std::vector<Device> devices = test::devices();
+  auto check = [&]<typename T>(const std::vector<T>& xs, const std::vector<T>& divisors) {
+    INFO(dtype_name(dtype_of<T>()));
+    constexpr bool is_int = std::is_integral_v<T>;
+    // C: the type computed in and read back (f16 and bf16 widen to f32 exactly)
+    using C = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+    auto wrap = [](uint64_t v) { return C(int64_t(v)); };  // (narrowing to T is modular)
+    auto expected = [&](const std::string& op, C x, C y) -> C {
+      const int order = x < y ? -1 : x == y ? 0 : x > y ? 1 : 2;  // 2: unordered (a NaN)
+      const std::map<std::string, bool> cmp = {
+          {"eq", order == 0}, {"ne", order != 0}, {"lt", order == -1},
+          {"le", order == -1 || order == 0}, {"gt", order == 1}, {"ge", order == 1 || order == 0}};
+      if (cmp.count(op)) return C(cmp.at(op) ? 1 : 0);
+      if (op == "maximum" || op == "minimum") {
+        if (order == 2) return C(NAN);
+        return op == "maximum" ? (order == 1 ? x : y) : (order == -1 ? x : y);
+      }
+      C r{};
+      if constexpr (is_int) {
+        const uint64_t ux = uint64_t(int64_t(x)), uy = uint64_t(int64_t(y));
+        if (op == "add") r = wrap(ux + uy);
+        if (op == "sub") r = wrap(ux - uy);
+        if (op == "mul") r = wrap(ux * uy);
+        if (op == "div") r = std::is_signed_v<T> && y == C(-1) ? wrap(0 - ux) : C(int64_t(x) / int64_t(y));
+      } else {
+        if (op == "add") r = x + y;
+        if (op == "sub") r = x - y;
+        if (op == "mul") r = x * y;
+        if (op == "div") r = x / y;
+      }
+      return C(T(r));  // (rounded to T once)
+    };
+    for (const auto& [name, op] : kBinaryOps) {
+      for (Device d : devices) {
+        INFO(name << " on " << d.str());
+        const std::vector<T>& ys = std::string(name) == "div" ? divisors : xs;
+        const int64_t n = int64_t(xs.size()), m = int64_t(ys.size());
+        const Tensor col = from_vector<T>(xs, {n, 1}, d), row = from_vector<T>(ys, {1, m}, d);
+        for (bool broadcast : {true, false}) {
+          INFO("broadcast " << broadcast);
+          const Tensor a = broadcast ? col : col.expand({n, m}).contiguous();
+          const Tensor b = broadcast ? row : row.expand({n, m}).contiguous();
+          const Tensor got = op(a, b);
+          REQUIRE(got.dtype() == dtype_of<T>());
+          REQUIRE(got.shape() == Shape{n, m});
+          const std::vector<C> g = got.cpu().to(dtype_of<C>()).template to_vector<C>();
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < m; ++j) {
+              const C x = C(xs[size_t(i)]), y = C(ys[size_t(j)]);
+              const C want = expected(name, x, y), have = g[size_t(i * m + j)];
+              INFO(+x << " " << name << " " << +y << ": got " << +have << ", expected " << +want);
+              // (floats bit for bit, a NaN as any NaN)
+              REQUIRE(((have != have && want != want) || std::memcmp(&have, &want, sizeof(C)) == 0));
+            }
+        }
+      }
+    }
+  };
+  auto floats = []<typename T>() {
+    std::vector<T> v;
+    for (double d : {-double(INFINITY), -3.5, -1.0, -0.0, 0.0, 1e-3, 0.5, 1.0, 2.0, 3.5, 250.0, 6e4,
+                     double(INFINITY), double(NAN)})
+      v.push_back(T(float(d)));
+    return v;
+  };
+  check(floats.operator()<float>(), floats.operator()<float>());
+  check(floats.operator()<double>(), floats.operator()<double>());
+  check(floats.operator()<Half>(), floats.operator()<Half>());
+  check(floats.operator()<BFloat16>(), floats.operator()<BFloat16>());
+  check(std::vector<int32_t>{INT32_MIN, INT32_MIN + 1, -70000, -7, -1, 0, 1, 2, 7, 65536, INT32_MAX},
+        std::vector<int32_t>{INT32_MIN, -7, -1, 1, 2, 7, INT32_MAX});
+  check(std::vector<int64_t>{INT64_MIN, INT64_MIN + 1, -(int64_t(1) << 40) - 1, -7, -1, 0, 1, 2, 7,
+                             (int64_t(1) << 53) + 1, INT64_MAX},
+        std::vector<int64_t>{INT64_MIN, -7, -1, 1, 2, 7, int64_t(1) << 33, INT64_MAX});
+  check(std::vector<uint8_t>{0, 1, 2, 7, 100, 128, 200, 255}, std::vector<uint8_t>{1, 2, 7, 128, 255});
 }

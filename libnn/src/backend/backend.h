@@ -82,6 +82,7 @@ class Backend {
   virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
                               double a, Tensor& grad_x) = 0;
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // cond of a's dtype or u8 (the op turns another into u8).
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) = 0;
 
   // ---- reduce ---------------------------------------------------------------------------

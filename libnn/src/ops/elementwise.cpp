@@ -257,13 +257,17 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   NN_CHECK(cond.device() == a.device(), "where: condition on ", cond.device().str(),
            ", values on ", a.device().str());
   Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape()), b.shape());
+  // The backends read a condition of the values' dtype or u8: another becomes (cond != 0) as
+  // u8 (a plain conversion would truncate 0.5 to 0 and wrap an i64 256 to a u8 0).
+  Tensor cd = cond.detach();
+  if (cd.dtype() != a.dtype() && cd.dtype() != kU8) cd = ne(cd, zeros({}, cd.options())).to(kU8);
   const MemoryFormat f = format_for(s, {&a, &b});
   Tensor out = empty(s, a.options(), f);
   Tensor ov = layout_view(out, f);
-  backend::of(a).where(layout_view(raw_expand(cond, s), f), layout_view(raw_expand(a, s), f),
+  backend::of(a).where(layout_view(raw_expand(cd, s), f), layout_view(raw_expand(a, s), f),
                        layout_view(raw_expand(b, s), f), ov);
-  record("where", {a, b}, out, {cond},
-         [c = cond.detach(), sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
+  record("where", {a, b}, out, {cd},
+         [c = cd, sa = a.shape(), sb = b.shape()](const Tensor& g, auto& need) {
     Tensor z = zeros({}, g.options());
     return std::vector<Tensor>{need[0] ? sum_to(where(c, g, z), sa) : Tensor(),
                                need[1] ? sum_to(where(c, z, g), sb) : Tensor()};

@@ -199,54 +199,81 @@ bool eigen_dense(UnaryOp op, const Tensor& x, Tensor& out, const Tensor* grad = 
 template <typename T, typename C = T>
 void unary_typed(UnaryOp op, const Tensor& x, Tensor& out, C a, C b) {
   if (eigen_dense(op, x, out)) return;
-  // One instantiation per op keeps the switch out of the inner loop.
+  if constexpr (std::is_same_v<T, double>) {
+    // f64 (reference computations, gradient checks): one loop, the op chosen per element
+    map<T, T>(out, [op, a, b](T v) { return unary_value<C>(op, v, a, b); }, x);
+  } else {
+    // One instantiation per op keeps the switch out of the inner loop.
 #define NN_UNARY_CASE(OP)                                                                   \
   case UnaryOp::OP:                                                                         \
     map<T, T>(out, [a, b](T v) { return unary_value<C>(UnaryOp::OP, C(v), a, b); }, x);    \
     return;
-  switch (op) {
-    NN_UNARY_CASE(neg) NN_UNARY_CASE(exp) NN_UNARY_CASE(log) NN_UNARY_CASE(sqrt)
-    NN_UNARY_CASE(rsqrt) NN_UNARY_CASE(abs) NN_UNARY_CASE(square) NN_UNARY_CASE(relu)
-    NN_UNARY_CASE(gelu) NN_UNARY_CASE(tanh) NN_UNARY_CASE(sigmoid) NN_UNARY_CASE(add_scalar)
-    NN_UNARY_CASE(mul_scalar) NN_UNARY_CASE(pow_scalar) NN_UNARY_CASE(rsub_scalar)
-    NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp) NN_UNARY_CASE(div_scalar)
-    NN_UNARY_CASE(log1p) NN_UNARY_CASE(silu) NN_UNARY_CASE(softplus) NN_UNARY_CASE(leaky_relu)
-    NN_UNARY_CASE(elu)
-  }
+    switch (op) {
+      NN_UNARY_CASE(neg) NN_UNARY_CASE(exp) NN_UNARY_CASE(log) NN_UNARY_CASE(sqrt)
+      NN_UNARY_CASE(rsqrt) NN_UNARY_CASE(abs) NN_UNARY_CASE(square) NN_UNARY_CASE(relu)
+      NN_UNARY_CASE(gelu) NN_UNARY_CASE(tanh) NN_UNARY_CASE(sigmoid) NN_UNARY_CASE(add_scalar)
+      NN_UNARY_CASE(mul_scalar) NN_UNARY_CASE(pow_scalar) NN_UNARY_CASE(rsub_scalar)
+      NN_UNARY_CASE(rdiv_scalar) NN_UNARY_CASE(clamp) NN_UNARY_CASE(div_scalar)
+      NN_UNARY_CASE(log1p) NN_UNARY_CASE(silu) NN_UNARY_CASE(softplus) NN_UNARY_CASE(leaky_relu)
+      NN_UNARY_CASE(elu)
+    }
 #undef NN_UNARY_CASE
+  }
 }
 
+// The arithmetic binary ops and maximum/minimum of floating types (integer tensors take
+// kernels::int_binary, comparisons comparison_mask).
 template <typename T>
 inline T binary_value(BinaryOp op, T x, T y) {
   switch (op) {
     case BinaryOp::add: return x + y;
     case BinaryOp::sub: return x - y;
     case BinaryOp::mul: return x * y;
-    case BinaryOp::div:
-      // the lowest value / -1 overflows, which the CPU traps (SIGFPE): it wraps instead (a
-      // division by zero, the other trap, is refused by the op before it gets here)
-      if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
-        if (y == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(x));
-      return x / y;
+    case BinaryOp::div: return x / y;
     case BinaryOp::pow: return T(std::pow(x, y));
     // a NaN in either operand is the result (as amax/amin and argmax have it)
     case BinaryOp::maximum: return x != x || x > y ? x : y;
     case BinaryOp::minimum: return x != x || x < y ? x : y;
-    case BinaryOp::eq: return T(x == y);
-    case BinaryOp::ne: return T(x != y);
-    case BinaryOp::lt: return T(x < y);
-    case BinaryOp::le: return T(x <= y);
-    case BinaryOp::gt: return T(x > y);
-    case BinaryOp::ge: return T(x >= y);
+    default: return x;  // (not reached: comparisons go through comparison_mask)
   }
-  return x;
+}
+
+// The comparisons in one loop a dtype: the operands' order, 0 when unordered (a NaN), 1 less,
+// 2 equal, 3 greater, picks a bit of the op's mask. 0 for any other op.
+constexpr unsigned comparison_mask(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::eq: return 0b0100;
+    case BinaryOp::ne: return 0b1011;
+    case BinaryOp::lt: return 0b0010;
+    case BinaryOp::le: return 0b0110;
+    case BinaryOp::gt: return 0b1000;
+    case BinaryOp::ge: return 0b1100;
+    default: return 0;
+  }
 }
 }  // namespace
+
+// Whether a copy between these types goes through an f32 copy: a 16-bit type and one other
+// than f32 (f64, an integer, the other 16-bit type). That gives the same values, since a
+// 16-bit value converts through f32 either way (convert), and 18 fewer loops to compile.
+template <typename A, typename B>
+constexpr bool copy_through_f32() {
+  constexpr bool a16 = std::is_same_v<A, Half> || std::is_same_v<A, BFloat16>;
+  constexpr bool b16 = std::is_same_v<B, Half> || std::is_same_v<B, BFloat16>;
+  return !std::is_same_v<A, B> && !std::is_same_v<A, float> && !std::is_same_v<B, float> &&
+         (a16 || b16);
+}
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   dispatch_all(dst.dtype(), [&]<typename TD>() {
     dispatch_all(src.dtype(), [&]<typename TS>() {
-      map<TD, TS>(dst, [](TS v) { return convert<TD>(v); }, src);
+      if constexpr (copy_through_f32<TD, TS>()) {
+        Tensor f = empty(src.shape(), TensorOptions(DType::f32));
+        copy(src, f);
+        copy(f, dst);
+      } else {
+        map<TD, TS>(dst, [](TS v) { return convert<TD>(v); }, src);
+      }
     });
   });
 }
@@ -383,18 +410,28 @@ namespace {
 // T, C as for unary_typed.
 template <typename T, typename C = T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if constexpr (std::is_integral_v<T>) {
+    // integer tensors (indices, counts, masks): one loop, the op chosen per element
+    map<T, T, T>(out, [op](T x, T y) { return T(kernels::int_binary(op, x, y)); }, a, b);
+  } else if (const unsigned mask = comparison_mask(op)) {
+    map<T, T, T>(out, [mask](T x_, T y_) {
+      const C x = C(x_), y = C(y_);
+      const unsigned order = unsigned(x < y) + 2u * unsigned(x == y) + 3u * unsigned(x > y);
+      return C((mask >> order) & 1u);
+    }, a, b);
+  } else {
 #define NN_BINARY_CASE(OP)                                                                 \
   case BinaryOp::OP:                                                                       \
     map<T, T, T>(out, [](T x, T y) { return binary_value<C>(BinaryOp::OP, C(x), C(y)); },    \
                  a, b);                                                                    \
     return;
-  switch (op) {
-    NN_BINARY_CASE(add) NN_BINARY_CASE(sub) NN_BINARY_CASE(mul) NN_BINARY_CASE(div)
-    NN_BINARY_CASE(pow) NN_BINARY_CASE(maximum) NN_BINARY_CASE(minimum) NN_BINARY_CASE(eq)
-    NN_BINARY_CASE(ne) NN_BINARY_CASE(lt) NN_BINARY_CASE(le) NN_BINARY_CASE(gt)
-    NN_BINARY_CASE(ge)
-  }
+    switch (op) {
+      NN_BINARY_CASE(add) NN_BINARY_CASE(sub) NN_BINARY_CASE(mul) NN_BINARY_CASE(div)
+      NN_BINARY_CASE(pow) NN_BINARY_CASE(maximum) NN_BINARY_CASE(minimum)
+      default: NN_ERROR("binary: op ", int(op), " not computed here");
+    }
 #undef NN_BINARY_CASE
+  }
 }
 }  // namespace
 
@@ -404,10 +441,15 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  NN_CHECK(cond.dtype() == a.dtype() || cond.dtype() == DType::u8, "where: a condition of dtype ",
+           dtype_name(cond.dtype()), " for values of ", dtype_name(a.dtype()),
+           " (the op passes u8 or the values' dtype)");
   dispatch_numeric(a.dtype(), "where", [&]<typename T>() {
-    dispatch_numeric(cond.dtype(), "where", [&]<typename C>() {
+    auto run = [&]<typename C>() {
       map<T, C, T, T>(out, [](C c, T x, T y) { return c != C(0) ? x : y; }, cond, a, b);
-    });
+    };
+    if (cond.dtype() == DType::u8) run.template operator()<uint8_t>();
+    else run.template operator()<T>();
   });
 }
 

@@ -75,20 +75,12 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
 
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   activate();
-  Tensor c = cond;
-  if (c.dtype() != a.dtype() && c.dtype() != kU8) {
-    // The kernel reads T or u8 conditions: this one becomes (cond != 0) as u8, the CPU's test
-    // (a plain conversion would truncate 0.5 to 0 and wrap an i64 256 to a u8 0).
-    Tensor zero = zeros({}, cond.options());
-    Tensor nonzero = empty(cond.shape(), cond.options());
-    binary(BinaryOp::ne, cond, make_view(zero, cond.shape(), Shape(size_t(cond.dim()), 0), 0),
-           nonzero);
-    c = empty(cond.shape(), cond.options().dtype(kU8));
-    copy(nonzero, c);
-  }
-  kernels::launch_where(a.dtype(), c.dtype() == kU8, out.data_ptr(), c.data_ptr(), a.data_ptr(),
-                        b.data_ptr(), geom<4>(out, {&c, &a, &b}), out.numel(),
-                        all_contiguous(out, {&c, &a, &b}), stream_);
+  NN_CHECK(cond.dtype() == a.dtype() || cond.dtype() == kU8, "where: a condition of dtype ",
+           dtype_name(cond.dtype()), " for values of ", dtype_name(a.dtype()),
+           " (the op passes u8 or the values' dtype)");
+  kernels::launch_where(a.dtype(), cond.dtype() == kU8, out.data_ptr(), cond.data_ptr(),
+                        a.data_ptr(), b.data_ptr(), geom<4>(out, {&cond, &a, &b}), out.numel(),
+                        all_contiguous(out, {&cond, &a, &b}), stream_);
 }
 
 }  // namespace nn::backend
