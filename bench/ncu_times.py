@@ -16,29 +16,28 @@ from collections import OrderedDict
 UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
 
 
-def short_name(name):
-    """'void nn::k::(anonymous namespace)::f<__half, 64>(const T1 *, ...)' -> 'f<__half, 64>'."""
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # the parameter list: the first '(' outside template brackets
+def top_level(s):
+    """(index, character) of s's characters outside template brackets <...>."""
+    depth = 0
+    for i, ch in enumerate(s):
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
-        elif ch == "(" and depth == 0 and not name.startswith("(anonymous", i):
-            cut = i
-            break
+        elif depth == 0:
+            yield i, ch
+
+
+def short_name(name):
+    """'void nn::k::(anonymous namespace)::f<__half, 64>(const T1 *, ...)' -> 'f<__half, 64>'."""
+    # the parameter list: the first '(' outside template brackets that opens no namespace
+    cut = next((i for i, ch in top_level(name) if ch == "(" and not name.startswith("(anonymous", i)),
+               len(name))
     head = name[:cut].strip()
     if head.startswith("void "):
         head = head[5:]
-    depth, start = 0, 0
-    for i, ch in enumerate(head):  # the last '::' outside template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0 and head.startswith("::", i):
-            start = i + 2
-    return head[start:]
+    # the name: past the last '::' outside template brackets
+    return head[max((i + 2 for i, _ in top_level(head) if head.startswith("::", i)), default=0):]
 
 
 def read_rows(path):

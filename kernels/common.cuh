@@ -7,6 +7,7 @@
 #include <nn/dtype.h>
 #include <nn/error.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 
@@ -37,6 +38,15 @@ inline unsigned grid_for(int64_t n, int per_thread = 1, int threads = kThreads) 
   int64_t blocks = ceil_div(n, int64_t(threads) * per_thread);
   if (blocks < 1) blocks = 1;
   return unsigned(blocks > 0x7fffffff ? 0x7fffffff : blocks);
+}
+
+// How many splits each of K outputs' work takes, so that about 8 blocks of 256 threads per SM
+// (an H100's 2048 threads on its 132 SMs) are busy: at least `least`, at most work_per_k /
+// min_work (each split min_work or more) and 1024; 1 at the least.
+inline int work_splits(int64_t K, int64_t work_per_k, int64_t min_work, int64_t least = 1) {
+  const int64_t want = std::max(ceil_div(132 * 8, std::max<int64_t>(K, 1)), least);
+  const int64_t most = std::max<int64_t>(1, work_per_k / min_work);
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
 }
 
 // Whether an address is a multiple of `bytes` (vector loads and stores need it).

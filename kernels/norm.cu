@@ -528,6 +528,9 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
 
 // The per-channel f32 arrays of a pass; null where not wanted (the running statistics and
 // the parameter gradients). The backward only reads mean and invstd.
+// Per-channel arrays of bn_nhwc_finish (null where unused): the forward writes mean, invstd
+// and the running statistics, the backward reads saved_mean and saved_invstd and writes the
+// parameters' gradients.
 struct BnChannels {
   const float* w = nullptr;
   const float* b = nullptr;
@@ -535,6 +538,8 @@ struct BnChannels {
   float* invstd = nullptr;
   float* running_mean = nullptr;
   float* running_var = nullptr;
+  const float* saved_mean = nullptr;
+  const float* saved_invstd = nullptr;
   float* grad_w = nullptr;
   float* grad_b = nullptr;
 };
@@ -595,14 +600,14 @@ __global__ void bn_nhwc_finish(const float* ws, const T* x, int64_t R, int64_t C
     a = warp_sum(a);
     b = warp_sum(b);
     if (lane != 0) return;
-    const double is = ch.invstd[c], gw = b * is;
+    const double is = ch.saved_invstd[c], gw = b * is;
     if (ch.grad_b) ch.grad_b[c] = float(a);
     if (ch.grad_w) ch.grad_w[c] = float(gw);
     const double pc = double(ch.w[c]) * is, qc = -pc * is * gw / n;
     p[c] = float(pc);
     q[c] = float(qc);
     r[c] = float(-pc * a / n);
-    hi[c] = ch.mean[c];
+    hi[c] = ch.saved_mean[c];
     lo[c] = 0.f;  // (the saved mean is the f32 the partials took)
   }
 }
@@ -656,16 +661,13 @@ __global__ void bn_nhwc_apply(const T* x, const T* g, const float* coef, int64_t
   }
 }
 
-// Row splits so that about 8 blocks of 256 threads per SM are busy, with at least 512 rows
+// Row splits of each tile of 32 channels (work_splits), with at least kBnRows * 64 = 512 rows
 // and, where the 1024 splits allow, at most 8192 a split: a split's squared deviations are
 // summed in f32 from its first value, and an outlier there costs more the longer the split
 // (a value 100 standard deviations out: a relative error of 1.3e-3 in the variance over
 // 16,000 rows, 6.5e-2 over a million).
 int bn_splits(int64_t R, int64_t C) {
-  const int64_t tiles = ceil_div(C, 32);
-  const int64_t want = std::max(ceil_div(132 * 8, tiles), ceil_div(R, 8192)),
-                most = std::max<int64_t>(1, R / (kBnRows * 64));
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
+  return work_splits(ceil_div(C, 32), R, kBnRows * 64, ceil_div(R, 8192));
 }
 
 template <bool kBackward, typename T>
@@ -705,7 +707,7 @@ void batch_norm_nhwc(DType t, const void* x, const void* g, int64_t R, int64_t C
       const T* px = static_cast<const T*>(x);
       const T* pg = static_cast<const T*>(g);
       const dim3 grid(blocks_exact(ceil_div(C, 32), "batch_norm"), unsigned(S));
-      bn_nhwc_partials<kBackward, T><<<grid, dim3(32, kBnRows), 0, s>>>(px, pg, ch.mean, R, C, S, ws);
+      bn_nhwc_partials<kBackward, T><<<grid, dim3(32, kBnRows), 0, s>>>(px, pg, ch.saved_mean, R, C, S, ws);
       NN_CUDA_CHECK_LAUNCH();
       bn_nhwc_finish<kBackward, T><<<grid_for(C * 32), kThreads, 0, s>>>(ws, px, R, C, S, eps,
                                                                          momentum, ch, coef);
@@ -720,13 +722,8 @@ void launch_batch_norm_nhwc_forward(DType t, const void* x, const float* w, cons
                                     int64_t R, int64_t C, double eps, double momentum,
                                     float* running_mean, float* running_var, void* y,
                                     float* mean, float* invstd, void* workspace, cudaStream_t s) {
-  BnChannels ch;
-  ch.w = w;
-  ch.b = b;
-  ch.mean = mean;
-  ch.invstd = invstd;
-  ch.running_mean = running_mean;
-  ch.running_var = running_var;
+  const BnChannels ch{.w = w, .b = b, .mean = mean, .invstd = invstd,
+                      .running_mean = running_mean, .running_var = running_var};
   batch_norm_nhwc<false>(t, x, nullptr, R, C, eps, momentum, ch, y, workspace, s);
 }
 
@@ -734,12 +731,8 @@ void launch_batch_norm_nhwc_backward(DType t, const void* grad, const void* x, c
                                      const float* mean, const float* invstd, int64_t R,
                                      int64_t C, void* grad_x, float* grad_w, float* grad_b,
                                      void* workspace, cudaStream_t s) {
-  BnChannels ch;
-  ch.w = w;
-  ch.mean = const_cast<float*>(mean);  // (read, not written, in the backward)
-  ch.invstd = const_cast<float*>(invstd);
-  ch.grad_w = grad_w;
-  ch.grad_b = grad_b;
+  const BnChannels ch{.w = w, .saved_mean = mean, .saved_invstd = invstd, .grad_w = grad_w,
+                      .grad_b = grad_b};
   batch_norm_nhwc<true>(t, x, grad, R, C, 0.0, 0.0, ch, grad_x, workspace, s);
 }
 

@@ -160,14 +160,6 @@ __global__ void reduce_finish(const A* ws, int64_t K, int S, Combine<A> c, doubl
   if (lane == 0) out[k] = finished<T>(v, c, count);
 }
 
-// Splits per output so that about 8 blocks of 256 threads per SM (an H100's 2048 threads)
-// are busy.
-int splits(int64_t K, int64_t work_per_k, int64_t min_work) {
-  int64_t want = ceil_div(132 * 8, std::max<int64_t>(K, 1));
-  int64_t most = std::max<int64_t>(1, work_per_k / min_work);
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, most, 1024})));
-}
-
 template <typename T>
 __global__ void argmax_rows(const T* x, int64_t D, int64_t* out) {
   const T* row = x + int64_t(blockIdx.x) * D;
@@ -203,8 +195,8 @@ constexpr int64_t kWarpRowMax = 4096;
 // Splits per output of a reduction of (A, K, B) over A and B; 0 where a warp per output
 // takes it, written straight to the output (no workspace).
 int reduce_splits(int64_t A, int64_t K, int64_t B) {
-  if (B == 1) return splits(ceil_div(K, 32), ceil_div(A, 8), 64);
-  const int S = splits(K, A * B, 4096);
+  if (B == 1) return work_splits(ceil_div(K, 32), ceil_div(A, 8), 64);
+  const int S = work_splits(K, A * B, 4096);
   return S == 1 && A * B <= kWarpRowMax ? 0 : S;
 }
 }  // namespace

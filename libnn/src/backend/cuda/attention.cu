@@ -12,7 +12,7 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
   const kernels::AttnLayout L = attention_layout(key_mask, q, k, v, out);
   kernels::launch_attention_forward(
       q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-      key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, L, q.shape()[0] * q.shape()[1],
+      ptr_or_null<uint8_t>(key_mask), L, q.shape()[0] * q.shape()[1],
       q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale, drop, out.data_ptr(),
       lse.data_ptr(), stream_);
 }
@@ -30,10 +30,10 @@ void CudaBackend::attention_backward(const Tensor& grad_out, const Tensor& q, co
   Tensor dq_work = dq_bytes ? scratch(dq_bytes) : Tensor();
   kernels::launch_attention_backward(
       q.dtype(), grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-      key_mask.defined() ? ptr<uint8_t>(key_mask) : nullptr, out.data_ptr(), lse.data_ptr(), L,
+      ptr_or_null<uint8_t>(key_mask), out.data_ptr(), lse.data_ptr(), L,
       B, q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3], scale,
       drop, grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), delta.data_ptr(),
-      dq_work.defined() ? ptr<float>(dq_work) : nullptr, stream_);
+      ptr_or_null<float>(dq_work), stream_);
 }
 
 }  // namespace nn::backend

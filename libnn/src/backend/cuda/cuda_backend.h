@@ -238,6 +238,9 @@ Tensor as_dtype(Backend& be, const Tensor& t, DType to);
 void write_back(Backend& be, const Tensor& result, Tensor& dst);
 template <typename T = void>
 T* ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+// ptr, or null for an undefined tensor (the kernels' optional arguments).
+template <typename T = void>
+T* ptr_or_null(const Tensor& t) { return t.defined() ? ptr<T>(t) : nullptr; }
 // The largest power of two up to 256 dividing an address: cuDNN and cuBLASLt choose kernels
 // for the buffer alignments they are given or find.
 inline uint32_t address_alignment(const void* p) {

@@ -123,26 +123,22 @@ void CudaBackend::embedding_bag_backward(const Tensor& grad, const Tensor& index
 }
 
 // ---- recurrence: one kernel a step past its product with W_hh ------------------------------
-namespace {
-const void* in_ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-void* out_ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-}  // namespace
 
 void CudaBackend::recurrent_step_forward(const RecurrentStep& s) {
   activate();
-  const kernels::RecurrentStepPtrs p{in_ptr(s.x),     in_ptr(s.hg),     in_ptr(s.b_hh),
-                                     in_ptr(s.h),     in_ptr(s.c),      in_ptr(s.mask),
-                                     out_ptr(s.acts), out_ptr(s.aux),   out_ptr(s.y),
-                                     out_ptr(s.h_next), out_ptr(s.c_next)};
+  const kernels::RecurrentStepPtrs p{
+      ptr_or_null(s.x),    ptr_or_null(s.hg),  ptr_or_null(s.b_hh), ptr_or_null(s.h),
+      ptr_or_null(s.c),    ptr_or_null(s.mask), ptr_or_null(s.acts), ptr_or_null(s.aux),
+      ptr_or_null(s.y),    ptr_or_null(s.h_next), ptr_or_null(s.c_next)};
   kernels::launch_recurrent_forward(s.h.dtype(), s.cell, p, s.h.shape()[0], s.h.shape()[1],
                                     stream_);
 }
 void CudaBackend::recurrent_step_backward(const RecurrentStepGrad& s) {
   activate();
-  const kernels::RecurrentGradPtrs p{in_ptr(s.gy),     in_ptr(s.dh),      in_ptr(s.dc),
-                                     in_ptr(s.acts),   in_ptr(s.aux),     in_ptr(s.h),
-                                     in_ptr(s.c),      in_ptr(s.mask),    out_ptr(s.dx),
-                                     out_ptr(s.dhg),   out_ptr(s.dh_prev), out_ptr(s.dc_prev)};
+  const kernels::RecurrentGradPtrs p{
+      ptr_or_null(s.gy),   ptr_or_null(s.dh),  ptr_or_null(s.dc),      ptr_or_null(s.acts),
+      ptr_or_null(s.aux),  ptr_or_null(s.h),   ptr_or_null(s.c),       ptr_or_null(s.mask),
+      ptr_or_null(s.dx),   ptr_or_null(s.dhg), ptr_or_null(s.dh_prev), ptr_or_null(s.dc_prev)};
   kernels::launch_recurrent_backward(s.dh.dtype(), s.cell, p, s.dh.shape()[0], s.dh.shape()[1],
                                      stream_);
 }

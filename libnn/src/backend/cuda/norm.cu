@@ -56,11 +56,6 @@ bool own_bn(const Tensor& x, bool training) {
   return training && is_channels_last(x) && x.numel() > 0 &&
          (x.dtype() == kF32 || x.dtype() == kF16 || x.dtype() == kBF16);
 }
-// An f32 tensor's data for the kernels, null where it is undefined.
-const float* f32_ptr(const Tensor& t) {
-  return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr;
-}
-float* f32_ptr(Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
 
 }  // namespace
 
@@ -87,17 +82,17 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
     const int64_t R = x.numel() / C;
     Tensor ws = scratch(kernels::batch_norm_nhwc_workspace_bytes(R, C));
     kernels::launch_batch_norm_nhwc_forward(
-        x.dtype(), x.data_ptr(), f32_ptr(w), f32_ptr(b), R, C, eps, momentum, f32_ptr(rm),
-        f32_ptr(rv), out.data_ptr(), f32_ptr(save_mean), f32_ptr(save_invstd), ws.data_ptr(),
-        stream_);
+        x.dtype(), x.data_ptr(), ptr_or_null<float>(w), ptr_or_null<float>(b), R, C, eps,
+        momentum, ptr_or_null<float>(rm), ptr_or_null<float>(rv), out.data_ptr(),
+        ptr_or_null<float>(save_mean), ptr_or_null<float>(save_invstd), ws.data_ptr(), stream_);
     write_back(*this, rm, running_mean);
     write_back(*this, rv, running_var);
   } else if (training) {
     BnDescs d(x);
     NN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         cudnn_, CUDNN_BATCHNORM_SPATIAL, one, zero, d.x, x.data_ptr(), d.x, out.data_ptr(), d.param,
-        w.data_ptr(), b.data_ptr(), momentum, rm.defined() ? rm.data_ptr() : nullptr,
-        rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(),
+        w.data_ptr(), b.data_ptr(), momentum, ptr_or_null(rm),
+        ptr_or_null(rv), eps, save_mean.data_ptr(),
         save_invstd.data_ptr()));
     write_back(*this, rm, running_mean);
     write_back(*this, rv, running_var);
@@ -142,9 +137,9 @@ void CudaBackend::batch_norm_backward(const Tensor& grad, const Tensor& x, const
     const int64_t R = x.numel() / C;
     Tensor ws = scratch(kernels::batch_norm_nhwc_workspace_bytes(R, C));
     kernels::launch_batch_norm_nhwc_backward(
-        x.dtype(), grad.data_ptr(), x.data_ptr(), f32_ptr(w), f32_ptr(save_mean),
-        f32_ptr(save_invstd), R, C, grad_x.defined() ? grad_x.data_ptr() : nullptr, f32_ptr(gw),
-        f32_ptr(gb), ws.data_ptr(), stream_);
+        x.dtype(), grad.data_ptr(), x.data_ptr(), ptr_or_null<float>(w),
+        ptr_or_null<float>(save_mean), ptr_or_null<float>(save_invstd), R, C, ptr_or_null(grad_x),
+        ptr_or_null<float>(gw), ptr_or_null<float>(gb), ws.data_ptr(), stream_);
     write_back(*this, gw, grad_weight);
     write_back(*this, gb, grad_bias);
     return;
@@ -288,10 +283,10 @@ void CudaBackend::batch_norm_relu_forward(const Tensor& x, const Tensor& z, cons
       const float one = 1, zero = 0;
       ok = fused_ran(cudnnBatchNormalizationForwardTrainingEx(
                          cudnn_, kFusedMode, ops, &one, &zero, d.x, x.data_ptr(), zd,
-                         z.defined() ? z.data_ptr() : nullptr, d.x, out.data_ptr(), d.param,
+                         ptr_or_null(z), d.x, out.data_ptr(), d.param,
                          w.data_ptr(), b.data_ptr(), momentum,
-                         rm.defined() ? rm.data_ptr() : nullptr,
-                         rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(),
+                         ptr_or_null(rm),
+                         ptr_or_null(rv), eps, save_mean.data_ptr(),
                          save_invstd.data_ptr(), act.d, ws.data_ptr(), ws_bytes, rs.data_ptr(),
                          rs_bytes));
       if (ok) {
@@ -333,7 +328,7 @@ void CudaBackend::batch_norm_relu_backward(const Tensor& grad, const Tensor& out
       if (fused_ran(cudnnBatchNormalizationBackwardEx(
                         cudnn_, kFusedMode, ops, &one, &zero, &one, &zero, d.x, x.data_ptr(), d.x,
                         out.data_ptr(), d.x, grad.data_ptr(), zd,
-                        grad_z.defined() ? grad_z.data_ptr() : nullptr, d.x, gx.data_ptr(),
+                        ptr_or_null(grad_z), d.x, gx.data_ptr(),
                         d.param, w.data_ptr(), b.data_ptr(), gw.data_ptr(), gb.data_ptr(), eps,
                         save_mean.data_ptr(), save_invstd.data_ptr(), act.d, ws.data_ptr(),
                         ws_bytes, reserve.data_ptr(), size_t(reserve.numel())))) {
@@ -362,8 +357,8 @@ void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, cons
   activate();
   const int64_t D = x.shape().back(), R = D ? x.numel() / D : 0;
   kernels::launch_layer_norm(x.dtype(), first_dtype({&weight, &bias}, x.dtype()), x.data_ptr(),
-                             weight.defined() ? weight.data_ptr() : nullptr,
-                             bias.defined() ? bias.data_ptr() : nullptr, R, D, eps, out.data_ptr(),
+                             ptr_or_null(weight),
+                             ptr_or_null(bias), R, D, eps, out.data_ptr(),
                              mean.data_ptr(), rstd.data_ptr(), stream_);
 }
 
@@ -375,10 +370,10 @@ void CudaBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const
   Tensor ws = scratch(kernels::layer_norm_workspace_bytes(R, D));
   const DType wt = first_dtype({&weight, &grad_weight, &grad_bias}, x.dtype());
   kernels::launch_layer_norm_backward(
-      x.dtype(), wt, grad.data_ptr(), x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
-      mean.data_ptr(), rstd.data_ptr(), R, D, grad_x.defined() ? grad_x.data_ptr() : nullptr,
-      grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
-      grad_bias.defined() ? grad_bias.data_ptr() : nullptr, ws.data_ptr(), stream_);
+      x.dtype(), wt, grad.data_ptr(), x.data_ptr(), ptr_or_null(weight),
+      mean.data_ptr(), rstd.data_ptr(), R, D, ptr_or_null(grad_x),
+      ptr_or_null(grad_weight),
+      ptr_or_null(grad_bias), ws.data_ptr(), stream_);
 }
 
 // A post-LN block's dropout + residual add + layer norm: one kernel each way (a warp per row
@@ -417,8 +412,8 @@ void CudaBackend::dropout_add_layer_norm_forward(const Tensor& x, const Tensor& 
   activate();
   kernels::launch_dropout_add_layer_norm(
       x.dtype(), sum.dtype(), first_dtype({&weight, &bias}, sum.dtype()), x.data_ptr(),
-      residual.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
-      bias.defined() ? bias.data_ptr() : nullptr, R, D, eps, p, seed, offset, sum.data_ptr(),
+      residual.data_ptr(), ptr_or_null(weight),
+      ptr_or_null(bias), R, D, eps, p, seed, offset, sum.data_ptr(),
       p > 0 ? ptr<uint8_t>(mask) : nullptr, out.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
       stream_);
 }
@@ -436,9 +431,9 @@ void CudaBackend::dropout_add_layer_norm_backward(const Tensor& grad, const Tens
   activate();
   kernels::launch_dropout_add_layer_norm_backward(
       xt, sum.dtype(), first_dtype({&weight, &grad_weight, &grad_bias}, sum.dtype()),
-      grad.data_ptr(), sum.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+      grad.data_ptr(), sum.data_ptr(), ptr_or_null(weight),
       mean.data_ptr(), rstd.data_ptr(), p > 0 ? ptr<const uint8_t>(mask) : nullptr, p, R, D,
-      grad_sum.data_ptr(), grad_x.defined() ? grad_x.data_ptr() : nullptr, stream_);
+      grad_sum.data_ptr(), ptr_or_null(grad_x), stream_);
   if (grad_weight.defined() || grad_bias.defined()) {  // the column sums, as layer norm's
     Tensor none;
     layer_norm_backward(grad, sum, weight, mean, rstd, none, grad_weight, grad_bias);
