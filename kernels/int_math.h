@@ -66,8 +66,8 @@ NN_HD int64_t int_unary(UnaryOp op, int64_t x, int64_t a, int64_t b) {
 
 // A binary op of two integer tensors' elements (widened to int64); the caller narrows the
 // result to the tensors' type, which wraps as the int64 arithmetic does. Division by zero is
-// refused by the op before it gets here (the CPU would trap); the lowest value divided by -1,
-// the other trap, wraps. pow (which the op takes for floating tensors only) is exact and wraps
+// refused by the op before it gets here (the CPU would trap; here it gives 0, never a trap);
+// the lowest value divided by -1, the other trap, wraps. pow (which the op takes for floating tensors only) is exact and wraps
 // too; a negative power is 1 / x^-y truncated toward zero (0 for a zero base).
 NN_HD int64_t int_binary(BinaryOp op, int64_t x, int64_t y) {
   const uint64_t ux = uint64_t(x), uy = uint64_t(y);

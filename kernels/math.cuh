@@ -28,8 +28,8 @@ __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
 
 // The type an op computes in: float for 16-bit floats, else the type itself; integers compute
-// binary ops in int64 (exact, int_binary), the unary ones they take in int64 too (kernels/int_math.h;
-// unary_t's double is the path of no op the library sends them).
+// binary ops in int64 (int_binary, exact and wrapping), the unary ones they take in int64 too
+// (kernels/int_math.h; unary_t's double is the path of no op the library sends them).
 template <typename T>
 using unary_t = std::conditional_t<std::is_integral_v<T>, double, acc_t<T>>;
 template <typename T>

@@ -526,11 +526,9 @@ __global__ void bn_nhwc_partials(const T* x, const T* g, const float* mean, int6
   }
 }
 
-// The per-channel f32 arrays of a pass; null where not wanted (the running statistics and
-// the parameter gradients). The backward only reads mean and invstd.
-// Per-channel arrays of bn_nhwc_finish (null where unused): the forward writes mean, invstd
-// and the running statistics, the backward reads saved_mean and saved_invstd and writes the
-// parameters' gradients.
+// The per-channel f32 arrays of a pass, null where not wanted (the running statistics, the
+// parameter gradients): the forward writes mean, invstd and the running statistics, the
+// backward reads saved_mean and saved_invstd and writes the parameters' gradients.
 struct BnChannels {
   const float* w = nullptr;
   const float* b = nullptr;

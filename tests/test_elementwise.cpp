@@ -14,7 +14,7 @@ Tensor host_map(const Tensor& x, double (*f)(double)) {
   return tensor(v, x.shape(), kF64);
 }
 
-// Every binary op, by name.
+// Every binary op but pow (floating types only; tested with its gradients), by name.
 using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
 const std::pair<const char*, BinaryFn> kBinaryOps[] = {
     {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
@@ -635,24 +635,23 @@ TEST_CASE("binary ops of every dtype on special values are C++'s, integers wrapp
     constexpr bool is_int = std::is_integral_v<T>;
     // C: the type computed in and read back (f16 and bf16 widen to f32 exactly)
     using C = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
-    auto wrap = [](uint64_t v) { return C(int64_t(v)); };  // (narrowing to T is modular)
     auto expected = [&](const std::string& op, C x, C y) -> C {
       const int order = x < y ? -1 : x == y ? 0 : x > y ? 1 : 2;  // 2: unordered (a NaN)
       const std::map<std::string, bool> cmp = {
           {"eq", order == 0}, {"ne", order != 0}, {"lt", order == -1},
           {"le", order == -1 || order == 0}, {"gt", order == 1}, {"ge", order == 1 || order == 0}};
       if (cmp.count(op)) return C(cmp.at(op) ? 1 : 0);
-      if (op == "maximum" || op == "minimum") {
+      if (op == "maximum" || op == "minimum") {  // (a tie gives the second: max(0, -0) is -0)
         if (order == 2) return C(NAN);
         return op == "maximum" ? (order == 1 ? x : y) : (order == -1 ? x : y);
       }
       C r{};
-      if constexpr (is_int) {
-        const uint64_t ux = uint64_t(int64_t(x)), uy = uint64_t(int64_t(y));
-        if (op == "add") r = wrap(ux + uy);
-        if (op == "sub") r = wrap(ux - uy);
-        if (op == "mul") r = wrap(ux * uy);
-        if (op == "div") r = std::is_signed_v<T> && y == C(-1) ? wrap(0 - ux) : C(int64_t(x) / int64_t(y));
+      if constexpr (is_int) {  // exact in 128 bits, then the low bits
+        const __int128 a = x, b = y;
+        if (op == "add") r = C(a + b);
+        if (op == "sub") r = C(a - b);
+        if (op == "mul") r = C(a * b);
+        if (op == "div") r = C(a / b);
       } else {
         if (op == "add") r = x + y;
         if (op == "sub") r = x - y;
@@ -704,4 +703,69 @@ TEST_CASE("binary ops of every dtype on special values are C++'s, integers wrapp
                              (int64_t(1) << 53) + 1, INT64_MAX},
         std::vector<int64_t>{INT64_MIN, -7, -1, 1, 2, 7, int64_t(1) << 33, INT64_MAX});
   check(std::vector<uint8_t>{0, 1, 2, 7, 100, 128, 200, 255}, std::vector<uint8_t>{1, 2, 7, 128, 255});
+}
+
+TEST_CASE("copies between a 16-bit type and f64, an integer type or the other 16-bit type",
+          "[elementwise]") {
+  // What each target holds, from the documented conversions: a 16-bit value converts as its
+  // f32 value does, and a value rounds to a 16-bit type from f32; a floating value becomes an
+  // integer truncated toward zero through int64, saturating there (NaN as 0), then keeping the
+  // target's low bits. Into contiguous and transposed targets.
+  auto to_i64 = [](double v) -> int64_t {
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return int64_t(v);
+  };
+  // t's values as T (f16 and bf16 read through f32, which holds them exactly)
+  auto read = []<typename T>(const Tensor& t) {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      std::vector<T> v;
+      for (float f : t.to(kF32).to_vector<float>()) v.push_back(T(f));
+      return v;
+    } else {
+      return t.template to_vector<T>();
+    }
+  };
+  auto bits_equal = [](const auto& a, const auto& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; };
+  // from: x (2 x 3) of type F; want(i): the element i's value as T; into contiguous and
+  // transposed targets of T
+  auto check = [&]<typename F, typename T>(const Tensor& x, auto want) {
+    INFO(dtype_name(x.dtype()) << " to " << dtype_name(dtype_of<T>()));
+    Tensor t = empty({3, 2}, TensorOptions(dtype_of<T>())).t();
+    {
+      NoGradGuard ng;
+      t.copy_(x);
+    }
+    for (const Tensor& got : {x.to(dtype_of<T>()), t.contiguous()}) {
+      const std::vector<T> g = read.template operator()<T>(got);
+      for (size_t i = 0; i < g.size(); ++i) {
+        INFO("element " << i);
+        const T w = want(i);
+        REQUIRE((bits_equal(g[i], w) || (g[i] != g[i] && w != w)));
+      }
+    }
+  };
+  const std::vector<double> vals = {0.5, -3.75, 300.25, 1e10, -INFINITY, double(NAN)};
+  const std::vector<int64_t> ints = {-7, 300, 65519, 65520, int64_t(1) << 40, INT64_MIN};
+  auto from16 = [&]<typename H>() {
+    const Tensor f64 = from_vector<double>(vals, {2, 3});
+    auto h = [&](size_t i) { return H(float(vals[i])); };
+    check.template operator()<double, H>(f64, h);  // f64 -> 16 bits
+    const Tensor x = f64.to(dtype_of<H>());
+    auto f = [&](size_t i) { return float(h(i)); };
+    check.template operator()<H, double>(x, [&](size_t i) { return double(f(i)); });
+    check.template operator()<H, int64_t>(x, [&](size_t i) { return to_i64(f(i)); });
+    check.template operator()<H, int32_t>(x, [&](size_t i) { return int32_t(to_i64(f(i))); });
+    check.template operator()<H, uint8_t>(x, [&](size_t i) { return uint8_t(to_i64(f(i))); });
+    using O = std::conditional_t<std::is_same_v<H, Half>, BFloat16, Half>;
+    check.template operator()<H, O>(x, [&](size_t i) { return O(f(i)); });
+    // integers -> 16 bits
+    const Tensor i64 = from_vector<int64_t>(ints, {2, 3});
+    check.template operator()<int64_t, H>(i64, [&](size_t i) { return H(float(ints[i])); });
+    check.template operator()<int32_t, H>(i64.to(kI32), [&](size_t i) { return H(float(int32_t(ints[i]))); });
+    check.template operator()<uint8_t, H>(i64.to(kU8), [&](size_t i) { return H(float(uint8_t(ints[i]))); });
+  };
+  from16.operator()<Half>();
+  from16.operator()<BFloat16>();
 }

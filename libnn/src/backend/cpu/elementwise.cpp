@@ -268,7 +268,7 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   dispatch_all(dst.dtype(), [&]<typename TD>() {
     dispatch_all(src.dtype(), [&]<typename TS>() {
       if constexpr (copy_through_f32<TD, TS>()) {
-        Tensor f = empty(src.shape(), TensorOptions(DType::f32));
+        Tensor f = empty(src.shape(), TensorOptions(DType::f32).device(src.device()));
         copy(src, f);
         copy(f, dst);
       } else {
