@@ -600,6 +600,9 @@ size_t tc_smem(DType t, int64_t D, int64_t E, bool backward,
   return need <= dev.optin ? need : 0;
 }
 
+// The one-pass backward's dQ sums: B * T rows of D floats.
+size_t dq_work_bytes(int64_t B, int64_t T, int64_t D) { return size_t(B * T * D) * sizeof(float); }
+
 template <typename F>
 void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
   const bool narrow = D <= 64 && E <= 64;
@@ -613,7 +616,7 @@ void dispatch_tc(DType t, int64_t D, int64_t E, F&& f) {
 
 size_t attention_backward_workspace_bytes(DType t, int64_t B, int64_t T, int64_t D) {
   if (t == DType::f64 || attention_path() != AttnPath::one_pass) return 0;
-  return size_t(B * T * D) * sizeof(float);
+  return dq_work_bytes(B, T, D);
 }
 
 bool launch_attention_forward_tc(DType t, const void* q, const void* k, const void* v,
@@ -644,7 +647,7 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
   const size_t smem = tc_smem(t, D, E, true, {grad_out, q, k, v, grad_q, grad_k, grad_v},
                               {L.g, L.q, L.k, L.v, L.gq, L.gk, L.gv});
   if (smem == 0) return false;
-  if (dq_work) NN_CUDA_CHECK(cudaMemsetAsync(dq_work, 0, size_t(B * T * D) * sizeof(float), s));
+  if (dq_work) NN_CUDA_CHECK(cudaMemsetAsync(dq_work, 0, dq_work_bytes(B, T, D), s));
   dispatch_tc(t, D, E, [&]<typename Ty, int DM>() {
     const Ty* g = static_cast<const Ty*>(grad_out);
     const float* l = static_cast<const float*>(lse);
@@ -668,7 +671,8 @@ bool launch_attention_backward_tc(DType t, const void* grad_out, const void* q, 
       NN_CUDA_CHECK_LAUNCH();
     }
     if (B * T > 0 && dq_work) {
-      attention_dq_store<Ty><<<grid_for(B * T * D), kThreads, 0, s>>>(dq_work, L, T, int(D), float(scale), B * T * D, static_cast<Ty*>(grad_q));
+      attention_dq_store<Ty><<<grid_for(B * T * D), kThreads, 0, s>>>(
+          dq_work, L, T, int(D), float(scale), B * T * D, static_cast<Ty*>(grad_q));
       NN_CUDA_CHECK_LAUNCH();
     }
   });

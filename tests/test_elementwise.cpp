@@ -728,9 +728,9 @@ TEST_CASE("copies between a 16-bit type and f64, an integer type or the other 16
     }
   };
   auto bits_equal = [](const auto& a, const auto& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; };
-  // from: x (2 x 3) of type F; want(i): the element i's value as T; into contiguous and
+  // from: x (2 x 3); want(i): the element i's value as T; into contiguous and
   // transposed targets of T
-  auto check = [&]<typename F, typename T>(const Tensor& x, auto want) {
+  auto check = [&]<typename T>(const Tensor& x, auto want) {
     INFO(dtype_name(x.dtype()) << " to " << dtype_name(dtype_of<T>()));
     Tensor t = empty({3, 2}, TensorOptions(dtype_of<T>())).t();
     {
@@ -751,20 +751,20 @@ TEST_CASE("copies between a 16-bit type and f64, an integer type or the other 16
   auto from16 = [&]<typename H>() {
     const Tensor f64 = from_vector<double>(vals, {2, 3});
     auto h = [&](size_t i) { return H(float(vals[i])); };
-    check.template operator()<double, H>(f64, h);  // f64 -> 16 bits
+    check.template operator()<H>(f64, h);  // f64 -> 16 bits
     const Tensor x = f64.to(dtype_of<H>());
     auto f = [&](size_t i) { return float(h(i)); };
-    check.template operator()<H, double>(x, [&](size_t i) { return double(f(i)); });
-    check.template operator()<H, int64_t>(x, [&](size_t i) { return to_i64(f(i)); });
-    check.template operator()<H, int32_t>(x, [&](size_t i) { return int32_t(to_i64(f(i))); });
-    check.template operator()<H, uint8_t>(x, [&](size_t i) { return uint8_t(to_i64(f(i))); });
+    check.template operator()<double>(x, [&](size_t i) { return double(f(i)); });
+    check.template operator()<int64_t>(x, [&](size_t i) { return to_i64(f(i)); });
+    check.template operator()<int32_t>(x, [&](size_t i) { return int32_t(to_i64(f(i))); });
+    check.template operator()<uint8_t>(x, [&](size_t i) { return uint8_t(to_i64(f(i))); });
     using O = std::conditional_t<std::is_same_v<H, Half>, BFloat16, Half>;
-    check.template operator()<H, O>(x, [&](size_t i) { return O(f(i)); });
+    check.template operator()<O>(x, [&](size_t i) { return O(f(i)); });
     // integers -> 16 bits
     const Tensor i64 = from_vector<int64_t>(ints, {2, 3});
-    check.template operator()<int64_t, H>(i64, [&](size_t i) { return H(float(ints[i])); });
-    check.template operator()<int32_t, H>(i64.to(kI32), [&](size_t i) { return H(float(int32_t(ints[i]))); });
-    check.template operator()<uint8_t, H>(i64.to(kU8), [&](size_t i) { return H(float(uint8_t(ints[i]))); });
+    check.template operator()<H>(i64, [&](size_t i) { return H(float(ints[i])); });
+    check.template operator()<H>(i64.to(kI32), [&](size_t i) { return H(float(int32_t(ints[i]))); });
+    check.template operator()<H>(i64.to(kU8), [&](size_t i) { return H(float(uint8_t(ints[i]))); });
   };
   from16.operator()<Half>();
   from16.operator()<BFloat16>();

@@ -325,6 +325,14 @@ class Backend {
   virtual void clip_grads(std::vector<Tensor>& grads, const Tensor& sum_squares, double max_norm) = 0;
 };
 
+// Backend::where's contract, checked by the backends that read the condition: a condition of
+// the values' dtype or u8 (the op turns another into u8).
+inline void check_where_condition(const Tensor& cond, const Tensor& a) {
+  NN_CHECK(cond.dtype() == a.dtype() || cond.dtype() == DType::u8, "where: a condition of dtype ",
+           dtype_name(cond.dtype()), " for values of ", dtype_name(a.dtype()),
+           " (the op passes u8 or the values' dtype)");
+}
+
 // The backend for a device; throws nn::Error when the device cannot be used.
 Backend& get(const Device& d);
 inline Backend& of(const Tensor& t) { return get(t.device()); }

@@ -441,9 +441,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
-  NN_CHECK(cond.dtype() == a.dtype() || cond.dtype() == DType::u8, "where: a condition of dtype ",
-           dtype_name(cond.dtype()), " for values of ", dtype_name(a.dtype()),
-           " (the op passes u8 or the values' dtype)");
+  check_where_condition(cond, a);
   dispatch_numeric(a.dtype(), "where", [&]<typename T>() {
     auto run = [&]<typename C>() {
       map<T, C, T, T>(out, [](C c, T x, T y) { return c != C(0) ? x : y; }, cond, a, b);

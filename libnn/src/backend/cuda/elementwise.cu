@@ -75,9 +75,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
 
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   activate();
-  NN_CHECK(cond.dtype() == a.dtype() || cond.dtype() == kU8, "where: a condition of dtype ",
-           dtype_name(cond.dtype()), " for values of ", dtype_name(a.dtype()),
-           " (the op passes u8 or the values' dtype)");
+  check_where_condition(cond, a);
   kernels::launch_where(a.dtype(), cond.dtype() == kU8, out.data_ptr(), cond.data_ptr(),
                         a.data_ptr(), b.data_ptr(), geom<4>(out, {&cond, &a, &b}), out.numel(),
                         all_contiguous(out, {&cond, &a, &b}), stream_);
