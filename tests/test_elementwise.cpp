@@ -729,19 +729,21 @@ TEST_CASE("copies between a 16-bit type and f64, an integer type or the other 16
   };
   auto bits_equal = [](const auto& a, const auto& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; };
   // from: x (2 x 3); want(i): the element i's value as T; into contiguous and
-  // transposed targets of T
+  // transposed targets of T, and x's second row broadcast over four rows
   auto check = [&]<typename T>(const Tensor& x, auto want) {
     INFO(dtype_name(x.dtype()) << " to " << dtype_name(dtype_of<T>()));
     Tensor t = empty({3, 2}, TensorOptions(dtype_of<T>())).t();
+    Tensor rows = empty({4, 3}, TensorOptions(dtype_of<T>()));
     {
       NoGradGuard ng;
       t.copy_(x);
+      rows.copy_(x.narrow(0, 1, 1).expand({4, 3}));
     }
-    for (const Tensor& got : {x.to(dtype_of<T>()), t.contiguous()}) {
+    for (const Tensor& got : {x.to(dtype_of<T>()), t.contiguous(), rows}) {
       const std::vector<T> g = read.template operator()<T>(got);
       for (size_t i = 0; i < g.size(); ++i) {
-        INFO("element " << i);
-        const T w = want(i);
+        INFO("element " << i << " of " << g.size());
+        const T w = want(g.size() == 12 ? 3 + i % 3 : i);
         REQUIRE((bits_equal(g[i], w) || (g[i] != g[i] && w != w)));
       }
     }

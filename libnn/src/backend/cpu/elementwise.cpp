@@ -9,6 +9,7 @@
 #include "kernels/philox.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/parallel.h"
+#include "core/util.h"
 
 namespace nn::backend {
 using namespace nn::cpu;
@@ -268,9 +269,14 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   dispatch_all(dst.dtype(), [&]<typename TD>() {
     dispatch_all(src.dtype(), [&]<typename TS>() {
       if constexpr (copy_through_f32<TD, TS>()) {
-        Tensor f = empty(src.shape(), TensorOptions(DType::f32).device(src.device()));
-        copy(src, f);
-        copy(f, dst);
+        // The f32 temporary holds src's distinct elements: a broadcast source (stride 0)
+        // is converted once and expanded again into dst.
+        Shape distinct = src.shape();
+        for (size_t d = 0; d < distinct.size(); ++d)
+          if (src.strides()[d] == 0) distinct[d] = 1;
+        Tensor f = empty(distinct, TensorOptions(DType::f32).device(src.device()));
+        copy(make_view(src, distinct, src.strides(), src.offset()), f);
+        copy(f.expand(src.shape()), dst);
       } else {
         map<TD, TS>(dst, [](TS v) { return convert<TD>(v); }, src);
       }
