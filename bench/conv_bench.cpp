@@ -56,6 +56,7 @@ int body(int argc, char** argv) {
   apps::check_choice("layout", layout, {"nhwc", "nchw"});
   apps::set_threads(a);
   const nn::Device dev = apps::parse_device(a["device"].as<std::string>());
+  nn::check_device(dev);  // (before the table starts)
   const nn::DType dt = precision == "bf16" ? nn::kBF16 : precision == "fp16" ? nn::kF16 : nn::kF32;
   const nn::MemoryFormat fmt =
       layout == "nhwc" ? nn::MemoryFormat::channels_last : nn::MemoryFormat::contiguous;

@@ -185,6 +185,7 @@ int body(int argc, char** argv) {
       apps::check_choices("precisions", a["precisions"].as<std::string>(), {"fp32", "fp16", "bf16"});
   const auto phases = apps::check_choices("phases", a["phases"].as<std::string>(), {"train", "infer"});
   const std::vector<int64_t> class_counts = apps::check_positive_list("classes", a["classes"].as<std::string>());
+  for (const int64_t c : class_counts) apps::check_classes("classes", c);  // (1 class: loss 0)
   for (const char* f : {"mlp-batch", "bert-batch"}) apps::check_positive(f, a[f].as<int64_t>());
   for (const char* f : {"mlp-seq-len", "bert-seq-len"})
     if (a[f].as<int64_t>() < 2)

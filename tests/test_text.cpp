@@ -362,6 +362,22 @@ TEST_CASE("encode_batch pads, truncates and masks, and TextDataset serves rows",
     rows += batch.data.shape()[0];
   }
   REQUIRE(rows == 4);
+  // a batch as long as its longest row, in multiples of 8: at max_len 20, rows of 3, 7, 0
+  // and 2 tokens (the last 1 of a mask, not its count, ends a row)
+  auto longer = text::encode_batch(ex, v, 20, false);
+  longer.mask = longer.mask.clone();
+  longer.mask.narrow(0, 2, 1).narrow(1, 11, 1).fill_(1);  // row 2: a 1 at 11
+  text::TextDataset wide(longer);
+  REQUIRE(wide.batch_length({0, 3}) == 8);
+  REQUIRE(wide.get_batch({0, 3}).data.to_vector<int64_t>() ==
+          std::vector<int64_t>{4, 5, 6, 0, 0, 0, 0, 0, 1, 4, 0, 0, 0, 0, 0, 0});
+  REQUIRE(wide.mask_rows({3}).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 0, 0, 0, 0, 0, 0});
+  REQUIRE(wide.get_batch({1}).data.shape() == Shape{1, 8});
+  REQUIRE(wide.get_batch({3, 2}).data.shape() == Shape{2, 16});
+  REQUIRE(wide.mask_rows({2}).to_vector<int64_t>()[11] == 1);
+  REQUIRE(text::TextDataset(text::encode_batch({{"", 0, ""}}, v, 20, false)).get_batch({0}).data.shape() ==
+          Shape{1, 8});
+  REQUIRE_ERROR("index 4 out of range for 4 examples", wide.get_batch({4}));
   auto bad = plain;
   bad.labels = from_vector<int64_t>({0, 1}, {2});
   REQUIRE_ERROR("expected labels as i64 (4), got i64 [2]", text::TextDataset{bad});
@@ -410,6 +426,9 @@ TEST_CASE("read_text_folder errors say what is missing", "[text][reader][errors]
     return test::error_of([&] { text::read_text_folder(root.string(), split, labels); });
   };
   require_contains(err("train"), "text data folder '" + root.string() + "' does not exist");
+  write_file(root, "a review");
+  require_contains(err("train"), "text data folder '" + root.string() + "' is a file, not a folder");
+  fs::remove(root);
   fs::create_directories(root / "train/unsup");
   require_contains(err("test"), "no 'test' folder in '" + root.string() + "'");
   require_contains(err("train"), "no label folders in '" + (root / "train").string() + "'");
@@ -502,6 +521,20 @@ TEST_CASE("synthetic text: layout, class balance, same files for the same seed",
     REQUIRE(same.examples[i].text == train.examples[i].text);
     REQUIRE(other.examples[i].text != train.examples[i].text);
   }
+  // in memory: what the reader reads back from the files, example by example
+  const text::SyntheticText mem = text::make_synthetic_text(3, 12, 5, 7);
+  for (const auto& [m, f] : {std::pair{&mem.train, &train}, std::pair{&mem.test, &test}}) {
+    REQUIRE(m->label_names == f->label_names);
+    REQUIRE(m->examples.size() == f->examples.size());
+    for (size_t i = 0; i < m->examples.size(); ++i) {
+      INFO(f->examples[i].source);
+      REQUIRE(m->examples[i].text == f->examples[i].text);
+      REQUIRE(m->examples[i].label == f->examples[i].label);
+      REQUIRE(m->examples[i].source == f->examples[i].source);
+    }
+  }
+  REQUIRE(text::make_synthetic_text(3, 12, 5, 8).train.examples[0].text != train.examples[0].text);
+  REQUIRE_ERROR("make_synthetic_text: num_classes must be at least 2", text::make_synthetic_text(1, 2, 2, 7));
   REQUIRE_ERROR("already exists", text::write_synthetic_text(d.file("a"), 3, 12, 5, 7));
   REQUIRE_ERROR("num_classes must be at least 2",
                 text::write_synthetic_text(d.file("z"), 1, 12, 5, 7));

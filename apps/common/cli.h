@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -134,9 +135,18 @@ inline std::vector<int64_t> check_positive_list(const std::string& flag, const s
   return out;
 }
 
+// A number as a user would write it (1e-3, not 0.001000), for flag defaults and messages.
+inline std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 template <typename T>
 T check_positive(const std::string& flag, T value) {
-  if (!(value > 0)) throw UsageError("--" + flag + " must be positive, got " + std::to_string(value));
+  if (!(value > 0))
+    throw UsageError("--" + flag + " must be positive, got " +
+                     (std::is_floating_point_v<T> ? short_number(double(value)) : std::to_string(value)));
   return value;
 }
 
@@ -180,13 +190,6 @@ template <typename T>
 T check_non_negative(const std::string& flag, T value) {
   if (value < 0) throw UsageError("--" + flag + " must be 0 or more, got " + std::to_string(value));
   return value;
-}
-
-// A number as a user would write it (1e-3, not 0.001000), for flag defaults and messages.
-inline std::string short_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 
 // A probability flag (dropout): in [0, 1); 1 would zero every activation.

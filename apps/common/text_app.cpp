@@ -1,7 +1,6 @@
 #include "common/text_app.h"
 
-#include <unistd.h>
-
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <csignal>
@@ -28,8 +27,9 @@ struct TextData {
 };
 
 // What a text model's weights mean beyond their shapes: its class names in output order, the
-// vocabulary its embedding rows belong to (a hash of its tokens, and which tokenizer), and
-// the sequence length it was trained at. Saved with checkpoints and --save-model (Run's
+// vocabulary its embedding rows belong to (a hash of its tokens, and which tokenizer), the
+// sequence length it was trained at, and --relabel's N ("none" without it: a set whose own
+// classes are named as relabel's, like the synthetic one's, would take other labels silently). Saved with checkpoints and --save-model (Run's
 // identity); a resume refuses another, and --eval-only takes the class names and length.
 // The vocabulary's part: its kind, size and the CRC-32C of its tokens, each ended by a line
 // break (as vocab.txt holds them).
@@ -41,11 +41,15 @@ std::string vocab_identity(const TextData& d) {
   std::snprintf(hex, sizeof hex, "%08x", unsigned(h));
   return nn::detail::cat(d.wordpiece ? "wordpiece" : "words", " ", tokens.size(), " ", hex);
 }
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
 std::map<std::string, std::string> identity(const TextData& d, const std::vector<std::string>& labels,
-                                            int64_t max_len) {
-  std::string joined;
-  for (const std::string& l : labels) joined += (joined.empty() ? "" : "\n") + l;
-  return {{"labels", joined}, {"vocab", vocab_identity(d)}, {"max_len", std::to_string(max_len)}};
+                                            int64_t max_len, int64_t relabel) {
+  return {{"labels", join(labels, "\n")}, {"vocab", vocab_identity(d)},
+          {"max_len", std::to_string(max_len)}, {"relabel", relabel ? std::to_string(relabel) : "none"}};
 }
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
@@ -53,12 +57,6 @@ std::vector<std::string> split_lines(const std::string& s) {
   for (size_t e; (e = s.find('\n', b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
   out.push_back(s.substr(b));
   return out;
-}
-
-std::string make_temp_dir() {
-  std::string t = (fs::temp_directory_path() / "libnn_text_XXXXXX").string();
-  NN_CHECK(mkdtemp(t.data()), "cannot create a temporary folder for the synthetic data");
-  return t;
 }
 
 nn::text::Encoded encode(const TextData& d, const std::vector<nn::text::TextExample>& ex,
@@ -188,7 +186,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   const bool eval_only = flag(a, "eval-only");
   if (eval_only && !a.count("load-model")) throw UsageError("--eval-only needs --load-model");
   if (eval_only)  // they would be ignored
-    for (const char* f : {"save-model", "checkpoint-dir", "resume", "tensorboard", "notify-cmd"})
+    for (const char* f : {"save-model", "checkpoint-dir", "resume", "tensorboard", "notify-cmd",
+                          "epochs", "lr", "weight-decay", "warmup", "clip", "vocab-size", "min-count"})
       if (a.count(f)) throw UsageError(std::string("--") + f + " goes with training, not --eval-only");
   if ((a.count("predictions") || a.count("shard")) && !eval_only)
     throw UsageError("--predictions and --shard go with --eval-only");
@@ -207,19 +206,29 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       throw UsageError("--shard must be I/N with 0 <= I < N, got '" + v + "'");
   }
   const std::string predictions_file = a.count("predictions") ? check_output_file(a, "predictions") : "";
-  if (a.count("data-dir") == a.count("data"))
+  if ((a.count("data-dir") > 0) == (a.count("data") > 0))
     throw UsageError("give either --data-dir DIR or --data synthetic");
   // Every flag is checked before the data is read (aclImdb takes a while to tokenise).
   if (a.count("data")) {
     check_choice("data", a["data"].as<std::string>(), {"synthetic"});
-    check_classes("synthetic-classes", a["synthetic-classes"].as<int64_t>());
-    // (reviews per class, written to a temporary folder: a few GB at the bound)
-    check_count("synthetic-size", a["synthetic-size"].as<int64_t>(), int64_t(1) << 20);
+    const int64_t classes = check_classes("synthetic-classes", a["synthetic-classes"].as<int64_t>());
+    const int64_t per = check_positive("synthetic-size", a["synthetic-size"].as<int64_t>());
+    // The set is generated in memory, in one thread (7 s at this bound, before a signal is
+    // looked at), about 3 KB a review with its ids at the default --max-len: 4 GB at this
+    // bound, aclImdb's 25,000 training reviews 40 times over. (For many classes on a smaller
+    // set, --relabel.)
+    constexpr int64_t kMaxSynthetic = int64_t(1) << 20;
+    if (per > kMaxSynthetic / classes)
+      throw UsageError("--synthetic-classes " + std::to_string(classes) + " x --synthetic-size " +
+                       std::to_string(per) + " is over " + std::to_string(kMaxSynthetic) +
+                       " training reviews; lower --synthetic-size (or --relabel N to measure many "
+                       "classes on a smaller set)");
   }
   if (a.count("relabel")) check_classes("relabel", a["relabel"].as<int64_t>());
   const int64_t vocab_size = check_positive("vocab-size", a["vocab-size"].as<int64_t>());
-  if (vocab_size < 4)  // [PAD], [UNK], [CLS], [SEP] come first
-    throw UsageError("--vocab-size must be at least 4, got " + std::to_string(vocab_size));
+  if (vocab_size < 5)  // [PAD], [UNK], [CLS], [SEP] come first, then the words
+    throw UsageError("--vocab-size must be at least 5 ([PAD], [UNK], [CLS], [SEP] and a word), got " +
+                     std::to_string(vocab_size));
   const int64_t min_count = check_positive("min-count", a["min-count"].as<int64_t>());
   check_rates(a, {"lr", "weight-decay", "clip"});
   check_fraction("warmup", a["warmup"].as<double>());
@@ -235,18 +244,9 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   // ---- data ---------------------------------------------------------------------------------
   // From here a SIGTERM/SIGINT/SIGHUP only raises a flag, looked at after each stage of the
   // preparation (reading a split, the vocabulary, encoding a split: aclImdb's take seconds to
-  // minutes each), and the synthetic set's temporary folder is removed either way.
+  // minutes each).
   nn::train::StopSignal::install();
   TextData d;
-  std::string root;
-  struct RemoveDir {
-    std::string dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
-    }
-  } synthetic;
-  std::string& synthetic_dir = synthetic.dir;
   // Data parallel: the ranks agree at each stage, so a signal that reached some of them
   // before it and others after still stops them all at the same one.
   auto stop_if_signalled = [&] {
@@ -258,20 +258,24 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
                  app.name.c_str(), sig);
     throw Stopped{sig};
   };
+  std::optional<nn::text::SyntheticText> synthetic;
   if (a.count("data")) {
-    const int64_t classes = a["synthetic-classes"].as<int64_t>();
     const int64_t per = a["synthetic-size"].as<int64_t>();
-    synthetic_dir = make_temp_dir();
-    nn::text::write_synthetic_text(synthetic_dir, classes, per, std::max<int64_t>(per / 4, 1), seed);
-    root = synthetic_dir;
-  } else {
-    root = a["data-dir"].as<std::string>();
+    synthetic = nn::text::make_synthetic_text(a["synthetic-classes"].as<int64_t>(), per,
+                                              std::max<int64_t>(per / 4, 1), seed);
   }
+  const std::string root = synthetic ? "the synthetic set" : a["data-dir"].as<std::string>();
   nn::train::Stopwatch prep;
   // A model saved with --save-model says what it was trained on (identity() above): its
   // class names spare --eval-only the training split, and its length is the default here.
   std::optional<nn::io::SafetensorsFile> loaded;
-  if (a.count("load-model")) loaded = nn::io::load_safetensors(a["load-model"].as<std::string>());
+  if (a.count("load-model")) {
+    loaded = nn::io::load_safetensors(a["load-model"].as<std::string>());
+    // (a model of another program failed later, on its vocabulary or a weight's name)
+    auto by = loaded->metadata.find("app");
+    NN_CHECK(by == loaded->metadata.end() || by->second == app.name, "'",
+             a["load-model"].as<std::string>(), "' was written by ", by->second, ", not ", app.name);
+  }
   auto saved = [&](const char* key) -> std::optional<std::string> {
     if (!loaded) return std::nullopt;
     auto it = loaded->metadata.find(std::string("model.") + key);
@@ -292,22 +296,28 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   if (eval_only && saved("labels") && !a.count("relabel")) {
     d.train.label_names = split_lines(*saved("labels"));
   } else {
-    d.train = nn::text::read_text_folder(root, "train");
+    d.train = synthetic ? std::move(synthetic->train) : nn::text::read_text_folder(root, "train");
     // Fine-tuning on other classes is allowed; the outputs are matched by position, so say so.
     if (auto l = saved("labels"); l && !a.count("relabel") && split_lines(*l) != d.train.label_names) {
-      auto list = [](const std::vector<std::string>& v) {
-        std::string s;
-        for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
-        return s;
-      };
       std::printf("%s: the model was trained on the classes (%s); this run trains its outputs, in "
-                  "order, on (%s)\n", app.name.c_str(), list(split_lines(*l)).c_str(),
-                  list(d.train.label_names).c_str());
+                  "order, on (%s)\n", app.name.c_str(), join(split_lines(*l), ", ").c_str(),
+                  join(d.train.label_names, ", ").c_str());
     }
   }
   stop_if_signalled();
-  d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
-  if (!synthetic_dir.empty()) fs::remove_all(synthetic_dir), synthetic_dir.clear();
+  if (!synthetic) {
+    d.test = nn::text::read_text_folder(root, "test", d.train.label_names);
+  } else {  // labelled by position in the training split's names, as the reader does
+    d.test = std::move(synthetic->test);
+    for (nn::text::TextExample& e : d.test.examples) {
+      const std::string& name = d.test.label_names[size_t(e.label)];
+      const auto it = std::find(d.train.label_names.begin(), d.train.label_names.end(), name);
+      NN_CHECK(it != d.train.label_names.end(), "the synthetic set's class '", name, "' is not "
+               "one of the model's classes (", join(d.train.label_names, ", "), ")");
+      e.label = int64_t(it - d.train.label_names.begin());
+    }
+    d.test.label_names = d.train.label_names;
+  }
   stop_if_signalled();
   if (a.count("relabel")) {
     const int64_t n = a["relabel"].as<int64_t>();
@@ -332,6 +342,10 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
         nn::text::tokenize_words(d.train.examples), vocab_size, min_count));
     vocab_note = "word vocabulary built from the training split";
   }
+  NN_CHECK(d.vocab_size() > 4, "the ", vocab_note, " holds no token but [PAD], [UNK], [CLS] and "
+           "[SEP], so every word would read as [UNK]",
+           d.vocab ? nn::detail::cat(" (no word of the training split is there --min-count ",
+                                     min_count, " times)") : std::string());
   // The vocabulary the model's embedding rows belong to (a model saved beside another run's
   // vocabulary, by a run killed between the two writes say, read the wrong tokens silently)
   if (auto v = saved("vocab")) {
@@ -349,6 +363,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   std::printf("%s: %lld train / %lld test reviews, %lld classes, %s (%lld tokens), prepared in %.1fs\n",
               app.name.c_str(), (long long)(train_set ? train_set->size() : 0), (long long)test_set->size(),
               (long long)classes, vocab_note.c_str(), (long long)d.vocab_size(), prep.seconds());
+  std::fflush(stdout);
 
   // ---- model --------------------------------------------------------------------------------
   auto model = app.make_model(a, d.vocab_size(), classes, max_len, d.pad_id(),
@@ -365,6 +380,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   model->to(dev);
   std::printf("%s: %lld parameters on %s, %s\n", app.name.c_str(), (long long)model->num_parameters(),
               apps::describe_device(dev).c_str(), precision.c_str());
+  std::fflush(stdout);  // a log file shows the set-up now, and keeps it if the run is killed
   nn::data::DataLoaderOptions lo;
   lo.batch_size = batch;
   lo.seed = seed;
@@ -432,7 +448,8 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
 
   Run run(app.name, a, argc, argv, par);
   Position pos = run.start({model.get(), &opt, &schedule, &scaler, nb, batch,
-                            identity(d, d.train.label_names, max_len)});
+                            identity(d, d.train.label_names, max_len,
+                                     a.count("relabel") ? a["relabel"].as<int64_t>() : 0)});
   for (int64_t epoch = pos.epoch; epoch <= epochs; ++epoch) {
     model->train();
     EpochMeter meter(run, pos, epochs, nb, dev);

@@ -127,6 +127,10 @@ PY
     "$mlp" --data-dir "$d" --epochs 2 --batch-size 16 --checkpoint-dir "$out/ck" --resume --max-len 64
   "$here/expect.sh" 1 "was trained with other vocab \(words [0-9]+ [0-9a-f]+, this run has words [0-9]+ [0-9a-f]+\)" -- \
     "$mlp" --data-dir "$d" --epochs 2 --batch-size 16 --checkpoint-dir "$out/ck" --resume --vocab-size 20
+  # and with --relabel where it had none, though the synthetic set's classes have relabel's names
+  "$mlp" --data synthetic --synthetic-size 20 --epochs 1 --checkpoint-dir "$out/cks" > /dev/null
+  "$here/expect.sh" 1 "was trained with other relabel \(none, this run has 2\)" -- \
+    "$mlp" --data synthetic --synthetic-size 20 --epochs 2 --checkpoint-dir "$out/cks" --resume --relabel 2
   # the transformer with a BERT-style WordPiece vocabulary (sub-words, [UNK] for the rest)
   { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n.\n!\n'; printf '%s\n' the film plot actors scene it was and a story \
       wonder "##ful" super "##b" moving brilliant delight awful boring dread tedious clumsy disaster \
@@ -166,7 +170,10 @@ bad_inputs)
     "$e" 2 "--relabel must be at least 2, got 1" -- "$app" --data-dir /nonexistent --relabel 1
     # sizes past any real run, refused before they take the machine's memory or disk
     "$e" 2 "--relabel must be at most 1048576" -- "$app" --data-dir /nonexistent --relabel 1000000000000
-    "$e" 2 "--synthetic-size must be at most 1048576" -- "$app" --data synthetic --synthetic-size 100000000
+    "$e" 2 "--synthetic-classes 2 x --synthetic-size 100000000 is over 1048576 training reviews" -- \
+         "$app" --data synthetic --synthetic-size 100000000
+    "$e" 2 "--synthetic-classes 20000 x --synthetic-size 1000 is over 1048576" -- "$app" --data synthetic \
+         --synthetic-classes 20000
     "$e" 2 "--layers must be at most 10000" -- "$app" --data-dir /nonexistent --layers 1000000000000
     "$e" 2 "--threads must be at most 1024" -- "$app" --data-dir /nonexistent --threads 100000
     "$e" 2 "--batch-size must be at most 16777216" -- "$app" --data-dir /nonexistent --batch-size 4611686018427387904
@@ -189,7 +196,10 @@ bad_inputs)
     "$e" 2 "--weight-decay must be a finite number >= 0" -- "$app" --data-dir /nonexistent --weight-decay -1
     "$e" 2 "--warmup must be in \[0, 1\], got 2" -- "$app" --data-dir /nonexistent --warmup 2
     "$e" 2 "--clip must be a finite number >= 0" -- "$app" --data-dir /nonexistent --clip -1
-    "$e" 2 "--vocab-size must be at least 4, got 2" -- "$app" --data-dir /nonexistent --vocab-size 2
+    "$e" 2 "--vocab-size must be at least 5 \(\[PAD\], \[UNK\], \[CLS\], \[SEP\] and a word\), got 4" -- \
+         "$app" --data-dir /nonexistent --vocab-size 4
+    "$e" 1 "holds no token but \[PAD\], \[UNK\], \[CLS\] and \[SEP\], so every word would read as \[UNK\] \(no word of the training split is there --min-count 1000000 times\)" -- \
+         "$app" --data synthetic --synthetic-size 20 --min-count 1000000
     "$e" 2 "--synthetic-classes must be at least 2, got 1" -- "$app" --data synthetic --synthetic-classes 1
     "$e" 2 "--synthetic-classes must be at most 1048576" -- "$app" --data synthetic --synthetic-classes 1000000000000
     # output files too (reading /nonexistent would fail with another message)
@@ -221,8 +231,11 @@ bad_inputs)
        --hidden 64 --heads 5
   # a model saved for 2 classes does not evaluate 3 (its class names are the first two)
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --save-model "$out/m2.st" >/dev/null
-  "$e" 1 "error: unknown label folder 'class_2'" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
+  "$e" 1 "error: the synthetic set's class 'class_2' is not one of the model's classes \(class_0, class_1\)" -- "$mlp" --data synthetic --synthetic-size 50 --synthetic-classes 3 \
        --eval-only --load-model "$out/m2.st"
+  # a model of the other program is refused by name
+  "$e" 1 "error: '$out/m2.st' was written by mlp_train, not transformer_train" -- "$tr" --data synthetic \
+       --synthetic-size 50 --eval-only --load-model "$out/m2.st"
   # a model beside another run's vocabulary (a run killed between the two writes) is refused
   "$mlp" --data synthetic --synthetic-size 50 --epochs 1 --vocab-size 20 --save-model "$out/m3.st" >/dev/null
   cp "$out/m3.st.vocab.txt" "$out/m4.st.vocab.txt"

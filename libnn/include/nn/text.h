@@ -8,8 +8,8 @@
 //   vocab.save("run/vocab.txt");   // beside the model: the ids mean nothing without it
 //   auto ds = std::make_shared<text::TextDataset>(
 //       text::encode_batch(train.examples, vocab, 256, /*add_cls_sep=*/false));
-//   for (auto& b : loader) {       // b.data: i64 (B, 256) ids, b.target: i64 (B) labels
-//     Tensor mask = text::padding_mask(b.data, vocab.pad_id());  // u8 (B, 256)
+//   for (auto& b : loader) {       // b.data: i64 (B, L <= 256) ids, b.target: i64 (B) labels
+//     Tensor mask = text::padding_mask(b.data, vocab.pad_id());  // u8 (B, L)
 //     ...
 //
 // Text is UTF-8 throughout. Tokens are always valid UTF-8 (invalid bytes in the input are
@@ -176,18 +176,22 @@ Encoded encode_batch(const std::vector<TextExample>& examples, const WordPiece& 
 Tensor padding_mask(const Tensor& ids, int64_t pad_id);
 
 // Pre-encoded examples for a DataLoader: get_batch gives {data = ids rows i64 (B, L),
-// target = labels i64 (B)}. The mask of a batch is padding_mask(batch.data, pad id), or
-// mask_rows(indices) when you pick rows yourself.
+// target = labels i64 (B)}. L is as long as the batch needs, not max_len: the longest of its
+// rows (up to its mask's last 1) rounded up to a multiple of 8, at most max_len, so that short
+// reviews cost no work on padding (a model masks the padding either way). The mask of a batch
+// is padding_mask(batch.data, pad id), or mask_rows(indices) when you pick rows yourself.
 class TextDataset : public data::Dataset {
  public:
   explicit TextDataset(Encoded encoded);
   int64_t size() const override { return enc_.ids.shape()[0]; }
   data::Batch get_batch(const std::vector<int64_t>& indices) const override;
   Tensor mask_rows(const std::vector<int64_t>& indices) const;  // u8 (B, L)
+  int64_t batch_length(const std::vector<int64_t>& indices) const;  // L above
   const Encoded& encoded() const { return enc_; }
 
  private:
   Encoded enc_;
+  std::vector<int64_t> lengths_;  // each row's mask up to its last 1
 };
 
 // ---- synthetic data -----------------------------------------------------------------------
@@ -201,5 +205,14 @@ class TextDataset : public data::Dataset {
 // ceiling rises (~95% for 10). The same seed writes the same files on every platform.
 void write_synthetic_text(const std::string& root, int64_t num_classes, int64_t per_class_train,
                           int64_t per_class_test, uint64_t seed);
+
+// The same set in memory, as read_text_folder reads back what write_synthetic_text writes
+// (the same examples in the same order, line breaks replaced, `source` the file's path in
+// that layout): for runs that need the data and no folder.
+struct SyntheticText {
+  TextSplit train, test;
+};
+SyntheticText make_synthetic_text(int64_t num_classes, int64_t per_class_train,
+                                  int64_t per_class_test, uint64_t seed);
 
 }  // namespace nn::text

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "data/folder.h"
+
 namespace nn::data {
 
 TensorDataset::TensorDataset(Tensor data, Tensor target)
@@ -37,7 +39,7 @@ std::string find_file(const std::string& root, const std::string& stem) {
 
 std::shared_ptr<TensorDataset> load_mnist(const std::string& root, bool train) {
   namespace fs = std::filesystem;
-  NN_CHECK(fs::is_directory(root), "MNIST data directory '", root, "' does not exist");
+  detail::check_folder(root, "MNIST data directory");
   const std::string split = train ? "train" : "t10k";
   std::string ip = find_file(root, split + "-images-idx3-ubyte");
   std::string lp = find_file(root, split + "-labels-idx1-ubyte");

@@ -9,7 +9,20 @@
 #include <system_error>
 #include <vector>
 
+#include <nn/error.h>
+
 namespace nn::data::detail {
+
+// Throws nn::Error unless `root` is a folder: "<what> '<root>' does not exist<more>", or
+// "... is a file, not a folder<more>".
+inline void check_folder(const std::string& root, const char* what, const std::string& more = "") {
+  std::error_code ec;
+  const auto st = std::filesystem::status(root, ec);
+  NN_CHECK(std::filesystem::exists(st), what, " '", root, "' does not exist", more);
+  NN_CHECK(std::filesystem::is_directory(st), what, " '", root, "' is ",
+           std::filesystem::is_regular_file(st) ? "a file" : "not a folder",
+           std::filesystem::is_regular_file(st) ? ", not a folder" : "", more);
+}
 
 // The sorted names in `dir` of its sub-folders (want_dirs) or of its other entries that
 // `keep` accepts (all of them without `keep`). Hidden entries (".git", macOS's "._x.jpg"

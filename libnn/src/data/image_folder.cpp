@@ -227,7 +227,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : opt
   NN_CHECK(opts.size > 0, "ImageFolder: size must be positive");
   NN_CHECK(opts.max_pixels >= 0, "ImageFolder: max_pixels must be 0 (no limit) or positive, got ",
            opts.max_pixels);
-  NN_CHECK(fs::is_directory(root), "image folder '", root, "' does not exist");
+  detail::check_folder(root, "image folder");
   // Every class must hold an image (as torchvision's ImageFolder demands).
   auto is_jpeg = [](const std::string& name) {
     std::string ext = fs::path(name).extension().string();

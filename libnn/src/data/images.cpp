@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/folder.h"
 #include "kernels/philox.h"
 
 namespace nn::data {
@@ -150,7 +151,7 @@ struct CifarLayout {
 };
 
 CifarLayout find_cifar(const std::string& root) {
-  NN_CHECK(fs::is_directory(root), "CIFAR data folder '", root, "' does not exist");
+  detail::check_folder(root, "CIFAR data folder");
   const fs::path r(root), ten = r / "cifar-10-batches-bin", hundred = r / "cifar-100-binary";
   if (fs::exists(r / "data_batch_1.bin")) return {r, false};
   if (fs::exists(r / "train.bin")) return {r, true};

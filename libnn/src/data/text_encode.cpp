@@ -3,6 +3,8 @@
 #include <nn/ops.h>
 #include <nn/text.h>
 
+#include <algorithm>
+
 #include "core/first_error.h"
 
 namespace nn::text {
@@ -89,18 +91,38 @@ TextDataset::TextDataset(Encoded encoded) : enc_(std::move(encoded)) {
            "TextDataset: expected labels as i64 (", ids.shape()[0], "), got ",
            labels.defined() ? dtype_name(labels.dtype()) : "undefined", " ",
            labels.defined() ? shape_str(labels.shape()) : "");
+  const Tensor m = mask.cpu().contiguous();
+  const int64_t n = m.shape()[0], len = m.shape()[1];
+  const uint8_t* p = m.data<uint8_t>();
+  lengths_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t l = len;
+    while (l > 0 && p[i * len + l - 1] == 0) --l;
+    lengths_[size_t(i)] = l;
+  }
+}
+
+int64_t TextDataset::batch_length(const std::vector<int64_t>& indices) const {
+  int64_t longest = 1;
+  for (int64_t i : indices) {
+    NN_CHECK(i >= 0 && i < size(), "TextDataset: index ", i, " out of range for ", size(),
+             " examples");
+    longest = std::max(longest, lengths_[size_t(i)]);
+  }
+  return std::min((longest + 7) / 8 * 8, enc_.ids.shape()[1]);
 }
 
 data::Batch TextDataset::get_batch(const std::vector<int64_t>& indices) const {
   NoGradGuard ng;
   Tensor idx = from_vector(indices, {int64_t(indices.size())}).to(enc_.ids.device());
-  return {index_select(enc_.ids, idx), index_select(enc_.labels, idx)};
+  return {index_select(enc_.ids.narrow(1, 0, batch_length(indices)), idx),
+          index_select(enc_.labels, idx)};
 }
 
 Tensor TextDataset::mask_rows(const std::vector<int64_t>& indices) const {
   NoGradGuard ng;
   Tensor idx = from_vector(indices, {int64_t(indices.size())}).to(enc_.mask.device());
-  return index_select(enc_.mask, idx);
+  return index_select(enc_.mask.narrow(1, 0, batch_length(indices)), idx);
 }
 
 }  // namespace nn::text

@@ -35,8 +35,8 @@ std::string read_file(const fs::path& p) {
 
 TextSplit read_split(const fs::path& root, const std::string& split,
                      const std::vector<std::string>& label_names) {
-  NN_CHECK(fs::is_directory(root), "text data folder '", root.string(), "' does not exist "
-           "(expected ", kLayout, ")");
+  data::detail::check_folder(root.string(), "text data folder",
+                             nn::detail::cat(" (expected ", kLayout, ")"));
   const fs::path dir = root / split;
   NN_CHECK(fs::is_directory(dir), "no '", split, "' folder in '", root.string(), "' (expected ",
            kLayout, ")");

@@ -108,39 +108,72 @@ std::string padded(int64_t value, int64_t below_this) {
   return std::string(width - std::min(width, s.size()), '0') + s;
 }
 
+
+void check_synthetic(const char* fn, int64_t num_classes, int64_t per_class_train,
+                     int64_t per_class_test) {
+  NN_CHECK(num_classes >= 2, fn, ": num_classes must be at least 2, got ", num_classes);
+  NN_CHECK(per_class_train >= 1 && per_class_test >= 1, fn, ": expected at least one example "
+           "per class in each split, got ", per_class_train, " (train) and ", per_class_test,
+           " (test)");
+}
+
+// The set's reviews in order (train then test, class by class, file by file), each passed to
+// emit(split, class, class folder, index in the folder, file name, text as written).
+template <typename Emit>
+void generate(int64_t num_classes, int64_t per_class_train, int64_t per_class_test,
+              uint64_t seed, const Emit& emit) {
+  const Words words = make_words(num_classes);
+  std::mt19937_64 rng(seed);
+  for (const char* split : {"train", "test"}) {
+    const int64_t per_class = std::string(split) == "train" ? per_class_train : per_class_test;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      const std::string label = "class_" + padded(c, num_classes);
+      for (int64_t n = 0; n < per_class; ++n)
+        emit(split, c, label, n, padded(n, per_class) + ".txt", review(words, c, num_classes, rng));
+    }
+  }
+}
 }  // namespace
 
 void write_synthetic_text(const std::string& root, int64_t num_classes, int64_t per_class_train,
                           int64_t per_class_test, uint64_t seed) {
-  NN_CHECK(num_classes >= 2, "write_synthetic_text: num_classes must be at least 2, got ",
-           num_classes);
-  NN_CHECK(per_class_train >= 1 && per_class_test >= 1, "write_synthetic_text: expected at "
-           "least one example per class in each split, got ", per_class_train, " (train) and ",
-           per_class_test, " (test)");
+  check_synthetic("write_synthetic_text", num_classes, per_class_train, per_class_test);
   // Stale files from an earlier, larger set would be read back with the new ones.
   for (const char* split : {"train", "test"})
     NN_CHECK(!fs::exists(fs::path(root) / split), "write_synthetic_text: '",
              (fs::path(root) / split).string(), "' already exists; expected a new folder");
-  const Words words = make_words(num_classes);
-  std::mt19937_64 rng(seed);
   try {
-    for (const char* split : {"train", "test"}) {
-      const int64_t per_class = std::string(split) == "train" ? per_class_train : per_class_test;
-      for (int64_t c = 0; c < num_classes; ++c) {
-        const fs::path dir = fs::path(root) / split / ("class_" + padded(c, num_classes));
-        fs::create_directories(dir);
-        for (int64_t n = 0; n < per_class; ++n) {
-          const fs::path file = dir / (padded(n, per_class) + ".txt");
-          std::ofstream f(file, std::ios::binary);
-          f << review(words, c, num_classes, rng);
-          f.close();
-          NN_CHECK(!f.fail(), "write_synthetic_text: cannot write '", file.string(), "'");
-        }
-      }
-    }
+    generate(num_classes, per_class_train, per_class_test, seed,
+             [&](const char* split, int64_t, const std::string& label, int64_t n,
+                 const std::string& name, const std::string& text) {
+               const fs::path dir = fs::path(root) / split / label;
+               if (n == 0) fs::create_directories(dir);
+               const fs::path file = dir / name;
+               std::ofstream f(file, std::ios::binary);
+               f << text;
+               f.close();
+               NN_CHECK(!f.fail(), "write_synthetic_text: cannot write '", file.string(), "'");
+             });
   } catch (const fs::filesystem_error& e) {
     NN_ERROR("write_synthetic_text: cannot create the folders under '", root, "': ", e.what());
   }
+}
+
+SyntheticText make_synthetic_text(int64_t num_classes, int64_t per_class_train,
+                                  int64_t per_class_test, uint64_t seed) {
+  check_synthetic("make_synthetic_text", num_classes, per_class_train, per_class_test);
+  SyntheticText out;
+  out.train.examples.reserve(size_t(num_classes * per_class_train));
+  out.test.examples.reserve(size_t(num_classes * per_class_test));
+  generate(num_classes, per_class_train, per_class_test, seed,
+           [&](const char* split, int64_t c, const std::string& label, int64_t n,
+               const std::string& name, const std::string& text) {
+             TextSplit& s = std::string(split) == "train" ? out.train : out.test;
+             if (n == 0) s.label_names.push_back(label);
+             s.examples.push_back({replace_html_breaks(text), c,
+                                   std::string(split) + "/" + label + "/" + name});
+           });
+  return out;
 }
 
 }  // namespace nn::text
