@@ -59,9 +59,12 @@ void add_run_options(cxxopts::Options& opts) {
 
 void check_run_options(const cxxopts::ParseResult& a, const Parallel& par) {
   const bool has_dir = a.count("checkpoint-dir") > 0, resume = flag(a, "resume");
-  if (has_dir && a["keep-last"].as<int>() < 1) throw UsageError("--keep-last must be at least 1");
-  if (a["checkpoint-every"].as<int64_t>() < 0 || a["log-every"].as<int64_t>() < 1)
-    throw UsageError("--checkpoint-every must be >= 0 and --log-every >= 1");
+  if (a["keep-last"].as<int>() < 1)
+    throw UsageError("--keep-last must be at least 1, got " + std::to_string(a["keep-last"].as<int>()));
+  if (a["checkpoint-every"].as<int64_t>() < 0)
+    throw UsageError("--checkpoint-every must be 0 or more, got " +
+                     std::to_string(a["checkpoint-every"].as<int64_t>()));
+  check_positive("log-every", a["log-every"].as<int64_t>());
   if (resume && !has_dir) throw UsageError("--resume needs --checkpoint-dir");
   // A fresh run among another run's checkpoints would have its own pruned as they are
   // written, and a later --resume would continue the other run.

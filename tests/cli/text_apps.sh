@@ -192,6 +192,9 @@ bad_inputs)
     echo "a fine film" > "$out/one/train/pos/1.txt"; echo "a fine film" > "$out/one/test/pos/1.txt"
     "$e" 1 "has one class folder \('pos'\): a classifier needs at least two" -- "$app" --data-dir "$out/one"
     "$e" 2 "--min-count must be positive" -- "$app" --data-dir /nonexistent --min-count 0
+    "$e" 2 "--log-every must be positive, got 0" -- "$app" --data-dir /nonexistent --log-every 0
+    "$e" 2 "--keep-last must be at least 1, got 0" -- "$app" --data-dir /nonexistent --keep-last 0
+    "$e" 2 "--checkpoint-every must be 0 or more, got -1" -- "$app" --data-dir /nonexistent --checkpoint-every -1
     "$e" 2 "--lr must be a finite number >= 0, got -0.001" -- "$app" --data-dir /nonexistent --lr -1e-3
     "$e" 2 "--weight-decay must be a finite number >= 0" -- "$app" --data-dir /nonexistent --weight-decay -1
     "$e" 2 "--warmup must be in \[0, 1\], got 2" -- "$app" --data-dir /nonexistent --warmup 2
