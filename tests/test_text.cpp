@@ -378,6 +378,14 @@ TEST_CASE("encode_batch pads, truncates and masks, and TextDataset serves rows",
   REQUIRE(text::TextDataset(text::encode_batch({{"", 0, ""}}, v, 20, false)).get_batch({0}).data.shape() ==
           Shape{1, 8});
   REQUIRE_ERROR("index 4 out of range for 4 examples", wide.get_batch({4}));
+  REQUIRE(wide.get_batch({}).data.shape() == Shape{0, 8});
+  // rounded up past max_len: max_len (a row of 17 tokens at 20)
+  auto seventeen = text::encode_batch({{"a b c d e f g a b c d e f g a b c", 0, ""}}, v, 20, false);
+  REQUIRE(text::TextDataset(seventeen).get_batch({0}).data.shape() == Shape{1, 20});
+  // trim_padding off: max_len always
+  text::TextDataset full(longer, false);
+  REQUIRE(full.get_batch({0, 3}).data.shape() == Shape{2, 20});
+  REQUIRE(full.mask_rows({0, 3}).shape() == Shape{2, 20});
   auto bad = plain;
   bad.labels = from_vector<int64_t>({0, 1}, {2});
   REQUIRE_ERROR("expected labels as i64 (4), got i64 [2]", text::TextDataset{bad});

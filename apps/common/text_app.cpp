@@ -29,8 +29,9 @@ struct TextData {
 // What a text model's weights mean beyond their shapes: its class names in output order, the
 // vocabulary its embedding rows belong to (a hash of its tokens, and which tokenizer), the
 // sequence length it was trained at, and --relabel's N ("none" without it: a set whose own
-// classes are named as relabel's, like the synthetic one's, would take other labels silently). Saved with checkpoints and --save-model (Run's
-// identity); a resume refuses another, and --eval-only takes the class names and length.
+// classes are named as relabel's, like the synthetic one's, would take other labels
+// silently). Saved with checkpoints and --save-model (Run's identity); a resume refuses
+// another, and --eval-only takes the class names and length.
 // The vocabulary's part: its kind, size and the CRC-32C of its tokens, each ended by a line
 // break (as vocab.txt holds them).
 std::string vocab_identity(const TextData& d) {
@@ -317,6 +318,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
       e.label = int64_t(it - d.train.label_names.begin());
     }
     d.test.label_names = d.train.label_names;
+    synthetic.reset();  // (its training split, where --eval-only took the model's classes)
   }
   stop_if_signalled();
   if (a.count("relabel")) {
@@ -328,6 +330,7 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
   NN_CHECK(classes >= 2, "the training split of '", root, "' has one class folder ('",
            d.train.label_names.at(0), "'): a classifier needs at least two");
   std::string vocab_note;
+  const bool built_vocab = !a.count("vocab") && !a.count("load-model");
   if (a.count("vocab")) {
     d.wordpiece = std::make_unique<nn::text::WordPiece>(nn::text::Vocab::load(a["vocab"].as<std::string>()));
     vocab_note = "WordPiece vocabulary " + a["vocab"].as<std::string>();
@@ -342,10 +345,15 @@ int run_text_app(const TextApp& app, int argc, char** argv) {
         nn::text::tokenize_words(d.train.examples), vocab_size, min_count));
     vocab_note = "word vocabulary built from the training split";
   }
-  NN_CHECK(d.vocab_size() > 4, "the ", vocab_note, " holds no token but [PAD], [UNK], [CLS] and "
-           "[SEP], so every word would read as [UNK]",
-           d.vocab ? nn::detail::cat(" (no word of the training split is there --min-count ",
-                                     min_count, " times)") : std::string());
+  {
+    const auto& tokens = d.wordpiece ? d.wordpiece->vocab().tokens() : d.vocab->tokens();
+    const bool words = std::any_of(tokens.begin(), tokens.end(), [](const std::string& t) {
+      return t.size() < 2 || t.front() != '[' || t.back() != ']';  // ([PAD], [unused0], ...)
+    });
+    NN_CHECK(words, "the ", vocab_note, " holds only special tokens such as [PAD] and [UNK], so "
+             "every word would read as [UNK]", built_vocab ? nn::detail::cat(" (no word of the "
+             "training split is there --min-count ", min_count, " times)") : std::string());
+  }
   // The vocabulary the model's embedding rows belong to (a model saved beside another run's
   // vocabulary, by a run killed between the two writes say, read the wrong tokens silently)
   if (auto v = saved("vocab")) {

@@ -72,6 +72,7 @@ PY
 t="$bin/text_bench"
 "$e" 2 "--models must be one of mlp, bert, got 'gpt'" -- "$t" --models mlp,gpt
 "$e" 2 "--classes must list positive whole numbers, got '0'" -- "$t" --classes 2,0
+"$e" 2 "--classes must be at least 2, got 1" -- "$t" --classes 2,1
 "$e" 2 "--classes must list positive whole numbers, got 'ten'" -- "$t" --classes ten
 "$e" 2 "--classes names nothing" -- "$t" --classes ,
 "$e" 2 "--models has an empty item: 'mlp,'" -- "$t" --models mlp,
@@ -118,6 +119,10 @@ v="$bin/conv_bench"
 "$e" 2 "--reps must be positive, got 0" -- "$v" --reps 0
 "$e" 2 "--batch-size must be positive, got -2" -- "$v" --batch-size -2
 "$e" 2 "--device: unknown device 'tpu'" -- "$v" --device tpu
+# no usable device: the error before the table (no device visible, even on a GPU machine)
+rc=0; CUDA_VISIBLE_DEVICES= "$v" --device cuda > "$out/v.log" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] && grep -q "error: device cuda:0 asked for" "$out/v.log" && ! grep -q "layer (in->out" "$out/v.log" ||
+  { echo "conv_bench --device cuda without a device: exit $rc:"; cat "$out/v.log"; exit 1; }
 
 n="$bin/rnn_bench"
 "$e" 2 "--cells must be one of lstm, gru, rnn, got 'elman'" -- "$n" --cells lstm,elman

@@ -201,7 +201,7 @@ bad_inputs)
     "$e" 2 "--clip must be a finite number >= 0" -- "$app" --data-dir /nonexistent --clip -1
     "$e" 2 "--vocab-size must be at least 5 \(\[PAD\], \[UNK\], \[CLS\], \[SEP\] and a word\), got 4" -- \
          "$app" --data-dir /nonexistent --vocab-size 4
-    "$e" 1 "holds no token but \[PAD\], \[UNK\], \[CLS\] and \[SEP\], so every word would read as \[UNK\] \(no word of the training split is there --min-count 1000000 times\)" -- \
+    "$e" 1 "holds only special tokens such as \[PAD\] and \[UNK\], so every word would read as \[UNK\] \(no word of the training split is there --min-count 1000000 times\)" -- \
          "$app" --data synthetic --synthetic-size 20 --min-count 1000000
     "$e" 2 "--synthetic-classes must be at least 2, got 1" -- "$app" --data synthetic --synthetic-classes 1
     "$e" 2 "--synthetic-classes must be at most 1048576" -- "$app" --data synthetic --synthetic-classes 1000000000000
@@ -216,6 +216,12 @@ bad_inputs)
        --attention-dropout 1.5
   "$e" 2 "--save-model goes with training, not --eval-only" -- "$mlp" --data-dir /nonexistent \
        --eval-only --load-model "$out/none.st" --save-model "$out/again.st"
+  "$e" 2 "--epochs goes with training, not --eval-only" -- "$mlp" --data-dir /nonexistent \
+       --eval-only --load-model "$out/none.st" --epochs 5
+  "$e" 2 "--min-count goes with training, not --eval-only" -- "$mlp" --data-dir /nonexistent \
+       --eval-only --load-model "$out/none.st" --min-count 3
+  "$e" 2 "give either --data-dir DIR or --data synthetic" -- "$mlp" --data synthetic --data synthetic \
+       --data-dir /nonexistent
   "$e" 2 "--norm pre cannot use them" -- "$tr" --data-dir /nonexistent --pretrained "$out/none.st" --norm pre
   # a vocabulary built from the data would load the checkpoint's embeddings for other words
   "$e" 2 "--pretrained needs the checkpoint's own vocabulary: pass its vocab.txt with --vocab" -- \

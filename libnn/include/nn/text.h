@@ -176,13 +176,15 @@ Encoded encode_batch(const std::vector<TextExample>& examples, const WordPiece& 
 Tensor padding_mask(const Tensor& ids, int64_t pad_id);
 
 // Pre-encoded examples for a DataLoader: get_batch gives {data = ids rows i64 (B, L),
-// target = labels i64 (B)}. L is as long as the batch needs, not max_len: the longest of its
-// rows (up to its mask's last 1) rounded up to a multiple of 8, at most max_len, so that short
-// reviews cost no work on padding (a model masks the padding either way). The mask of a batch
-// is padding_mask(batch.data, pad id), or mask_rows(indices) when you pick rows yourself.
+// target = labels i64 (B)}. With trim_padding (the default) L is as long as the batch needs,
+// not max_len: the longest of its rows (a row ends at its mask's last 1; a batch of empty
+// rows counts as 1 long) rounded up to a multiple of 8, at most max_len, so that short
+// reviews cost no work on padding (a model masks the padding either way); without it, L is
+// max_len. The rows' lengths are read from the mask once, here. The mask of a batch is
+// padding_mask(batch.data, pad id), or mask_rows(indices) when you pick rows yourself.
 class TextDataset : public data::Dataset {
  public:
-  explicit TextDataset(Encoded encoded);
+  explicit TextDataset(Encoded encoded, bool trim_padding = true);
   int64_t size() const override { return enc_.ids.shape()[0]; }
   data::Batch get_batch(const std::vector<int64_t>& indices) const override;
   Tensor mask_rows(const std::vector<int64_t>& indices) const;  // u8 (B, L)
@@ -190,7 +192,10 @@ class TextDataset : public data::Dataset {
   const Encoded& encoded() const { return enc_; }
 
  private:
+  Tensor rows(const Tensor& t, const std::vector<int64_t>& indices) const;  // (B, L)
+
   Encoded enc_;
+  bool trim_;
   std::vector<int64_t> lengths_;  // each row's mask up to its last 1
 };
 
@@ -207,8 +212,8 @@ void write_synthetic_text(const std::string& root, int64_t num_classes, int64_t 
                           int64_t per_class_test, uint64_t seed);
 
 // The same set in memory, as read_text_folder reads back what write_synthetic_text writes
-// (the same examples in the same order, line breaks replaced, `source` the file's path in
-// that layout): for runs that need the data and no folder.
+// (the same examples in the same order, each <br /> a space, `source` the file's path in that
+// layout): for runs that need the data and no folder.
 struct SyntheticText {
   TextSplit train, test;
 };

@@ -77,7 +77,8 @@ Tensor padding_mask(const Tensor& ids, int64_t pad_id) {
   return ne(ids, full({}, double(pad_id), ids.options())).to(kU8);
 }
 
-TextDataset::TextDataset(Encoded encoded) : enc_(std::move(encoded)) {
+TextDataset::TextDataset(Encoded encoded, bool trim_padding)
+    : enc_(std::move(encoded)), trim_(trim_padding) {
   const auto& [ids, mask, labels] = enc_;
   NN_CHECK(ids.defined() && ids.dtype() == kI64 && ids.dim() == 2, "TextDataset: expected ids "
            "as i64 (N, max_len), got ", ids.defined() ? dtype_name(ids.dtype()) : "undefined",
@@ -109,20 +110,27 @@ int64_t TextDataset::batch_length(const std::vector<int64_t>& indices) const {
              " examples");
     longest = std::max(longest, lengths_[size_t(i)]);
   }
-  return std::min((longest + 7) / 8 * 8, enc_.ids.shape()[1]);
+  const int64_t max_len = enc_.ids.shape()[1];
+  return trim_ ? std::min((longest + 7) / 8 * 8, max_len) : max_len;
+}
+
+Tensor TextDataset::rows(const Tensor& t, const std::vector<int64_t>& indices) const {
+  NoGradGuard ng;
+  const int64_t len = batch_length(indices);  // (checks the indices first)
+  // The rows gathered whole, then cut: a narrowed table would be copied whole to gather from.
+  Tensor out = index_select(t, from_vector(indices, {int64_t(indices.size())}).to(t.device()));
+  return len == out.shape()[1] ? out : out.narrow(1, 0, len).contiguous();
 }
 
 data::Batch TextDataset::get_batch(const std::vector<int64_t>& indices) const {
   NoGradGuard ng;
-  Tensor idx = from_vector(indices, {int64_t(indices.size())}).to(enc_.ids.device());
-  return {index_select(enc_.ids.narrow(1, 0, batch_length(indices)), idx),
-          index_select(enc_.labels, idx)};
+  Tensor ids = rows(enc_.ids, indices);  // (checks the indices)
+  return {ids, index_select(enc_.labels, from_vector(indices, {int64_t(indices.size())})
+                                             .to(enc_.labels.device()))};
 }
 
 Tensor TextDataset::mask_rows(const std::vector<int64_t>& indices) const {
-  NoGradGuard ng;
-  Tensor idx = from_vector(indices, {int64_t(indices.size())}).to(enc_.mask.device());
-  return index_select(enc_.mask.narrow(1, 0, batch_length(indices)), idx);
+  return rows(enc_.mask, indices);
 }
 
 }  // namespace nn::text

@@ -108,13 +108,16 @@ std::string padded(int64_t value, int64_t below_this) {
   return std::string(width - std::min(width, s.size()), '0') + s;
 }
 
-
 void check_synthetic(const char* fn, int64_t num_classes, int64_t per_class_train,
                      int64_t per_class_test) {
   NN_CHECK(num_classes >= 2, fn, ": num_classes must be at least 2, got ", num_classes);
   NN_CHECK(per_class_train >= 1 && per_class_test >= 1, fn, ": expected at least one example "
            "per class in each split, got ", per_class_train, " (train) and ", per_class_test,
            " (test)");
+  constexpr int64_t kMost = int64_t(1) << 32;  // examples in a split: far past any memory
+  for (const int64_t per : {per_class_train, per_class_test})
+    NN_CHECK(per <= kMost / num_classes, fn, ": ", num_classes, " classes x ", per,
+             " examples is over ", kMost, " examples in a split");
 }
 
 // The set's reviews in order (train then test, class by class, file by file), each passed to

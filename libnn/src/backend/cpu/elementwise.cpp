@@ -271,12 +271,16 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
       if constexpr (copy_through_f32<TD, TS>()) {
         // The f32 temporary holds src's distinct elements: a broadcast source (stride 0)
         // is converted once and expanded again into dst.
-        Shape distinct = src.shape();
-        for (size_t d = 0; d < distinct.size(); ++d)
-          if (src.strides()[d] == 0) distinct[d] = 1;
+        Shape distinct = src.shape(), wide(src.dim());  // wide: f's strides, 0 where src's are
+        int64_t step = 1;
+        for (int64_t d = src.dim() - 1; d >= 0; --d) {
+          if (src.strides()[size_t(d)] == 0) distinct[size_t(d)] = 1;
+          wide[size_t(d)] = src.strides()[size_t(d)] == 0 ? 0 : step;
+          step *= distinct[size_t(d)];
+        }
         Tensor f = empty(distinct, TensorOptions(DType::f32).device(src.device()));
         copy(make_view(src, distinct, src.strides(), src.offset()), f);
-        copy(f.expand(src.shape()), dst);
+        copy(make_view(f, src.shape(), wide, 0), dst);
       } else {
         map<TD, TS>(dst, [](TS v) { return convert<TD>(v); }, src);
       }
