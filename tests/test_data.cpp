@@ -760,3 +760,23 @@ TEST_CASE("synthetic_images: balanced, reproducible, and a different seed gives 
   REQUIRE(test::error_of([] { data::synthetic_images(4, 0, 8, 0); }).find("classes must be positive") !=
           std::string::npos);
 }
+
+TEST_CASE("DataLoader: a loop over the loader inside another is refused, not hung",
+          "[data][errors]") {
+  auto ds = std::make_shared<data::TensorDataset>(arange(8.0).reshape({8, 1}), arange(8.0));
+  for (const bool prefetch : {true, false}) {
+    INFO("prefetch " << prefetch);
+    data::DataLoaderOptions o;
+    o.batch_size = 2;
+    o.prefetch = prefetch;
+    data::DataLoader dl(ds, o);
+    auto outer = dl.begin();
+    int64_t inner = 0;
+    for (auto& b : dl) inner += b.data.shape()[0];
+    REQUIRE(inner == 8);
+    test::require_error("this iteration was ended by a newer begin()", [&] { ++outer; });
+    int64_t again = 0;  // a new iteration still works
+    for (auto& b : dl) again += b.data.shape()[0];
+    REQUIRE(again == 8);
+  }
+}

@@ -304,3 +304,19 @@ TEST_CASE("load_state_dict takes older PyTorch checkpoints", "[nn]") {
     if (n != "running_var") no_var.emplace_back(n, t);
   CHECK(test::error_of([&] { b.load_state_dict(no_var); }).find("'running_var' is missing") != std::string::npos);
 }
+
+TEST_CASE("a module cannot hold itself, and BatchNorm2d takes 4-d input", "[nn][errors]") {
+  auto m = std::make_shared<Module>();
+  test::require_error("child module 'self' is this module or holds it",
+                      [&] { m->register_module("self", m); });
+  auto a = std::make_shared<Sequential>(), b = std::make_shared<Sequential>();
+  a->push_back(b);
+  test::require_error("is this module or holds it", [&] { b->push_back(a); });
+  auto shared = std::make_shared<Linear>(2, 2);  // the same child twice is no cycle
+  a->push_back(shared);
+  a->push_back(shared);
+  REQUIRE(a->parameters().size() == 2);
+  BatchNorm2d bn(3);
+  test::require_error("BatchNorm2d: expected a 4-d (N, C, H, W) input, got [2, 3, 5]",
+                      [&] { bn.forward(ones({2, 3, 5})); });
+}

@@ -397,3 +397,30 @@ TEST_CASE("optimizers take frozen parameters and leave them", "[optim]") {
   CHECK(test::error_of([&] { optim::SGD({mul(leaf, 2.0)}, optim::SGDOptions(0.1)); })
             .find("every parameter must be a leaf tensor") != std::string::npos);
 }
+
+TEST_CASE("a step refuses a parameter whose data changed shape or layout, before any update",
+          "[optim][errors]") {
+  for (const bool adam : {false, true}) {
+    INFO((adam ? "AdamW" : "SGD"));
+    Tensor x = ones({2}).requires_grad_(), y = ones({2}).requires_grad_();
+    std::unique_ptr<optim::Optimizer> o;
+    if (adam) o = std::make_unique<optim::AdamW>(std::vector<Tensor>{x, y}, optim::AdamWOptions(0.1));
+    else o = std::make_unique<optim::SGD>(std::vector<Tensor>{x, y}, optim::SGDOptions(0.1));
+    (x * y).sum().backward();
+    y.set_data(ones({1 << 20}));  // (read past the gradient's two floats, it crashed)
+    test::require_error("a gradient of shape [2] for a parameter of shape [1048576]", [&] { o->step(); });
+    REQUIRE(x.to_vector<float>() == std::vector<float>{1, 1});  // x, before y, not stepped either
+    y.set_data(zeros({4}).slice(0, 0, 4, 2));  // [2], every other element
+    REQUIRE(!y.is_contiguous());
+    test::require_error("parameters must be contiguous", [&] { o->step(); });
+    y.set_data(ones({2}));
+    o->step();
+    if (adam) {  // state made for [2]: a parameter now of another shape is refused
+      y.set_data(ones({3}));
+      y.set_grad(ones({3}));
+      test::require_error("has shape [2]: its data changed shape after a step", [&] { o->step(); });
+    }
+  }
+  Tensor z = ones({2}).requires_grad_();
+  test::require_error("cannot take i64 data", [&] { z.set_data(ones({2}, kI64)); });
+}

@@ -788,3 +788,25 @@ TEST_CASE("pad: reflect, replicate and circular, as torch's F.pad modes", "[tens
   REQUIRE(has(test::error_of([&] { pad(zeros({2, 0}), {1, 1}, PadMode::replicate); }), "empty dim 1"));
   REQUIRE(has(test::error_of([&] { pad(x, {1}, PadMode::reflect); }), "two amounts per padded dim"));
 }
+
+TEST_CASE("factories and reads refuse what they cannot do exactly", "[tensor][errors]") {
+  test::require_error("from_blob: a null pointer for 3 elements", [] { from_blob(nullptr, {3}, kF32); });
+  REQUIRE(from_blob(nullptr, {0}, kF32).numel() == 0);
+  test::require_error("has too many elements", [] { ones({1, 1}).expand({int64_t(1) << 40, int64_t(1) << 40}); });
+  // a floating dtype's exact integers: no draw rounds to high
+  test::require_error("does not fit a bf16 tensor (its integers are exact in [-256, 256])",
+                      [] { randint(0, 1000, {4}, kBF16); });
+  test::require_error("does not fit a f16 tensor", [] { randint(0, 2050, {4}, kF16); });
+  const Tensor r = randint(0, 257, {20000}, kBF16);
+  const std::vector<float> v = r.to_vector<float>();
+  REQUIRE(*std::max_element(v.begin(), v.end()) <= 256.f);
+  REQUIRE(*std::min_element(v.begin(), v.end()) >= 0.f);
+  // item<int32_t>, item<int64_t>: a value the type cannot hold throws
+  test::require_error("item(): 5000000000 does not fit int32_t",
+                      [] { full({}, 5e9, kI64).item<int32_t>(); });
+  REQUIRE(full({}, 5e9, kI64).item<int64_t>() == 5000000000);
+  REQUIRE(full({}, -2147483648.0, kI64).item<int32_t>() == INT32_MIN);
+  test::require_error("does not fit int64_t", [] { full({}, 1e30, kF64).item<int64_t>(); });
+  test::require_error("does not fit int32_t", [] { full({}, NAN, kF32).item<int32_t>(); });
+  REQUIRE(full({}, -3.75, kF32).item<int32_t>() == -3);
+}

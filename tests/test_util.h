@@ -246,4 +246,13 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// Requires that `f` throws an nn::Error whose message contains `part`.
+template <typename F>
+void require_error(const std::string& part, F&& f) {
+  const std::string message = error_of(f);
+  INFO("message: " << message);
+  INFO("expected to contain: " << part);
+  REQUIRE(message.find(part) != std::string::npos);
+}
+
 }  // namespace test

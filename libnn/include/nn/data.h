@@ -171,7 +171,9 @@ struct DataLoaderOptions {
 // batch whose samples fail to load throws from begin() or ++ (with or without prefetch);
 // the iteration can go on past it, as PyTorch's does, to the next batch: after ++ threw,
 // with the next ++; after begin() threw (the epoch's first batch), with the next begin(),
-// which goes on in the same epoch from the batch after it.
+// which goes on in the same epoch from the batch after it. One iteration at a time: a
+// begin() ends the one before it, whose iterator then throws on ++ (a loop over a loader
+// nested in a loop over the same loader).
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions opts);
@@ -200,13 +202,15 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    Iterator(DataLoader* dl, int64_t index) : dl_(dl), index_(index) {}
+    Iterator(DataLoader* dl, int64_t index, uint64_t iteration)
+        : dl_(dl), index_(index), iteration_(iteration) {}
     DataLoader* dl_;
     int64_t index_;
+    uint64_t iteration_;  // the begin() it came from
     Batch current_;
   };
   Iterator begin();
-  Iterator end() { return Iterator(this, num_batches()); }
+  Iterator end() { return Iterator(this, num_batches(), iteration_); }
 
  private:
   Batch make_batch(int64_t b) const;
@@ -218,6 +222,7 @@ class DataLoader {
   int64_t epoch_ = 0, start_batch_ = 0;
   std::vector<int64_t> order_;
   int64_t order_epoch_ = 0;  // the epoch order_ belongs to
+  uint64_t iteration_ = 0;   // begin() calls so far
   // background producer
   std::thread worker_;
   std::mutex mu_;

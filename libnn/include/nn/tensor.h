@@ -115,11 +115,21 @@ class Tensor {
   Tensor contiguous(MemoryFormat f) const;  // differentiable; channels_last needs 4-d
   Tensor clone() const;          // differentiable; always a fresh contiguous copy
   double item() const;           // one element, as double (reads back from the device)
-  // One element as T; i64 and i32 read exactly (not through double, which has 53 bits).
+  // One element as T; i64 and i32 read exactly (not through double, which has 53 bits), and
+  // a value T cannot hold (or a NaN) throws, as libtorch's item<T>() does.
   template <typename T> T item() const {
     if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int32_t>) {
       NN_CHECK(numel() == 1, "item(): tensor has ", numel(), " elements, expected exactly one");
-      return to_vector<T>()[0];
+      constexpr bool i32 = std::is_same_v<T, int32_t>;
+      if (is_floating(dtype())) {
+        const double d = item();  // (i64's range: [-2^63, 2^63))
+        NN_CHECK(d >= (i32 ? -2147483648.0 : -9223372036854775808.0) &&
+                     d < (i32 ? 2147483648.0 : 9223372036854775808.0),
+                 "item(): ", d, " does not fit ", i32 ? "int32_t" : "int64_t");
+      }
+      const int64_t v = to_vector<int64_t>()[0];
+      NN_CHECK(!i32 || (v >= INT32_MIN && v <= INT32_MAX), "item(): ", v, " does not fit int32_t");
+      return T(v);
     } else {
       return static_cast<T>(item());
     }

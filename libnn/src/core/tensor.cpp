@@ -170,7 +170,7 @@ Shape contiguous_strides(const Shape& shape) {
   return st;
 }
 
-Tensor empty(const Shape& shape, TensorOptions opts) {
+int64_t checked_numel(const Shape& shape) {
   int64_t n = 1, bound = 1;  // bound: the product of max(s, 1), so a 0 dim hides no overflow
   for (int64_t s : shape) {
     NN_CHECK(s >= 0, "negative dimension in shape ", shape_str(shape));
@@ -179,6 +179,11 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
              "shape ", shape_str(shape), " has too many elements");
     n *= s;
   }
+  return n;
+}
+
+Tensor empty(const Shape& shape, TensorOptions opts) {
+  const int64_t n = checked_numel(shape);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(size_t(n) * element_size(opts.dtype_), opts.device_);
   impl->shape = shape;
@@ -247,10 +252,19 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   NN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
   // both ends values of the dtype (as PyTorch checks): a draw is never wrapped into another
+  // (a floating dtype: its exact integers, as PyTorch's random_ checks, so no draw rounds to
+  // high or past it)
   const DType dt = opts.dtype_;
-  const auto [lo, hi] = integer_range(dt);
+  auto [lo, hi] = integer_range(dt);
+  if (is_floating(dt)) {
+    const int digits = dt == kF16 ? 11 : dt == kBF16 ? 8 : dt == kF32 ? 24 : 53;
+    hi = int64_t(1) << digits;
+    lo = -hi;
+  }
   NN_CHECK(low >= lo && high - 1 <= hi, "randint: the range [", low, ", ", high,
-           ") does not fit a ", dtype_name(dt), " tensor");
+           ") does not fit a ", dtype_name(dt), " tensor",
+           is_floating(dt) ? detail::cat(" (its integers are exact in [", lo, ", ", hi, "])")
+                           : std::string());
   // element i: a 64-bit word (lanes 2(i % 2) and 2(i % 2) + 1 of counter block offset + i / 2)
   // scaled into [0, high - low) by a 128-bit product (every value reachable, bias below
   // (high - low) / 2^64), computed on the CPU then moved
@@ -272,6 +286,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
 
 Tensor from_blob(const void* data, const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, TensorOptions(dtype).device(device));
+  NN_CHECK(data || t.numel() == 0, "from_blob: a null pointer for ", t.numel(), " elements");
   if (t.numel() > 0) backend::of(t).upload(data, t);
   return t;
 }
@@ -434,6 +449,8 @@ Tensor Tensor::detach() const {
 void Tensor::set_data(const Tensor& other) {
   auto& im = impl_of(*this);
   auto& o = impl_of(other);
+  NN_CHECK(!im.requires_grad || is_floating(o.dtype), "set_data: a tensor that requires grad "
+           "cannot take ", dtype_name(o.dtype), " data (only floating tensors can require grad)");
   im.storage = o.storage;
   im.shape = o.shape;
   im.strides = o.strides;

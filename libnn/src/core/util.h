@@ -23,6 +23,9 @@ inline MemoryFormat format_of(const Tensor& t) {
 // elementwise work on channels-last tensors runs on the backends' contiguous paths.
 Tensor nhwc_view(const Tensor& t);
 int64_t numel_of(const Shape& shape);
+// numel_of, throwing nn::Error for a negative dim or more than 2^56 elements (where the
+// product would overflow): for a shape made from the user's numbers.
+int64_t checked_numel(const Shape& shape);
 // Wraps a possibly negative dim into [0, ndim); throws nn::Error when out of range.
 int64_t wrap_dim(int64_t d, int64_t ndim);
 // A tensor over `base`'s storage with the given geometry; no autograd history.
@@ -44,13 +47,12 @@ inline void check_scalar_fits(const Tensor& a, double b, const char* op) {
            "(.to(kF64))");
 }
 
-// The integers a dtype holds without overflow, [first, second]: an integer dtype's range; for
-// f16 its finite range; for the others all of int64.
+// The integers an integer dtype holds, [first, second] (i64: all of them, as for the floating
+// dtypes, whose exact integers the caller bounds).
 inline std::pair<int64_t, int64_t> integer_range(DType dt) {
   switch (dt) {
     case kU8: return {0, 255};
     case kI32: return {INT32_MIN, INT32_MAX};
-    case kF16: return {-65504, 65504};
     default: return {INT64_MIN, INT64_MAX};
   }
 }

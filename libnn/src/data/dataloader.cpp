@@ -105,7 +105,7 @@ DataLoader::Iterator DataLoader::begin() {
       }
     });
   }
-  Iterator it(this, first);
+  Iterator it(this, first, ++iteration_);
   if (first < total) {
     try {
       it.current_ = next_batch(first);
@@ -129,6 +129,8 @@ Batch DataLoader::next_batch(int64_t b) {
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  NN_CHECK(iteration_ == dl_->iteration_, "DataLoader: this iteration was ended by a newer "
+           "begin() (a loop over the same loader inside it?): one iteration at a time");
   ++index_;
   current_ = Batch();  // (a batch that fails leaves no stale one behind)
   if (index_ < dl_->num_batches()) current_ = dl_->next_batch(index_);

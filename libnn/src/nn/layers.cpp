@@ -123,12 +123,20 @@ Step count_batch(BatchNorm2d& m) {
   return {use_batch, momentum};
 }
 }  // namespace
+namespace {
+void check_4d(const Tensor& x) {
+  NN_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-d (N, C, H, W) input, got ",
+           shape_str(x.shape()), " (for (N, C) or (N, C, L), nn::batch_norm)");
+}
+}  // namespace
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  check_4d(x);
   const Step s = count_batch(*this);
   return batch_norm(x, running_mean, running_var, weight, bias, s.use_batch, s.momentum,
                     options.eps());
 }
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+  check_4d(x);
   const Step s = count_batch(*this);
   return batch_norm_relu(x, residual, running_mean, running_var, weight, bias, s.use_batch,
                          s.momentum, options.eps());

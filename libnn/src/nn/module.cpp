@@ -41,6 +41,16 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   NN_CHECK(m, type_name_, ": child module '", name, "' is null");
   check_name("child module", name);
+  // A module inside itself would make every walk over the tree endless.
+  std::set<const Module*> seen;
+  std::vector<const Module*> todo{m.get()};
+  while (!todo.empty()) {
+    const Module* x = todo.back();
+    todo.pop_back();
+    NN_CHECK(x != this, type_name_, ": child module '", name, "' is this module or holds it");
+    if (seen.insert(x).second)
+      for (auto& c : x->children_) todo.push_back(c.second.get());
+  }
   children_.emplace_back(name, std::move(m));
 }
 

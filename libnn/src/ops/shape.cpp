@@ -200,6 +200,7 @@ Tensor Tensor::expand(const Shape& shape_in) const {
     NN_CHECK(n >= 0, "expand: cannot expand ", shape_str(shape()), " to ", shape_str(shape_in),
              " (-1 keeps an existing dim; new leading dims need a size >= 0)");
   if (s == shape()) return *this;
+  checked_numel(s);  // (a view: nothing allocated that would say so)
   Tensor out = raw_expand(*this, s);
   record("expand", {*this}, out, [xs = shape()](const Tensor& g, auto&) {
     return std::vector<Tensor>{sum_to(g, xs)};

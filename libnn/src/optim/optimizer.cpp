@@ -32,10 +32,25 @@ const Tensor* find(const NamedTensors& s, const std::string& name) {
 }
 Tensor scalar_state(double v) { return full({}, v, kF64); }
 // The gradient as the update kernels read it: contiguous, on the parameter's device and dtype.
+// Before a step changes anything: each parameter with a gradient still a contiguous tensor of
+// its gradient's shape, on its device, where its data was swapped (set_data) since the
+// optimizer saw it. The fused updates walk both as flat arrays.
+void check_grads(const std::vector<ParamGroup>& groups) {
+  for (const ParamGroup& group : groups)
+    for (const Tensor& p : group.params) {
+      const Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      NN_CHECK(g.device() == p.device(), "optimizer: gradient on ", g.device().str(),
+               " for a parameter on ", p.device().str());
+      NN_CHECK(g.shape() == p.shape(), "optimizer: a gradient of shape ", shape_str(g.shape()),
+               " for a parameter of shape ", shape_str(p.shape()), " (its data changed shape "
+               "after the backward pass?)");
+      NN_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous (one's data became "
+               "a non-contiguous tensor: set_data a contiguous one)");
+    }
+}
 Tensor grad_for(const Tensor& p) {
   Tensor g = p.grad();
-  NN_CHECK(g.device() == p.device(), "optimizer: gradient on ", g.device().str(),
-           " for a parameter on ", p.device().str());
   if (g.dtype() != p.dtype()) g = g.to(p.dtype());
   return g.contiguous();
 }
@@ -182,6 +197,9 @@ namespace {
 // parameters in place; the state made before must follow, or the fused step reads a buffer of
 // another dtype or device).
 void follow(Tensor& state, const Tensor& p) {
+  NN_CHECK(!state.defined() || state.shape() == p.shape(), "optimizer: the state of a "
+           "parameter now of shape ", shape_str(p.shape()), " has shape ",
+           shape_str(state.shape()), ": its data changed shape after a step; make a new optimizer");
   if (state.defined() && (state.dtype() != p.dtype() || state.device() != p.device()))
     state = state.to(p.device()).to(p.dtype());
 }
@@ -189,6 +207,7 @@ void follow(Tensor& state, const Tensor& p) {
 
 void SGD::step() {
   NoGradGuard ng;
+  check_grads(groups_);
   // One fused call per device and dtype.
   std::map<std::pair<std::string, DType>, std::vector<backend::Backend::SgdSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -250,6 +269,7 @@ AdamBase::AdamBase(std::vector<ParamGroup> groups, const char* kind, double lr, 
 
 void AdamBase::step() {
   NoGradGuard ng;
+  check_grads(groups_);
   const Hyper h = hyper();
   std::map<std::pair<std::string, DType>, std::vector<backend::Backend::AdamWSlot>> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
