@@ -147,6 +147,7 @@ TEST_CASE("the BERT encoder: Hugging Face names, shapes, masking, loading", "[mo
     ids2.select(1, 5).fill_(42);
   }
   test::require_close(net.forward(ids2, keep), y, 1e-5, 1e-6);
+  test::require_error("sequences of 0 tokens have no [CLS] position", [&] { net.forward(zeros({1, 0}, kI64), {}); });
   REQUIRE(test::error_of([&] { net.forward(zeros({1, 17}, kI64), {}); }).find("max_len") !=
           std::string::npos);
   // a checkpoint in Hugging Face's naming (old gamma/beta names, a bare BertModel, an MLM head)

@@ -305,7 +305,7 @@ TEST_CASE("load_state_dict takes older PyTorch checkpoints", "[nn]") {
   CHECK(test::error_of([&] { b.load_state_dict(no_var); }).find("'running_var' is missing") != std::string::npos);
 }
 
-TEST_CASE("a module cannot hold itself, and BatchNorm2d takes 4-d input", "[nn][errors]") {
+TEST_CASE("a module cannot hold itself, a state names a tensor once, BatchNorm2d takes 4-d input", "[nn][errors]") {
   auto m = std::make_shared<Module>();
   test::require_error("child module 'self' is this module or holds it",
                       [&] { m->register_module("self", m); });
@@ -316,6 +316,11 @@ TEST_CASE("a module cannot hold itself, and BatchNorm2d takes 4-d input", "[nn][
   a->push_back(shared);
   a->push_back(shared);
   REQUIRE(a->parameters().size() == 2);
+  Linear l(2, 2);
+  test::require_error("load_state_dict: 'weight' is given twice", [&] {
+    l.load_state_dict({{"weight", ones({2, 2})}, {"bias", ones({2})}, {"weight", zeros({2, 2})}});
+  });
+  REQUIRE(l.weight.to_vector<float>() != std::vector<float>{1, 1, 1, 1});  // nothing loaded
   BatchNorm2d bn(3);
   test::require_error("BatchNorm2d: expected a 4-d (N, C, H, W) input, got [2, 3, 5]",
                       [&] { bn.forward(ones({2, 3, 5})); });

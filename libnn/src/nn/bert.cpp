@@ -121,6 +121,8 @@ Tensor BertModel::encode(const Tensor& ids, const Tensor& keep) {
 }
 
 Tensor BertModel::forward(const Tensor& ids, const Tensor& keep) {
+  NN_CHECK(ids.dim() != 2 || ids.size(1) > 0, "BERT: sequences of 0 tokens have no [CLS] "
+           "position to pool");
   Tensor h = encode(ids, keep);
   return tanh(pooler->forward(h.select(1, 0)));  // the [CLS] position
 }

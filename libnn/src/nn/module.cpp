@@ -124,8 +124,8 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
     NN_CHECK(it->second->shape() == src.shape() || scalar_as_1, "load_state_dict: '", name,
              "' has shape ", shape_str(src.shape()), " in the checkpoint but ",
              shape_str(it->second->shape()), " in the model");
+    NN_CHECK(seen.insert(name).second, "load_state_dict: '", name, "' is given twice");
     copies.emplace_back(it->second, &src);
-    seen.insert(name);
   }
   // batch norm's counter, which checkpoints from before PyTorch 0.4.1 lack, keeps its value
   // (as PyTorch 2 loads them: zeroing it would let a momentum=None layer's next batch replace
