@@ -192,8 +192,6 @@ class TextDataset : public data::Dataset {
   const Encoded& encoded() const { return enc_; }
 
  private:
-  Tensor rows(const Tensor& t, const std::vector<int64_t>& indices) const;  // (B, L)
-
   Encoded enc_;
   bool trim_;
   std::vector<int64_t> lengths_;  // each row's mask up to its last 1

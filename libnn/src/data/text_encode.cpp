@@ -45,6 +45,16 @@ Encoded encode(const std::vector<TextExample>& examples, const Vocab& vocab, int
           from_vector(labels, {n})};
 }
 
+Tensor index_tensor(const std::vector<int64_t>& indices, Device d) {
+  return from_vector(indices, {int64_t(indices.size())}).to(d);
+}
+// t's rows idx, the first len columns: gathered whole, then cut (a narrowed table would be
+// copied whole to gather from).
+Tensor rows(const Tensor& t, const Tensor& idx, int64_t len) {
+  Tensor out = index_select(t, idx);
+  return len == out.shape()[1] ? out : out.narrow(1, 0, len).contiguous();
+}
+
 }  // namespace
 
 std::vector<std::vector<std::string>> tokenize_words(const std::vector<TextExample>& examples) {
@@ -114,23 +124,17 @@ int64_t TextDataset::batch_length(const std::vector<int64_t>& indices) const {
   return trim_ ? std::min((longest + 7) / 8 * 8, max_len) : max_len;
 }
 
-Tensor TextDataset::rows(const Tensor& t, const std::vector<int64_t>& indices) const {
-  NoGradGuard ng;
-  const int64_t len = batch_length(indices);  // (checks the indices first)
-  // The rows gathered whole, then cut: a narrowed table would be copied whole to gather from.
-  Tensor out = index_select(t, from_vector(indices, {int64_t(indices.size())}).to(t.device()));
-  return len == out.shape()[1] ? out : out.narrow(1, 0, len).contiguous();
-}
-
 data::Batch TextDataset::get_batch(const std::vector<int64_t>& indices) const {
   NoGradGuard ng;
-  Tensor ids = rows(enc_.ids, indices);  // (checks the indices)
-  return {ids, index_select(enc_.labels, from_vector(indices, {int64_t(indices.size())})
-                                             .to(enc_.labels.device()))};
+  const int64_t len = batch_length(indices);  // (checks the indices first)
+  const Tensor idx = index_tensor(indices, enc_.ids.device());
+  return {rows(enc_.ids, idx, len), index_select(enc_.labels, idx.to(enc_.labels.device()))};
 }
 
 Tensor TextDataset::mask_rows(const std::vector<int64_t>& indices) const {
-  return rows(enc_.mask, indices);
+  NoGradGuard ng;
+  const int64_t len = batch_length(indices);
+  return rows(enc_.mask, index_tensor(indices, enc_.mask.device()), len);
 }
 
 }  // namespace nn::text

@@ -122,8 +122,6 @@ Step count_batch(BatchNorm2d& m) {
   }
   return {use_batch, momentum};
 }
-}  // namespace
-namespace {
 void check_4d(const Tensor& x) {
   NN_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-d (N, C, H, W) input, got ",
            shape_str(x.shape()), " (for (N, C) or (N, C, L), nn::batch_norm)");
